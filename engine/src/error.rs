@@ -1,0 +1,98 @@
+//! Error types, one enum per layer, each naming what failed and where.
+//!
+//! Variant fields are named after what they hold and spelled out by each
+//! variant's message, so they carry no separate docs.
+#![allow(missing_docs)]
+
+use std::path::PathBuf;
+
+/// Errors found while building a job graph (before anything runs).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Two operators share a name; names identify operators in reports,
+    /// fault specs and recovery, so they must be unique.
+    #[error("operator name `{name}` is used twice")]
+    DuplicateName { name: String },
+    /// A parallelism of zero was requested.
+    #[error("operator `{name}`: parallelism must be at least 1")]
+    ZeroParallelism { name: String },
+    /// A rate limit was set on something other than a source, or is not a
+    /// positive finite number.
+    #[error("operator `{name}`: {reason}")]
+    InvalidRate { name: String, reason: String },
+    /// The job has no source.
+    #[error("the job has no source")]
+    NoSource,
+    /// A source partition count exceeds what a tuple ID can encode.
+    #[error("operator `{name}`: parallelism {parallelism} exceeds the maximum {max}")]
+    ParallelismTooLarge {
+        name: String,
+        parallelism: usize,
+        max: usize,
+    },
+}
+
+/// Errors of the runtime: the machine cannot host the job as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// More cores were requested than the process may use.
+    #[error("insufficient cpus: {required} requested, {available} available")]
+    InsufficientCpus { required: usize, available: usize },
+    /// Zero cores were requested.
+    #[error("at least one core is required")]
+    ZeroCores,
+    /// A worker thread could not be spawned.
+    #[error("could not spawn worker {worker}: {source}")]
+    Spawn {
+        worker: usize,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a running job ended without completing.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The job could not be built.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The job could not be placed on this machine.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// User code of an operator panicked.
+    #[error("operator `{operator}` (instance {instance}) panicked: {message}")]
+    OperatorPanicked {
+        operator: String,
+        instance: usize,
+        message: String,
+    },
+    /// An operator reported an I/O failure it could not handle (its sink
+    /// file or the dead-letter file could not be written).
+    #[error("operator `{operator}` (instance {instance}): {context}: {source}")]
+    Io {
+        operator: String,
+        instance: usize,
+        context: String,
+        path: Option<PathBuf>,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A worker thread died outside of operator code (an engine bug).
+    #[error("worker {worker} died: {message}")]
+    WorkerDied { worker: usize, message: String },
+    /// The job was cancelled through its handle.
+    #[error("the job was cancelled")]
+    Cancelled,
+}
+
+impl JobError {
+    /// The name of the operator the error is about, if any.
+    pub fn operator(&self) -> Option<&str> {
+        match self {
+            JobError::OperatorPanicked { operator, .. } | JobError::Io { operator, .. } => {
+                Some(operator)
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The logical graph behind the typed builder, with types erased.
+//!
+//! The builder knows every stream's element type; the runtime does not. So
+//! at the moment a node is added, the builder captures everything that
+//! needs the types in closures and a per-type [`StreamKit`]: how to make a
+//! ring for this stream, a sender, a receiver, a fan-out. The runtime then
+//! plans and wires tasks knowing only node indices, passing typed values
+//! around as `Box<dyn Any>`; every downcast is guaranteed by construction
+//! (a failed one is an engine bug and says so).
+
+use crate::operator::{Collector, Null, OperatorInfo, Tee};
+use crate::queue::spsc::{self, Consumer, Producer};
+use crate::runtime::channel::{Msg, RingInput, RingSender, Route, WorkerSignal};
+use crate::runtime::task::{OpSlot, Port, TaskCtx};
+use std::any::Any;
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A typed value in transit between graph code and runtime, on one thread.
+pub(crate) type AnyBox = Box<dyn Any>;
+/// A typed value in transit between threads (ring endpoints).
+pub(crate) type AnySend = Box<dyn Any + Send>;
+
+pub(crate) fn downcast<T: 'static>(b: AnyBox, what: &str) -> T {
+    *b.downcast::<T>()
+        .unwrap_or_else(|_| panic!("engine bug: type mismatch wiring {what}"))
+}
+
+fn downcast_send<T: 'static>(b: AnySend, what: &str) -> T {
+    *b.downcast::<T>()
+        .unwrap_or_else(|_| panic!("engine bug: type mismatch wiring {what}"))
+}
+
+/// What every node builder receives on its worker.
+pub(crate) struct BuildCx {
+    pub(crate) ctx: Rc<TaskCtx>,
+    pub(crate) slot: OpSlot,
+    pub(crate) info: OperatorInfo,
+}
+
+/// Builds a source port: `(cx, downstream collector, rate) -> port`.
+pub(crate) type SourceBuild =
+    Arc<dyn Fn(BuildCx, AnyBox, Option<f64>) -> Box<dyn Port> + Send + Sync>;
+/// Builds a one-input hop: `(cx, downstream collector) -> input collector`.
+pub(crate) type UnaryBuild = Arc<dyn Fn(BuildCx, AnyBox) -> AnyBox + Send + Sync>;
+/// Builds a two-input hop: `(cx, downstream) -> (first, second, gate)`.
+pub(crate) type BinaryBuild =
+    Arc<dyn Fn(BuildCx, AnyBox) -> (AnyBox, AnyBox, Box<dyn Fn() -> bool>) + Send + Sync>;
+/// Builds a sink: `cx -> input collector`.
+pub(crate) type SinkBuild = Arc<dyn Fn(BuildCx) -> AnyBox + Send + Sync>;
+
+pub(crate) enum NodeKind {
+    Source {
+        build: SourceBuild,
+        rate: Option<f64>,
+    },
+    Unary(UnaryBuild),
+    Binary(BinaryBuild),
+    Sink(SinkBuild),
+}
+
+pub(crate) struct Node {
+    pub(crate) name: Arc<str>,
+    pub(crate) parallelism: usize,
+    pub(crate) kind: NodeKind,
+    /// The element type of the node's output stream (`None` for sinks).
+    pub(crate) out: Option<Arc<dyn StreamKit>>,
+}
+
+/// How records of an edge are spread over the consumer's instances.
+#[derive(Clone)]
+pub(crate) enum Partitioning {
+    Forward,
+    Rebalance,
+    Broadcast,
+    /// Holds an `Arc<dyn Fn(&T) -> u64 + Send + Sync>` for the stream's `T`.
+    Hash(Arc<dyn Any + Send + Sync>),
+}
+
+impl Partitioning {
+    pub(crate) fn is_forward(&self) -> bool {
+        matches!(self, Partitioning::Forward)
+    }
+}
+
+pub(crate) struct Edge {
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    /// Input port of `to` (0, or 1 for the second input of a co-operator).
+    pub(crate) port: usize,
+    pub(crate) partitioning: Partitioning,
+}
+
+/// The validated graph a job runs.
+pub(crate) struct Graph {
+    pub(crate) name: String,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) edges: Vec<Edge>,
+}
+
+pub(crate) type HashFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
+
+/// Operations that need a stream's element type.
+pub(crate) trait StreamKit: Send + Sync {
+    fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
+    fn null(&self) -> AnyBox;
+    fn ring(&self, capacity: usize) -> (AnySend, AnySend);
+    fn sender(
+        &self,
+        lanes: Vec<(AnySend, Arc<WorkerSignal>)>,
+        partitioning: &Partitioning,
+        ctx: &Rc<TaskCtx>,
+        batch: usize,
+    ) -> AnyBox;
+    fn input(
+        &self,
+        rings: Vec<AnySend>,
+        target: AnyBox,
+        gate: Option<Box<dyn Fn() -> bool>>,
+        ctx: &Rc<TaskCtx>,
+    ) -> Box<dyn Port>;
+}
+
+pub(crate) struct Kit<T>(PhantomData<fn() -> T>);
+
+impl<T> Kit<T> {
+    pub(crate) fn arc() -> Arc<dyn StreamKit>
+    where
+        T: crate::Data,
+    {
+        Arc::new(Kit::<T>(PhantomData))
+    }
+}
+
+type BoxCollector<T> = Box<dyn Collector<T>>;
+
+impl<T: crate::Data> StreamKit for Kit<T> {
+    fn tee(&self, outs: Vec<AnyBox>) -> AnyBox {
+        let outs = outs
+            .into_iter()
+            .map(|o| downcast::<BoxCollector<T>>(o, "tee"))
+            .collect();
+        Box::new(Box::new(Tee { outs }) as BoxCollector<T>)
+    }
+
+    fn null(&self) -> AnyBox {
+        Box::new(Box::new(Null) as BoxCollector<T>)
+    }
+
+    fn ring(&self, capacity: usize) -> (AnySend, AnySend) {
+        let (tx, rx) = spsc::channel::<Msg<T>>(capacity);
+        (Box::new(tx), Box::new(rx))
+    }
+
+    fn sender(
+        &self,
+        lanes: Vec<(AnySend, Arc<WorkerSignal>)>,
+        partitioning: &Partitioning,
+        ctx: &Rc<TaskCtx>,
+        batch: usize,
+    ) -> AnyBox {
+        let lanes = lanes
+            .into_iter()
+            .map(|(p, s)| (downcast_send::<Producer<Msg<T>>>(p, "sender"), s))
+            .collect::<Vec<_>>();
+        let route = match partitioning {
+            Partitioning::Forward => Route::Forward,
+            Partitioning::Rebalance => Route::Rebalance(ctx.instance % lanes.len().max(1)),
+            Partitioning::Broadcast => Route::Broadcast,
+            Partitioning::Hash(h) => Route::Hash(
+                h.downcast_ref::<HashFn<T>>()
+                    .expect("engine bug: hash function of the wrong type")
+                    .clone(),
+            ),
+        };
+        Box::new(Box::new(RingSender::new(lanes, route, Rc::clone(ctx), batch)) as BoxCollector<T>)
+    }
+
+    fn input(
+        &self,
+        rings: Vec<AnySend>,
+        target: AnyBox,
+        gate: Option<Box<dyn Fn() -> bool>>,
+        ctx: &Rc<TaskCtx>,
+    ) -> Box<dyn Port> {
+        let rings = rings
+            .into_iter()
+            .map(|r| downcast_send::<Consumer<Msg<T>>>(r, "input"))
+            .collect();
+        let target = downcast::<BoxCollector<T>>(target, "input target");
+        Box::new(RingInput::new(rings, target, gate, Rc::clone(ctx)))
+    }
+}

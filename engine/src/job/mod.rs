@@ -1,0 +1,589 @@
+//! The builder users embed: sources, operators, sinks.
+//!
+//! A job is a DAG built through typed handles. [`JobBuilder::source`] gives a
+//! [`Stream`]; operators on a stream give new streams; a sink ends one. A
+//! stream may feed several operators (each gets every record). Mistakes that
+//! can only be seen once the whole graph is known (a duplicate name, a zero
+//! parallelism) are collected and returned by [`JobBuilder::build`], so
+//! building never panics.
+//!
+//! ```
+//! use tandem::{IterSource, JobBuilder, RuntimeConfig};
+//! use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
+//!
+//! let job = JobBuilder::new("squares");
+//! let sum = Arc::new(AtomicU64::new(0));
+//! let s = Arc::clone(&sum);
+//! job.source("numbers", |_info| IterSource((0..1000u64).map(|n| (n, n))))
+//!     .map("square", |n: u64| n * n)
+//!     .filter("even", |n: &u64| n % 2 == 0)
+//!     .for_each("sum", move |r| { s.fetch_add(r.value, Ordering::Relaxed); });
+//! let report = job.build().unwrap().run(&RuntimeConfig::default().cores(1)).unwrap();
+//! assert_eq!(report.operator("sum").unwrap().records, 500);
+//! assert_eq!(sum.load(Ordering::Relaxed), (0..1000u64).map(|n| n * n).filter(|n| n % 2 == 0).sum());
+//! ```
+
+pub(crate) mod graph;
+pub mod source;
+
+use crate::error::BuildError;
+use crate::operator::{
+    build_co_ports, CoProcess, Collector, Filter, FlatMap, KeyedOp, KeyedProcess, Map,
+    OperatorInfo, Output, Process, ProcessOp, Sink, SinkOp,
+};
+use crate::record::Record;
+use crate::runtime::source::{Pacer, SourcePort};
+use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
+use source::Source;
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What may flow on a stream: owned, clonable (for fan-out and broadcast)
+/// and sendable across cores.
+pub trait Data: Clone + Send + 'static {}
+impl<T: Clone + Send + 'static> Data for T {}
+
+struct Inner {
+    name: String,
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    errors: Vec<BuildError>,
+    parallelism: usize,
+}
+
+/// Builds a job. See the [module docs](self).
+pub struct JobBuilder {
+    inner: Rc<RefCell<Inner>>,
+}
+
+/// A built, validated job, ready to run.
+pub struct Job {
+    pub(crate) graph: Arc<Graph>,
+}
+
+impl Job {
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        &self.graph.name
+    }
+
+    /// Operator names, in the order they were added.
+    pub fn operators(&self) -> Vec<String> {
+        self.graph
+            .nodes
+            .iter()
+            .map(|n| n.name.to_string())
+            .collect()
+    }
+}
+
+type BoxCollector<T> = Box<dyn Collector<T>>;
+
+impl JobBuilder {
+    /// A new, empty job. Operators get parallelism 1 unless told otherwise.
+    pub fn new(name: impl Into<String>) -> Self {
+        JobBuilder {
+            inner: Rc::new(RefCell::new(Inner {
+                name: name.into(),
+                nodes: Vec::new(),
+                edges: Vec::new(),
+                errors: Vec::new(),
+                parallelism: 1,
+            })),
+        }
+    }
+
+    /// Sets the parallelism of operators added from now on (each can still
+    /// override it with [`Stream::parallelism`]).
+    pub fn default_parallelism(&self, p: usize) -> &Self {
+        let mut inner = self.inner.borrow_mut();
+        if p == 0 {
+            inner.errors.push(BuildError::ZeroParallelism {
+                name: "<default>".into(),
+            });
+        } else {
+            inner.parallelism = p;
+        }
+        self
+    }
+
+    /// Adds a source. `factory` builds the instance of each partition on the
+    /// worker that runs it.
+    pub fn source<T, S, F>(&self, name: &str, factory: F) -> Stream<T>
+    where
+        T: Data,
+        S: Source<T>,
+        F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
+    {
+        let build: graph::SourceBuild = Arc::new(move |cx: BuildCx, down: AnyBox, rate| {
+            let src: Box<dyn Source<T>> = Box::new(factory(&cx.info));
+            let down = downcast::<BoxCollector<T>>(down, "source output");
+            let per_partition = rate.map(|r: f64| Pacer::new(r / cx.info.parallelism as f64));
+            Box::new(SourcePort::new(src, down, cx.ctx, per_partition, cx.slot))
+        });
+        let node = add_node(
+            &self.inner,
+            name,
+            NodeKind::Source { build, rate: None },
+            Some(Kit::<T>::arc()),
+            &[],
+        );
+        Stream::new(Rc::clone(&self.inner), node)
+    }
+
+    /// Validates the graph and returns the job.
+    pub fn build(self) -> Result<Job, BuildError> {
+        // Streams may outlive the builder; they keep an emptied graph.
+        let inner = std::mem::replace(
+            &mut *self.inner.borrow_mut(),
+            Inner {
+                name: String::new(),
+                nodes: Vec::new(),
+                edges: Vec::new(),
+                errors: Vec::new(),
+                parallelism: 1,
+            },
+        );
+        let Inner {
+            name,
+            nodes,
+            edges,
+            mut errors,
+            ..
+        } = inner;
+        if !errors.is_empty() {
+            return Err(errors.swap_remove(0));
+        }
+        if !nodes
+            .iter()
+            .any(|n| matches!(n.kind, NodeKind::Source { .. }))
+        {
+            return Err(BuildError::NoSource);
+        }
+        let mut seen = HashSet::new();
+        for n in &nodes {
+            if !seen.insert(n.name.clone()) {
+                return Err(BuildError::DuplicateName {
+                    name: n.name.to_string(),
+                });
+            }
+            if n.parallelism == 0 {
+                return Err(BuildError::ZeroParallelism {
+                    name: n.name.to_string(),
+                });
+            }
+            if matches!(n.kind, NodeKind::Source { .. }) && n.parallelism > (1 << 24) {
+                return Err(BuildError::ParallelismTooLarge {
+                    name: n.name.to_string(),
+                    parallelism: n.parallelism,
+                    max: 1 << 24,
+                });
+            }
+        }
+        Ok(Job {
+            graph: Arc::new(Graph { name, nodes, edges }),
+        })
+    }
+}
+
+fn add_node(
+    inner: &Rc<RefCell<Inner>>,
+    name: &str,
+    kind: NodeKind,
+    out: Option<Arc<dyn graph::StreamKit>>,
+    inputs: &[(usize, Partitioning)],
+) -> usize {
+    let mut g = inner.borrow_mut();
+    let id = g.nodes.len();
+    let parallelism = g.parallelism;
+    g.nodes.push(Node {
+        name: Arc::from(name),
+        parallelism,
+        kind,
+        out,
+    });
+    for (port, (from, p)) in inputs.iter().enumerate() {
+        g.edges.push(Edge {
+            from: *from,
+            to: id,
+            port,
+            partitioning: p.clone(),
+        });
+    }
+    id
+}
+
+/// A stream of `T` records: the output of a source or an operator.
+pub struct Stream<T> {
+    job: Rc<RefCell<Inner>>,
+    node: usize,
+    partitioning: Partitioning,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Stream<T> {
+    fn clone(&self) -> Self {
+        Stream {
+            job: Rc::clone(&self.job),
+            node: self.node,
+            partitioning: self.partitioning.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+/// Stable 64-bit hash of a key (FxHash, then the SplitMix64 finalizer so the
+/// high bits used for lane selection are well mixed). Identical in every run.
+pub fn key_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    key.hash(&mut h);
+    let mut z = h.finish();
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The instance (of `parallelism`) that owns `key` after a `key_by`.
+pub fn key_instance<K: Hash + ?Sized>(key: &K, parallelism: usize) -> usize {
+    crate::runtime::channel::lane_of(key_hash(key), parallelism)
+}
+
+impl<T: Data> Stream<T> {
+    fn new(job: Rc<RefCell<Inner>>, node: usize) -> Self {
+        Stream {
+            job,
+            node,
+            partitioning: Partitioning::Forward,
+            _t: PhantomData,
+        }
+    }
+
+    /// Sets the parallelism of the operator that produces this stream.
+    pub fn parallelism(self, p: usize) -> Self {
+        {
+            let mut g = self.job.borrow_mut();
+            if p == 0 {
+                let name = g.nodes[self.node].name.to_string();
+                g.errors.push(BuildError::ZeroParallelism { name });
+            }
+            g.nodes[self.node].parallelism = p;
+        }
+        self
+    }
+
+    /// Limits the source that produces this stream to `records_per_sec` in
+    /// total (split evenly over its partitions). Records are released on a
+    /// fixed schedule and stamped with their scheduled time.
+    pub fn rate_limit(self, records_per_sec: f64) -> Self {
+        {
+            let mut g = self.job.borrow_mut();
+            let name = g.nodes[self.node].name.to_string();
+            let ok = records_per_sec.is_finite() && records_per_sec > 0.0;
+            match &mut g.nodes[self.node].kind {
+                NodeKind::Source { rate, .. } if ok => *rate = Some(records_per_sec),
+                NodeKind::Source { .. } => g.errors.push(BuildError::InvalidRate {
+                    name,
+                    reason: format!("rate must be positive and finite, got {records_per_sec}"),
+                }),
+                _ => g.errors.push(BuildError::InvalidRate {
+                    name,
+                    reason: "only a source can be rate limited".into(),
+                }),
+            }
+        }
+        self
+    }
+
+    /// Sends every record to every instance of the next operator.
+    pub fn broadcast(mut self) -> Self {
+        self.partitioning = Partitioning::Broadcast;
+        self
+    }
+
+    /// Spreads records round robin over the next operator's instances.
+    pub fn rebalance(mut self) -> Self {
+        self.partitioning = Partitioning::Rebalance;
+        self
+    }
+
+    fn input(&self) -> (usize, Partitioning) {
+        (self.node, self.partitioning.clone())
+    }
+
+    /// The generic one-input operator: `factory` builds a [`Process`] per
+    /// instance, on the worker that runs it.
+    pub fn process<U, P, F>(&self, name: &str, factory: F) -> Stream<U>
+    where
+        U: Data,
+        P: Process<T, U>,
+        F: Fn(&OperatorInfo) -> P + Send + Sync + 'static,
+    {
+        let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
+            let down = downcast::<BoxCollector<U>>(down, "process output");
+            let op = ProcessOp::new(factory(&cx.info), down, cx.ctx, cx.slot);
+            Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
+        });
+        let node = add_node(
+            &self.job,
+            name,
+            NodeKind::Unary(build),
+            Some(Kit::<U>::arc()),
+            &[self.input()],
+        );
+        Stream::new(Rc::clone(&self.job), node)
+    }
+
+    /// One output per record.
+    ///
+    /// ```
+    /// # use tandem::{IterSource, JobBuilder};
+    /// # let job = JobBuilder::new("doc");
+    /// # let words = job.source("src", |_| IterSource(vec![("a".to_string(), 0)].into_iter()));
+    /// let lengths = words.map("len", |w: String| w.len());
+    /// ```
+    pub fn map<U, F>(&self, name: &str, f: F) -> Stream<U>
+    where
+        U: Data,
+        F: Fn(T) -> U + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.process(name, move |_| Map(Arc::clone(&f)))
+    }
+
+    /// Keeps the records `pred` accepts.
+    ///
+    /// ```
+    /// # use tandem::{IterSource, JobBuilder};
+    /// # let job = JobBuilder::new("doc");
+    /// # let nums = job.source("src", |_| IterSource((0..10u64).map(|n| (n, n))));
+    /// let odd = nums.filter("odd", |n: &u64| n % 2 == 1);
+    /// ```
+    pub fn filter<F>(&self, name: &str, pred: F) -> Stream<T>
+    where
+        F: Fn(&T) -> bool + Send + Sync + 'static,
+    {
+        let f = Arc::new(pred);
+        self.process(name, move |_| Filter(Arc::clone(&f)))
+    }
+
+    /// Any number of outputs per record, emitted into the [`Output`].
+    ///
+    /// ```
+    /// # use tandem::{IterSource, JobBuilder, Output};
+    /// # let job = JobBuilder::new("doc");
+    /// # let lines = job.source("src", |_| IterSource(vec![("a b".to_string(), 0)].into_iter()));
+    /// let words = lines.flat_map("split", |line: String, out: &mut Output<'_, String>| {
+    ///     for w in line.split_whitespace() {
+    ///         out.emit(w.to_string());
+    ///     }
+    /// });
+    /// ```
+    pub fn flat_map<U, F>(&self, name: &str, f: F) -> Stream<U>
+    where
+        U: Data,
+        F: Fn(T, &mut Output<'_, U>) + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.process(name, move |_| FlatMap(Arc::clone(&f)))
+    }
+
+    /// Partitions the stream by key: every record with the same key goes to
+    /// the same instance of the next (keyed) operator.
+    pub fn key_by<K, F>(&self, key: F) -> KeyedStream<K, T>
+    where
+        K: Hash + Eq + Clone + Send + 'static,
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        let key: Arc<dyn Fn(&T) -> K + Send + Sync> = Arc::new(key);
+        let k2 = Arc::clone(&key);
+        let hash: HashFn<T> = Arc::new(move |v: &T| key_hash(&k2(v)));
+        let mut stream = self.clone();
+        stream.partitioning = Partitioning::Hash(Arc::new(hash));
+        KeyedStream { stream, key }
+    }
+
+    /// Joins this stream with `other` into a two-input operator (see
+    /// [`Connected::process`]). Use `other.broadcast()` for a side stream
+    /// every instance must see.
+    pub fn connect<B: Data>(&self, other: &Stream<B>) -> Connected<T, B> {
+        Connected {
+            first: self.clone(),
+            second: other.clone(),
+        }
+    }
+
+    /// Ends the stream in a sink; `factory` builds one per instance.
+    pub fn sink<S, F>(&self, name: &str, factory: F)
+    where
+        S: Sink<T>,
+        F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
+    {
+        let build: graph::SinkBuild = Arc::new(move |cx: BuildCx| {
+            let op = SinkOp::new(factory(&cx.info), cx.ctx, cx.slot);
+            Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
+        });
+        add_node(
+            &self.job,
+            name,
+            NodeKind::Sink(build),
+            None,
+            &[self.input()],
+        );
+    }
+
+    /// Ends the stream in a sink that calls `f` for every record.
+    pub fn for_each<F>(&self, name: &str, f: F)
+    where
+        F: Fn(Record<T>) + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.sink(name, move |_| ForEach(Arc::clone(&f)));
+    }
+}
+
+struct ForEach<F>(Arc<F>);
+
+impl<T, F: Fn(Record<T>) + 'static> Sink<T> for ForEach<F> {
+    fn write(&mut self, rec: Record<T>) -> std::io::Result<()> {
+        (self.0)(rec);
+        Ok(())
+    }
+}
+
+/// A stream partitioned by key, ready for a keyed operator.
+pub struct KeyedStream<K, T> {
+    stream: Stream<T>,
+    key: Arc<dyn Fn(&T) -> K + Send + Sync>,
+}
+
+impl<K, T> KeyedStream<K, T>
+where
+    K: Hash + Eq + Clone + Send + 'static,
+    T: Data,
+{
+    /// The generic keyed operator: the engine keeps a
+    /// [`KeyedProcess::State`] per key.
+    pub fn process<U, P, F>(&self, name: &str, factory: F) -> Stream<U>
+    where
+        U: Data,
+        P: KeyedProcess<K, T, U>,
+        F: Fn(&OperatorInfo) -> P + Send + Sync + 'static,
+    {
+        let key = Arc::clone(&self.key);
+        let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
+            let down = downcast::<BoxCollector<U>>(down, "keyed output");
+            let op = KeyedOp::new(factory(&cx.info), Arc::clone(&key), down, cx.ctx, cx.slot);
+            Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
+        });
+        let node = add_node(
+            &self.stream.job,
+            name,
+            NodeKind::Unary(build),
+            Some(Kit::<U>::arc()),
+            &[self.stream.input()],
+        );
+        Stream::new(Rc::clone(&self.stream.job), node)
+    }
+
+    /// Emits, for every record, the running reduction of its key's records.
+    ///
+    /// ```
+    /// # use tandem::{IterSource, JobBuilder};
+    /// # let job = JobBuilder::new("doc");
+    /// # let pairs = job.source("src", |_| IterSource(vec![((1u32, 2u64), 0)].into_iter()));
+    /// let running_sum = pairs
+    ///     .key_by(|p: &(u32, u64)| p.0)
+    ///     .reduce("sum", |a, b| (a.0, a.1 + b.1));
+    /// ```
+    pub fn reduce<F>(&self, name: &str, f: F) -> Stream<T>
+    where
+        F: Fn(&T, &T) -> T + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.process(name, move |_| Reduce(Arc::clone(&f)))
+    }
+
+    /// Folds every record into its key's state `S` and emits what `f`
+    /// returns.
+    ///
+    /// ```
+    /// # use tandem::{IterSource, JobBuilder};
+    /// # let job = JobBuilder::new("doc");
+    /// # let clicks = job.source("src", |_| IterSource(vec![(7u32, 0)].into_iter()));
+    /// let counts = clicks
+    ///     .key_by(|user: &u32| *user)
+    ///     .aggregate("count", |n: &mut u64, user: &u32| { *n += 1; (*user, *n) });
+    /// ```
+    pub fn aggregate<S, U, F>(&self, name: &str, f: F) -> Stream<U>
+    where
+        S: Default + 'static,
+        U: Data,
+        F: Fn(&mut S, &T) -> U + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.process(name, move |_| Aggregate(Arc::clone(&f), PhantomData))
+    }
+}
+
+struct Reduce<F>(Arc<F>);
+
+impl<K, T: Clone + 'static, F: Fn(&T, &T) -> T + 'static> KeyedProcess<K, T, T> for Reduce<F> {
+    type State = Option<T>;
+    fn process(&mut self, _k: &K, acc: &mut Option<T>, rec: Record<T>, out: &mut Output<'_, T>) {
+        let next = match acc.take() {
+            Some(a) => (self.0)(&a, &rec.value),
+            None => rec.value,
+        };
+        *acc = Some(next.clone());
+        out.emit(next);
+    }
+}
+
+struct Aggregate<F, S>(Arc<F>, PhantomData<fn() -> S>);
+
+impl<K, T, U, S, F> KeyedProcess<K, T, U> for Aggregate<F, S>
+where
+    S: Default + 'static,
+    F: Fn(&mut S, &T) -> U + 'static,
+{
+    type State = S;
+    fn process(&mut self, _k: &K, s: &mut S, rec: Record<T>, out: &mut Output<'_, U>) {
+        let v = (self.0)(s, &rec.value);
+        out.emit(v);
+    }
+}
+
+/// Two streams joined by [`Stream::connect`].
+pub struct Connected<A, B> {
+    first: Stream<A>,
+    second: Stream<B>,
+}
+
+impl<A: Data, B: Data> Connected<A, B> {
+    /// The two-input operator: `factory` builds a [`CoProcess`] per instance.
+    pub fn process<U, P, F>(&self, name: &str, factory: F) -> Stream<U>
+    where
+        U: Data,
+        P: CoProcess<A, B, U>,
+        F: Fn(&OperatorInfo) -> P + Send + Sync + 'static,
+    {
+        let build: graph::BinaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
+            let down = downcast::<BoxCollector<U>>(down, "connect output");
+            let (a, b, gate) =
+                build_co_ports::<A, B, U, P>(factory(&cx.info), down, cx.ctx, cx.slot);
+            (Box::new(a) as AnyBox, Box::new(b) as AnyBox, gate)
+        });
+        let node = add_node(
+            &self.first.job,
+            name,
+            NodeKind::Binary(build),
+            Some(Kit::<U>::arc()),
+            &[self.first.input(), self.second.input()],
+        );
+        Stream::new(Rc::clone(&self.first.job), node)
+    }
+}

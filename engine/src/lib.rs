@@ -1,0 +1,84 @@
+//! # Tandem
+//!
+//! A single-node, thread-per-core stream processing engine whose headline is
+//! recovery without a restart: when an operator fails, a standby on another
+//! core takes over. This crate is the engine core; `tandem-bench` runs the
+//! paper's pipeline and the micro-benchmarks on it.
+//!
+//! ## Why thread-per-core
+//!
+//! Each worker thread is pinned to one core and owns the operator instances
+//! placed on it. Operators are *built on* their core and never move, so their
+//! state needs no locks and stays in that core's cache. The only things that
+//! cross cores are records, through bounded lock-free single-producer
+//! single-consumer rings ([`queue::spsc`]) — one ring per pair of producer
+//! and consumer instances, so every ring really has one writer and one
+//! reader. A full ring stops its producer (backpressure); nothing is dropped
+//! and nothing buffers without bound.
+//!
+//! ## The model
+//!
+//! A job is a DAG of sources, operators and sinks built with
+//! [`JobBuilder`]. Every record travels in a [`Record`] envelope carrying its
+//! [`TupleId`] (assigned at the source, increasing per source partition) and
+//! event time. Operators run with any parallelism; `key_by` partitions by key
+//! hash through a mesh of rings; `broadcast` copies a side stream to every
+//! instance. When there are fewer cores than operator instances, operators
+//! are *chained* — called directly instead of through a ring — and tasks are
+//! packed onto the cores ([`runtime::placement`]), so the same job runs on 1,
+//! 2 or 64 cores.
+//!
+//! ## Layers
+//!
+//! ```text
+//! job/       the typed builder (sources, operators, sinks)
+//! runtime/   workers, placement, rings between tasks, supervision
+//! operator/  user-facing operator traits and their chain wrappers
+//! state/     keyed state       queue/  SPSC rings     record.rs  the envelope
+//! metrics.rs counters, HDR latency     sys/  affinity, rusage      sync.rs  loom shim
+//! ```
+//!
+//! ## Embedding
+//!
+//! ```
+//! use tandem::{IterSource, JobBuilder, RuntimeConfig};
+//!
+//! let job = JobBuilder::new("word-lengths");
+//! job.default_parallelism(2);
+//! job.source("words", |info| {
+//!         let words = ["alpha", "beta", "gamma", "delta"];
+//!         // Each partition takes every other word.
+//!         let mine: Vec<_> = words.iter().skip(info.instance).step_by(info.parallelism)
+//!             .map(|w| (w.to_string(), 0)).collect();
+//!         IterSource(mine.into_iter())
+//!     })
+//!     .map("len", |w: String| w.len() as u64)
+//!     .key_by(|len: &u64| *len)
+//!     .reduce("count-by-len", |a, _b| *a)
+//!     .for_each("print", |r| println!("{:?}", r.value));
+//! let report = job.build()?.run(&RuntimeConfig::default())?;
+//! assert_eq!(report.operator("print").unwrap().records, 4);
+//! # Ok::<(), tandem::JobError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod job;
+pub mod metrics;
+pub mod operator;
+pub mod queue;
+pub mod record;
+pub mod runtime;
+pub mod state;
+pub mod sync;
+pub mod sys;
+
+pub use error::{BuildError, JobError, RuntimeError};
+pub use job::source::{IterSource, Source, SourcePoll};
+pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};
+pub use metrics::{JobReport, LatencyHistogram, OperatorStats, Progress};
+pub use operator::{CoProcess, KeyedProcess, OperatorInfo, Output, Process, Sink};
+pub use record::{Record, TupleId};
+pub use runtime::placement::Chaining;
+pub use runtime::{JobHandle, RuntimeConfig};

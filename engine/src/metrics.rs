@@ -1,0 +1,214 @@
+//! Measurement: per-operator counters and end-to-end latency histograms.
+//!
+//! Hot paths count in plain integers owned by one operator instance and
+//! *publish* them (a relaxed store into a cache-padded slot) when their task
+//! flushes, so a progress reader never contends with the data path. Latency
+//! is recorded into one HDR histogram per sink instance and merged into the
+//! job's histogram when that sink ends.
+
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Highest latency a histogram tracks exactly (larger values saturate): 10 min.
+const MAX_TRACKABLE_NS: u64 = 600_000_000_000;
+
+/// An HDR histogram of nanosecond latencies, 3 significant digits.
+#[derive(Clone, Debug)]
+pub struct LatencyHistogram(Histogram<u64>);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LatencyHistogram {
+    /// An empty histogram covering 1 ns … 10 min at 3 significant digits.
+    pub fn new() -> Self {
+        LatencyHistogram(
+            Histogram::new_with_bounds(1, MAX_TRACKABLE_NS, 3).expect("static bounds are valid"),
+        )
+    }
+
+    /// Records one latency (values beyond the range saturate).
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        self.0.saturating_record(ns.max(1));
+    }
+
+    /// Adds every sample of `other`.
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        // Same bounds on both sides, so `add` cannot fail.
+        let _ = self.0.add(&other.0);
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// Whether there are no samples.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value at quantile `q` (0.0 ..= 1.0), in ns; 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.value_at_quantile(q)
+        }
+    }
+
+    /// Smallest sample in ns (0 when empty).
+    pub fn min(&self) -> u64 {
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.min()
+        }
+    }
+
+    /// Largest sample in ns (0 when empty).
+    pub fn max(&self) -> u64 {
+        self.0.max()
+    }
+
+    /// Mean in ns.
+    pub fn mean(&self) -> f64 {
+        self.0.mean()
+    }
+
+    /// The underlying HDR histogram.
+    pub fn inner(&self) -> &Histogram<u64> {
+        &self.0
+    }
+}
+
+/// Counters of one operator instance, on their own cache line.
+#[derive(Default, Debug)]
+pub(crate) struct InstanceCounters {
+    /// Records received (for a source: records produced).
+    pub(crate) records: AtomicU64,
+    /// Records emitted downstream.
+    pub(crate) emitted: AtomicU64,
+}
+
+/// Everything the tasks of a job publish while it runs.
+pub(crate) struct JobMetrics {
+    /// `[node][instance]`.
+    pub(crate) counters: Vec<Vec<CachePadded<InstanceCounters>>>,
+    latency: Mutex<LatencyHistogram>,
+    pub(crate) dead_letters: AtomicU64,
+}
+
+impl JobMetrics {
+    pub(crate) fn new(parallelism: &[usize]) -> Self {
+        JobMetrics {
+            counters: parallelism
+                .iter()
+                .map(|&p| (0..p).map(|_| CachePadded::default()).collect())
+                .collect(),
+            latency: Mutex::new(LatencyHistogram::new()),
+            dead_letters: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn merge_latency(&self, h: &LatencyHistogram) {
+        let mut g = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        g.merge(h);
+    }
+
+    pub(crate) fn latency(&self) -> LatencyHistogram {
+        self.latency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn node_totals(&self, node: usize) -> (u64, u64) {
+        self.counters[node].iter().fold((0, 0), |(r, e), c| {
+            (
+                r + c.records.load(Ordering::Relaxed),
+                e + c.emitted.load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+/// Counts of one operator over the whole job (all instances).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorStats {
+    /// The operator's name.
+    pub name: String,
+    /// Its parallelism.
+    pub parallelism: usize,
+    /// Records received (for a source: records produced).
+    pub records: u64,
+    /// Records emitted downstream.
+    pub emitted: u64,
+}
+
+/// A live view of a running job.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Per operator, in the order they were added to the job.
+    pub operators: Vec<OperatorStats>,
+    /// Records sent to the dead-letter file so far.
+    pub dead_letters: u64,
+}
+
+impl Progress {
+    /// Stats of the operator called `name`.
+    pub fn operator(&self, name: &str) -> Option<&OperatorStats> {
+        self.operators.iter().find(|o| o.name == name)
+    }
+}
+
+/// What a completed job reports.
+#[derive(Clone, Debug)]
+pub struct JobReport {
+    /// Per-operator counts, in the order operators were added.
+    pub operators: Vec<OperatorStats>,
+    /// End-to-end latency (source release → sink) over all sinks.
+    pub latency: LatencyHistogram,
+    /// Records sent to the dead-letter file.
+    pub dead_letters: u64,
+    /// The dead-letter file, if any record was sent there.
+    pub dead_letter_path: Option<std::path::PathBuf>,
+    /// Wall time from start to the last task's end.
+    pub elapsed: std::time::Duration,
+    /// Worker threads (cores) the job ran on.
+    pub workers: usize,
+    /// Tasks (chains of operators) the job was split into.
+    pub tasks: usize,
+}
+
+impl JobReport {
+    /// Stats of the operator called `name`.
+    pub fn operator(&self, name: &str) -> Option<&OperatorStats> {
+        self.operators.iter().find(|o| o.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_histogram_holds_samples_of_both() {
+        let mut a = LatencyHistogram::new();
+        let mut b = LatencyHistogram::new();
+        for v in 1..=100 {
+            a.record(v * 1000);
+        }
+        b.record(5_000_000);
+        a.merge(&b);
+        assert_eq!(a.len(), 101);
+        assert!(a.max() >= 5_000_000);
+        assert!(a.quantile(0.5) >= 49_000 && a.quantile(0.5) <= 52_000);
+    }
+}

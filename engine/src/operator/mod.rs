@@ -1,0 +1,235 @@
+//! Operators: the user-facing traits and the engine's wrappers around them.
+//!
+//! An operator instance lives on exactly one worker thread for its whole life:
+//! it is *built there* by a factory (which must be `Send + Sync`), so the
+//! instance itself need not be `Send` and may use `Rc`, `Cell` and friends.
+//! Nothing an operator owns crosses a core; only records do, through the
+//! rings of [`crate::queue`].
+//!
+//! Generic shapes, as in timely-dataflow:
+//! - [`Process`] — one input, one output; `map`, `filter` and `flat_map` are
+//!   small adapters over it.
+//! - [`KeyedProcess`] — one keyed input with per-key state kept by the engine.
+//! - [`CoProcess`] — two inputs (`connect`), e.g. a broadcast side stream.
+//! - [`Sink`] — consumes records; the engine measures end-to-end latency there.
+//!
+//! Inside a task, operators are *chained*: an operator's [`Output`] calls the
+//! next operator directly, with no queue in between. Every hop of a chain is
+//! an `Collector`, the engine-internal push interface.
+//!
+//! Lifecycle hooks have default no-op bodies; `on_end` is called exactly once,
+//! after the last record of every input, and may still emit.
+
+mod connect;
+mod filter;
+mod flat_map;
+mod keyed;
+mod map;
+mod sink;
+mod tee;
+mod unary;
+
+pub use filter::Filter;
+pub use flat_map::FlatMap;
+pub use map::Map;
+
+pub(crate) use connect::build_co_ports;
+pub(crate) use keyed::KeyedOp;
+pub(crate) use sink::SinkOp;
+pub(crate) use tee::{Null, Tee};
+pub(crate) use unary::ProcessOp;
+
+use crate::record::{Nanos, Record, TupleId};
+use crate::runtime::task::TaskCtx;
+use std::fmt::Display;
+use std::sync::Arc;
+
+/// Who an operator instance is: handed to every operator factory.
+#[derive(Clone, Debug)]
+pub struct OperatorInfo {
+    /// The operator's unique name in the job.
+    pub name: Arc<str>,
+    /// This instance's index, `0..parallelism`.
+    pub instance: usize,
+    /// How many instances the operator has.
+    pub parallelism: usize,
+}
+
+/// The push interface between chained operators (engine-internal).
+///
+/// `collect` hands one record over; `flush` asks every queue at the end of the
+/// chain to publish what it staged (and retry what did not fit); `end` is
+/// called once when no input will ever arrive again.
+pub(crate) trait Collector<T> {
+    fn collect(&mut self, rec: Record<T>);
+    fn flush(&mut self);
+    fn end(&mut self);
+}
+
+/// A one-input operator.
+///
+/// ```
+/// use tandem::{Output, Process, Record};
+///
+/// /// Emits a running count of the records seen by this instance.
+/// #[derive(Default)]
+/// struct Count(u64);
+///
+/// impl Process<String, u64> for Count {
+///     fn process(&mut self, _rec: Record<String>, out: &mut Output<'_, u64>) {
+///         self.0 += 1;
+///         out.emit(self.0);
+///     }
+/// }
+/// ```
+pub trait Process<I, O>: 'static {
+    /// Handles one record; emits any number of outputs.
+    fn process(&mut self, rec: Record<I>, out: &mut Output<'_, O>);
+    /// Called once after the last input record.
+    fn on_end(&mut self, _out: &mut Output<'_, O>) {}
+}
+
+/// A keyed operator: the engine keeps one `State` per key and hands the
+/// record's state to every call.
+///
+/// ```
+/// use tandem::{KeyedProcess, Output, Record};
+///
+/// /// Counts records per key and emits `(key, count)` at end of stream.
+/// struct CountPerKey;
+///
+/// impl KeyedProcess<u32, u32, (u32, u64)> for CountPerKey {
+///     type State = u64;
+///     fn process(&mut self, _k: &u32, n: &mut u64, _r: Record<u32>, _o: &mut Output<'_, (u32, u64)>) {
+///         *n += 1;
+///     }
+///     fn on_end(&mut self, k: &u32, n: &mut u64, out: &mut Output<'_, (u32, u64)>) {
+///         out.emit((*k, *n));
+///     }
+/// }
+/// ```
+pub trait KeyedProcess<K, T, O>: 'static {
+    /// Per-key state, created with `Default` on a key's first record.
+    type State: Default + 'static;
+    /// Handles one record of `key`.
+    fn process(
+        &mut self,
+        key: &K,
+        state: &mut Self::State,
+        rec: Record<T>,
+        out: &mut Output<'_, O>,
+    );
+    /// Called once per key after the last input record.
+    fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}
+}
+
+/// A two-input operator, built by `connect`.
+///
+/// `first_ready` lets the operator hold back its first input until the second
+/// has delivered what the first needs (a broadcast mapping, a rule set):
+/// while it returns `false` the runtime does not read the first input, so its
+/// records wait in their ring — bounded, with backpressure upstream — instead
+/// of in an unbounded buffer. Once the second input has ended, the first is
+/// read regardless.
+pub trait CoProcess<A, B, O>: 'static {
+    /// Handles one record of the first input.
+    fn process_first(&mut self, rec: Record<A>, out: &mut Output<'_, O>);
+    /// Handles one record of the second input.
+    fn process_second(&mut self, rec: Record<B>, out: &mut Output<'_, O>);
+    /// Whether the first input may be read now.
+    fn first_ready(&self) -> bool {
+        true
+    }
+    /// Called once after both inputs ended.
+    fn on_end(&mut self, _out: &mut Output<'_, O>) {}
+}
+
+/// Where records leave the job.
+///
+/// Errors returned here end the job with [`crate::JobError::Io`] naming the
+/// sink; nothing is silently dropped.
+pub trait Sink<T>: 'static {
+    /// Consumes one record.
+    fn write(&mut self, rec: Record<T>) -> std::io::Result<()>;
+    /// Called once after the last record; flush and close here.
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What an operator emits into. Emitted records inherit the envelope (tuple
+/// ID, event time, ingest stamp) of the record being processed.
+pub struct Output<'a, O> {
+    pub(crate) down: &'a mut dyn Collector<O>,
+    pub(crate) id: TupleId,
+    pub(crate) event_time: u64,
+    pub(crate) ingest: Nanos,
+    pub(crate) emitted: &'a mut u64,
+    pub(crate) task: &'a TaskCtx,
+    pub(crate) op: usize,
+}
+
+impl<'a, O> Output<'a, O> {
+    pub(crate) fn new(
+        down: &'a mut dyn Collector<O>,
+        emitted: &'a mut u64,
+        task: &'a TaskCtx,
+        op: usize,
+    ) -> Self {
+        Output {
+            down,
+            id: TupleId::NONE,
+            event_time: 0,
+            ingest: Record::<()>::NO_INGEST,
+            emitted,
+            task,
+            op,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn with_envelope<T>(mut self, rec: &Record<T>) -> Self {
+        self.id = rec.id;
+        self.event_time = rec.event_time;
+        self.ingest = rec.ingest;
+        self
+    }
+
+    /// Emits `value` in the envelope of the record being processed.
+    #[inline]
+    pub fn emit(&mut self, value: O) {
+        *self.emitted += 1;
+        self.down.collect(Record {
+            id: self.id,
+            event_time: self.event_time,
+            ingest: self.ingest,
+            value,
+        });
+    }
+
+    /// Emits a record with an envelope of the operator's choosing.
+    #[inline]
+    pub fn emit_record(&mut self, rec: Record<O>) {
+        *self.emitted += 1;
+        self.down.collect(rec);
+    }
+
+    /// The tuple ID of the record being processed ([`TupleId::NONE`] in
+    /// `on_end`).
+    pub fn tuple_id(&self) -> TupleId {
+        self.id
+    }
+
+    /// The event time of the record being processed.
+    pub fn event_time(&self) -> u64 {
+        self.event_time
+    }
+
+    /// Sends the record being processed to the job's dead-letter file with a
+    /// reason, instead of failing the job. The record is counted and kept,
+    /// never silently dropped.
+    pub fn dead_letter(&mut self, reason: impl Display, payload: &[u8]) {
+        self.task
+            .dead_letter(self.op, self.id, &reason.to_string(), payload);
+    }
+}

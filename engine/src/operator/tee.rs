@@ -1,0 +1,36 @@
+//! Fan-out of one stream to several consumers, and the consumer of a stream
+//! nobody reads.
+
+use super::Collector;
+use crate::record::Record;
+
+/// Clones every record to each consumer (the last one gets the original).
+pub(crate) struct Tee<T> {
+    pub(crate) outs: Vec<Box<dyn Collector<T>>>,
+}
+
+impl<T: Clone> Collector<T> for Tee<T> {
+    fn collect(&mut self, rec: Record<T>) {
+        if let Some((last, rest)) = self.outs.split_last_mut() {
+            for o in rest {
+                o.collect(rec.clone());
+            }
+            last.collect(rec);
+        }
+    }
+    fn flush(&mut self) {
+        self.outs.iter_mut().for_each(|o| o.flush());
+    }
+    fn end(&mut self) {
+        self.outs.iter_mut().for_each(|o| o.end());
+    }
+}
+
+/// Discards records of a stream that has no consumer.
+pub(crate) struct Null;
+
+impl<T> Collector<T> for Null {
+    fn collect(&mut self, _rec: Record<T>) {}
+    fn flush(&mut self) {}
+    fn end(&mut self) {}
+}

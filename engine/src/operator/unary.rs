@@ -1,0 +1,58 @@
+//! The chain hop around a one-input [`Process`] operator.
+
+use super::{Collector, Output, Process};
+use crate::record::Record;
+use crate::runtime::task::{OpSlot, TaskCtx};
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+pub(crate) struct ProcessOp<I, O, P> {
+    op: P,
+    down: Box<dyn Collector<O>>,
+    ctx: Rc<TaskCtx>,
+    slot: OpSlot,
+    seen: u64,
+    emitted: u64,
+    _in: PhantomData<fn(I)>,
+}
+
+impl<I, O, P: Process<I, O>> ProcessOp<I, O, P> {
+    pub(crate) fn new(op: P, down: Box<dyn Collector<O>>, ctx: Rc<TaskCtx>, slot: OpSlot) -> Self {
+        ProcessOp {
+            op,
+            down,
+            ctx,
+            slot,
+            seen: 0,
+            emitted: 0,
+            _in: PhantomData,
+        }
+    }
+}
+
+impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
+    #[inline]
+    fn collect(&mut self, rec: Record<I>) {
+        self.seen += 1;
+        let prev = self.ctx.enter(self.slot.op);
+        let out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op)
+            .with_envelope(&rec);
+        let mut out = out;
+        self.op.process(rec, &mut out);
+        self.ctx.leave(prev);
+    }
+
+    fn flush(&mut self) {
+        self.slot.publish(self.seen, self.emitted);
+        self.down.flush();
+    }
+
+    fn end(&mut self) {
+        let prev = self.ctx.enter(self.slot.op);
+        let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
+        self.op.on_end(&mut out);
+        self.ctx.leave(prev);
+        self.slot.publish(self.seen, self.emitted);
+        self.down.end();
+    }
+}

@@ -1,0 +1,300 @@
+//! Edges between tasks: SPSC rings carrying [`Msg`]s, the sending side that
+//! routes records to lanes (forward, hash, broadcast, rebalance), the
+//! receiving side that drains lanes into a chain, and the wake-up signal of
+//! a parked worker.
+//!
+//! One ring per (producer instance, consumer instance) pair: every ring has
+//! exactly one writer thread and one reader thread, so the single-producer
+//! single-consumer ring of [`crate::queue::spsc`] is all an edge needs.
+//!
+//! Batching: a sender *stages* records into its ring and publishes them with
+//! one release store per batch (or at the end of a task poll); the receiver
+//! takes them with one acquire load and publishes the freed slots once per
+//! chunk.
+
+use super::task::{Poll, Port, TaskCtx};
+use crate::operator::Collector;
+use crate::queue::spsc::{Consumer, Full, Producer};
+use crate::record::Record;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+
+/// What travels on a ring.
+#[derive(Debug)]
+pub(crate) enum Msg<T> {
+    /// A record.
+    Data(Record<T>),
+    /// The producer will send nothing more.
+    End,
+}
+
+/// Lets a producer wake a worker that parked because it had nothing to do.
+///
+/// Protocol (Dekker-style, both sides fence): the worker sets `sleeping`,
+/// fences, re-polls its inputs and parks only if they are still empty; a
+/// producer publishes its ring tail, fences, and unparks if `sleeping` is
+/// set. One of the two always sees the other's write, so no wake-up is lost.
+#[derive(Default, Debug)]
+pub(crate) struct WorkerSignal {
+    sleeping: AtomicBool,
+    thread: OnceLock<Thread>,
+}
+
+impl WorkerSignal {
+    pub(crate) fn register_current(&self) {
+        let _ = self.thread.set(std::thread::current());
+    }
+
+    #[inline]
+    pub(crate) fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.wake();
+        }
+    }
+
+    pub(crate) fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+
+    pub(crate) fn set_sleeping(&self, s: bool) {
+        self.sleeping.store(s, Ordering::SeqCst);
+    }
+}
+
+/// How a sender picks the lane(s) of a record.
+pub(crate) enum Route<T> {
+    /// One lane (same instance downstream).
+    Forward,
+    /// Round robin over all lanes.
+    Rebalance(usize),
+    /// Every lane gets a copy.
+    Broadcast,
+    /// The lane is chosen by the record's key hash.
+    Hash(Arc<dyn Fn(&T) -> u64 + Send + Sync>),
+}
+
+/// Maps a 64-bit hash onto `n` lanes (multiply-shift: uniform, no division).
+#[inline]
+pub(crate) fn lane_of(hash: u64, n: usize) -> usize {
+    ((hash as u128 * n as u128) >> 64) as usize
+}
+
+struct Lane<T> {
+    tx: Producer<Msg<T>>,
+    overflow: VecDeque<Msg<T>>,
+    signal: Arc<WorkerSignal>,
+}
+
+/// The producer side of an edge, as the last hop of a chain.
+pub(crate) struct RingSender<T> {
+    lanes: Vec<Lane<T>>,
+    route: Route<T>,
+    ctx: Rc<TaskCtx>,
+    batch: usize,
+    ended: bool,
+}
+
+impl<T: Clone> RingSender<T> {
+    pub(crate) fn new(
+        lanes: Vec<(Producer<Msg<T>>, Arc<WorkerSignal>)>,
+        route: Route<T>,
+        ctx: Rc<TaskCtx>,
+        batch: usize,
+    ) -> Self {
+        RingSender {
+            lanes: lanes
+                .into_iter()
+                .map(|(tx, signal)| Lane {
+                    tx,
+                    overflow: VecDeque::new(),
+                    signal,
+                })
+                .collect(),
+            route,
+            ctx,
+            batch: batch.max(1),
+            ended: false,
+        }
+    }
+
+    #[inline]
+    fn send(&mut self, lane: usize, msg: Msg<T>) {
+        let l = &mut self.lanes[lane];
+        if !l.overflow.is_empty() {
+            l.overflow.push_back(msg);
+            return;
+        }
+        match l.tx.stage(msg) {
+            Ok(()) => {
+                if l.tx.staged() >= self.batch {
+                    l.tx.commit();
+                    l.signal.notify();
+                }
+            }
+            Err(Full(msg)) => {
+                if l.tx.commit() > 0 {
+                    l.signal.notify();
+                }
+                if let Err(Full(msg)) = l.tx.stage(msg) {
+                    l.overflow.push_back(msg);
+                    self.ctx.blocked.set(self.ctx.blocked.get() + 1);
+                }
+            }
+        }
+    }
+}
+
+impl<T: Clone> Collector<T> for RingSender<T> {
+    #[inline]
+    fn collect(&mut self, rec: Record<T>) {
+        match &mut self.route {
+            Route::Forward => self.send(0, Msg::Data(rec)),
+            Route::Hash(h) => {
+                let lane = lane_of(h(&rec.value), self.lanes.len());
+                self.send(lane, Msg::Data(rec));
+            }
+            Route::Rebalance(next) => {
+                let lane = *next;
+                *next = (lane + 1) % self.lanes.len();
+                self.send(lane, Msg::Data(rec));
+            }
+            Route::Broadcast => {
+                let n = self.lanes.len();
+                for lane in 0..n - 1 {
+                    self.send(lane, Msg::Data(rec.clone()));
+                }
+                self.send(n - 1, Msg::Data(rec));
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        for l in &mut self.lanes {
+            if !l.overflow.is_empty() {
+                while let Some(m) = l.overflow.pop_front() {
+                    if let Err(Full(m)) = l.tx.stage(m) {
+                        l.overflow.push_front(m);
+                        break;
+                    }
+                }
+                if l.overflow.is_empty() {
+                    self.ctx.blocked.set(self.ctx.blocked.get() - 1);
+                }
+            }
+            if l.tx.commit() > 0 {
+                l.signal.notify();
+            }
+        }
+    }
+
+    fn end(&mut self) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        for lane in 0..self.lanes.len() {
+            self.send(lane, Msg::End);
+        }
+        self.flush();
+    }
+}
+
+/// Records taken from a ring per step before the task re-checks
+/// backpressure and its gate.
+const CHUNK: usize = 64;
+
+/// The consumer side of an edge: drains one ring per upstream instance into
+/// the chain, and ends the chain once every upstream instance has ended.
+pub(crate) struct RingInput<T> {
+    rings: Vec<Consumer<Msg<T>>>,
+    ended: Vec<bool>,
+    live: usize,
+    next: usize,
+    target: Box<dyn Collector<T>>,
+    gate: Option<Box<dyn Fn() -> bool>>,
+    ctx: Rc<TaskCtx>,
+}
+
+impl<T> RingInput<T> {
+    pub(crate) fn new(
+        rings: Vec<Consumer<Msg<T>>>,
+        target: Box<dyn Collector<T>>,
+        gate: Option<Box<dyn Fn() -> bool>>,
+        ctx: Rc<TaskCtx>,
+    ) -> Self {
+        let n = rings.len();
+        RingInput {
+            rings,
+            ended: vec![false; n],
+            live: n,
+            next: 0,
+            target,
+            gate,
+            ctx,
+        }
+    }
+}
+
+impl<T> Port for RingInput<T> {
+    fn poll(&mut self, budget: usize) -> Poll {
+        if self.live == 0 {
+            return Poll::Done;
+        }
+        let n = self.rings.len();
+        let mut moved = 0usize;
+        let mut idle_rounds = 0;
+        // Visit lanes round robin, a chunk at a time, until the budget is
+        // spent, every lane is empty, or the chain pushes back.
+        while moved < budget && idle_rounds < n {
+            if let Some(g) = &self.gate {
+                if !g() {
+                    break;
+                }
+            }
+            if self.ctx.blocked.get() > 0 {
+                break;
+            }
+            let i = self.next;
+            self.next = (i + 1) % n;
+            if self.ended[i] {
+                idle_rounds += 1;
+                continue;
+            }
+            let target = &mut self.target;
+            let mut got_end = false;
+            let take = CHUNK.min(budget - moved);
+            let k = self.rings[i].pop_batch(take, |m| match m {
+                Msg::Data(r) => target.collect(r),
+                Msg::End => got_end = true,
+            });
+            moved += k;
+            if got_end {
+                self.ended[i] = true;
+                self.live -= 1;
+            }
+            if k == 0 {
+                idle_rounds += 1;
+            } else {
+                idle_rounds = 0;
+            }
+        }
+        if self.live == 0 {
+            self.target.end();
+            return Poll::Done;
+        }
+        if moved > 0 {
+            Poll::Progress
+        } else {
+            Poll::Idle { wake_at: None }
+        }
+    }
+
+    fn flush(&mut self) {
+        self.target.flush();
+    }
+}

@@ -1,0 +1,269 @@
+//! Placement: which operators are chained into one task, and which worker
+//! (core) runs each task. A pure function of the graph's shape and the core
+//! count, so every branch is unit-tested.
+//!
+//! Policy ([`Chaining::Auto`]): when the machine has a core for every
+//! operator instance, nothing is chained — each instance runs alone on its
+//! core and exchanges records through rings, as the design intends. When it
+//! does not, every chainable edge is chained (a direct call instead of a
+//! ring: Flink's operator chaining), which cuts the task count to the number
+//! of pipeline segments between exchanges.
+//!
+//! An edge is *chainable* when records stay on the same instance (forward
+//! partitioning with equal parallelism on both ends, or parallelism 1 on
+//! both ends) and its target has exactly one input.
+//!
+//! Tasks are ordered by instance, then by position in the graph, and split
+//! into contiguous runs, one run per worker: an instance's whole pipeline
+//! tends to share a core (its forward edges stay in that core's cache), and
+//! different instances go to different cores.
+
+/// What placement needs to know about a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeShape {
+    /// Number of instances.
+    pub parallelism: usize,
+    /// Number of input edges.
+    pub inputs: usize,
+    /// Whether the node is a two-input (co-)operator.
+    pub binary: bool,
+}
+
+/// What placement needs to know about an edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdgeShape {
+    /// Producer node.
+    pub from: usize,
+    /// Consumer node.
+    pub to: usize,
+    /// Whether the partitioning is forward.
+    pub forward: bool,
+}
+
+/// Chaining policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Chaining {
+    /// Chain only when there are fewer cores than operator instances.
+    #[default]
+    Auto,
+    /// Chain every chainable edge.
+    Always,
+    /// Never chain: every operator instance is its own task.
+    Never,
+}
+
+/// One task: a chain of node instances.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskPlan {
+    /// The node whose inputs drive the task.
+    pub head: usize,
+    /// The instance index shared by every member.
+    pub instance: usize,
+    /// Nodes in the task, head first, in graph order.
+    pub members: Vec<usize>,
+}
+
+/// The outcome of placement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Per edge: whether it is a direct call (true) or a ring.
+    pub chained: Vec<bool>,
+    /// Tasks in execution order.
+    pub tasks: Vec<TaskPlan>,
+    /// Per task: the worker that runs it.
+    pub worker_of_task: Vec<usize>,
+    /// Number of workers used (≤ cores).
+    pub workers: usize,
+}
+
+impl Plan {
+    /// The task that contains instance `instance` of `node`.
+    pub fn task_of(&self, node: usize, instance: usize) -> Option<usize> {
+        self.tasks
+            .iter()
+            .position(|t| t.instance == instance && t.members.contains(&node))
+    }
+}
+
+/// Whether an edge can be a direct call.
+pub fn chainable(nodes: &[NodeShape], e: &EdgeShape) -> bool {
+    let (a, b) = (&nodes[e.from], &nodes[e.to]);
+    let same_instance =
+        (e.forward && a.parallelism == b.parallelism) || (a.parallelism == 1 && b.parallelism == 1);
+    same_instance && !b.binary && b.inputs == 1
+}
+
+/// Places a graph on `cores` workers. Nodes must be in topological order
+/// (the builder guarantees it: a node's inputs exist before it).
+pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: Chaining) -> Plan {
+    let cores = cores.max(1);
+    let instances: usize = nodes.iter().map(|n| n.parallelism).sum();
+    let chain = match chaining {
+        Chaining::Auto => instances > cores,
+        Chaining::Always => true,
+        Chaining::Never => false,
+    };
+    let chained: Vec<bool> = edges.iter().map(|e| chain && chainable(nodes, e)).collect();
+
+    // A node is a head unless its (single) input edge is chained.
+    let mut chained_into = vec![false; nodes.len()];
+    for (e, &c) in edges.iter().zip(&chained) {
+        if c {
+            chained_into[e.to] = true;
+        }
+    }
+    let max_p = nodes.iter().map(|n| n.parallelism).max().unwrap_or(0);
+    let mut tasks = Vec::new();
+    for instance in 0..max_p {
+        for (head, n) in nodes.iter().enumerate() {
+            if chained_into[head] || instance >= n.parallelism {
+                continue;
+            }
+            // Collect members: everything reachable through chained edges.
+            let mut members = vec![head];
+            let mut i = 0;
+            while i < members.len() {
+                let at = members[i];
+                for (e, &c) in edges.iter().zip(&chained) {
+                    if c && e.from == at {
+                        members.push(e.to);
+                    }
+                }
+                i += 1;
+            }
+            members[1..].sort_unstable();
+            tasks.push(TaskPlan {
+                head,
+                instance,
+                members,
+            });
+        }
+    }
+    let workers = cores.min(tasks.len()).max(1);
+    let t = tasks.len().max(1);
+    let worker_of_task = (0..tasks.len()).map(|j| j * workers / t).collect();
+    Plan {
+        chained,
+        tasks,
+        worker_of_task,
+        workers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(parallelism: usize, inputs: usize) -> NodeShape {
+        NodeShape {
+            parallelism,
+            inputs,
+            binary: false,
+        }
+    }
+    fn e(from: usize, to: usize, forward: bool) -> EdgeShape {
+        EdgeShape { from, to, forward }
+    }
+
+    /// source(p) → map(p) → [hash] → reduce(p) → sink(p)
+    fn pipeline(p: usize) -> (Vec<NodeShape>, Vec<EdgeShape>) {
+        (
+            vec![n(p, 0), n(p, 1), n(p, 1), n(p, 1)],
+            vec![e(0, 1, true), e(1, 2, false), e(2, 3, true)],
+        )
+    }
+
+    #[test]
+    fn enough_cores_means_one_instance_per_worker_and_no_chaining() {
+        let (nodes, edges) = pipeline(2);
+        let plan = place(&nodes, &edges, 8, Chaining::Auto);
+        assert_eq!(plan.chained, vec![false; 3]);
+        assert_eq!(plan.tasks.len(), 8);
+        assert_eq!(plan.workers, 8);
+        let mut w = plan.worker_of_task.clone();
+        w.dedup();
+        assert_eq!(w.len(), 8, "every task has its own worker");
+    }
+
+    #[test]
+    fn few_cores_chain_forward_edges_but_never_hash_edges() {
+        let (nodes, edges) = pipeline(2);
+        let plan = place(&nodes, &edges, 2, Chaining::Auto);
+        assert_eq!(plan.chained, vec![true, false, true]);
+        assert_eq!(plan.tasks.len(), 4);
+        assert_eq!(plan.tasks[0].members, vec![0, 1]);
+        assert_eq!(plan.tasks[1].members, vec![2, 3]);
+        // Instance 0's tasks on worker 0, instance 1's on worker 1.
+        assert_eq!(plan.worker_of_task, vec![0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn one_core_runs_every_task_on_worker_zero() {
+        let (nodes, edges) = pipeline(3);
+        let plan = place(&nodes, &edges, 1, Chaining::Auto);
+        assert_eq!(plan.workers, 1);
+        assert!(plan.worker_of_task.iter().all(|&w| w == 0));
+        // every node instance is in exactly one task
+        for node in 0..4 {
+            for inst in 0..3 {
+                let c = plan
+                    .tasks
+                    .iter()
+                    .filter(|t| t.instance == inst && t.members.contains(&node))
+                    .count();
+                assert_eq!(c, 1, "node {node} instance {inst}");
+            }
+        }
+    }
+
+    #[test]
+    fn parallelism_one_chains_even_across_a_hash_edge() {
+        let (nodes, edges) = pipeline(1);
+        let plan = place(&nodes, &edges, 1, Chaining::Auto);
+        assert_eq!(plan.chained, vec![true, true, true]);
+        assert_eq!(plan.tasks.len(), 1);
+        assert_eq!(plan.tasks[0].members, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_two_input_operator_always_heads_its_task() {
+        // s0 → co ← s1 (side), co → sink
+        let nodes = vec![
+            n(1, 0),
+            n(1, 0),
+            NodeShape {
+                parallelism: 1,
+                inputs: 2,
+                binary: true,
+            },
+            n(1, 1),
+        ];
+        let edges = vec![e(0, 2, true), e(1, 2, false), e(2, 3, true)];
+        let plan = place(&nodes, &edges, 1, Chaining::Always);
+        assert_eq!(plan.chained, vec![false, false, true]);
+        assert_eq!(plan.task_of(2, 0), plan.task_of(3, 0));
+        assert_ne!(plan.task_of(0, 0), plan.task_of(2, 0));
+    }
+
+    #[test]
+    fn mismatched_parallelism_is_never_chained() {
+        let nodes = vec![n(2, 0), n(1, 1)];
+        let edges = vec![e(0, 1, true)];
+        assert!(!chainable(&nodes, &edges[0]));
+    }
+
+    #[test]
+    fn never_chaining_gives_one_task_per_instance_even_on_one_core() {
+        let (nodes, edges) = pipeline(2);
+        let plan = place(&nodes, &edges, 1, Chaining::Never);
+        assert_eq!(plan.tasks.len(), 8);
+        assert_eq!(plan.workers, 1);
+    }
+
+    #[test]
+    fn more_cores_than_tasks_uses_only_as_many_workers_as_tasks() {
+        let (nodes, edges) = pipeline(1);
+        let plan = place(&nodes, &edges, 16, Chaining::Always);
+        assert_eq!(plan.workers, 1);
+    }
+}

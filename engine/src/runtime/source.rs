@@ -1,0 +1,126 @@
+//! The port that drives a source partition: assigns tuple IDs, stamps
+//! ingest times, paces a rate-limited source and ends the chain at the end.
+
+use super::task::{OpSlot, Poll, Port, TaskCtx};
+use crate::job::source::{Source, SourcePoll};
+use crate::operator::Collector;
+use crate::record::{Nanos, Record, TupleId};
+use std::rc::Rc;
+
+/// Releases record `k` of a partition at `start + k * interval`.
+///
+/// The ingest stamp of a paced record is its *scheduled* release time, so a
+/// pipeline that falls behind shows the delay in its latency figures.
+pub(crate) struct Pacer {
+    interval_ns: f64,
+    start: Option<Nanos>,
+}
+
+impl Pacer {
+    pub(crate) fn new(records_per_sec: f64) -> Self {
+        Pacer {
+            interval_ns: 1e9 / records_per_sec,
+            start: None,
+        }
+    }
+
+    #[inline]
+    fn due(&mut self, k: u64, now: Nanos) -> Nanos {
+        let start = *self.start.get_or_insert(now);
+        start + (k as f64 * self.interval_ns) as u64
+    }
+}
+
+pub(crate) struct SourcePort<T> {
+    src: Box<dyn Source<T>>,
+    partition: u32,
+    seq: u64,
+    target: Box<dyn Collector<T>>,
+    ctx: Rc<TaskCtx>,
+    pacer: Option<Pacer>,
+    slot: OpSlot,
+    ended: bool,
+}
+
+impl<T> SourcePort<T> {
+    pub(crate) fn new(
+        src: Box<dyn Source<T>>,
+        target: Box<dyn Collector<T>>,
+        ctx: Rc<TaskCtx>,
+        pacer: Option<Pacer>,
+        slot: OpSlot,
+    ) -> Self {
+        SourcePort {
+            src,
+            partition: slot.instance as u32,
+            seq: 0,
+            target,
+            ctx,
+            pacer,
+            slot,
+            ended: false,
+        }
+    }
+}
+
+impl<T: 'static> Port for SourcePort<T> {
+    fn poll(&mut self, budget: usize) -> Poll {
+        if self.ended {
+            return Poll::Done;
+        }
+        let mut now = self.ctx.clock.now();
+        let mut moved = 0;
+        let mut outcome = None;
+        while moved < budget {
+            let ingest = match &mut self.pacer {
+                Some(p) => {
+                    let due = p.due(self.seq, now);
+                    if due > now {
+                        now = self.ctx.clock.now();
+                        if due > now {
+                            outcome = Some(Poll::Idle { wake_at: Some(due) });
+                            break;
+                        }
+                    }
+                    due
+                }
+                None => now,
+            };
+            let prev = self.ctx.enter(self.slot.op);
+            let next = self.src.poll_next();
+            self.ctx.leave(prev);
+            match next {
+                SourcePoll::Ready { value, event_time } => {
+                    let id = TupleId::new(self.partition, self.seq);
+                    self.seq += 1;
+                    moved += 1;
+                    self.target.collect(Record {
+                        id,
+                        event_time,
+                        ingest,
+                        value,
+                    });
+                }
+                SourcePoll::Pending => {
+                    outcome = Some(Poll::Idle { wake_at: None });
+                    break;
+                }
+                SourcePoll::End => {
+                    self.ended = true;
+                    self.slot.publish(self.seq, self.seq);
+                    self.target.end();
+                    return Poll::Done;
+                }
+            }
+        }
+        self.slot.publish(self.seq, self.seq);
+        match outcome {
+            Some(idle) if moved == 0 => idle,
+            _ => Poll::Progress,
+        }
+    }
+
+    fn flush(&mut self) {
+        self.target.flush();
+    }
+}

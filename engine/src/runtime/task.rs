@@ -1,0 +1,217 @@
+//! Tasks: a chain of operators and the inputs that drive it.
+//!
+//! A task is the unit a worker polls. It owns one or more *ports* — a source
+//! partition, or the consumer ends of rings — each feeding the head of an
+//! operator chain, and through the chain the producer ends of the rings to
+//! the next tasks. Everything in a task lives on one thread: the
+//! [`TaskCtx`] the operators share is an `Rc`, its fields `Cell`s.
+//!
+//! Backpressure: when a ring is full, the sender keeps the record in a small
+//! per-lane overflow and raises `blocked`; while `blocked` is non-zero the
+//! task reads no input at all, only retries the overflow. The overflow is
+//! therefore bounded by what one input chunk can produce, and a full ring
+//! stops its producer — nothing is dropped and nothing grows without bound.
+
+use super::JobShared;
+use crate::error::JobError;
+use crate::record::{Nanos, TupleId};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The engine clock: nanoseconds since the job started, the same origin on
+/// every core.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub(crate) fn new(origin: Instant) -> Self {
+        Clock { origin }
+    }
+
+    #[inline]
+    pub(crate) fn now(&self) -> Nanos {
+        self.origin.elapsed().as_nanos() as u64
+    }
+}
+
+/// Where one operator instance publishes its counters.
+#[derive(Clone)]
+pub(crate) struct OpSlot {
+    pub(crate) op: usize,
+    pub(crate) instance: usize,
+    pub(crate) shared: Arc<JobShared>,
+}
+
+impl OpSlot {
+    #[inline]
+    pub(crate) fn publish(&self, records: u64, emitted: u64) {
+        let c = &self.shared.metrics.counters[self.op][self.instance];
+        c.records.store(records, Ordering::Relaxed);
+        c.emitted.store(emitted, Ordering::Relaxed);
+    }
+}
+
+/// State shared by the operators of one task (never crosses a thread).
+pub(crate) struct TaskCtx {
+    pub(crate) instance: usize,
+    /// The operator whose user code runs now: a panic is attributed to it.
+    current: Cell<usize>,
+    /// Number of output lanes holding records that did not fit their ring.
+    pub(crate) blocked: Cell<usize>,
+    failure: RefCell<Option<JobError>>,
+    pub(crate) clock: Clock,
+    pub(crate) shared: Arc<JobShared>,
+}
+
+impl TaskCtx {
+    pub(crate) fn new(instance: usize, head_op: usize, shared: Arc<JobShared>) -> Self {
+        TaskCtx {
+            instance,
+            current: Cell::new(head_op),
+            blocked: Cell::new(0),
+            failure: RefCell::new(None),
+            clock: Clock::new(shared.origin),
+            shared,
+        }
+    }
+
+    /// Marks `op` as running; returns the operator to restore afterwards.
+    #[inline]
+    pub(crate) fn enter(&self, op: usize) -> usize {
+        self.current.replace(op)
+    }
+
+    #[inline]
+    pub(crate) fn leave(&self, prev: usize) {
+        self.current.set(prev);
+    }
+
+    pub(crate) fn current_op(&self) -> usize {
+        self.current.get()
+    }
+
+    /// Records an I/O failure; the worker ends the job after this poll.
+    pub(crate) fn fail_io(
+        &self,
+        op: usize,
+        context: &str,
+        path: Option<std::path::PathBuf>,
+        source: std::io::Error,
+    ) {
+        let mut f = self.failure.borrow_mut();
+        if f.is_none() {
+            *f = Some(JobError::Io {
+                operator: self.shared.names[op].to_string(),
+                instance: self.instance,
+                context: context.to_string(),
+                path,
+                source,
+            });
+        }
+    }
+
+    pub(crate) fn take_failure(&self) -> Option<JobError> {
+        self.failure.borrow_mut().take()
+    }
+
+    pub(crate) fn dead_letter(&self, op: usize, id: TupleId, reason: &str, payload: &[u8]) {
+        if let Err((path, e)) = self.shared.dead_letters.write(
+            &self.shared.names[op],
+            self.instance,
+            id,
+            reason,
+            payload,
+        ) {
+            self.fail_io(op, "dead-letter write failed", path, e);
+        } else {
+            self.shared
+                .metrics
+                .dead_letters
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What one poll of a port or task achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Poll {
+    /// Did work.
+    Progress,
+    /// Nothing to do now; `wake_at` (engine clock) when work is known to come.
+    Idle { wake_at: Option<Nanos> },
+    /// Finished for good.
+    Done,
+}
+
+/// An input of a task: a source partition or a set of rings.
+pub(crate) trait Port {
+    /// Moves up to `budget` records into the chain.
+    fn poll(&mut self, budget: usize) -> Poll;
+    /// Publishes staged output and retries overflowed records.
+    fn flush(&mut self);
+}
+
+/// A chain of operators and its inputs.
+pub(crate) struct Task {
+    pub(crate) ports: Vec<Box<dyn Port>>,
+    pub(crate) done: Vec<bool>,
+    pub(crate) ctx: std::rc::Rc<TaskCtx>,
+    pub(crate) budget: usize,
+}
+
+impl Task {
+    pub(crate) fn new(ports: Vec<Box<dyn Port>>, ctx: std::rc::Rc<TaskCtx>, budget: usize) -> Self {
+        let done = vec![false; ports.len()];
+        Task {
+            ports,
+            done,
+            ctx,
+            budget,
+        }
+    }
+
+    pub(crate) fn poll(&mut self) -> Poll {
+        if self.ctx.blocked.get() > 0 {
+            for p in &mut self.ports {
+                p.flush();
+            }
+            if self.ctx.blocked.get() > 0 {
+                return Poll::Idle { wake_at: None };
+            }
+        }
+        let mut progress = false;
+        let mut wake_at: Option<Nanos> = None;
+        for (p, done) in self.ports.iter_mut().zip(self.done.iter_mut()) {
+            if *done {
+                continue;
+            }
+            match p.poll(self.budget) {
+                Poll::Progress => progress = true,
+                Poll::Done => {
+                    *done = true;
+                    progress = true;
+                }
+                Poll::Idle { wake_at: w } => {
+                    if let Some(w) = w {
+                        wake_at = Some(wake_at.map_or(w, |x| x.min(w)));
+                    }
+                }
+            }
+            p.flush();
+            if self.ctx.blocked.get() > 0 {
+                break;
+            }
+        }
+        if self.done.iter().all(|d| *d) && self.ctx.blocked.get() == 0 {
+            Poll::Done
+        } else if progress {
+            Poll::Progress
+        } else {
+            Poll::Idle { wake_at }
+        }
+    }
+}

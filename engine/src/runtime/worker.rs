@@ -1,0 +1,265 @@
+//! A worker: one thread, pinned to one core, building and polling its tasks.
+
+use super::task::{Poll, Task, TaskCtx};
+use super::Wiring;
+use crate::error::JobError;
+use crate::job::graph::{AnyBox, BuildCx, NodeKind};
+use crate::operator::OperatorInfo;
+use crate::runtime::task::{OpSlot, Port};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+fn panicked(w: &Wiring, ctx: &TaskCtx, payload: &(dyn std::any::Any + Send)) -> JobError {
+    JobError::OperatorPanicked {
+        operator: w.graph.nodes[ctx.current_op()].name.to_string(),
+        instance: ctx.instance,
+        message: panic_message(payload),
+    }
+}
+
+pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
+    if let Some(c) = core {
+        // Best effort: a refused pin leaves the thread unpinned but working.
+        let _ = crate::sys::affinity::pin_current_thread(c);
+    }
+    let signal = Arc::clone(&w.signals[index]);
+    signal.register_current();
+    let shared = Arc::clone(&w.shared);
+
+    let mut tasks = Vec::new();
+    for (t, _) in w
+        .plan
+        .worker_of_task
+        .iter()
+        .enumerate()
+        .filter(|(_, &wk)| wk == index)
+    {
+        let tp = &w.plan.tasks[t];
+        let ctx = Rc::new(TaskCtx::new(tp.instance, tp.head, Arc::clone(&shared)));
+        match catch_unwind(AssertUnwindSafe(|| build_task(&w, t, &ctx))) {
+            Ok(task) => tasks.push(task),
+            Err(p) => {
+                shared.fail(panicked(&w, &ctx, p.as_ref()));
+                return finish(&w);
+            }
+        }
+    }
+
+    let cfg = &w.config;
+    let clock = super::task::Clock::new(shared.origin);
+    let mut idle_since: Option<u64> = None;
+    let mut sleeping = false;
+    while !tasks.is_empty() {
+        if shared.cancelled() {
+            break;
+        }
+        let mut progress = false;
+        let mut wake_at: Option<u64> = None;
+        let mut i = 0;
+        while i < tasks.len() {
+            let task: &mut Task = &mut tasks[i];
+            let r = catch_unwind(AssertUnwindSafe(|| task.poll()));
+            if let Some(e) = task.ctx.take_failure() {
+                shared.fail(e);
+                return finish(&w);
+            }
+            match r {
+                Ok(Poll::Done) => {
+                    tasks.remove(i);
+                    progress = true;
+                    continue;
+                }
+                Ok(Poll::Progress) => progress = true,
+                Ok(Poll::Idle { wake_at: Some(t) }) => {
+                    wake_at = Some(wake_at.map_or(t, |x| x.min(t)));
+                }
+                Ok(Poll::Idle { wake_at: None }) => {}
+                Err(p) => {
+                    shared.fail(panicked(&w, &task.ctx, p.as_ref()));
+                    return finish(&w);
+                }
+            }
+            i += 1;
+        }
+        if progress {
+            idle_since = None;
+            if sleeping {
+                signal.set_sleeping(false);
+                sleeping = false;
+            }
+            continue;
+        }
+        // Nothing moved: back off, spin → yield → park.
+        let now = clock.now();
+        let since = *idle_since.get_or_insert(now);
+        let idle = Duration::from_nanos(now - since);
+        let due_soon = wake_at.is_some_and(|t| t <= now + cfg.spin.as_nanos() as u64);
+        if due_soon || idle < cfg.spin {
+            std::hint::spin_loop();
+        } else if idle < cfg.yield_for {
+            std::thread::yield_now();
+        } else if !sleeping {
+            // Announce the sleep, then poll once more before parking, so a
+            // producer that published meanwhile is not missed.
+            signal.set_sleeping(true);
+            sleeping = true;
+        } else {
+            let mut d = cfg.park_max;
+            if let Some(t) = wake_at {
+                d = d.min(Duration::from_nanos(t.saturating_sub(now)));
+            }
+            std::thread::park_timeout(d);
+            signal.set_sleeping(false);
+            sleeping = false;
+        }
+    }
+    finish(&w)
+}
+
+fn finish(w: &Wiring) {
+    let now = super::task::Clock::new(w.shared.origin).now();
+    w.shared.finished_at.fetch_max(now, Ordering::Relaxed);
+}
+
+fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> BuildCx {
+    ctx.enter(node);
+    let n = &w.graph.nodes[node];
+    BuildCx {
+        ctx: Rc::clone(ctx),
+        slot: OpSlot {
+            op: node,
+            instance,
+            shared: Arc::clone(&w.shared),
+        },
+        info: OperatorInfo {
+            name: Arc::clone(&n.name),
+            instance,
+            parallelism: n.parallelism,
+        },
+    }
+}
+
+fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
+    let tp = &w.plan.tasks[t];
+    let (head, inst) = (tp.head, tp.instance);
+    let node = &w.graph.nodes[head];
+    let in_edge = |port: usize| {
+        w.graph
+            .edges
+            .iter()
+            .position(|e| e.to == head && e.port == port)
+            .expect("engine bug: missing input edge")
+    };
+    let ports: Vec<Box<dyn Port>> = match &node.kind {
+        NodeKind::Source { build, rate } => {
+            let down = build_out(w, head, inst, ctx);
+            vec![build(build_cx(w, head, inst, ctx), down, *rate)]
+        }
+        NodeKind::Unary(_) | NodeKind::Sink(_) => {
+            let target = build_in(w, head, inst, ctx);
+            vec![input_port(w, in_edge(0), inst, target, None, ctx)]
+        }
+        NodeKind::Binary(build) => {
+            let down = build_out(w, head, inst, ctx);
+            let (first, second, gate) = build(build_cx(w, head, inst, ctx), down);
+            // The second input first: it is what a gated first input waits for.
+            vec![
+                input_port(w, in_edge(1), inst, second, None, ctx),
+                input_port(w, in_edge(0), inst, first, Some(gate), ctx),
+            ]
+        }
+    };
+    ctx.enter(head);
+    Task::new(ports, Rc::clone(ctx), w.config.budget)
+}
+
+/// The collector for `node`'s output: chained consumers and ring senders.
+fn build_out(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>) -> AnyBox {
+    let kit = w.graph.nodes[node]
+        .out
+        .as_ref()
+        .expect("engine bug: a sink has no output");
+    let mut outs: Vec<AnyBox> = Vec::new();
+    for (ei, e) in w.graph.edges.iter().enumerate() {
+        if e.from != node {
+            continue;
+        }
+        if w.plan.chained[ei] {
+            outs.push(build_in(w, e.to, inst, ctx));
+        } else {
+            let lanes = {
+                let mut prod = w.producers.lock().unwrap_or_else(|p| p.into_inner());
+                w.lanes(ei)
+                    .into_iter()
+                    .filter(|&(u, _)| u == inst)
+                    .map(|(u, d)| {
+                        let p = prod
+                            .remove(&(ei, u, d))
+                            .expect("engine bug: ring producer taken twice");
+                        (p, Arc::clone(&w.signals[w.worker_of(e.to, d)]))
+                    })
+                    .collect()
+            };
+            outs.push(kit.sender(lanes, &w.partitioning(ei), ctx, w.config.batch));
+        }
+    }
+    match outs.len() {
+        0 => kit.null(),
+        1 => outs.pop().expect("one element"),
+        _ => kit.tee(outs),
+    }
+}
+
+/// The input collector of a chained (one-input) node.
+fn build_in(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>) -> AnyBox {
+    match &w.graph.nodes[node].kind {
+        NodeKind::Unary(build) => {
+            let down = build_out(w, node, inst, ctx);
+            build(build_cx(w, node, inst, ctx), down)
+        }
+        NodeKind::Sink(build) => build(build_cx(w, node, inst, ctx)),
+        NodeKind::Source { .. } | NodeKind::Binary(_) => {
+            unreachable!("engine bug: sources and co-operators are never chained into")
+        }
+    }
+}
+
+fn input_port(
+    w: &Wiring,
+    edge: usize,
+    inst: usize,
+    target: AnyBox,
+    gate: Option<Box<dyn Fn() -> bool>>,
+    ctx: &Rc<TaskCtx>,
+) -> Box<dyn Port> {
+    let e = &w.graph.edges[edge];
+    let rings = {
+        let mut cons = w.consumers.lock().unwrap_or_else(|p| p.into_inner());
+        w.lanes(edge)
+            .into_iter()
+            .filter(|&(_, d)| d == inst)
+            .map(|(u, d)| {
+                cons.remove(&(edge, u, d))
+                    .expect("engine bug: ring consumer taken twice")
+            })
+            .collect()
+    };
+    let kit = w.graph.nodes[e.from]
+        .out
+        .as_ref()
+        .expect("engine bug: an edge leaves a sink");
+    kit.input(rings, target, gate, ctx)
+}

@@ -1,0 +1,7 @@
+//! Operating-system glue: CPU discovery and pinning, process resource usage.
+//!
+//! Everything here is a thin, fallible wrapper: callers get an error they can
+//! report, never a panic, when the machine lacks what the engine asks for.
+
+pub mod affinity;
+pub mod rusage;
