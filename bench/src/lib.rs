@@ -1,0 +1,5 @@
+//! Benchmark support for Tandem: the paper's pipeline (generator, operators,
+//! job) and helpers the benchmark binaries share.
+
+pub mod paper;
+pub mod report;

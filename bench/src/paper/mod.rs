@@ -1,0 +1,508 @@
+//! The paper's pipeline (seeds/000, §experiments), on Tandem.
+//!
+//! ```text
+//! source (JSON lines) ─▶ flatmap (parse, flatten, text stats, score)
+//!                        ─▶ filter (drop seq % 10 == 9)
+//!                        ─▶ map = connect(levels, broadcast) (level from likes)
+//!                        ─▶ key_by(user id) ─▶ keyed (count, likes sum per user)
+//!                        ─▶ sink (latency; optional JSONL output)
+//! levels (7 like thresholds) ─┘
+//! ```
+//!
+//! The output is a deterministic function of the input, whatever the core
+//! count, parallelism or interleaving: per-record lines carry only the
+//! record's own fields and its level (never a running aggregate), the map
+//! stage reads no main record before the whole mapping has arrived
+//! (`CoProcess::first_ready`), and at end of stream the keyed stage emits one
+//! summary line per user. Records that do not parse go to the dead-letter
+//! file with the parser's message.
+
+pub mod gen;
+
+use compact_str::CompactString;
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tandem::{CoProcess, Job, JobBuilder, KeyedProcess, Output, Record, Sink, Source, SourcePoll};
+
+pub use gen::Input;
+
+/// Operator names, as used in reports and fault specs.
+pub mod names {
+    /// The JSON source.
+    pub const SOURCE: &str = "source";
+    /// The level-mapping side source.
+    pub const LEVELS: &str = "levels";
+    /// Parse and flatten.
+    pub const FLATMAP: &str = "flatmap";
+    /// Drop every tenth record.
+    pub const FILTER: &str = "filter";
+    /// Connect with the mapping; set the level.
+    pub const MAP: &str = "map";
+    /// Per-user count and likes sum.
+    pub const KEYED: &str = "keyed";
+    /// Latency and output.
+    pub const SINK: &str = "sink";
+}
+
+/// The like → level mapping: 7 thresholds (minimum likes for levels 1..=7).
+pub const LEVEL_THRESHOLDS: [u32; 7] = [0, 10, 50, 100, 500, 2_000, 10_000];
+
+/// A reference to one input line (the source hands out positions in the
+/// pre-generated input, like offsets into a memory-mapped log segment).
+#[derive(Clone, Copy, Debug)]
+pub struct LineRef(pub u64);
+
+#[derive(Deserialize)]
+struct Answer<'a> {
+    seq: u64,
+    ts: u64,
+    answer_id: u64,
+    #[serde(borrow)]
+    user: User<'a>,
+    stats: Stats,
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct User<'a> {
+    id: u32,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    reputation: u32,
+}
+
+#[derive(Deserialize)]
+struct Stats {
+    likes: u32,
+    favorites: u32,
+    comments: u32,
+}
+
+/// A parsed, flattened answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flat {
+    /// Sequence number from the input.
+    pub seq: u64,
+    /// Event time from the input (ns).
+    pub ts: u64,
+    /// The answer's id.
+    pub answer_id: u64,
+    /// The author's id.
+    pub user_id: u32,
+    /// The author's name.
+    pub user_name: CompactString,
+    /// The author's reputation.
+    pub reputation: u32,
+    /// Likes.
+    pub likes: u32,
+    /// Favourites.
+    pub favorites: u32,
+    /// Comments.
+    pub comments: u32,
+    /// Characters of text.
+    pub text_len: u32,
+    /// Words of text.
+    pub word_count: u32,
+    /// A deterministic engagement score.
+    pub score: u64,
+}
+
+/// Parses one JSON line into a [`Flat`] record.
+pub fn parse(line: &[u8]) -> Result<Flat, serde_json::Error> {
+    let a: Answer<'_> = serde_json::from_slice(line)?;
+    let text_len = a.text.chars().count() as u32;
+    let word_count = a.text.split_whitespace().count() as u32;
+    let s = &a.stats;
+    let score = 3 * s.likes as u64
+        + 5 * s.favorites as u64
+        + 2 * s.comments as u64
+        + (a.user.reputation / 1000) as u64
+        + word_count as u64;
+    Ok(Flat {
+        seq: a.seq,
+        ts: a.ts,
+        answer_id: a.answer_id,
+        user_id: a.user.id,
+        user_name: CompactString::from(a.user.name.as_ref()),
+        reputation: a.user.reputation,
+        likes: s.likes,
+        favorites: s.favorites,
+        comments: s.comments,
+        text_len,
+        word_count,
+        score,
+    })
+}
+
+/// A flattened answer with its level.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Levelled {
+    /// The answer.
+    pub flat: Flat,
+    /// Its level, 1..=7, from likes.
+    pub level: u8,
+}
+
+/// What the keyed stage emits.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PaperOut {
+    /// One per record that passed the filter.
+    Record(Levelled),
+    /// One per user at end of stream.
+    Summary {
+        /// The user.
+        user_id: u32,
+        /// Records of that user.
+        count: u64,
+        /// Sum of their likes.
+        likes_sum: u64,
+    },
+}
+
+/// A mapping record: records with at least `min_likes` likes get `level`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LevelRule {
+    /// Threshold.
+    pub min_likes: u32,
+    /// Level.
+    pub level: u8,
+}
+
+/// Source partition `instance` of `parallelism`: a contiguous range of the
+/// input.
+pub struct JsonSource {
+    next: u64,
+    end: u64,
+    seed: u64,
+}
+
+impl JsonSource {
+    /// The partition's share of `len` records.
+    pub fn partition(len: u64, seed: u64, instance: usize, parallelism: usize) -> Self {
+        let (i, p) = (instance as u64, parallelism as u64);
+        JsonSource {
+            next: len * i / p,
+            end: len * (i + 1) / p,
+            seed,
+        }
+    }
+}
+
+impl Source<LineRef> for JsonSource {
+    #[inline]
+    fn poll_next(&mut self) -> SourcePoll<LineRef> {
+        if self.next == self.end {
+            return SourcePoll::End;
+        }
+        let seq = self.next;
+        self.next += 1;
+        SourcePoll::Ready {
+            value: LineRef(seq),
+            event_time: gen::event_time(self.seed, seq),
+        }
+    }
+}
+
+struct LevelSource(usize);
+
+impl Source<LevelRule> for LevelSource {
+    fn poll_next(&mut self) -> SourcePoll<LevelRule> {
+        match LEVEL_THRESHOLDS.get(self.0) {
+            Some(&min_likes) => {
+                self.0 += 1;
+                SourcePoll::Ready {
+                    value: LevelRule {
+                        min_likes,
+                        level: self.0 as u8,
+                    },
+                    event_time: 0,
+                }
+            }
+            None => SourcePoll::End,
+        }
+    }
+}
+
+/// Sets the level of each record once all rules have arrived.
+struct Leveler {
+    rules: Vec<LevelRule>,
+}
+
+impl CoProcess<Flat, LevelRule, Levelled> for Leveler {
+    fn process_first(&mut self, rec: Record<Flat>, out: &mut Output<'_, Levelled>) {
+        let likes = rec.value.likes;
+        let level = self
+            .rules
+            .iter()
+            .filter(|r| r.min_likes <= likes)
+            .map(|r| r.level)
+            .max()
+            .unwrap_or(0);
+        out.emit(Levelled {
+            flat: rec.value,
+            level,
+        });
+    }
+
+    fn process_second(&mut self, rec: Record<LevelRule>, _out: &mut Output<'_, Levelled>) {
+        self.rules.push(rec.value);
+    }
+
+    fn first_ready(&self) -> bool {
+        self.rules.len() >= LEVEL_THRESHOLDS.len()
+    }
+}
+
+/// Per user: how many records and the sum of their likes.
+struct PerUser;
+
+impl KeyedProcess<u32, Levelled, PaperOut> for PerUser {
+    type State = (u64, u64);
+
+    #[inline]
+    fn process(
+        &mut self,
+        _user: &u32,
+        s: &mut (u64, u64),
+        rec: Record<Levelled>,
+        out: &mut Output<'_, PaperOut>,
+    ) {
+        s.0 += 1;
+        s.1 += rec.value.flat.likes as u64;
+        out.emit(PaperOut::Record(rec.value));
+    }
+
+    fn on_end(&mut self, user: &u32, s: &mut (u64, u64), out: &mut Output<'_, PaperOut>) {
+        out.emit(PaperOut::Summary {
+            user_id: *user,
+            count: s.0,
+            likes_sum: s.1,
+        });
+    }
+}
+
+/// Appends the JSONL line of `o` (stable field order) to `buf`.
+pub fn write_line(buf: &mut Vec<u8>, o: &PaperOut) {
+    let mut n = itoa::Buffer::new();
+    let mut field = |buf: &mut Vec<u8>, name: &str, v: u64| {
+        buf.extend_from_slice(b",\"");
+        buf.extend_from_slice(name.as_bytes());
+        buf.extend_from_slice(b"\":");
+        buf.extend_from_slice(n.format(v).as_bytes());
+    };
+    match o {
+        PaperOut::Record(l) => {
+            let f = &l.flat;
+            buf.extend_from_slice(b"{\"type\":\"record\"");
+            field(buf, "seq", f.seq);
+            field(buf, "ts", f.ts);
+            field(buf, "answer_id", f.answer_id);
+            field(buf, "user_id", f.user_id as u64);
+            buf.extend_from_slice(b",\"user_name\":");
+            tandem::runtime::json_str(buf, &f.user_name);
+            field(buf, "reputation", f.reputation as u64);
+            field(buf, "likes", f.likes as u64);
+            field(buf, "favorites", f.favorites as u64);
+            field(buf, "comments", f.comments as u64);
+            field(buf, "text_len", f.text_len as u64);
+            field(buf, "word_count", f.word_count as u64);
+            field(buf, "score", f.score);
+            field(buf, "level", l.level as u64);
+        }
+        PaperOut::Summary {
+            user_id,
+            count,
+            likes_sum,
+        } => {
+            buf.extend_from_slice(b"{\"type\":\"summary\"");
+            field(buf, "user_id", *user_id as u64);
+            field(buf, "count", *count);
+            field(buf, "likes_sum", *likes_sum);
+        }
+    }
+    buf.extend_from_slice(b"}\n");
+}
+
+/// Counts the sinks publish when they finish.
+#[derive(Default, Debug)]
+pub struct SinkCounts {
+    /// Record lines.
+    pub records: AtomicU64,
+    /// Summary lines.
+    pub summaries: AtomicU64,
+}
+
+/// The sink: counts, and with an output path writes JSONL to its own part
+/// file (`<output>.part-<instance>`), merged by [`merge_output`] afterwards.
+struct PaperSink {
+    out: Option<File>,
+    buf: Vec<u8>,
+    records: u64,
+    summaries: u64,
+    counts: Arc<SinkCounts>,
+}
+
+const FLUSH_AT: usize = 1 << 16;
+
+impl Sink<PaperOut> for PaperSink {
+    #[inline]
+    fn write(&mut self, rec: Record<PaperOut>) -> std::io::Result<()> {
+        match &rec.value {
+            PaperOut::Record(_) => self.records += 1,
+            PaperOut::Summary { .. } => self.summaries += 1,
+        }
+        if let Some(f) = &mut self.out {
+            write_line(&mut self.buf, &rec.value);
+            if self.buf.len() >= FLUSH_AT {
+                f.write_all(&self.buf)?;
+                self.buf.clear();
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        if let Some(f) = &mut self.out {
+            f.write_all(&self.buf)?;
+            self.buf.clear();
+            f.sync_data()?;
+        }
+        self.counts
+            .records
+            .fetch_add(self.records, Ordering::Relaxed);
+        self.counts
+            .summaries
+            .fetch_add(self.summaries, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The part file of sink instance `i` for `output`.
+pub fn part_path(output: &Path, i: usize) -> PathBuf {
+    let mut s = output.as_os_str().to_owned();
+    s.push(format!(".part-{i}"));
+    PathBuf::from(s)
+}
+
+/// Concatenates the sinks' part files into `output` and removes them.
+pub fn merge_output(output: &Path, parts: usize) -> std::io::Result<u64> {
+    let mut out = std::io::BufWriter::new(File::create(output)?);
+    let mut bytes = 0;
+    for i in 0..parts {
+        let p = part_path(output, i);
+        let mut f = File::open(&p)?;
+        bytes += std::io::copy(&mut f, &mut out)?;
+        std::fs::remove_file(&p)?;
+    }
+    out.flush()?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(bytes)
+}
+
+/// How to build the pipeline.
+#[derive(Clone, Debug)]
+pub struct PaperOptions {
+    /// Instances of every operator (the level source always has one).
+    pub parallelism: usize,
+    /// Total source rate in records/s (`None`: as fast as possible).
+    pub rate: Option<f64>,
+    /// Where to write the JSONL output (`None`: count only).
+    pub output: Option<PathBuf>,
+}
+
+/// Builds the pipeline over `input`; the returned counts fill in as the sinks
+/// finish.
+pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job, Arc<SinkCounts>)> {
+    use names::*;
+    let job = JobBuilder::new("paper");
+    job.default_parallelism(opts.parallelism);
+    let (len, seed) = (input.len(), input.seed());
+    let mut source = job.source(SOURCE, move |i| {
+        JsonSource::partition(len, seed, i.instance, i.parallelism)
+    });
+    if let Some(r) = opts.rate {
+        source = source.rate_limit(r);
+    }
+    let levels = job.source(LEVELS, |_| LevelSource(0)).parallelism(1);
+    let parsed = source.flat_map(FLATMAP, move |line: LineRef, out: &mut Output<'_, Flat>| {
+        let bytes = input.line(line.0);
+        match parse(bytes) {
+            Ok(flat) => out.emit(flat),
+            Err(e) => out.dead_letter(format_args!("invalid answer record: {e}"), bytes),
+        }
+    });
+    let counts = Arc::new(SinkCounts::default());
+    let c = Arc::clone(&counts);
+    // Part files are created here, so an unwritable output is an error now,
+    // not a failure inside a running job.
+    let parts: Vec<Option<File>> = match &opts.output {
+        Some(o) => (0..opts.parallelism)
+            .map(|i| {
+                let p = part_path(o, i);
+                File::create(&p)
+                    .map(Some)
+                    .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))
+            })
+            .collect::<anyhow::Result<_>>()?,
+        None => (0..opts.parallelism).map(|_| None).collect(),
+    };
+    let parts = Arc::new(std::sync::Mutex::new(parts));
+    parsed
+        .filter(FILTER, |f: &Flat| f.seq % 10 != 9)
+        .connect(&levels.broadcast())
+        .process(MAP, |_| Leveler { rules: Vec::new() })
+        .key_by(|l: &Levelled| l.flat.user_id)
+        .process(KEYED, |_| PerUser)
+        .sink(SINK, move |info| PaperSink {
+            out: parts.lock().unwrap_or_else(|p| p.into_inner())[info.instance].take(),
+            buf: Vec::with_capacity(FLUSH_AT + 4096),
+            records: 0,
+            summaries: 0,
+            counts: Arc::clone(&c),
+        });
+    Ok((job.build()?, counts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_unescapes_and_counts_text() {
+        let line = br#"{"seq":3,"ts":9,"answer_id":4,"user":{"id":5,"name":"O\"Neil","reputation":2500},"stats":{"likes":10,"favorites":1,"comments":2},"text":"caf\u00e9 \"q\" a\nb"}"#;
+        let f = parse(line).unwrap();
+        assert_eq!(f.user_name, "O\"Neil");
+        assert_eq!(f.text_len, 12); // café "q" a\nb
+        assert_eq!(f.word_count, 4);
+        assert_eq!(f.score, 30 + 5 + 4 + 2 + 4);
+    }
+
+    #[test]
+    fn parse_rejects_wrong_types_and_truncation() {
+        assert!(parse(br#"{"seq":1"#).is_err());
+        assert!(parse(br#"{"seq":"x","ts":1}"#).is_err());
+    }
+
+    #[test]
+    fn output_lines_have_a_stable_field_order() {
+        let mut buf = Vec::new();
+        write_line(
+            &mut buf,
+            &PaperOut::Summary {
+                user_id: 1,
+                count: 2,
+                likes_sum: 3,
+            },
+        );
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            "{\"type\":\"summary\",\"user_id\":1,\"count\":2,\"likes_sum\":3}\n"
+        );
+    }
+}
