@@ -4,4 +4,5 @@
 //! report, never a panic, when the machine lacks what the engine asks for.
 
 pub mod affinity;
+pub mod limits;
 pub mod rusage;
