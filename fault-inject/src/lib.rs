@@ -92,11 +92,13 @@ impl FromStr for FaultSpec {
             return Err(ParseFaultError::Operator(spec));
         }
         let number = |what: &'static str, v: &str| {
-            v.trim().parse::<u64>().map_err(|_| ParseFaultError::Number {
-                spec: spec.clone(),
-                what,
-                value: v.to_string(),
-            })
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| ParseFaultError::Number {
+                    spec: spec.clone(),
+                    what,
+                    value: v.to_string(),
+                })
         };
         let arity = |kind: &'static str, expected: &'static str| ParseFaultError::Arity {
             spec: spec.clone(),
@@ -106,15 +108,17 @@ impl FromStr for FaultSpec {
         let kind = match kind.trim() {
             "panic" | "cut" if parts.len() != 2 => {
                 return Err(arity(
-                    if kind.trim() == "panic" { "panic" } else { "cut" },
+                    if kind.trim() == "panic" {
+                        "panic"
+                    } else {
+                        "cut"
+                    },
                     "OPERATOR:TUPLE_ID",
                 ))
             }
             "panic" => FaultKind::Panic,
             "cut" => FaultKind::Cut,
-            "stall" if parts.len() != 3 => {
-                return Err(arity("stall", "OPERATOR:TUPLE_ID:MILLIS"))
-            }
+            "stall" if parts.len() != 3 => return Err(arity("stall", "OPERATOR:TUPLE_ID:MILLIS")),
             "stall" => FaultKind::Stall {
                 millis: number("duration in milliseconds", parts[2])?,
             },

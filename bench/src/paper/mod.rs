@@ -18,6 +18,7 @@
 //! file with the parser's message.
 
 pub mod gen;
+pub mod json;
 
 use compact_str::CompactString;
 use serde::Deserialize;
@@ -113,31 +114,76 @@ pub struct Flat {
     pub score: u64,
 }
 
-/// Parses one JSON line into a [`Flat`] record.
-pub fn parse(line: &[u8]) -> Result<Flat, serde_json::Error> {
+/// Parses one JSON line into a [`Flat`] record (the hot-path parser, see
+/// [`json`]).
+#[inline]
+pub fn parse(line: &[u8]) -> Result<Flat, json::ParseError> {
+    let a = json::parse_answer(line)?;
+    Ok(flatten(
+        a.seq,
+        a.ts,
+        a.answer_id,
+        a.user_id,
+        a.user_name,
+        a.reputation,
+        [a.likes, a.favorites, a.comments],
+        a.text_chars,
+        a.text_words,
+    ))
+}
+
+/// The same as [`parse`], through serde_json's derive: the reference the
+/// hot-path parser is tested against.
+pub fn parse_with_serde(line: &[u8]) -> Result<Flat, serde_json::Error> {
     let a: Answer<'_> = serde_json::from_slice(line)?;
     let text_len = a.text.chars().count() as u32;
     let word_count = a.text.split_whitespace().count() as u32;
     let s = &a.stats;
-    let score = 3 * s.likes as u64
-        + 5 * s.favorites as u64
-        + 2 * s.comments as u64
-        + (a.user.reputation / 1000) as u64
+    Ok(flatten(
+        a.seq,
+        a.ts,
+        a.answer_id,
+        a.user.id,
+        CompactString::from(a.user.name.as_ref()),
+        a.user.reputation,
+        [s.likes, s.favorites, s.comments],
+        text_len,
+        word_count,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn flatten(
+    seq: u64,
+    ts: u64,
+    answer_id: u64,
+    user_id: u32,
+    user_name: CompactString,
+    reputation: u32,
+    [likes, favorites, comments]: [u32; 3],
+    text_len: u32,
+    word_count: u32,
+) -> Flat {
+    let score = 3 * likes as u64
+        + 5 * favorites as u64
+        + 2 * comments as u64
+        + (reputation / 1000) as u64
         + word_count as u64;
-    Ok(Flat {
-        seq: a.seq,
-        ts: a.ts,
-        answer_id: a.answer_id,
-        user_id: a.user.id,
-        user_name: CompactString::from(a.user.name.as_ref()),
-        reputation: a.user.reputation,
-        likes: s.likes,
-        favorites: s.favorites,
-        comments: s.comments,
+    Flat {
+        seq,
+        ts,
+        answer_id,
+        user_id,
+        user_name,
+        reputation,
+        likes,
+        favorites,
+        comments,
         text_len,
         word_count,
         score,
-    })
+    }
 }
 
 /// A flattened answer with its level.
@@ -487,6 +533,93 @@ mod tests {
     fn parse_rejects_wrong_types_and_truncation() {
         assert!(parse(br#"{"seq":1"#).is_err());
         assert!(parse(br#"{"seq":"x","ts":1}"#).is_err());
+    }
+
+    fn agree(line: &[u8]) -> Result<(), String> {
+        let ours = parse(line);
+        let theirs = parse_with_serde(line);
+        match (&ours, &theirs) {
+            (Ok(a), Ok(b)) if a == b => Ok(()),
+            (Err(_), Err(_)) => Ok(()),
+            _ => Err(format!(
+                "disagree on {:?}: ours {ours:?} serde {theirs:?}",
+                String::from_utf8_lossy(line)
+            )),
+        }
+    }
+
+    #[test]
+    fn hand_parser_agrees_with_serde_on_generated_records() {
+        let input = gen::Input::generate(20_000, 3, 97, 1);
+        for seq in 0..input.len() {
+            agree(input.line(seq)).unwrap();
+        }
+    }
+
+    #[test]
+    fn hand_parser_agrees_with_serde_on_edge_cases() {
+        let base = r#"{"seq":1,"ts":2,"answer_id":3,"user":{"id":4,"name":"n","reputation":5},"stats":{"likes":6,"favorites":7,"comments":8},"text":"T"}"#;
+        let cases = [
+            base.to_string(),
+            base.replace("\"T\"", r#""a\u00e9\ud83d\ude00 \t b\u2003c""#),
+            base.replace("\"T\"", r#""\ud83d""#),
+            base.replace("\"T\"", r#""\udc00x""#),
+            base.replace("\"T\"", "\"\u{a0}x\u{3000}y\""),
+            base.replace("\"seq\":1", "\"seq\":-0"),
+            base.replace("\"seq\":1", "\"seq\":-1"),
+            base.replace("\"seq\":1", "\"seq\":1.0"),
+            base.replace("\"seq\":1", "\"seq\":1e3"),
+            base.replace("\"seq\":1", "\"seq\":01"),
+            base.replace("\"seq\":1", "\"seq\":18446744073709551616"),
+            base.replace("\"id\":4", "\"id\":4294967296"),
+            base.replace("\"seq\":1,", ""),
+            base.replace("\"seq\":1", "\"seq\":1,\"seq\":1"),
+            base.replace(
+                "\"seq\":1",
+                "\"extra\":[1,{\"a\":[true,false,null,\"x\\\"\"]},-2.5e-3],\"seq\":1",
+            ),
+            base.replace("\"seq\":1", "\"s\\u0065q\":1"),
+            base.replace("\"seq\":1", " \"seq\" : 1 "),
+            format!("{base} "),
+            format!("{base} x"),
+            format!("[{base}]"),
+            base.replace("\"n\"", "\"\\x\""),
+            base.replace("\"n\"", "null"),
+            base.replace("\"T\"", "\"a\u{1}b\""),
+            base.replace("\"extra\"", "nope"),
+            base.replace("\"seq\":1", "\"x\":tru,\"seq\":1"),
+        ];
+        for c in cases {
+            agree(c.as_bytes()).unwrap();
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Random edits of valid records: both parsers accept exactly the
+        /// same lines and read the same values from them.
+        #[test]
+        fn hand_parser_agrees_with_serde_on_mutated_records(
+            seq in 0u64..5000,
+            edits in proptest::collection::vec((0usize..400, 0usize..4, proptest::sample::select(vec![
+                b'"', b'\\', b'{', b'}', b'[', b']', b':', b',', b' ', b'0', b'9', b'-', b'.',
+                b'e', b'u', b'n', b't', b'a', 0x01, 0xc3, 0xa9,
+            ])), 0..4),
+        ) {
+            let input = gen::Input::generate(seq + 1, 5, 0, 1);
+            let mut line = input.line(seq).to_vec();
+            for (pos, op, byte) in edits {
+                let pos = pos % (line.len() + 1);
+                match op {
+                    0 if pos < line.len() => { line.remove(pos); }
+                    1 => line.insert(pos, byte),
+                    2 if pos < line.len() => line[pos] = byte,
+                    _ => line.truncate(pos),
+                }
+            }
+            proptest::prop_assert!(agree(&line).is_ok(), "{}", agree(&line).unwrap_err());
+        }
     }
 
     #[test]
