@@ -168,35 +168,95 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Iterates the members of an object whose interesting keys are `keys`:
+    /// calls `f` with the index of each member's key in `keys` (`None` for
+    /// other keys), after the colon has been consumed.
+    ///
+    /// Fast path: producers write keys in a fixed order, so the key after
+    /// key `k` is first tried, byte for byte, as `keys[k + 1]` (quoted and
+    /// unescaped); anything else takes the general path, which unescapes the
+    /// key and looks it up.
+    fn members<const N: usize>(
+        &mut self,
+        keys: [&'static str; N],
+        mut f: impl FnMut(&mut Self, Option<usize>) -> R<()>,
+    ) -> R<()> {
+        let guess = std::cell::Cell::new(0usize);
+        self.object_with(
+            |p| {
+                let g = guess.get() % N;
+                let k = keys[g].as_bytes();
+                let rest = &p.b[p.i..];
+                if rest.len() > k.len() + 1
+                    && rest[0] == b'"'
+                    && &rest[1..=k.len()] == k
+                    && rest[k.len() + 1] == b'"'
+                {
+                    p.i += k.len() + 2;
+                    Some(g)
+                } else {
+                    None
+                }
+            },
+            |p, key| {
+                let idx = match key {
+                    Key::Known(i) => Some(i),
+                    Key::Text(t) => keys.iter().position(|k| *k == t),
+                };
+                if let Some(i) = idx {
+                    guess.set(i + 1);
+                }
+                f(p, idx)
+            },
+        )
+    }
+
     /// Iterates the members of an object: calls `f` with each key (after the
     /// colon has been consumed).
     fn object(&mut self, mut f: impl FnMut(&mut Self, &str) -> R<()>) -> R<()> {
+        self.object_with(
+            |_| None,
+            |p, key| match key {
+                Key::Text(t) => f(p, t),
+                Key::Known(_) => unreachable!("no fast keys"),
+            },
+        )
+    }
+
+    fn object_with(
+        &mut self,
+        mut fast: impl FnMut(&mut Self) -> Option<usize>,
+        mut f: impl FnMut(&mut Self, Key<'_>) -> R<()>,
+    ) -> R<()> {
         self.expect(b'{', "expected an object")?;
         if self.peek() == Some(b'}') {
             self.i += 1;
             return Ok(());
         }
         loop {
-            if self.peek() != Some(b'"') {
-                return if self.i >= self.b.len() {
-                    self.err("EOF while parsing an object")
-                } else {
-                    self.err("key must be a string")
-                };
-            }
-            self.i += 1;
-            let key = self.string_ref()?;
-            self.expect(b':', "expected `:`")?;
-            // `key` borrows the line or the scratch buffer; copy the short
-            // scratch case so `f` may use the scratch again.
-            match key {
-                Str::Line(a, b) => {
-                    let line: &'a str = self.s;
-                    f(self, &line[a..b])?;
+            if let Some(k) = fast(self) {
+                self.expect(b':', "expected `:`")?;
+                f(self, Key::Known(k))?;
+            } else {
+                if self.peek() != Some(b'"') {
+                    return if self.i >= self.b.len() {
+                        self.err("EOF while parsing an object")
+                    } else {
+                        self.err("key must be a string")
+                    };
                 }
-                Str::Scratch => {
-                    let k = std::mem::take(&mut self.scratch);
-                    f(self, &k)?;
+                self.i += 1;
+                let key = self.string_ref()?;
+                self.expect(b':', "expected `:`")?;
+                match key {
+                    Str::Line(a, b) => {
+                        let line: &'a str = self.s;
+                        f(self, Key::Text(&line[a..b]))?;
+                    }
+                    Str::Scratch => {
+                        let k = std::mem::take(&mut self.scratch);
+                        f(self, Key::Text(&k))?;
+                    }
                 }
             }
             match self.peek() {
@@ -214,33 +274,34 @@ impl<'a> Parser<'a> {
     fn answer(&mut self) -> R<Answer> {
         let mut a = Answer::default();
         let mut seen = 0u32;
-        self.object(|p, k| {
+        const KEYS: [&str; 6] = ["seq", "ts", "answer_id", "user", "stats", "text"];
+        self.members(KEYS, |p, k| {
             match k {
-                "seq" => {
+                Some(0) => {
                     once!(p, seen, 1, "seq");
                     a.seq = p.u64()?;
                 }
-                "ts" => {
+                Some(1) => {
                     once!(p, seen, 2, "ts");
                     a.ts = p.u64()?;
                 }
-                "answer_id" => {
+                Some(2) => {
                     once!(p, seen, 4, "answer_id");
                     a.answer_id = p.u64()?;
                 }
-                "user" => {
+                Some(3) => {
                     once!(p, seen, 8, "user");
                     p.user(&mut a)?;
                 }
-                "stats" => {
+                Some(4) => {
                     once!(p, seen, 16, "stats");
                     p.stats(&mut a)?;
                 }
-                "text" => {
+                Some(5) => {
                     once!(p, seen, 32, "text");
                     p.text(&mut a)?;
                 }
-                _ => p.skip_value(0)?,
+                _ => p.skip_value(1)?,
             }
             Ok(())
         })?;
@@ -261,13 +322,13 @@ impl<'a> Parser<'a> {
 
     fn user(&mut self, a: &mut Answer) -> R<()> {
         let mut seen = 0u32;
-        self.object(|p, k| {
+        self.members(["id", "name", "reputation"], |p, k| {
             match k {
-                "id" => {
+                Some(0) => {
                     once!(p, seen, 1, "id");
                     a.user_id = p.u32()?;
                 }
-                "name" => {
+                Some(1) => {
                     once!(p, seen, 2, "name");
                     if p.peek() != Some(b'"') {
                         return p.err("invalid type: expected a string");
@@ -278,7 +339,7 @@ impl<'a> Parser<'a> {
                         Str::Scratch => CompactString::from(p.scratch.as_str()),
                     };
                 }
-                "reputation" => {
+                Some(2) => {
                     once!(p, seen, 4, "reputation");
                     a.reputation = p.u32()?;
                 }
@@ -296,17 +357,17 @@ impl<'a> Parser<'a> {
 
     fn stats(&mut self, a: &mut Answer) -> R<()> {
         let mut seen = 0u32;
-        self.object(|p, k| {
+        self.members(["likes", "favorites", "comments"], |p, k| {
             match k {
-                "likes" => {
+                Some(0) => {
                     once!(p, seen, 1, "likes");
                     a.likes = p.u32()?;
                 }
-                "favorites" => {
+                Some(1) => {
                     once!(p, seen, 2, "favorites");
                     a.favorites = p.u32()?;
                 }
-                "comments" => {
+                Some(2) => {
                     once!(p, seen, 4, "comments");
                     a.comments = p.u32()?;
                 }
@@ -330,7 +391,32 @@ impl<'a> Parser<'a> {
     /// An unsigned integer. JSON numbers with a fraction or exponent, and
     /// negative ones (even `-0`, which serde_json reads as `-0.0`), are type
     /// errors.
+    #[inline]
     fn u64(&mut self) -> R<u64> {
+        // Fast path: 1..=19 digits, no leading zero, no fraction/exponent.
+        self.ws();
+        let (b, start) = (self.b, self.i);
+        let mut i = start;
+        let mut v = 0u64;
+        while let Some(&c) = b.get(i) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            v = v.wrapping_mul(10).wrapping_add(d as u64);
+            i += 1;
+        }
+        let n = i - start;
+        let plain_end = !matches!(b.get(i), Some(b'.' | b'e' | b'E'));
+        if (1..=19).contains(&n) && (n == 1 || b[start] != b'0') && plain_end {
+            self.i = i;
+            return Ok(v);
+        }
+        self.u64_slow()
+    }
+
+    #[cold]
+    fn u64_slow(&mut self) -> R<u64> {
         let c = self.peek();
         let neg = c == Some(b'-');
         if neg {
@@ -691,6 +777,13 @@ impl<'a> Parser<'a> {
         }
         Ok(())
     }
+}
+
+enum Key<'k> {
+    /// Index into the expected keys (matched on the fast path).
+    Known(usize),
+    /// Any other key, unescaped.
+    Text(&'k str),
 }
 
 enum Str {

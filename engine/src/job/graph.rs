@@ -115,7 +115,7 @@ pub(crate) trait StreamKit: Send + Sync {
     ) -> AnyBox;
     fn input(
         &self,
-        rings: Vec<AnySend>,
+        rings: Vec<(AnySend, Arc<WorkerSignal>)>,
         target: AnyBox,
         gate: Option<Box<dyn Fn() -> bool>>,
         ctx: &Rc<TaskCtx>,
@@ -179,14 +179,14 @@ impl<T: crate::Data> StreamKit for Kit<T> {
 
     fn input(
         &self,
-        rings: Vec<AnySend>,
+        rings: Vec<(AnySend, Arc<WorkerSignal>)>,
         target: AnyBox,
         gate: Option<Box<dyn Fn() -> bool>>,
         ctx: &Rc<TaskCtx>,
     ) -> Box<dyn Port> {
         let rings = rings
             .into_iter()
-            .map(|r| downcast_send::<Consumer<Msg<T>>>(r, "input"))
+            .map(|(r, s)| (downcast_send::<Consumer<Msg<T>>>(r, "input"), s))
             .collect();
         let target = downcast::<BoxCollector<T>>(target, "input target");
         Box::new(RingInput::new(rings, target, gate, Rc::clone(ctx)))

@@ -45,7 +45,12 @@
 //! [rtrb]: https://docs.rs/rtrb
 //! [SPSCQueue]: https://github.com/rigtorp/SPSCQueue
 
-use core::{fmt, marker::PhantomData, mem::MaybeUninit, ptr::NonNull};
+use core::{
+    fmt,
+    marker::PhantomData,
+    mem::{ManuallyDrop, MaybeUninit},
+    ptr::NonNull,
+};
 
 #[cfg(not(loom))]
 use std::path::Path;
@@ -155,7 +160,13 @@ pub struct Producer<T, S: Storage<T> = Heap<T>> {
     cached_head: usize,
     mask: usize,
     slots: NonNull<Slot<T>>,
-    storage: S,
+    /// Dropped by moving it out first (see `Drop`), so the handle's own
+    /// address never escapes into the storage's destructor (`Arc::drop_slow`
+    /// takes `&mut Arc`). That lets LLVM split a local handle into scalars
+    /// and keep `staged` etc. in registers across a loop of `stage` calls,
+    /// instead of storing them after every slot write (measured: about 20%
+    /// of batched throughput with 64-byte items).
+    storage: ManuallyDrop<S>,
 }
 
 /// The reading end of a ring. Not `Clone`: there is exactly one.
@@ -170,7 +181,8 @@ pub struct Consumer<T, S: Storage<T> = Heap<T>> {
     cached_tail: usize,
     mask: usize,
     slots: NonNull<Slot<T>>,
-    storage: S,
+    /// Dropped by moving it out first, as in [`Producer`].
+    storage: ManuallyDrop<S>,
     _marker: PhantomData<T>,
 }
 
@@ -244,7 +256,7 @@ impl<T, S: Storage<T>> Producer<T, S> {
             cached_head,
             mask: storage.capacity() - 1,
             slots: storage.slots(),
-            storage,
+            storage: ManuallyDrop::new(storage),
         }
     }
 
@@ -383,9 +395,12 @@ impl<T, S: Storage<T>> Producer<T, S> {
 }
 
 impl<T, S: Storage<T>> Drop for Producer<T, S> {
+    #[inline]
     fn drop(&mut self) {
         self.commit();
         self.storage.header().abandon(Side::Producer);
+        // SAFETY: `storage` is not used again after this.
+        drop(unsafe { ManuallyDrop::take(&mut self.storage) });
     }
 }
 
@@ -410,7 +425,7 @@ impl<T, S: Storage<T>> Consumer<T, S> {
             cached_tail,
             mask: storage.capacity() - 1,
             slots: storage.slots(),
-            storage,
+            storage: ManuallyDrop::new(storage),
             _marker: PhantomData,
         }
     }
@@ -535,8 +550,11 @@ impl<T, S: Storage<T>> Consumer<T, S> {
 }
 
 impl<T, S: Storage<T>> Drop for Consumer<T, S> {
+    #[inline]
     fn drop(&mut self) {
         self.storage.header().abandon(Side::Consumer);
+        // SAFETY: `storage` is not used again after this.
+        drop(unsafe { ManuallyDrop::take(&mut self.storage) });
     }
 }
 

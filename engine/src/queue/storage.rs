@@ -10,7 +10,13 @@
 //!   backed by a file that other processes can map too, for [`Pod`] items.
 //!   See [`Mapped`] for the on-disk layout.
 
-use core::{fmt, mem::MaybeUninit, ptr::NonNull};
+use core::{
+    fmt,
+    marker::PhantomData,
+    mem::MaybeUninit,
+    ptr::{self, NonNull},
+};
+use std::alloc::{self, Layout};
 
 use crossbeam_utils::CachePadded;
 
@@ -179,7 +185,12 @@ pub unsafe trait Storage<T>: private::Sealed {
 // Heap
 // ---------------------------------------------------------------------------
 
-/// Heap storage: the header and slots in one `Arc`-shared allocation.
+/// Heap storage: the header and the slot array, shared through an `Arc`.
+///
+/// The slot array is aligned to the cache-line padding of the header (128
+/// bytes on x86-64), so a slot whose size is a multiple of the cache line
+/// never straddles two lines, and the first slot shares no line with other
+/// heap data.
 ///
 /// When both handles are gone, the items still in the ring are dropped,
 /// each exactly once.
@@ -189,7 +200,25 @@ pub struct Heap<T> {
 
 struct HeapInner<T> {
     header: Header,
-    slots: Box<[Slot<T>]>,
+    /// `capacity` initialised (empty) slots, allocated with `slots_layout`.
+    slots: NonNull<Slot<T>>,
+    capacity: usize,
+    /// The items in `[head, tail)` are owned (and dropped) by this value.
+    _owns: PhantomData<T>,
+}
+
+/// Alignment of the heap slot array: `CachePadded`'s.
+const SLOTS_ALIGN: usize = core::mem::align_of::<CachePadded<u8>>();
+
+/// Layout of `capacity` slots, cache-line aligned.
+///
+/// # Panics
+///
+/// If the array exceeds `isize::MAX` bytes (like `Vec`'s "capacity overflow").
+fn slots_layout<T>(capacity: usize) -> Layout {
+    Layout::array::<Slot<T>>(capacity)
+        .and_then(|layout| layout.align_to(SLOTS_ALIGN))
+        .expect("SPSC ring capacity overflow")
 }
 
 impl<T> Heap<T> {
@@ -197,12 +226,25 @@ impl<T> Heap<T> {
     /// `capacity` slots (already rounded), indices starting at `start`.
     pub(crate) fn pair(capacity: usize, start: usize) -> (Self, Self) {
         debug_assert!(capacity.is_power_of_two() && capacity >= 2);
-        let slots = (0..capacity)
-            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
-            .collect();
+        let layout = slots_layout::<T>(capacity);
+        let slots = if layout.size() == 0 {
+            // Zero-sized slots: no allocation, any aligned pointer will do.
+            NonNull::<Slot<T>>::dangling()
+        } else {
+            // SAFETY: `layout` has a non-zero size.
+            let ptr = unsafe { alloc::alloc(layout) }.cast::<Slot<T>>();
+            NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout))
+        };
+        for i in 0..capacity {
+            // SAFETY: `i < capacity`, within the allocation; each slot is
+            // written once before any use. (A no-op outside `cfg(loom)`.)
+            unsafe { slots.add(i).write(UnsafeCell::new(MaybeUninit::uninit())) };
+        }
         let inner = Arc::new(HeapInner {
             header: Header::attached(start),
             slots,
+            capacity,
+            _owns: PhantomData,
         });
         (
             Heap {
@@ -215,22 +257,38 @@ impl<T> Heap<T> {
 
 impl<T> Drop for HeapInner<T> {
     fn drop(&mut self) {
-        if !core::mem::needs_drop::<T>() {
-            return;
-        }
         // The last `Arc` is going away, so both handles are gone; the Arc's
         // refcount protocol orders their final index stores before this.
-        let mask = self.slots.len() - 1;
+        let mask = self.capacity - 1;
         let mut head = self.header.head.load(Ordering::Acquire);
         let tail = self.header.tail.load(Ordering::Acquire);
-        while head != tail {
-            // SAFETY: slots in [head, tail) hold items that were published and
-            // not popped, so they are initialised; `&mut self` gives exclusive
-            // access, and advancing `head` drops each of them exactly once.
-            unsafe {
-                self.slots[head & mask].with_mut(|slot| (*slot).assume_init_drop());
+        if core::mem::needs_drop::<T>() {
+            while head != tail {
+                // SAFETY: slots in [head, tail) hold items that were published
+                // and not popped, so they are initialised; `&mut self` gives
+                // exclusive access, and advancing `head` drops each exactly once.
+                unsafe {
+                    self.slots
+                        .add(head & mask)
+                        .as_ref()
+                        .with_mut(|slot| (*slot).assume_init_drop());
+                }
+                head = head.wrapping_add(1);
             }
-            head = head.wrapping_add(1);
+        }
+        let layout = slots_layout::<T>(self.capacity);
+        // SAFETY: the `capacity` slots were initialised in `pair` and are not
+        // used again (their contents were dropped above, `MaybeUninit`
+        // itself has no drop glue); then the allocation made there with the
+        // same layout is freed.
+        unsafe {
+            ptr::drop_in_place(ptr::slice_from_raw_parts_mut(
+                self.slots.as_ptr(),
+                self.capacity,
+            ));
+            if layout.size() != 0 {
+                alloc::dealloc(self.slots.as_ptr().cast(), layout);
+            }
         }
     }
 }
@@ -243,9 +301,9 @@ unsafe impl<T: Send> Send for Heap<T> {}
 
 impl<T> private::Sealed for Heap<T> {}
 
-// SAFETY: header and slots live in the `Arc` allocation, shared by the two
-// values made by `Heap::pair` and freed only after both are dropped; the
-// boxed slice never moves and its length is the power-of-two capacity
+// SAFETY: header and slots are owned by the `Arc` allocation, shared by the
+// two values made by `Heap::pair` and freed only after both are dropped; the
+// slot array never moves and holds `capacity` slots, a power of two >= 2
 // (`pair` asserts it, callers round with `round_capacity`).
 unsafe impl<T> Storage<T> for Heap<T> {
     #[inline(always)]
@@ -255,19 +313,19 @@ unsafe impl<T> Storage<T> for Heap<T> {
 
     #[inline(always)]
     fn slots(&self) -> NonNull<Slot<T>> {
-        NonNull::from(&self.inner.slots[0])
+        self.inner.slots
     }
 
     #[inline(always)]
     fn capacity(&self) -> usize {
-        self.inner.slots.len()
+        self.inner.capacity
     }
 }
 
 impl<T> fmt::Debug for Heap<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Heap")
-            .field("capacity", &self.inner.slots.len())
+            .field("capacity", &self.inner.capacity)
             .field("header", &self.inner.header)
             .finish()
     }
@@ -445,6 +503,15 @@ mod mapped {
     /// abandoned fails with [`MapError::SideTaken`]. A process that dies
     /// without dropping its handle leaves its side attached; its peer will not
     /// see it abandoned.
+    ///
+    /// # Trust
+    ///
+    /// Every process mapping the file is assumed to be a ring handle of the
+    /// same element type. A corrupt or tampered header cannot make this
+    /// process access memory outside the mapping (the layout is validated
+    /// once at open, indices are masked, counts clamped to the capacity),
+    /// but it can corrupt the items; truncating the file while it is mapped
+    /// raises `SIGBUS`, as for any shared mapping.
     pub struct Mapped<T> {
         header: NonNull<Header>,
         slots: NonNull<Slot<T>>,

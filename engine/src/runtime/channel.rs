@@ -212,6 +212,9 @@ const CHUNK: usize = 64;
 /// the chain, and ends the chain once every upstream instance has ended.
 pub(crate) struct RingInput<T> {
     rings: Vec<Consumer<Msg<T>>>,
+    /// Per ring: the producer's worker, woken when slots are freed (it may
+    /// have parked while its output was full).
+    producers: Vec<Arc<WorkerSignal>>,
     ended: Vec<bool>,
     live: usize,
     next: usize,
@@ -222,14 +225,16 @@ pub(crate) struct RingInput<T> {
 
 impl<T> RingInput<T> {
     pub(crate) fn new(
-        rings: Vec<Consumer<Msg<T>>>,
+        rings: Vec<(Consumer<Msg<T>>, Arc<WorkerSignal>)>,
         target: Box<dyn Collector<T>>,
         gate: Option<Box<dyn Fn() -> bool>>,
         ctx: Rc<TaskCtx>,
     ) -> Self {
         let n = rings.len();
+        let (rings, producers) = rings.into_iter().unzip();
         RingInput {
             rings,
+            producers,
             ended: vec![false; n],
             live: n,
             next: 0,
@@ -273,6 +278,9 @@ impl<T> Port for RingInput<T> {
                 Msg::End => got_end = true,
             });
             moved += k;
+            if k > 0 {
+                self.producers[i].notify();
+            }
             if got_end {
                 self.ended[i] = true;
                 self.live -= 1;

@@ -314,9 +314,9 @@ impl Job {
         }
         let wiring = Arc::new(wiring);
         let mut threads = Vec::with_capacity(wiring.plan.workers);
-        for w in 0..wiring.plan.workers {
+        for (w, &core) in cores.iter().enumerate().take(wiring.plan.workers) {
             let wiring = Arc::clone(&wiring);
-            let core = config.pin.then(|| cores[w]);
+            let core = config.pin.then_some(core);
             let spawned = std::thread::Builder::new()
                 .name(format!("tandem-w{w}"))
                 .spawn(move || worker::run(w, core, wiring));

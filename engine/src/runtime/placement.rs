@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn mismatched_parallelism_is_never_chained() {
         let nodes = vec![n(2, 0), n(1, 1)];
-        let edges = vec![e(0, 1, true)];
+        let edges = [e(0, 1, true)];
         assert!(!chainable(&nodes, &edges[0]));
     }
 

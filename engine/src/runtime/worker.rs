@@ -252,8 +252,10 @@ fn input_port(
             .into_iter()
             .filter(|&(_, d)| d == inst)
             .map(|(u, d)| {
-                cons.remove(&(edge, u, d))
-                    .expect("engine bug: ring consumer taken twice")
+                let c = cons
+                    .remove(&(edge, u, d))
+                    .expect("engine bug: ring consumer taken twice");
+                (c, Arc::clone(&w.signals[w.worker_of(e.from, u)]))
             })
             .collect()
     };

@@ -12,6 +12,7 @@ pub fn memlock() -> Option<(Option<u64>, Option<u64>)> {
     if rc != 0 {
         return None;
     }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
     let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
     Some((f(r.rlim_cur), f(r.rlim_max)))
 }
