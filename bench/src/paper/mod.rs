@@ -592,6 +592,18 @@ mod tests {
         for c in cases {
             agree(c.as_bytes()).unwrap();
         }
+        // Invalid UTF-8 inside the strings the fast path reads itself.
+        for bad in [&b"\"n\xff\""[..], b"\"\xc3\"", b"\"\xe2\x82\""] {
+            let mut line = base.as_bytes().to_vec();
+            let at = base.find("\"n\"").unwrap();
+            line.splice(at..at + 3, bad.iter().copied());
+            agree(&line).unwrap();
+            assert!(parse(&line).is_err());
+            let mut line = base.as_bytes().to_vec();
+            let at = base.find("\"T\"").unwrap();
+            line.splice(at..at + 3, bad.iter().copied());
+            assert!(parse(&line).is_err());
+        }
     }
 
     proptest::proptest! {
