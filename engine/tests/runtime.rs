@@ -255,6 +255,14 @@ impl CoProcess<u64, u64, u64> for AddOffset {
 
 #[test]
 fn connect_holds_the_first_input_until_the_broadcast_side_is_ready() {
+    // Chained: the co-operator rides in the main source's task and gates
+    // it; never chained: it heads its own task and gates its ring input.
+    for chaining in [Chaining::Always, Chaining::Never, Chaining::Auto] {
+        connect_gating(chaining);
+    }
+}
+
+fn connect_gating(chaining: Chaining) {
     let sum = Arc::new(AtomicU64::new(0));
     let s = Arc::clone(&sum);
     let job = JobBuilder::new("connect");
@@ -277,7 +285,12 @@ fn connect_holds_the_first_input_until_the_broadcast_side_is_ready() {
     let report = job
         .build()
         .unwrap()
-        .run(&RuntimeConfig::default().cores(cores()).ring_capacity(16))
+        .run(
+            &RuntimeConfig::default()
+                .cores(cores())
+                .chaining(chaining)
+                .ring_capacity(16),
+        )
         .unwrap();
     assert_eq!(report.operator("sink").unwrap().records, 20_000);
     assert_eq!(

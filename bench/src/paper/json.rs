@@ -87,6 +87,36 @@ fn string_stops(x: u64) -> u64 {
     eq_bytes(x, b'"') | eq_bytes(x, b'\\') | ctrl_bytes(x)
 }
 
+/// SSE2 (part of the x86-64 baseline) classification of 16 string bytes:
+/// `(stops, spaces)` bit masks, bit `k` for byte `k`. A stop is `"`, `\\`, a
+/// control byte or a non-ASCII byte (the signed compare with 0x20 catches
+/// both ranges).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn classify16(chunk: &[u8; 16]) -> (u32, u32) {
+    // SAFETY: `classify16_sse2` only requires SSE2, which this cfg guarantees
+    // is enabled for the whole build (it is part of the x86-64 baseline).
+    unsafe { classify16_sse2(chunk) }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[target_feature(enable = "sse2")]
+fn classify16_sse2(chunk: &[u8; 16]) -> (u32, u32) {
+    use std::arch::x86_64::*;
+    let lo = u64::from_le_bytes(chunk[..8].try_into().expect("8 bytes"));
+    let hi = u64::from_le_bytes(chunk[8..].try_into().expect("8 bytes"));
+    let v = _mm_set_epi64x(hi as i64, lo as i64);
+    let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+    let bslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+    let low = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
+    let stops = _mm_or_si128(_mm_or_si128(quote, bslash), low);
+    let spaces = _mm_cmpeq_epi8(v, _mm_set1_epi8(b' ' as i8));
+    (
+        _mm_movemask_epi8(stops) as u32,
+        _mm_movemask_epi8(spaces) as u32,
+    )
+}
+
 /// Equality of two short byte strings without a `memcmp` call.
 #[inline(always)]
 fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
@@ -661,6 +691,26 @@ impl<'a> Parser<'a> {
             }};
         }
         loop {
+            // Fastest path (x86-64): 16 bytes at a time; the plain ASCII
+            // bytes before the first stop are counted in the same step.
+            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+            while let Some(chunk) = self.b.get(self.i..self.i + 16) {
+                let (stops, spaces) = classify16(chunk.try_into().expect("16 bytes"));
+                let n = stops.trailing_zeros().min(16);
+                let valid = if n == 16 { 0xffff } else { (1u32 << n) - 1 };
+                let spaces = spaces & valid;
+                let word = !spaces & valid;
+                let prev_space = (spaces << 1) | (!in_word as u32);
+                words += (word & prev_space).count_ones();
+                if n > 0 {
+                    in_word = spaces >> (n - 1) & 1 == 0;
+                }
+                chars += n;
+                self.i += n as usize;
+                if n < 16 {
+                    break;
+                }
+            }
             // Fast path: 8 plain ASCII bytes at a time. In raw string content
             // the only ASCII whitespace is ' ' (controls must be escaped).
             while let Some(w) = load8(self.b, self.i) {

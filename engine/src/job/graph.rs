@@ -11,7 +11,7 @@
 use crate::operator::{Collector, Null, OperatorInfo, Tee};
 use crate::queue::spsc::{self, Consumer, Producer};
 use crate::runtime::channel::{Msg, RingInput, RingSender, Route, WorkerSignal};
-use crate::runtime::task::{OpSlot, Port, TaskCtx};
+use crate::runtime::task::{Gate, OpSlot, Port, TaskCtx};
 use std::any::Any;
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -39,9 +39,9 @@ pub(crate) struct BuildCx {
     pub(crate) info: OperatorInfo,
 }
 
-/// Builds a source port: `(cx, downstream collector, rate) -> port`.
+/// Builds a source port: `(cx, downstream collector, rate, gate) -> port`.
 pub(crate) type SourceBuild =
-    Arc<dyn Fn(BuildCx, AnyBox, Option<f64>) -> Box<dyn Port> + Send + Sync>;
+    Arc<dyn Fn(BuildCx, AnyBox, Option<f64>, Option<Rc<Gate>>) -> Box<dyn Port> + Send + Sync>;
 /// Builds a one-input hop: `(cx, downstream collector) -> input collector`.
 pub(crate) type UnaryBuild = Arc<dyn Fn(BuildCx, AnyBox) -> AnyBox + Send + Sync>;
 /// Builds a two-input hop: `(cx, downstream) -> (first, second, gate)`.
@@ -79,6 +79,7 @@ pub(crate) enum Partitioning {
 }
 
 impl Partitioning {
+    /// Whether records stay on the same instance index.
     pub(crate) fn is_forward(&self) -> bool {
         matches!(self, Partitioning::Forward)
     }
@@ -117,7 +118,7 @@ pub(crate) trait StreamKit: Send + Sync {
         &self,
         rings: Vec<(AnySend, Arc<WorkerSignal>)>,
         target: AnyBox,
-        gate: Option<Box<dyn Fn() -> bool>>,
+        gate: Option<Rc<Gate>>,
         ctx: &Rc<TaskCtx>,
     ) -> Box<dyn Port>;
 }
@@ -181,7 +182,7 @@ impl<T: crate::Data> StreamKit for Kit<T> {
         &self,
         rings: Vec<(AnySend, Arc<WorkerSignal>)>,
         target: AnyBox,
-        gate: Option<Box<dyn Fn() -> bool>>,
+        gate: Option<Rc<Gate>>,
         ctx: &Rc<TaskCtx>,
     ) -> Box<dyn Port> {
         let rings = rings

@@ -119,11 +119,18 @@ impl JobBuilder {
         S: Source<T>,
         F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
     {
-        let build: graph::SourceBuild = Arc::new(move |cx: BuildCx, down: AnyBox, rate| {
+        let build: graph::SourceBuild = Arc::new(move |cx: BuildCx, down: AnyBox, rate, gate| {
             let src: Box<dyn Source<T>> = Box::new(factory(&cx.info));
             let down = downcast::<BoxCollector<T>>(down, "source output");
             let per_partition = rate.map(|r: f64| Pacer::new(r / cx.info.parallelism as f64));
-            Box::new(SourcePort::new(src, down, cx.ctx, per_partition, cx.slot))
+            Box::new(SourcePort::new(
+                src,
+                down,
+                cx.ctx,
+                per_partition,
+                gate,
+                cx.slot,
+            ))
         });
         let node = add_node(
             &self.inner,

@@ -12,7 +12,7 @@
 //! takes them with one acquire load and publishes the freed slots once per
 //! chunk.
 
-use super::task::{Poll, Port, TaskCtx};
+use super::task::{Gate, Poll, Port, TaskCtx};
 use crate::operator::Collector;
 use crate::queue::spsc::{Consumer, Full, Producer};
 use crate::record::Record;
@@ -219,7 +219,7 @@ pub(crate) struct RingInput<T> {
     live: usize,
     next: usize,
     target: Box<dyn Collector<T>>,
-    gate: Option<Box<dyn Fn() -> bool>>,
+    gate: Option<Rc<Gate>>,
     ctx: Rc<TaskCtx>,
 }
 
@@ -227,7 +227,7 @@ impl<T> RingInput<T> {
     pub(crate) fn new(
         rings: Vec<(Consumer<Msg<T>>, Arc<WorkerSignal>)>,
         target: Box<dyn Collector<T>>,
-        gate: Option<Box<dyn Fn() -> bool>>,
+        gate: Option<Rc<Gate>>,
         ctx: Rc<TaskCtx>,
     ) -> Self {
         let n = rings.len();
@@ -257,7 +257,7 @@ impl<T> Port for RingInput<T> {
         // spent, every lane is empty, or the chain pushes back.
         while moved < budget && idle_rounds < n {
             if let Some(g) = &self.gate {
-                if !g() {
+                if !g.is_open() {
                     break;
                 }
             }

@@ -226,6 +226,7 @@ pub(crate) fn shapes(graph: &Graph) -> (Vec<NodeShape>, Vec<EdgeShape>) {
         .map(|e| EdgeShape {
             from: e.from,
             to: e.to,
+            port: e.port,
             forward: e.partitioning.is_forward(),
         })
         .collect();

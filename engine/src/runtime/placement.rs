@@ -11,7 +11,9 @@
 //!
 //! An edge is *chainable* when records stay on the same instance (forward
 //! partitioning with equal parallelism on both ends, or parallelism 1 on
-//! both ends) and its target has exactly one input.
+//! both ends) and it is its target's only input — or the *first* input of a
+//! two-input operator, whose second input then arrives through a ring into
+//! the same task.
 //!
 //! Tasks are ordered by instance, then by position in the graph, and split
 //! into contiguous runs, one run per worker: an instance's whole pipeline
@@ -36,6 +38,8 @@ pub struct EdgeShape {
     pub from: usize,
     /// Consumer node.
     pub to: usize,
+    /// Input port of the consumer (1: the second input of a co-operator).
+    pub port: usize,
     /// Whether the partitioning is forward.
     pub forward: bool,
 }
@@ -90,7 +94,9 @@ pub fn chainable(nodes: &[NodeShape], e: &EdgeShape) -> bool {
     let (a, b) = (&nodes[e.from], &nodes[e.to]);
     let same_instance =
         (e.forward && a.parallelism == b.parallelism) || (a.parallelism == 1 && b.parallelism == 1);
-    same_instance && !b.binary && b.inputs == 1
+    let only_input = !b.binary && b.inputs == 1;
+    let first_of_two = b.binary && e.port == 0;
+    same_instance && (only_input || first_of_two)
 }
 
 /// Places a graph on `cores` workers. Nodes must be in topological order
@@ -162,7 +168,12 @@ mod tests {
         }
     }
     fn e(from: usize, to: usize, forward: bool) -> EdgeShape {
-        EdgeShape { from, to, forward }
+        EdgeShape {
+            from,
+            to,
+            port: 0,
+            forward,
+        }
     }
 
     /// source(p) → map(p) → [hash] → reduce(p) → sink(p)
@@ -226,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn a_two_input_operator_always_heads_its_task() {
+    fn a_two_input_operator_chains_its_first_input_only() {
         // s0 → co ← s1 (side), co → sink
         let nodes = vec![
             n(1, 0),
@@ -238,11 +249,16 @@ mod tests {
             },
             n(1, 1),
         ];
-        let edges = vec![e(0, 2, true), e(1, 2, false), e(2, 3, true)];
+        let side = EdgeShape {
+            port: 1,
+            ..e(1, 2, true)
+        };
+        let edges = vec![e(0, 2, true), side, e(2, 3, true)];
         let plan = place(&nodes, &edges, 1, Chaining::Always);
-        assert_eq!(plan.chained, vec![false, false, true]);
+        assert_eq!(plan.chained, vec![true, false, true]);
+        assert_eq!(plan.task_of(0, 0), plan.task_of(2, 0));
         assert_eq!(plan.task_of(2, 0), plan.task_of(3, 0));
-        assert_ne!(plan.task_of(0, 0), plan.task_of(2, 0));
+        assert_ne!(plan.task_of(1, 0), plan.task_of(2, 0));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The port that drives a source partition: assigns tuple IDs, stamps
 //! ingest times, paces a rate-limited source and ends the chain at the end.
 
-use super::task::{OpSlot, Poll, Port, TaskCtx};
+use super::task::{Gate, OpSlot, Poll, Port, TaskCtx};
 use crate::job::source::{Source, SourcePoll};
 use crate::operator::Collector;
 use crate::record::{Nanos, Record, TupleId};
@@ -38,6 +38,7 @@ pub(crate) struct SourcePort<T> {
     target: Box<dyn Collector<T>>,
     ctx: Rc<TaskCtx>,
     pacer: Option<Pacer>,
+    gate: Option<Rc<Gate>>,
     slot: OpSlot,
     ended: bool,
 }
@@ -48,6 +49,7 @@ impl<T> SourcePort<T> {
         target: Box<dyn Collector<T>>,
         ctx: Rc<TaskCtx>,
         pacer: Option<Pacer>,
+        gate: Option<Rc<Gate>>,
         slot: OpSlot,
     ) -> Self {
         SourcePort {
@@ -57,6 +59,7 @@ impl<T> SourcePort<T> {
             target,
             ctx,
             pacer,
+            gate,
             slot,
             ended: false,
         }
@@ -67,6 +70,11 @@ impl<T: 'static> Port for SourcePort<T> {
     fn poll(&mut self, budget: usize) -> Poll {
         if self.ended {
             return Poll::Done;
+        }
+        // A chained co-operator is not ready for this input yet (the gate is
+        // a latch: once open, it stays open, so checking per poll is exact).
+        if self.gate.as_ref().is_some_and(|g| !g.is_open()) {
+            return Poll::Idle { wake_at: None };
         }
         let mut now = self.ctx.clock.now();
         let mut moved = 0;

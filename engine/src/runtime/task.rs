@@ -136,6 +136,36 @@ impl TaskCtx {
     }
 }
 
+/// Holds back an input until a co-operator is ready for it
+/// ([`crate::CoProcess::first_ready`]). A latch: once every check has
+/// passed, the gate stays open and is never asked again.
+pub(crate) struct Gate {
+    open: Cell<bool>,
+    checks: Vec<Box<dyn Fn() -> bool>>,
+}
+
+impl Gate {
+    /// A gate over `checks`, or `None` when there is nothing to wait for.
+    pub(crate) fn new(checks: Vec<Box<dyn Fn() -> bool>>) -> Option<std::rc::Rc<Gate>> {
+        (!checks.is_empty()).then(|| {
+            std::rc::Rc::new(Gate {
+                open: Cell::new(false),
+                checks,
+            })
+        })
+    }
+
+    #[inline]
+    pub(crate) fn is_open(&self) -> bool {
+        if self.open.get() {
+            return true;
+        }
+        let open = self.checks.iter().all(|c| c());
+        self.open.set(open);
+        open
+    }
+}
+
 /// What one poll of a port or task achieved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Poll {

@@ -1,6 +1,6 @@
 //! A worker: one thread, pinned to one core, building and polling its tasks.
 
-use super::task::{Poll, Task, TaskCtx};
+use super::task::{Gate, Poll, Task, TaskCtx};
 use super::Wiring;
 use crate::error::JobError;
 use crate::job::graph::{AnyBox, BuildCx, NodeKind};
@@ -152,6 +152,16 @@ fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> Buil
     }
 }
 
+/// What building a task's chain collects besides the chain itself: the
+/// second inputs of co-operators chained through their first input (each
+/// becomes a ring port of this task) and their readiness checks (which gate
+/// the task's head inputs).
+#[derive(Default)]
+struct TaskBuild {
+    side_inputs: Vec<(usize, AnyBox)>,
+    checks: Vec<Box<dyn Fn() -> bool>>,
+}
+
 fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
     let tp = &w.plan.tasks[t];
     let (head, inst) = (tp.head, tp.instance);
@@ -163,31 +173,56 @@ fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
             .position(|e| e.to == head && e.port == port)
             .expect("engine bug: missing input edge")
     };
-    let ports: Vec<Box<dyn Port>> = match &node.kind {
+    let mut tb = TaskBuild::default();
+    let mut ports: Vec<Box<dyn Port>> = match &node.kind {
         NodeKind::Source { build, rate } => {
-            let down = build_out(w, head, inst, ctx);
-            vec![build(build_cx(w, head, inst, ctx), down, *rate)]
+            let down = build_out(w, head, inst, ctx, &mut tb);
+            let gate = Gate::new(std::mem::take(&mut tb.checks));
+            vec![build(build_cx(w, head, inst, ctx), down, *rate, gate)]
         }
         NodeKind::Unary(_) | NodeKind::Sink(_) => {
-            let target = build_in(w, head, inst, ctx);
-            vec![input_port(w, in_edge(0), inst, target, None, ctx)]
+            let target = build_in(w, head, inst, ctx, &mut tb);
+            let gate = Gate::new(std::mem::take(&mut tb.checks));
+            vec![input_port(w, in_edge(0), inst, target, gate, ctx)]
         }
         NodeKind::Binary(build) => {
-            let down = build_out(w, head, inst, ctx);
-            let (first, second, gate) = build(build_cx(w, head, inst, ctx), down);
+            let down = build_out(w, head, inst, ctx, &mut tb);
+            let (first, second, check) = build(build_cx(w, head, inst, ctx), down);
+            let mut checks = std::mem::take(&mut tb.checks);
+            let downstream_gate = if checks.is_empty() {
+                None
+            } else {
+                let shared = Gate::new(checks.drain(..).collect());
+                shared.map(|g| Box::new(move || g.is_open()) as Box<dyn Fn() -> bool>)
+            };
+            let mut first_checks = vec![check];
+            first_checks.extend(downstream_gate);
             // The second input first: it is what a gated first input waits for.
             vec![
                 input_port(w, in_edge(1), inst, second, None, ctx),
-                input_port(w, in_edge(0), inst, first, Some(gate), ctx),
+                input_port(w, in_edge(0), inst, first, Gate::new(first_checks), ctx),
             ]
         }
     };
+    // Side inputs of chained co-operators, polled before the head.
+    let mut sides: Vec<Box<dyn Port>> = tb
+        .side_inputs
+        .into_iter()
+        .map(|(edge, target)| input_port(w, edge, inst, target, None, ctx))
+        .collect();
+    sides.append(&mut ports);
     ctx.enter(head);
-    Task::new(ports, Rc::clone(ctx), w.config.budget)
+    Task::new(sides, Rc::clone(ctx), w.config.budget)
 }
 
 /// The collector for `node`'s output: chained consumers and ring senders.
-fn build_out(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>) -> AnyBox {
+fn build_out(
+    w: &Wiring,
+    node: usize,
+    inst: usize,
+    ctx: &Rc<TaskCtx>,
+    tb: &mut TaskBuild,
+) -> AnyBox {
     let kit = w.graph.nodes[node]
         .out
         .as_ref()
@@ -198,7 +233,7 @@ fn build_out(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>) -> AnyBox 
             continue;
         }
         if w.plan.chained[ei] {
-            outs.push(build_in(w, e.to, inst, ctx));
+            outs.push(build_in(w, e.to, inst, ctx, tb));
         } else {
             let lanes = {
                 let mut prod = w.producers.lock().unwrap_or_else(|p| p.into_inner());
@@ -223,17 +258,29 @@ fn build_out(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>) -> AnyBox 
     }
 }
 
-/// The input collector of a chained (one-input) node.
-fn build_in(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>) -> AnyBox {
+/// The input collector of a chained node (for a co-operator: of its first
+/// input; its second input is recorded in `tb`).
+fn build_in(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>, tb: &mut TaskBuild) -> AnyBox {
     match &w.graph.nodes[node].kind {
         NodeKind::Unary(build) => {
-            let down = build_out(w, node, inst, ctx);
+            let down = build_out(w, node, inst, ctx, tb);
             build(build_cx(w, node, inst, ctx), down)
         }
         NodeKind::Sink(build) => build(build_cx(w, node, inst, ctx)),
-        NodeKind::Source { .. } | NodeKind::Binary(_) => {
-            unreachable!("engine bug: sources and co-operators are never chained into")
+        NodeKind::Binary(build) => {
+            let down = build_out(w, node, inst, ctx, tb);
+            let (first, second, check) = build(build_cx(w, node, inst, ctx), down);
+            let side = w
+                .graph
+                .edges
+                .iter()
+                .position(|e| e.to == node && e.port == 1)
+                .expect("engine bug: co-operator without a second input");
+            tb.side_inputs.push((side, second));
+            tb.checks.push(check);
+            first
         }
+        NodeKind::Source { .. } => unreachable!("engine bug: sources are never chained into"),
     }
 }
 
@@ -242,7 +289,7 @@ fn input_port(
     edge: usize,
     inst: usize,
     target: AnyBox,
-    gate: Option<Box<dyn Fn() -> bool>>,
+    gate: Option<Rc<Gate>>,
     ctx: &Rc<TaskCtx>,
 ) -> Box<dyn Port> {
     let e = &w.graph.edges[edge];
