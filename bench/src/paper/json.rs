@@ -117,6 +117,39 @@ fn classify16_sse2(chunk: &[u8; 16]) -> (u32, u32) {
     )
 }
 
+/// Whether all 8 bytes of `w` are ASCII digits.
+#[inline(always)]
+fn all_digits(w: u64) -> bool {
+    let hi = w & 0xf0f0_f0f0_f0f0_f0f0;
+    let carry = (w.wrapping_add(0x0606_0606_0606_0606) & 0xf0f0_f0f0_f0f0_f0f0) >> 4;
+    (hi | carry) == 0x3333_3333_3333_3333
+}
+
+/// The value of 8 ASCII digits (first digit in the lowest byte).
+#[inline(always)]
+fn parse8(w: u64) -> u64 {
+    let v = w - 0x3030_3030_3030_3030;
+    let v = (v * 10 + (v >> 8)) & 0x00ff_00ff_00ff_00ff; // pairs
+    let v = (v * 100 + (v >> 16)) & 0x0000_ffff_0000_ffff; // quads
+    (v * 10_000 + (v >> 32)) & 0xffff_ffff
+}
+
+/// Bits set in a 16-bit mask (a table lookup per byte: the x86-64
+/// baseline has no POPCNT instruction).
+#[inline(always)]
+fn ones16(m: u32) -> u32 {
+    const T: [u8; 256] = {
+        let mut t = [0u8; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = (i as u32).count_ones() as u8;
+            i += 1;
+        }
+        t
+    };
+    (T[(m & 0xff) as usize] + T[((m >> 8) & 0xff) as usize]) as u32
+}
+
 /// Equality of two short byte strings without a `memcmp` call.
 #[inline(always)]
 fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
@@ -701,7 +734,7 @@ impl<'a> Parser<'a> {
                 let spaces = spaces & valid;
                 let word = !spaces & valid;
                 let prev_space = (spaces << 1) | (!in_word as u32);
-                words += (word & prev_space).count_ones();
+                words += ones16(word & prev_space & 0xffff);
                 if n > 0 {
                     in_word = spaces >> (n - 1) & 1 == 0;
                 }
@@ -844,6 +877,14 @@ impl<'a> Parser<'a> {
         let (b, start) = (self.b, self.i);
         let mut i = start;
         let mut v = 0u64;
+        // Eight digits at a time while they last (SWAR), then one by one.
+        while let Some(w) = load8(b, i) {
+            if !all_digits(w) || i - start > 8 {
+                break;
+            }
+            v = v * 100_000_000 + parse8(w);
+            i += 8;
+        }
         while let Some(&c) = b.get(i) {
             let d = c.wrapping_sub(b'0');
             if d > 9 {
@@ -960,4 +1001,51 @@ enum Key<'k> {
 enum Str {
     Line(usize, usize),
     Scratch,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swar_digit_helpers_agree_with_scalar_code() {
+        for n in [0u64, 7, 12_345_678, 99_999_999, 10_000_001, 31_415_926] {
+            let s = format!("{n:08}");
+            let w = u64::from_le_bytes(s.as_bytes().try_into().unwrap());
+            assert!(all_digits(w), "{s}");
+            assert_eq!(parse8(w), n);
+        }
+        for bad in ["1234567/", "12:45678", "a2345678", "1234 678"] {
+            let w = u64::from_le_bytes(bad.as_bytes().try_into().unwrap());
+            assert!(!all_digits(w), "{bad}");
+        }
+        for m in [0u32, 1, 0xffff, 0x8001, 0x1234] {
+            assert_eq!(ones16(m), m.count_ones());
+        }
+    }
+
+    #[test]
+    fn long_numbers_parse_exactly_and_twenty_digits_do_not_fit_the_fast_path() {
+        for n in [
+            u64::MAX / 10,
+            1_700_000_000_123_456_789,
+            9_999_999_999_999_999_999,
+        ] {
+            let line = format!("{n},");
+            let mut p = Parser {
+                s: "",
+                b: line.as_bytes(),
+                i: 0,
+                scratch: String::new(),
+            };
+            assert_eq!(p.digits(), Some(n));
+        }
+        let mut p = Parser {
+            s: "",
+            b: b"18446744073709551615,",
+            i: 0,
+            scratch: String::new(),
+        };
+        assert_eq!(p.digits(), None, "20 digits go to the general path");
+    }
 }
