@@ -197,15 +197,6 @@ pub fn parse_answer(line: &[u8]) -> R<Answer> {
     Ok(a)
 }
 
-macro_rules! once {
-    ($p:expr, $seen:ident, $bit:expr, $name:expr) => {
-        if $seen & $bit != 0 {
-            return $p.err(concat!("duplicate field `", $name, "`"));
-        }
-        $seen |= $bit;
-    };
-}
-
 impl<'a> Parser<'a> {
     fn err<T>(&self, what: &str) -> R<T> {
         Err(ParseError {
@@ -243,9 +234,10 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Iterates the members of an object whose interesting keys are `keys`:
-    /// calls `f` with the index of each member's key in `keys` (`None` for
-    /// other keys), after the colon has been consumed.
+    /// Iterates the members of an object whose fields are `keys`: calls `f`
+    /// with the index of each member's key in `keys` (`None` for other keys,
+    /// which `f` must skip), after the colon has been consumed. Every field
+    /// must appear exactly once: a duplicate or a missing one is an error.
     ///
     /// Fast path: producers write keys in a fixed order, so the key after
     /// key `k` is first tried, byte for byte, as `keys[k + 1]` (quoted and
@@ -257,6 +249,7 @@ impl<'a> Parser<'a> {
         mut f: impl FnMut(&mut Self, Option<usize>) -> R<()>,
     ) -> R<()> {
         let guess = std::cell::Cell::new(0usize);
+        let mut seen = 0u32;
         self.object_with(
             |p| {
                 let g = guess.get() % N;
@@ -280,10 +273,18 @@ impl<'a> Parser<'a> {
                 };
                 if let Some(i) = idx {
                     guess.set(i + 1);
+                    if seen & (1 << i) != 0 {
+                        return p.err(&format!("duplicate field `{}`", keys[i]));
+                    }
+                    seen |= 1 << i;
                 }
                 f(p, idx)
             },
-        )
+        )?;
+        match (0..N).find(|i| seen & (1 << i) == 0) {
+            Some(i) => self.err(&format!("missing field `{}`", keys[i])),
+            None => Ok(()),
+        }
     }
 
     /// Iterates the members of an object: calls `f` with each key (after the
@@ -348,63 +349,41 @@ impl<'a> Parser<'a> {
 
     fn answer(&mut self) -> R<Answer> {
         let mut a = Answer::default();
-        let mut seen = 0u32;
         const KEYS: [&str; 6] = ["seq", "ts", "answer_id", "user", "stats", "text"];
         self.members(KEYS, |p, k| {
             match k {
                 Some(0) => {
-                    once!(p, seen, 1, "seq");
                     a.seq = p.u64()?;
                 }
                 Some(1) => {
-                    once!(p, seen, 2, "ts");
                     a.ts = p.u64()?;
                 }
                 Some(2) => {
-                    once!(p, seen, 4, "answer_id");
                     a.answer_id = p.u64()?;
                 }
                 Some(3) => {
-                    once!(p, seen, 8, "user");
                     p.user(&mut a)?;
                 }
                 Some(4) => {
-                    once!(p, seen, 16, "stats");
                     p.stats(&mut a)?;
                 }
                 Some(5) => {
-                    once!(p, seen, 32, "text");
                     p.text(&mut a)?;
                 }
                 _ => p.skip_value(1)?,
             }
             Ok(())
         })?;
-        for (bit, name) in [
-            (1, "seq"),
-            (2, "ts"),
-            (4, "answer_id"),
-            (8, "user"),
-            (16, "stats"),
-            (32, "text"),
-        ] {
-            if seen & bit == 0 {
-                return self.err(&format!("missing field `{name}`"));
-            }
-        }
         Ok(a)
     }
 
     fn user(&mut self, a: &mut Answer) -> R<()> {
-        let mut seen = 0u32;
         self.members(["id", "name", "reputation"], |p, k| {
             match k {
                 Some(0) => {
-                    once!(p, seen, 1, "id");
                     a.user_id = p.u32()?;
                 }
                 Some(1) => {
-                    once!(p, seen, 2, "name");
                     if p.peek() != Some(b'"') {
                         return p.err("invalid type: expected a string");
                     }
@@ -415,46 +394,31 @@ impl<'a> Parser<'a> {
                     };
                 }
                 Some(2) => {
-                    once!(p, seen, 4, "reputation");
                     a.reputation = p.u32()?;
                 }
                 _ => p.skip_value(1)?,
             }
             Ok(())
         })?;
-        for (bit, name) in [(1, "id"), (2, "name"), (4, "reputation")] {
-            if seen & bit == 0 {
-                return self.err(&format!("missing field `{name}`"));
-            }
-        }
         Ok(())
     }
 
     fn stats(&mut self, a: &mut Answer) -> R<()> {
-        let mut seen = 0u32;
         self.members(["likes", "favorites", "comments"], |p, k| {
             match k {
                 Some(0) => {
-                    once!(p, seen, 1, "likes");
                     a.likes = p.u32()?;
                 }
                 Some(1) => {
-                    once!(p, seen, 2, "favorites");
                     a.favorites = p.u32()?;
                 }
                 Some(2) => {
-                    once!(p, seen, 4, "comments");
                     a.comments = p.u32()?;
                 }
                 _ => p.skip_value(1)?,
             }
             Ok(())
         })?;
-        for (bit, name) in [(1, "likes"), (2, "favorites"), (4, "comments")] {
-            if seen & bit == 0 {
-                return self.err(&format!("missing field `{name}`"));
-            }
-        }
         Ok(())
     }
 
