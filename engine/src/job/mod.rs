@@ -55,6 +55,18 @@ struct Inner {
     parallelism: usize,
 }
 
+impl Inner {
+    fn new(name: String) -> Self {
+        Inner {
+            name,
+            nodes: Vec::new(),
+            edges: Vec::new(),
+            errors: Vec::new(),
+            parallelism: 1,
+        }
+    }
+}
+
 /// Builds a job. See the [module docs](self).
 pub struct JobBuilder {
     inner: Rc<RefCell<Inner>>,
@@ -87,13 +99,7 @@ impl JobBuilder {
     /// A new, empty job. Operators get parallelism 1 unless told otherwise.
     pub fn new(name: impl Into<String>) -> Self {
         JobBuilder {
-            inner: Rc::new(RefCell::new(Inner {
-                name: name.into(),
-                nodes: Vec::new(),
-                edges: Vec::new(),
-                errors: Vec::new(),
-                parallelism: 1,
-            })),
+            inner: Rc::new(RefCell::new(Inner::new(name.into()))),
         }
     }
 
@@ -145,16 +151,7 @@ impl JobBuilder {
     /// Validates the graph and returns the job.
     pub fn build(self) -> Result<Job, BuildError> {
         // Streams may outlive the builder; they keep an emptied graph.
-        let inner = std::mem::replace(
-            &mut *self.inner.borrow_mut(),
-            Inner {
-                name: String::new(),
-                nodes: Vec::new(),
-                edges: Vec::new(),
-                errors: Vec::new(),
-                parallelism: 1,
-            },
-        );
+        let inner = std::mem::replace(&mut *self.inner.borrow_mut(), Inner::new(String::new()));
         let Inner {
             name,
             nodes,

@@ -79,7 +79,9 @@ impl<T: 'static> Port for SourcePort<T> {
         let mut now = self.ctx.clock.now();
         let mut moved = 0;
         let mut outcome = None;
-        while moved < budget {
+        // Stop early when an output ring is full: what this poll already
+        // produced waits in the (bounded) overflow until the ring drains.
+        while moved < budget && self.ctx.blocked.get() == 0 {
             let ingest = match &mut self.pacer {
                 Some(p) => {
                     let due = p.due(self.seq, now);
