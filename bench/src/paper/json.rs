@@ -150,6 +150,18 @@ fn ones16(m: u32) -> u32 {
     (T[(m & 0xff) as usize] + T[((m >> 8) & 0xff) as usize]) as u32
 }
 
+/// A name from raw string bytes (no escapes): validated as UTF-8, with the
+/// all-ASCII case (the common one) checked word-at-a-time instead.
+#[inline]
+fn utf8_name(bytes: &[u8]) -> Option<CompactString> {
+    if bytes.is_ascii() {
+        // SAFETY: every byte is ASCII, and ASCII is valid UTF-8.
+        Some(unsafe { CompactString::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes).ok().map(CompactString::from)
+    }
+}
+
 /// Equality of two short byte strings without a `memcmp` call.
 #[inline(always)]
 fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
@@ -806,7 +818,7 @@ impl<'a> Parser<'a> {
             }
             self.i += 1;
         }
-        a.user_name = CompactString::from(std::str::from_utf8(&self.b[start..self.i]).ok()?);
+        a.user_name = utf8_name(&self.b[start..self.i])?;
         self.lit(b"\",\"reputation\":")?;
         a.reputation = u32::try_from(self.digits()?).ok()?;
         self.lit(b"},\"stats\":{\"likes\":")?;
