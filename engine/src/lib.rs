@@ -69,6 +69,7 @@ pub mod metrics;
 pub mod operator;
 pub mod queue;
 pub mod record;
+pub mod recovery;
 pub mod runtime;
 pub mod state;
 pub mod sync;

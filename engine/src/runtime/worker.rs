@@ -188,18 +188,18 @@ fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
         NodeKind::Binary(build) => {
             let down = build_out(w, head, inst, ctx, &mut tb);
             let (first, second, check) = build(build_cx(w, head, inst, ctx), down);
-            let mut checks = std::mem::take(&mut tb.checks);
-            let downstream_gate = if checks.is_empty() {
-                None
-            } else {
-                let shared = Gate::new(checks.drain(..).collect());
-                shared.map(|g| Box::new(move || g.is_open()) as Box<dyn Fn() -> bool>)
-            };
+            // Co-operators chained further down gate both inputs of this
+            // one (records of either input reach them); this one's own
+            // readiness gates its first input only.
+            let downstream = Gate::new(std::mem::take(&mut tb.checks));
             let mut first_checks = vec![check];
-            first_checks.extend(downstream_gate);
+            if let Some(g) = &downstream {
+                let g = Rc::clone(g);
+                first_checks.push(Box::new(move || g.is_open()));
+            }
             // The second input first: it is what a gated first input waits for.
             vec![
-                input_port(w, in_edge(1), inst, second, None, ctx),
+                input_port(w, in_edge(1), inst, second, downstream, ctx),
                 input_port(w, in_edge(0), inst, first, Gate::new(first_checks), ctx),
             ]
         }
