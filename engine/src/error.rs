@@ -77,6 +77,9 @@ pub enum JobError {
         #[source]
         source: std::io::Error,
     },
+    /// An operator's input channel broke.
+    #[error("operator `{operator}` (instance {instance}): input channel cut")]
+    ChannelCut { operator: String, instance: usize },
     /// A worker thread died outside of operator code (an engine bug).
     #[error("worker {worker} died: {message}")]
     WorkerDied { worker: usize, message: String },
@@ -89,9 +92,9 @@ impl JobError {
     /// The name of the operator the error is about, if any.
     pub fn operator(&self) -> Option<&str> {
         match self {
-            JobError::OperatorPanicked { operator, .. } | JobError::Io { operator, .. } => {
-                Some(operator)
-            }
+            JobError::OperatorPanicked { operator, .. }
+            | JobError::Io { operator, .. }
+            | JobError::ChannelCut { operator, .. } => Some(operator),
             _ => None,
         }
     }

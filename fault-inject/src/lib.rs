@@ -10,7 +10,15 @@
 //! cut@OPERATOR:TUPLE_ID             the operator's input channel breaks
 //! ```
 //!
-//! A fault fires once, the first time that operator sees that tuple ID.
+//! A fault fires once, the first time that operator sees that tuple ID —
+//! once per run of the injector, so a fault does not fire again when a
+//! recovered job replays the record.
+//!
+//! [`FaultInjector`] turns specs into probes the engine consults before each
+//! record of the named operators (see `tandem::runtime::probe`). The number
+//! in a spec names a record as the *workload* counts them (the paper
+//! pipeline: its input sequence number); a resolver given by the workload
+//! maps it to the engine's [`TupleId`] (source partition, sequence).
 //!
 //! ```
 //! use tandem_fault_inject::{FaultKind, FaultSpec};
@@ -24,6 +32,11 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tandem::runtime::probe::{ProbeAction, ProbeFactory, RecordProbe};
+use tandem::TupleId;
 
 /// What happens when a fault fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -149,9 +162,122 @@ impl fmt::Display for FaultSpec {
     }
 }
 
+/// One armed fault.
+#[derive(Debug)]
+struct Armed {
+    spec: FaultSpec,
+    target: TupleId,
+    fired: AtomicBool,
+}
+
+/// Injects faults into a running job through the engine's probe seam.
+///
+/// Install it with `RuntimeConfig::probes`. Keep the same injector across
+/// restarts of a job so that each fault fires exactly once.
+#[derive(Debug, Clone)]
+pub struct FaultInjector {
+    faults: Arc<Vec<Arc<Armed>>>,
+}
+
+impl FaultInjector {
+    /// Arms `specs`; `resolve` maps a spec's record number to the tuple ID
+    /// the engine assigns that record.
+    pub fn new(specs: &[FaultSpec], resolve: impl Fn(u64) -> TupleId) -> Self {
+        FaultInjector {
+            faults: Arc::new(
+                specs
+                    .iter()
+                    .map(|s| {
+                        Arc::new(Armed {
+                            target: resolve(s.tuple_id),
+                            spec: s.clone(),
+                            fired: AtomicBool::new(false),
+                        })
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Each spec and whether it has fired.
+    pub fn status(&self) -> Vec<(FaultSpec, bool)> {
+        self.faults
+            .iter()
+            .map(|f| (f.spec.clone(), f.fired.load(Ordering::SeqCst)))
+            .collect()
+    }
+}
+
+struct OperatorFaults(Vec<Arc<Armed>>);
+
+impl RecordProbe for OperatorFaults {
+    fn before(&mut self, id: TupleId) -> ProbeAction {
+        for f in &self.0 {
+            if f.target == id && !f.fired.swap(true, Ordering::SeqCst) {
+                return match f.spec.kind {
+                    FaultKind::Panic => ProbeAction::Panic(format!("injected fault {}", f.spec)),
+                    FaultKind::Stall { millis } => {
+                        ProbeAction::Stall(Duration::from_millis(millis))
+                    }
+                    FaultKind::Cut => ProbeAction::CutInput,
+                };
+            }
+        }
+        ProbeAction::Continue
+    }
+}
+
+impl ProbeFactory for FaultInjector {
+    fn probe(&self, operator: &str, _instance: usize) -> Option<Box<dyn RecordProbe>> {
+        let mine: Vec<Arc<Armed>> = self
+            .faults
+            .iter()
+            .filter(|f| f.spec.operator == operator)
+            .cloned()
+            .collect();
+        (!mine.is_empty()).then(|| Box::new(OperatorFaults(mine)) as Box<dyn RecordProbe>)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fault_fires_once_on_its_tuple_and_only_in_its_operator() {
+        let specs: Vec<FaultSpec> = ["panic@map:7", "stall@map:9:5", "cut@sink:3"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let inj = FaultInjector::new(&specs, |n| TupleId::new(1, n));
+        assert!(inj.probe("filter", 0).is_none());
+        let mut map = inj.probe("map", 0).unwrap();
+        let mut map_other_instance = inj.probe("map", 1).unwrap();
+        assert_eq!(map.before(TupleId::new(0, 7)), ProbeAction::Continue);
+        assert!(matches!(
+            map.before(TupleId::new(1, 7)),
+            ProbeAction::Panic(_)
+        ));
+        // Fired once, for every instance and every later probe (a restart).
+        assert_eq!(
+            map_other_instance.before(TupleId::new(1, 7)),
+            ProbeAction::Continue
+        );
+        assert_eq!(
+            inj.probe("map", 0).unwrap().before(TupleId::new(1, 7)),
+            ProbeAction::Continue
+        );
+        assert_eq!(
+            map.before(TupleId::new(1, 9)),
+            ProbeAction::Stall(Duration::from_millis(5))
+        );
+        assert_eq!(
+            inj.probe("sink", 2).unwrap().before(TupleId::new(1, 3)),
+            ProbeAction::CutInput
+        );
+        let fired: Vec<bool> = inj.status().into_iter().map(|(_, f)| f).collect();
+        assert_eq!(fired, vec![true, true, true]);
+    }
 
     #[test]
     fn every_kind_round_trips_through_text() {

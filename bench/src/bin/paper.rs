@@ -53,6 +53,12 @@ struct Args {
     /// Slots per ring between tasks.
     #[arg(long, default_value_t = 1024)]
     ring_capacity: usize,
+    /// Inject a fault: panic@OPERATOR:N, stall@OPERATOR:N:MILLIS or
+    /// cut@OPERATOR:N, where N is the input record's seq (repeatable). Until
+    /// a recovery strategy exists, a panic or a cut ends the run with an
+    /// error naming the operator; a stall delays it.
+    #[arg(long = "fault")]
+    faults: Vec<tandem_fault_inject::FaultSpec>,
 }
 
 fn parse_chaining(s: &str) -> Result<Chaining, String> {
@@ -130,6 +136,13 @@ fn main() -> anyhow::Result<()> {
         .ring_capacity(args.ring_capacity);
     if let Some(d) = &args.run_dir {
         cfg = cfg.run_dir(d);
+    }
+    if !args.faults.is_empty() {
+        let (len, p) = (args.records, parallelism);
+        let injector = tandem_fault_inject::FaultInjector::new(&args.faults, move |n| {
+            paper::tuple_of(len, p, n)
+        });
+        cfg = cfg.probes(std::sync::Arc::new(injector));
     }
 
     let cpu0 = rusage::process_cpu_time();

@@ -240,6 +240,22 @@ impl JsonSource {
     }
 }
 
+/// The tuple ID the engine gives input record `n` (its `seq`) when the
+/// source has `parallelism` partitions over `len` records: the partition
+/// whose range holds `n`, and the offset within it.
+pub fn tuple_of(len: u64, parallelism: usize, n: u64) -> tandem::TupleId {
+    let p = parallelism as u64;
+    // The partition i with len*i/p <= n < len*(i+1)/p.
+    let mut i = (n.saturating_mul(p) / len.max(1)).min(p.saturating_sub(1));
+    while i > 0 && len * i / p > n {
+        i -= 1;
+    }
+    while i + 1 < p && len * (i + 1) / p <= n {
+        i += 1;
+    }
+    tandem::TupleId::new(i as u32, n - len * i / p)
+}
+
 impl Source<LineRef> for JsonSource {
     #[inline]
     fn poll_next(&mut self) -> SourcePoll<LineRef> {
@@ -631,6 +647,23 @@ mod tests {
                 }
             }
             proptest::prop_assert!(agree(&line).is_ok(), "{}", agree(&line).unwrap_err());
+        }
+    }
+
+    #[test]
+    fn tuple_of_names_the_partition_and_offset_the_source_assigns() {
+        for (len, p) in [(10u64, 3usize), (1_000_003, 4), (7, 1), (5, 8)] {
+            let mut expect = Vec::new();
+            for i in 0..p {
+                let s = JsonSource::partition(len, 0, i, p);
+                for (k, n) in (s.next..s.end).enumerate() {
+                    expect.push((n, tandem::TupleId::new(i as u32, k as u64)));
+                }
+            }
+            assert_eq!(expect.len() as u64, len);
+            for (n, id) in expect.into_iter().step_by(997) {
+                assert_eq!(tuple_of(len, p, n), id, "len {len} p {p} n {n}");
+            }
         }
     }
 

@@ -37,7 +37,11 @@ pub(crate) struct BuildCx {
     pub(crate) ctx: Rc<TaskCtx>,
     pub(crate) slot: OpSlot,
     pub(crate) info: OperatorInfo,
+    pub(crate) probe: Probe,
 }
+
+/// An operator instance's probe, if the runtime installed one.
+pub(crate) type Probe = Option<Box<dyn crate::runtime::probe::RecordProbe>>;
 
 /// Builds a source port: `(cx, downstream collector, rate, gate) -> port`.
 pub(crate) type SourceBuild =

@@ -136,6 +136,7 @@ impl JobBuilder {
                 per_partition,
                 gate,
                 cx.slot,
+                cx.probe,
             ))
         });
         let node = add_node(
@@ -328,7 +329,7 @@ impl<T: Data> Stream<T> {
     {
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<U>>(down, "process output");
-            let op = ProcessOp::new(factory(&cx.info), down, cx.ctx, cx.slot);
+            let op = ProcessOp::new(factory(&cx.info), down, cx.ctx, cx.slot, cx.probe);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         let node = add_node(
@@ -427,7 +428,7 @@ impl<T: Data> Stream<T> {
         F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
     {
         let build: graph::SinkBuild = Arc::new(move |cx: BuildCx| {
-            let op = SinkOp::new(factory(&cx.info), cx.ctx, cx.slot);
+            let op = SinkOp::new(factory(&cx.info), cx.ctx, cx.slot, cx.probe);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         add_node(
@@ -480,7 +481,14 @@ where
         let key = Arc::clone(&self.key);
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<U>>(down, "keyed output");
-            let op = KeyedOp::new(factory(&cx.info), Arc::clone(&key), down, cx.ctx, cx.slot);
+            let op = KeyedOp::new(
+                factory(&cx.info),
+                Arc::clone(&key),
+                down,
+                cx.ctx,
+                cx.slot,
+                cx.probe,
+            );
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         let node = add_node(
@@ -578,7 +586,7 @@ impl<A: Data, B: Data> Connected<A, B> {
         let build: graph::BinaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<U>>(down, "connect output");
             let (a, b, gate) =
-                build_co_ports::<A, B, U, P>(factory(&cx.info), down, cx.ctx, cx.slot);
+                build_co_ports::<A, B, U, P>(factory(&cx.info), down, cx.ctx, cx.slot, cx.probe);
             (Box::new(a) as AnyBox, Box::new(b) as AnyBox, gate)
         });
         let node = add_node(

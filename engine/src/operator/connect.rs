@@ -3,7 +3,8 @@
 //! Both ports live in the same task, so they share the operator through an
 //! `Rc<RefCell<_>>`; the runtime never calls them re-entrantly.
 
-use super::{CoProcess, Collector, Output};
+use super::{run_probe, CoProcess, Collector, Output};
+use crate::job::graph::Probe;
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::cell::RefCell;
@@ -15,6 +16,7 @@ struct Core<A, B, O, P> {
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
+    probe: Probe,
     ended: [bool; 2],
     seen: u64,
     emitted: u64,
@@ -50,6 +52,10 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<A> for First<A, B, O, P> {
         let core = &mut *self.0.borrow_mut();
         core.seen += 1;
         let prev = core.ctx.enter(core.slot.op);
+        if !run_probe(&mut core.probe, rec.id, &core.ctx, core.slot.op) {
+            core.ctx.leave(prev);
+            return;
+        }
         let mut out = Output::new(&mut *core.down, &mut core.emitted, &core.ctx, core.slot.op)
             .with_envelope(&rec);
         core.op.process_first(rec, &mut out);
@@ -93,6 +99,7 @@ pub(crate) fn build_co_ports<A, B, O, P>(
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
+    probe: Probe,
 ) -> CoPorts<A, B>
 where
     A: 'static,
@@ -105,6 +112,7 @@ where
         down,
         ctx,
         slot,
+        probe,
         ended: [false, false],
         seen: 0,
         emitted: 0,

@@ -4,7 +4,8 @@
 //! (see `runtime::channel`), so every key lives in exactly one instance and
 //! its state never crosses a core.
 
-use super::{Collector, KeyedProcess, Output};
+use super::{run_probe, Collector, KeyedProcess, Output};
+use crate::job::graph::Probe;
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::KeyedState;
@@ -19,6 +20,7 @@ pub(crate) struct KeyedOp<K, T, O, P: KeyedProcess<K, T, O>> {
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
+    probe: Probe,
     seen: u64,
     emitted: u64,
 }
@@ -34,6 +36,7 @@ where
         down: Box<dyn Collector<O>>,
         ctx: Rc<TaskCtx>,
         slot: OpSlot,
+        probe: Probe,
     ) -> Self {
         KeyedOp {
             op,
@@ -42,6 +45,7 @@ where
             down,
             ctx,
             slot,
+            probe,
             seen: 0,
             emitted: 0,
         }
@@ -57,6 +61,10 @@ where
     fn collect(&mut self, rec: Record<T>) {
         self.seen += 1;
         let prev = self.ctx.enter(self.slot.op);
+        if !run_probe(&mut self.probe, rec.id, &self.ctx, self.slot.op) {
+            self.ctx.leave(prev);
+            return;
+        }
         let key = (self.key)(&rec.value);
         let state = self.state.get_or_default(&key);
         let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op)

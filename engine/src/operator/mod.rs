@@ -40,9 +40,34 @@ pub(crate) use tee::{Null, Tee};
 pub(crate) use unary::ProcessOp;
 
 use crate::record::{Nanos, Record, TupleId};
+use crate::runtime::probe::ProbeAction;
 use crate::runtime::task::TaskCtx;
 use std::fmt::Display;
 use std::sync::Arc;
+
+/// Runs an instance's probe (if any) before record `id`; returns whether the
+/// record may be processed.
+#[inline]
+pub(crate) fn run_probe(
+    probe: &mut crate::job::graph::Probe,
+    id: TupleId,
+    ctx: &TaskCtx,
+    op: usize,
+) -> bool {
+    let Some(p) = probe else { return true };
+    match p.before(id) {
+        ProbeAction::Continue => true,
+        ProbeAction::Panic(message) => panic!("{message}"),
+        ProbeAction::Stall(d) => {
+            std::thread::sleep(d);
+            true
+        }
+        ProbeAction::CutInput => {
+            ctx.fail_cut(op);
+            false
+        }
+    }
+}
 
 /// Who an operator instance is: handed to every operator factory.
 #[derive(Clone, Debug)]

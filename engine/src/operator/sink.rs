@@ -6,7 +6,8 @@
 //! buffered and all get the same "now" at the next flush. That can only
 //! *over*state latency (by at most one batch), never understate it.
 
-use super::{Collector, Sink};
+use super::{run_probe, Collector, Sink};
+use crate::job::graph::Probe;
 use crate::metrics::LatencyHistogram;
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
@@ -18,6 +19,7 @@ pub(crate) struct SinkOp<T, S> {
     sink: S,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
+    probe: Probe,
     stamps: Vec<u64>,
     hist: LatencyHistogram,
     seen: u64,
@@ -26,11 +28,12 @@ pub(crate) struct SinkOp<T, S> {
 }
 
 impl<T, S: Sink<T>> SinkOp<T, S> {
-    pub(crate) fn new(sink: S, ctx: Rc<TaskCtx>, slot: OpSlot) -> Self {
+    pub(crate) fn new(sink: S, ctx: Rc<TaskCtx>, slot: OpSlot, probe: Probe) -> Self {
         SinkOp {
             sink,
             ctx,
             slot,
+            probe,
             stamps: Vec::with_capacity(STAMP_BATCH),
             hist: LatencyHistogram::new(),
             seen: 0,
@@ -65,6 +68,10 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
             return;
         }
         let prev = self.ctx.enter(self.slot.op);
+        if !run_probe(&mut self.probe, rec.id, &self.ctx, self.slot.op) {
+            self.ctx.leave(prev);
+            return;
+        }
         if let Err(e) = self.sink.write(rec) {
             self.failed = true;
             self.ctx.fail_io(self.slot.op, "sink write failed", None, e);

@@ -1,6 +1,7 @@
 //! The chain hop around a one-input [`Process`] operator.
 
-use super::{Collector, Output, Process};
+use super::{run_probe, Collector, Output, Process};
+use crate::job::graph::Probe;
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::marker::PhantomData;
@@ -11,18 +12,26 @@ pub(crate) struct ProcessOp<I, O, P> {
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
+    probe: Probe,
     seen: u64,
     emitted: u64,
     _in: PhantomData<fn(I)>,
 }
 
 impl<I, O, P: Process<I, O>> ProcessOp<I, O, P> {
-    pub(crate) fn new(op: P, down: Box<dyn Collector<O>>, ctx: Rc<TaskCtx>, slot: OpSlot) -> Self {
+    pub(crate) fn new(
+        op: P,
+        down: Box<dyn Collector<O>>,
+        ctx: Rc<TaskCtx>,
+        slot: OpSlot,
+        probe: Probe,
+    ) -> Self {
         ProcessOp {
             op,
             down,
             ctx,
             slot,
+            probe,
             seen: 0,
             emitted: 0,
             _in: PhantomData,
@@ -35,6 +44,10 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
     fn collect(&mut self, rec: Record<I>) {
         self.seen += 1;
         let prev = self.ctx.enter(self.slot.op);
+        if !run_probe(&mut self.probe, rec.id, &self.ctx, self.slot.op) {
+            self.ctx.leave(prev);
+            return;
+        }
         let out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op)
             .with_envelope(&rec);
         let mut out = out;

@@ -23,6 +23,7 @@
 pub(crate) mod channel;
 pub(crate) mod dead_letter;
 pub mod placement;
+pub mod probe;
 pub(crate) mod source;
 pub(crate) mod task;
 mod worker;
@@ -65,6 +66,14 @@ pub struct RuntimeConfig {
     pub yield_for: Duration,
     /// Longest a parked worker sleeps before re-checking.
     pub park_max: Duration,
+    /// Per-record probes (fault injection); `None` for production runs.
+    pub probes: Option<Arc<dyn probe::ProbeFactory>>,
+}
+
+impl std::fmt::Debug for dyn probe::ProbeFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProbeFactory")
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -80,6 +89,7 @@ impl Default for RuntimeConfig {
             spin: Duration::from_micros(50),
             yield_for: Duration::from_micros(500),
             park_max: Duration::from_millis(1),
+            probes: None,
         }
     }
 }
@@ -108,6 +118,11 @@ impl RuntimeConfig {
     /// Pins (or not) worker threads.
     pub fn pin(mut self, pin: bool) -> Self {
         self.pin = pin;
+        self
+    }
+    /// Installs per-record probes (see [`probe`]).
+    pub fn probes(mut self, probes: Arc<dyn probe::ProbeFactory>) -> Self {
+        self.probes = Some(probes);
         self
     }
     /// Sets the run directory.

@@ -2,8 +2,9 @@
 //! ingest times, paces a rate-limited source and ends the chain at the end.
 
 use super::task::{Gate, OpSlot, Poll, Port, TaskCtx};
+use crate::job::graph::Probe;
 use crate::job::source::{Source, SourcePoll};
-use crate::operator::Collector;
+use crate::operator::{run_probe, Collector};
 use crate::record::{Nanos, Record, TupleId};
 use std::rc::Rc;
 
@@ -40,6 +41,7 @@ pub(crate) struct SourcePort<T> {
     pacer: Option<Pacer>,
     gate: Option<Rc<Gate>>,
     slot: OpSlot,
+    probe: Probe,
     ended: bool,
 }
 
@@ -51,6 +53,7 @@ impl<T> SourcePort<T> {
         pacer: Option<Pacer>,
         gate: Option<Rc<Gate>>,
         slot: OpSlot,
+        probe: Probe,
     ) -> Self {
         SourcePort {
             src,
@@ -61,6 +64,7 @@ impl<T> SourcePort<T> {
             pacer,
             gate,
             slot,
+            probe,
             ended: false,
         }
     }
@@ -104,6 +108,12 @@ impl<T: 'static> Port for SourcePort<T> {
                     let id = TupleId::new(self.partition, self.seq);
                     self.seq += 1;
                     moved += 1;
+                    let prev = self.ctx.enter(self.slot.op);
+                    let go = run_probe(&mut self.probe, id, &self.ctx, self.slot.op);
+                    self.ctx.leave(prev);
+                    if !go {
+                        break;
+                    }
                     self.target.collect(Record {
                         id,
                         event_time,

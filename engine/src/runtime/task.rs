@@ -114,6 +114,17 @@ impl TaskCtx {
         }
     }
 
+    /// Records that `op`'s input channel broke; the worker ends the job.
+    pub(crate) fn fail_cut(&self, op: usize) {
+        let mut f = self.failure.borrow_mut();
+        if f.is_none() {
+            *f = Some(JobError::ChannelCut {
+                operator: self.shared.names[op].to_string(),
+                instance: self.instance,
+            });
+        }
+    }
+
     pub(crate) fn take_failure(&self) -> Option<JobError> {
         self.failure.borrow_mut().take()
     }

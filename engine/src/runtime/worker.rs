@@ -149,6 +149,11 @@ fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> Buil
             instance,
             parallelism: n.parallelism,
         },
+        probe: w
+            .config
+            .probes
+            .as_ref()
+            .and_then(|p| p.probe(&n.name, instance)),
     }
 }
 

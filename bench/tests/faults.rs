@@ -1,0 +1,99 @@
+//! Faults injected into the paper pipeline through the engine's probe seam:
+//! a stall leaves the output unchanged; a panic or a cut channel ends the
+//! job with an error naming the operator and instance (recovery comes with
+//! the checkpoint and standby strategies).
+
+use std::sync::Arc;
+use tandem::{JobError, RuntimeConfig};
+use tandem_bench::paper::{self, Input, PaperOptions};
+use tandem_fault_inject::{FaultInjector, FaultSpec};
+
+const RECORDS: u64 = 20_000;
+const P: usize = 2;
+
+fn run(
+    input: &Arc<Input>,
+    faults: &[&str],
+    out: Option<std::path::PathBuf>,
+) -> Result<(), JobError> {
+    let specs: Vec<FaultSpec> = faults.iter().map(|f| f.parse().unwrap()).collect();
+    let opts = PaperOptions {
+        parallelism: P,
+        rate: None,
+        output: out.clone(),
+    };
+    let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
+    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(RECORDS, P, n));
+    let cores = tandem::sys::affinity::available_cores().len().min(2);
+    let cfg = RuntimeConfig::default()
+        .cores(cores)
+        .probes(Arc::new(injector.clone()));
+    let result = job.run(&cfg).map(|_| ());
+    if let Some(o) = &out {
+        if result.is_ok() {
+            paper::merge_output(o, P).unwrap();
+        }
+    }
+    assert!(
+        injector.status().iter().all(|(_, fired)| *fired),
+        "every fault fired: {:?}",
+        injector.status()
+    );
+    result
+}
+
+fn sorted_lines(path: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn a_stalled_operator_delays_but_does_not_change_the_output() {
+    let dir = std::env::temp_dir().join(format!("tandem-faults-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = Arc::new(Input::generate(RECORDS, 4, 0, 1));
+    run(&input, &[], Some(dir.join("clean.jsonl"))).unwrap();
+    run(
+        &input,
+        &["stall@flatmap:15000:30", "stall@keyed:3:10"],
+        Some(dir.join("stalled.jsonl")),
+    )
+    .unwrap();
+    assert_eq!(
+        sorted_lines(&dir.join("clean.jsonl")),
+        sorted_lines(&dir.join("stalled.jsonl"))
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn an_injected_panic_ends_the_job_naming_operator_and_instance() {
+    let input = Arc::new(Input::generate(RECORDS, 4, 0, 1));
+    // Record 15000 lives in partition 1 (records 10000..20000).
+    match run(&input, &["panic@flatmap:15000"], None) {
+        Err(JobError::OperatorPanicked {
+            operator, instance, ..
+        }) => {
+            assert_eq!(operator, "flatmap");
+            assert_eq!(instance, 1);
+        }
+        other => panic!("expected a panic error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_cut_input_channel_ends_the_job_naming_the_operator() {
+    let input = Arc::new(Input::generate(RECORDS, 4, 0, 1));
+    match run(&input, &["cut@map:42"], None) {
+        Err(JobError::ChannelCut { operator, instance }) => {
+            assert_eq!(operator, "map");
+            assert_eq!(instance, 0);
+        }
+        other => panic!("expected a cut channel, got {other:?}"),
+    }
+}
