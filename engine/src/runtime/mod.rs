@@ -11,7 +11,7 @@
 //!    that runs them and never move.
 //! 4. Workers poll their tasks round robin. A worker with nothing to do spins
 //!    briefly, then yields, then parks; producers wake a parked worker when
-//!    they publish into one of its rings ([`channel::WorkerSignal`]).
+//!    they publish into one of its rings (`channel::WorkerSignal`).
 //! 5. End-of-stream flows through the rings as an `End` message; a task is
 //!    done when all its inputs ended and its outputs are flushed; a worker
 //!    exits when its tasks are done.
