@@ -1,4 +1,5 @@
-//! Operating-system glue: CPU discovery and pinning, process resource usage.
+//! Operating-system glue: CPU discovery and pinning, process resource usage,
+//! io_uring file writes.
 //!
 //! Everything here is a thin, fallible wrapper: callers get an error they can
 //! report, never a panic, when the machine lacks what the engine asks for.
@@ -6,3 +7,4 @@
 pub mod affinity;
 pub mod limits;
 pub mod rusage;
+pub mod uring;
