@@ -35,7 +35,8 @@
 //! runtime/   workers, placement, rings between tasks, supervision
 //! operator/  user-facing operator traits and their chain wrappers
 //! state/     keyed state       queue/  SPSC rings     record.rs  the envelope
-//! metrics.rs counters, HDR latency     sys/  affinity, rusage      sync.rs  loom shim
+//! checkpoint/ durable snapshots: files, manifests, retention, restore
+//! metrics.rs counters, HDR latency     sys/  affinity, rusage, io_uring   sync.rs  loom shim
 //! ```
 //!
 //! ## Embedding
@@ -63,6 +64,7 @@
 
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod error;
 pub mod job;
 pub mod metrics;
@@ -75,6 +77,7 @@ pub mod state;
 pub mod sync;
 pub mod sys;
 
+pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
 pub use job::source::{IterSource, Source, SourcePoll};
 pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};

@@ -1,0 +1,122 @@
+//! Errors of the checkpoint layer: each names the file and what failed.
+
+use std::path::PathBuf;
+
+/// Why a snapshot could not be written, published, listed or restored.
+///
+/// Variants found while reading (`BadMagic` … `Validate`) describe
+/// corruption or incompatibility of one file; restore code reports them and
+/// falls back to an older checkpoint, it never panics on them.
+#[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)]
+pub enum CheckpointError {
+    /// A system call on `path` failed.
+    #[error("{path}: {op}: {source}", path = path.display())]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file does not start with `TNDMSNAP`.
+    #[error("{path}: not a snapshot: magic is {found:02x?}, expected \"TNDMSNAP\"", path = path.display())]
+    BadMagic { path: PathBuf, found: [u8; 8] },
+    /// The file was written by a format this build cannot read.
+    #[error("{path}: format version {found} is not supported (this build reads {supported})", path = path.display())]
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    /// The header's own checksum does not match its bytes.
+    #[error("{path}: header checksum mismatch: stored {stored:#018x}, computed {computed:#018x}", path = path.display())]
+    HeaderChecksum {
+        path: PathBuf,
+        stored: u64,
+        computed: u64,
+    },
+    /// A header field is out of range (caught before the checksum when it
+    /// would make the checksum unreadable, e.g. a header length > 4096).
+    #[error("{path}: malformed header: {field}: {reason}", path = path.display())]
+    MalformedHeader {
+        path: PathBuf,
+        field: &'static str,
+        reason: String,
+    },
+    /// The file is shorter or longer than its header says.
+    #[error("{path}: file is {found} bytes, its header implies {expected}", path = path.display())]
+    Length {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    /// The payload's bytes do not hash to the header's checksum.
+    #[error("{path}: payload checksum mismatch: stored {stored:#018x}, computed {computed:#018x}", path = path.display())]
+    PayloadChecksum {
+        path: PathBuf,
+        stored: u64,
+        computed: u64,
+    },
+    /// The file's header disagrees with the manifest that lists it.
+    #[error("{path}: {field}: manifest says {expected}, file says {found}", path = path.display())]
+    ManifestMismatch {
+        path: PathBuf,
+        field: &'static str,
+        expected: String,
+        found: String,
+    },
+    /// A manifest could not be parsed.
+    #[error("{path}: bad manifest: {source}", path = path.display())]
+    Manifest {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The payload is not a valid archive of the requested type.
+    #[error("{path}: archived value failed validation: {source}", path = path.display())]
+    Validate {
+        path: PathBuf,
+        #[source]
+        source: rkyv::rancor::Error,
+    },
+    /// A value could not be serialized.
+    #[error("serializing snapshot state: {source}")]
+    Serialize {
+        #[source]
+        source: rkyv::rancor::Error,
+    },
+    /// The header fields of one snapshot exceed the 4096-byte header block.
+    #[error("operator `{operator}`: snapshot header needs {needed} bytes, the limit is {limit}")]
+    HeaderTooLarge {
+        operator: String,
+        needed: usize,
+        limit: usize,
+    },
+    /// An operator name that cannot be part of a file name.
+    #[error("operator name `{name}` cannot name a snapshot file: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    /// Two snapshots of one checkpoint share an operator instance.
+    #[error("checkpoint {id}: two snapshots for operator `{operator}` instance {instance}")]
+    Duplicate {
+        id: u64,
+        operator: String,
+        instance: u32,
+    },
+    /// A checkpoint or savepoint with this id is already published.
+    #[error("{path}: id {id} is already published", path = path.display())]
+    AlreadyPublished { id: u64, path: PathBuf },
+    /// The snapshot I/O thread has stopped (it panicked); nothing more can
+    /// be written through this store.
+    #[error("the snapshot I/O thread has stopped")]
+    WriterGone,
+}
+
+impl CheckpointError {
+    pub(crate) fn io(
+        path: impl Into<PathBuf>,
+        op: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| CheckpointError::Io { path, op, source }
+    }
+}

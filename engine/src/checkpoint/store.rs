@@ -1,0 +1,682 @@
+//! The snapshot store: one directory of checkpoints and savepoints, one I/O
+//! thread that writes and publishes them. The protocol is described in the
+//! [module docs](super#publish-protocol).
+
+use std::{
+    collections::HashSet,
+    fs::{self, File, OpenOptions},
+    io::Write,
+    os::unix::fs::OpenOptionsExt,
+    path::{Path, PathBuf},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
+
+use super::{
+    format::{Position, SnapshotBytes, SnapshotHeader, FORMAT_VERSION, HEADER_BLOCK},
+    restore::SnapshotFile,
+    CheckpointError,
+};
+use crate::sys::uring::{Backend, FileWriter};
+
+/// Checkpoints kept by default.
+pub const DEFAULT_RETAIN: usize = 3;
+
+/// The serialized state of one operator instance at one checkpoint.
+#[derive(Debug)]
+pub struct OperatorSnapshot {
+    /// Operator name (part of the file name: no `/`, NUL, `.` or `..`).
+    pub operator: String,
+    /// Operator instance.
+    pub instance: u32,
+    /// Tuple positions the state covers.
+    pub positions: Vec<Position>,
+    /// The rkyv payload.
+    pub bytes: SnapshotBytes,
+}
+
+/// Whether a snapshot set is a retained checkpoint or a savepoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotKind {
+    /// Periodic; subject to retention.
+    Checkpoint,
+    /// Taken on demand; never deleted by retention.
+    Savepoint,
+}
+
+/// One file of a manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Path relative to the manifest's directory.
+    pub path: String,
+    /// Operator name.
+    pub operator: String,
+    /// Operator instance.
+    pub instance: u32,
+    /// Tuple positions the snapshot covers.
+    pub positions: Vec<Position>,
+    /// File length (header block + padded payload).
+    pub file_len: u64,
+    /// Payload bytes.
+    pub payload_len: u64,
+    /// XXH3-64 of the payload.
+    pub payload_checksum: u64,
+}
+
+/// A published checkpoint or savepoint: what `manifest-<id>.json` (or
+/// `sp-<id>/manifest.json`) holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Snapshot format version of the files.
+    pub format_version: u32,
+    /// Checkpoint or savepoint.
+    pub kind: SnapshotKind,
+    /// Checkpoint id.
+    pub id: u64,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// The snapshot files.
+    pub files: Vec<FileEntry>,
+    /// Directory the file paths are relative to (not stored).
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+impl Manifest {
+    /// Reads and parses a manifest file.
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let bytes = fs::read(path).map_err(CheckpointError::io(path, "read"))?;
+        let mut m: Manifest =
+            serde_json::from_slice(&bytes).map_err(|source| CheckpointError::Manifest {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        m.dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Ok(m)
+    }
+
+    /// Absolute path of one of its files.
+    pub fn file_path(&self, entry: &FileEntry) -> PathBuf {
+        self.dir.join(&entry.path)
+    }
+
+    /// Total payload bytes.
+    pub fn payload_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.payload_len).sum()
+    }
+
+    /// Maps and verifies one of its files (header, length, checksum, and
+    /// agreement with this manifest).
+    pub fn open(&self, entry: &FileEntry) -> Result<SnapshotFile, CheckpointError> {
+        let path = self.file_path(entry);
+        let file = SnapshotFile::open(&path)?;
+        let h = file.header();
+        let mismatch = |field, expected: String, found: String| {
+            Err(CheckpointError::ManifestMismatch {
+                path: path.clone(),
+                field,
+                expected,
+                found,
+            })
+        };
+        if h.checkpoint_id != self.id {
+            return mismatch("id", self.id.to_string(), h.checkpoint_id.to_string());
+        }
+        if h.operator != entry.operator || h.instance != entry.instance {
+            return mismatch(
+                "operator",
+                format!("{}#{}", entry.operator, entry.instance),
+                format!("{}#{}", h.operator, h.instance),
+            );
+        }
+        if h.payload_len != entry.payload_len {
+            return mismatch(
+                "payload length",
+                entry.payload_len.to_string(),
+                h.payload_len.to_string(),
+            );
+        }
+        if h.payload_checksum != entry.payload_checksum {
+            return mismatch(
+                "payload checksum",
+                format!("{:#018x}", entry.payload_checksum),
+                format!("{:#018x}", h.payload_checksum),
+            );
+        }
+        if h.positions != entry.positions {
+            return mismatch(
+                "positions",
+                format!("{:?}", entry.positions),
+                format!("{:?}", h.positions),
+            );
+        }
+        Ok(file)
+    }
+
+    /// Verifies every file; the first error found, if any.
+    pub fn verify(&self) -> Result<(), CheckpointError> {
+        self.files.iter().try_for_each(|e| self.open(e).map(drop))
+    }
+}
+
+/// A checkpoint `latest_valid` passed over, and why.
+#[derive(Debug)]
+pub struct Skipped {
+    /// Its id.
+    pub id: u64,
+    /// What is wrong with it.
+    pub error: CheckpointError,
+}
+
+/// What [`SnapshotStore::latest_valid`] found.
+#[derive(Debug)]
+pub struct LatestValid {
+    /// The newest checkpoint whose manifest and files all verify.
+    pub checkpoint: Option<Manifest>,
+    /// Newer checkpoints that did not verify, newest first.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A published manifest found in a store directory.
+#[derive(Debug)]
+pub struct Listing {
+    /// Checkpoint or savepoint.
+    pub kind: SnapshotKind,
+    /// Its id (from the file name).
+    pub id: u64,
+    /// The manifest file.
+    pub manifest_path: PathBuf,
+}
+
+/// Every published manifest in `dir` (checkpoints and savepoints), by id.
+/// `*.tmp` files are unpublished and never listed.
+pub fn list(dir: &Path) -> Result<Vec<Listing>, CheckpointError> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(CheckpointError::io(dir, "read_dir"))? {
+        let entry = entry.map_err(CheckpointError::io(dir, "read_dir"))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(id) = checkpoint_manifest_id(name) {
+            out.push(Listing {
+                kind: SnapshotKind::Checkpoint,
+                id,
+                manifest_path: entry.path(),
+            });
+        } else if let Some(id) = name.strip_prefix("sp-").and_then(|s| s.parse().ok()) {
+            let manifest_path = entry.path().join(SAVEPOINT_MANIFEST);
+            if manifest_path.is_file() {
+                out.push(Listing {
+                    kind: SnapshotKind::Savepoint,
+                    id,
+                    manifest_path,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|l| (l.kind == SnapshotKind::Savepoint, l.id));
+    Ok(out)
+}
+
+const SAVEPOINT_MANIFEST: &str = "manifest.json";
+
+fn checkpoint_manifest_id(name: &str) -> Option<u64> {
+    name.strip_prefix("manifest-")?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+/// Opens a savepoint directory (`sp-<id>`, or any copy of one).
+pub fn open_savepoint(path: impl AsRef<Path>) -> Result<Manifest, CheckpointError> {
+    let m = Manifest::load(&path.as_ref().join(SAVEPOINT_MANIFEST))?;
+    m.verify()?;
+    Ok(m)
+}
+
+/// What the I/O thread reports once a set is durable and published.
+#[derive(Debug)]
+pub struct Published {
+    /// The manifest, as written.
+    pub manifest: Manifest,
+    /// Where it was published.
+    pub manifest_path: PathBuf,
+    /// How the bytes went to disk.
+    pub backend: Backend,
+    /// From the I/O thread taking the job to the last file fsynced.
+    pub write_time: Duration,
+    /// From the I/O thread taking the job to the directory fsync after the
+    /// manifest rename (the checkpoint's durability point).
+    pub publish_time: Duration,
+    /// Checkpoint ids retention deleted afterwards.
+    pub removed: Vec<u64>,
+}
+
+/// A submitted checkpoint or savepoint on its way to disk.
+#[must_use = "a pending snapshot reports I/O errors only through `wait`"]
+pub struct Pending {
+    id: u64,
+    rx: mpsc::Receiver<Result<Published, CheckpointError>>,
+}
+
+impl Pending {
+    /// The id submitted.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Blocks until the set is published (or failed).
+    pub fn wait(self) -> Result<Published, CheckpointError> {
+        self.rx.recv().map_err(|_| CheckpointError::WriterGone)?
+    }
+
+    /// The outcome if it is known, without blocking. Returns `Some` once.
+    pub fn try_wait(&mut self) -> Option<Result<Published, CheckpointError>> {
+        match self.rx.try_recv() {
+            Ok(r) => Some(r),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(Err(CheckpointError::WriterGone)),
+        }
+    }
+}
+
+struct Job {
+    kind: SnapshotKind,
+    id: u64,
+    snapshots: Vec<OperatorSnapshot>,
+    done: mpsc::SyncSender<Result<Published, CheckpointError>>,
+}
+
+/// A directory of checkpoints and savepoints and the thread writing them.
+///
+/// One store per directory: two stores (or processes) writing one
+/// directory would race on retention.
+pub struct SnapshotStore {
+    dir: PathBuf,
+    retain: usize,
+    tx: Option<mpsc::Sender<Job>>,
+    thread: Option<thread::JoinHandle<()>>,
+    backend_note: Option<String>,
+}
+
+impl SnapshotStore {
+    /// Opens (creating it if needed) the store in `dir`, keeping the newest
+    /// `retain` checkpoints (at least 1), and starts its I/O thread.
+    pub fn open(dir: impl Into<PathBuf>, retain: usize) -> Result<Self, CheckpointError> {
+        Self::open_with(dir, retain, FileWriter::new())
+    }
+
+    /// As [`open`](Self::open), writing through `writer` (e.g.
+    /// [`FileWriter::pwrite_only`]).
+    pub fn open_with(
+        dir: impl Into<PathBuf>,
+        retain: usize,
+        writer: FileWriter,
+    ) -> Result<Self, CheckpointError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(CheckpointError::io(&dir, "create_dir"))?;
+        let retain = retain.max(1);
+        let backend_note = writer
+            .fallback_reason()
+            .map(|e| format!("io_uring unavailable ({e}); snapshots use pwrite+fsync"));
+        let (tx, rx) = mpsc::channel::<Job>();
+        let io = IoThread {
+            dir: dir.clone(),
+            retain,
+            writer,
+        };
+        let thread = thread::Builder::new()
+            .name("tandem-snapshot-io".into())
+            .spawn(move || io.run(rx))
+            .map_err(CheckpointError::io(&dir, "spawn snapshot I/O thread"))?;
+        Ok(SnapshotStore {
+            dir,
+            retain,
+            tx: Some(tx),
+            thread: Some(thread),
+            backend_note,
+        })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Checkpoints kept.
+    pub fn retain(&self) -> usize {
+        self.retain
+    }
+
+    /// Why the store writes without io_uring, if it does.
+    pub fn backend_note(&self) -> Option<&str> {
+        self.backend_note.as_deref()
+    }
+
+    /// Queues checkpoint `id` for writing and returns at once; the I/O
+    /// thread writes, fsyncs and publishes it, then applies retention.
+    pub fn submit(&self, id: u64, snapshots: Vec<OperatorSnapshot>) -> Pending {
+        self.enqueue(SnapshotKind::Checkpoint, id, snapshots)
+    }
+
+    /// Queues savepoint `id` (`sp-<id>/`, never deleted by retention).
+    pub fn save_savepoint(&self, id: u64, snapshots: Vec<OperatorSnapshot>) -> Pending {
+        self.enqueue(SnapshotKind::Savepoint, id, snapshots)
+    }
+
+    fn enqueue(&self, kind: SnapshotKind, id: u64, snapshots: Vec<OperatorSnapshot>) -> Pending {
+        let (done, rx) = mpsc::sync_channel(1);
+        let job = Job {
+            kind,
+            id,
+            snapshots,
+            done,
+        };
+        // A send error drops `done`; `wait` then reports `WriterGone`.
+        let _ = self.tx.as_ref().map(|tx| tx.send(job));
+        Pending { id, rx }
+    }
+
+    /// Published checkpoints and savepoints, by id.
+    pub fn list(&self) -> Result<Vec<Listing>, CheckpointError> {
+        list(&self.dir)
+    }
+
+    /// The newest checkpoint whose manifest parses and whose every file
+    /// verifies (header, length, checksum, agreement with the manifest);
+    /// newer ones that fail are returned in `skipped` with the reason.
+    pub fn latest_valid(&self) -> Result<LatestValid, CheckpointError> {
+        let mut skipped = Vec::new();
+        let mut checkpoints: Vec<_> = self
+            .list()?
+            .into_iter()
+            .filter(|l| l.kind == SnapshotKind::Checkpoint)
+            .collect();
+        checkpoints.sort_by_key(|l| std::cmp::Reverse(l.id));
+        for l in checkpoints {
+            match Manifest::load(&l.manifest_path).and_then(|m| m.verify().map(|()| m)) {
+                Ok(m) => {
+                    return Ok(LatestValid {
+                        checkpoint: Some(m),
+                        skipped,
+                    })
+                }
+                Err(error) => skipped.push(Skipped { id: l.id, error }),
+            }
+        }
+        Ok(LatestValid {
+            checkpoint: None,
+            skipped,
+        })
+    }
+
+    /// Maps and verifies one file of a manifest for restoring.
+    pub fn restore(
+        &self,
+        manifest: &Manifest,
+        entry: &FileEntry,
+    ) -> Result<SnapshotFile, CheckpointError> {
+        manifest.open(entry)
+    }
+}
+
+impl Drop for SnapshotStore {
+    fn drop(&mut self) {
+        // Closing the channel lets the I/O thread finish queued jobs and end.
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The I/O thread's state: it alone touches the store's files.
+struct IoThread {
+    dir: PathBuf,
+    retain: usize,
+    writer: FileWriter,
+}
+
+impl IoThread {
+    fn run(mut self, rx: mpsc::Receiver<Job>) {
+        while let Ok(job) = rx.recv() {
+            let result = self.write_set(job.kind, job.id, job.snapshots);
+            let _ = job.done.send(result);
+        }
+    }
+
+    fn write_set(
+        &mut self,
+        kind: SnapshotKind,
+        id: u64,
+        snapshots: Vec<OperatorSnapshot>,
+    ) -> Result<Published, CheckpointError> {
+        let start = Instant::now();
+        let (set_dir, manifest_path) = match kind {
+            SnapshotKind::Checkpoint => (
+                self.dir.join(format!("chk-{id}")),
+                self.dir.join(format!("manifest-{id}.json")),
+            ),
+            SnapshotKind::Savepoint => {
+                let d = self.dir.join(format!("sp-{id}"));
+                let m = d.join(SAVEPOINT_MANIFEST);
+                (d, m)
+            }
+        };
+        if manifest_path.exists() {
+            return Err(CheckpointError::AlreadyPublished {
+                id,
+                path: manifest_path,
+            });
+        }
+        let mut seen = HashSet::new();
+        for s in &snapshots {
+            check_name(&s.operator)?;
+            if !seen.insert((s.operator.as_str(), s.instance)) {
+                return Err(CheckpointError::Duplicate {
+                    id,
+                    operator: s.operator.clone(),
+                    instance: s.instance,
+                });
+            }
+        }
+        fs::create_dir_all(&set_dir).map_err(CheckpointError::io(&set_dir, "create_dir"))?;
+        let created_at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut files = Vec::with_capacity(snapshots.len());
+        let mut backend = Backend::UringDirect;
+        for s in snapshots {
+            let name = format!("{}-{}.snap", s.operator, s.instance);
+            let path = set_dir.join(&name);
+            let (entry, b) = self.write_file(&path, id, created_at_ms, s)?;
+            backend = backend.max(b);
+            files.push(FileEntry {
+                path: name,
+                ..entry
+            });
+        }
+        fsync_dir(&mut self.writer, &set_dir)?;
+        let write_time = start.elapsed();
+
+        let manifest_dir = manifest_path.parent().unwrap().to_path_buf();
+        let mut manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            kind,
+            id,
+            created_at_ms,
+            files,
+            dir: manifest_dir.clone(),
+        };
+        if kind == SnapshotKind::Checkpoint {
+            for f in &mut manifest.files {
+                f.path = format!("chk-{id}/{}", f.path);
+            }
+        }
+        publish_manifest(&mut self.writer, &manifest, &manifest_path)?;
+        if kind == SnapshotKind::Savepoint {
+            // The `sp-<id>` entry itself must reach the store directory.
+            fsync_dir(&mut self.writer, &self.dir)?;
+        }
+        let publish_time = start.elapsed();
+        let removed = match kind {
+            SnapshotKind::Checkpoint => self.apply_retention()?,
+            SnapshotKind::Savepoint => Vec::new(),
+        };
+        Ok(Published {
+            manifest,
+            manifest_path,
+            backend,
+            write_time,
+            publish_time,
+            removed,
+        })
+    }
+
+    /// Writes one snapshot file: payload first (hashed while the device
+    /// works), then the header block, then fsync.
+    fn write_file(
+        &mut self,
+        path: &Path,
+        id: u64,
+        created_at_ms: u64,
+        s: OperatorSnapshot,
+    ) -> Result<(FileEntry, Backend), CheckpointError> {
+        let payload_len = s.bytes.len();
+        let mut image = s.bytes.into_image();
+        image.pad_to_block();
+        let (file, backend) = self
+            .writer
+            .create(path)
+            .map_err(CheckpointError::io(path, "create"))?;
+        let mut hasher = Xxh3::new();
+        let mut left = payload_len;
+        self.writer
+            .write_range(&file, &image, HEADER_BLOCK..image.len(), |piece| {
+                let n = piece.len().min(left);
+                hasher.update(&piece[..n]);
+                left -= n;
+            })
+            .map_err(CheckpointError::io(path, "write"))?;
+        let header = SnapshotHeader {
+            checkpoint_id: id,
+            operator: s.operator,
+            instance: s.instance,
+            positions: s.positions,
+            created_at_ms,
+            payload_len: payload_len as u64,
+            payload_checksum: hasher.digest(),
+        };
+        header.encode(&mut image[..HEADER_BLOCK])?;
+        self.writer
+            .write_range(&file, &image, 0..HEADER_BLOCK, |_| {})
+            .map_err(CheckpointError::io(path, "write"))?;
+        self.writer
+            .fsync(&file)
+            .map_err(CheckpointError::io(path, "fsync"))?;
+        let entry = FileEntry {
+            path: String::new(),
+            file_len: header.file_len(),
+            operator: header.operator,
+            instance: header.instance,
+            positions: header.positions,
+            payload_len: header.payload_len,
+            payload_checksum: header.payload_checksum,
+        };
+        Ok((entry, backend))
+    }
+
+    /// Deletes checkpoints beyond the newest `retain`, manifest first (so no
+    /// published manifest ever names a deleted file), and unpublished
+    /// `chk-<id>` leftovers older than the newest published checkpoint.
+    fn apply_retention(&mut self) -> Result<Vec<u64>, CheckpointError> {
+        let mut ids: Vec<u64> = list(&self.dir)?
+            .into_iter()
+            .filter(|l| l.kind == SnapshotKind::Checkpoint)
+            .map(|l| l.id)
+            .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let newest = ids.first().copied();
+        let mut removed = Vec::new();
+        for &id in ids.iter().skip(self.retain) {
+            let m = self.dir.join(format!("manifest-{id}.json"));
+            fs::remove_file(&m).map_err(CheckpointError::io(&m, "remove"))?;
+            removed.push(id);
+        }
+        if !removed.is_empty() {
+            fsync_dir(&mut self.writer, &self.dir)?;
+        }
+        let kept: HashSet<u64> = ids.iter().take(self.retain).copied().collect();
+        for entry in fs::read_dir(&self.dir).map_err(CheckpointError::io(&self.dir, "read_dir"))? {
+            let entry = entry.map_err(CheckpointError::io(&self.dir, "read_dir"))?;
+            let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("chk-"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if !kept.contains(&id) && newest.is_some_and(|n| id < n) {
+                let p = entry.path();
+                fs::remove_dir_all(&p).map_err(CheckpointError::io(&p, "remove"))?;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn check_name(name: &str) -> Result<(), CheckpointError> {
+    let reason = if name.is_empty() {
+        "empty"
+    } else if name == "." || name == ".." {
+        "a relative directory"
+    } else if name.contains(['/', '\0']) {
+        "contains `/` or NUL"
+    } else if name.len() > 200 {
+        "longer than 200 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(CheckpointError::InvalidName {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+fn fsync_dir(writer: &mut FileWriter, dir: &Path) -> Result<(), CheckpointError> {
+    let d = File::open(dir).map_err(CheckpointError::io(dir, "open dir"))?;
+    writer
+        .fsync(&d)
+        .map_err(CheckpointError::io(dir, "fsync dir"))
+}
+
+/// `<manifest>.tmp` written and fsynced, renamed over `<manifest>`, and the
+/// directory fsynced: readers see the old state or the whole new manifest.
+fn publish_manifest(
+    writer: &mut FileWriter,
+    manifest: &Manifest,
+    path: &Path,
+) -> Result<(), CheckpointError> {
+    let tmp = path.with_extension("json.tmp");
+    let json = serde_json::to_vec_pretty(manifest).expect("a manifest always serializes");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(CheckpointError::io(&tmp, "create"))?;
+    f.write_all(&json)
+        .map_err(CheckpointError::io(&tmp, "write"))?;
+    writer
+        .fsync(&f)
+        .map_err(CheckpointError::io(&tmp, "fsync"))?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(CheckpointError::io(path, "rename"))?;
+    fsync_dir(writer, path.parent().unwrap())
+}
