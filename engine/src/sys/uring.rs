@@ -12,7 +12,9 @@
 //!
 //! ## How a write runs
 //!
-//! A range is cut into [`CHUNK`]-byte pieces; up to [`DEPTH`] of them are in
+//! A range is cut into pieces that end on [`CHUNK`] (1 MiB) boundaries of
+//! the file, so a snapshot payload (which starts after the 4096-byte header
+//! block) goes out as 1 MiB-aligned writes after its first piece; up to [`DEPTH`] of them are in
 //! flight at once (one SQE each, `user_data` = the slot holding the piece's
 //! offset and length). Every CQE is checked: a negative result is returned as
 //! the `io::Error` it encodes, a short write is resubmitted for its remainder
@@ -348,7 +350,10 @@ impl FileWriter {
         loop {
             while next < range.end {
                 let Some(slot) = free.pop() else { break };
-                let len = CHUNK.min(range.end - next);
+                // Pieces end on CHUNK boundaries of the file, so a range
+                // starting past the header block still issues aligned 1 MiB
+                // writes after its first piece.
+                let len = (CHUNK - next % CHUNK).min(range.end - next);
                 slots[slot] = (next, len);
                 // SAFETY: `buf[next..next + len]` lies inside `buf`, which is
                 // borrowed until this function returns, and `flight` waits
