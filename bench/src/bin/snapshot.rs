@@ -1,0 +1,352 @@
+//! Snapshot write and restore: the engine's checkpoint path against raw
+//! io_uring `O_DIRECT` writes of the same bytes, in one run on one disk.
+//!
+//! For each size S (`--sizes-mb`), a `KeyedState<u64, (u64, u64)>` whose
+//! archive is about S MB (24 bytes per key) is built once. Each run then
+//! measures, alternating which goes first:
+//!
+//! - **engine**: `to_snapshot_bytes` (rkyv, timed separately as
+//!   serialization), then `SnapshotStore::submit(..).wait()`: payload and
+//!   header written through the store's io_uring thread, file and directory
+//!   fsynced, manifest written, fsynced, renamed, directory fsynced. Rate =
+//!   payload bytes / (submit → published).
+//! - **raw**: the same number of bytes (rounded up to 4096) from one
+//!   4096-aligned buffer into a fresh `O_DIRECT` file with a minimal io_uring
+//!   loop (1 MiB writes, 16 in flight, the engine's settings), then
+//!   `IORING_OP_FSYNC`. Rate = bytes / (open → fsync done).
+//!
+//! The median of `--runs` per size is reported. Then the largest snapshot
+//! (the 500 MB one by default) is restored: `SnapshotFile::open` (map with
+//! populate, header and length checks, XXH3 of the payload) plus rkyv's
+//! checked access — first right after the write, when `O_DIRECT` has left
+//! nothing in the page cache (cold), then again (warm).
+//!
+//! ```text
+//! cargo run -p tandem-bench --release --bin snapshot -- --report snapshot.json
+//! ```
+
+use std::{
+    fs::{self, File, OpenOptions},
+    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use io_uring::{opcode, types, IoUring};
+use serde::Serialize;
+use tandem::{
+    checkpoint::{OperatorSnapshot, Position, SnapshotStore},
+    state::KeyedState,
+    sys::uring::{AlignedBuf, BLOCK},
+};
+
+/// Snapshot write rate (engine vs raw io_uring) and restore time.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Snapshot sizes in MB (10^6 bytes) of keyed state.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 500])]
+    sizes_mb: Vec<u64>,
+    /// Directory to write in (default: a fresh directory under the system
+    /// temp dir). Everything written is removed at the end.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Runs per size and path; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+type State = KeyedState<u64, (u64, u64)>;
+const ENTRY_BYTES: u64 = 24;
+const CHUNK: usize = 1 << 20;
+const DEPTH: usize = 16;
+
+#[derive(Serialize)]
+struct SizeResult {
+    size_mb: u64,
+    payload_bytes: u64,
+    serialize_ms: f64,
+    engine_mbps: f64,
+    raw_mbps: f64,
+    ratio: f64,
+    engine_runs_mbps: Vec<f64>,
+    raw_runs_mbps: Vec<f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    filesystem: String,
+    dir: String,
+    backend: String,
+    /// Figures of the largest size.
+    engine_mbps: f64,
+    raw_mbps: f64,
+    ratio: f64,
+    restore_500mb_ms: f64,
+    restore_size_mb: u64,
+    restore_cold_ms: f64,
+    restore_open_cold_ms: f64,
+    restore_validate_cold_ms: f64,
+    restore_warm_ms: f64,
+    sizes: Vec<SizeResult>,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.sizes_mb.is_empty() || args.runs == 0 {
+        bail!("need at least one size and one run");
+    }
+    let (dir, made) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("tandem-snapshot-bench-{}", std::process::id())),
+            true,
+        ),
+    };
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = run(&args, &dir);
+    if made {
+        let _ = fs::remove_dir_all(&dir);
+    }
+    let report = result?;
+    if let Some(path) = &args.report {
+        tandem_bench::report::write_json(path, &report)?;
+    }
+    Ok(())
+}
+
+fn run(args: &Args, dir: &Path) -> Result<Report> {
+    let fs_name = filesystem_of(dir);
+    println!("dir {} ({fs_name})", dir.display());
+    let store = SnapshotStore::open(dir.join("store"), 1)?;
+    if let Some(note) = store.backend_note() {
+        println!("note: {note}");
+    }
+    let max_bytes = args.sizes_mb.iter().max().unwrap() * 1_000_000 + 2 * BLOCK as u64;
+    let raw_src: &'static AlignedBuf = Box::leak(Box::new({
+        let mut b = AlignedBuf::zeroed(max_bytes as usize);
+        b.iter_mut().step_by(64).for_each(|x| *x = 0xA5);
+        b
+    }));
+    let mut sizes = Vec::new();
+    let mut backend = String::new();
+    let mut id = 0;
+    let mut largest: Option<(u64, tandem::checkpoint::Manifest)> = None;
+    for &mb in &args.sizes_mb {
+        let keys = mb * 1_000_000 / ENTRY_BYTES;
+        let mut state = State::default();
+        for k in 0..keys {
+            *state.get_or_default(&k) = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15), k);
+        }
+        let (mut engine, mut raw, mut ser) = (Vec::new(), Vec::new(), Vec::new());
+        let mut payload_bytes = 0;
+        for r in 0..args.runs {
+            let mut measure_engine = || -> Result<()> {
+                let t = Instant::now();
+                let bytes = state.to_snapshot_bytes()?;
+                ser.push(t.elapsed());
+                payload_bytes = bytes.len() as u64;
+                id += 1;
+                let snap = OperatorSnapshot {
+                    operator: "state".into(),
+                    instance: 0,
+                    positions: vec![Position {
+                        partition: 0,
+                        next_seq: keys,
+                    }],
+                    bytes,
+                };
+                let t = Instant::now();
+                let published = store.submit(id, vec![snap]).wait()?;
+                let total = t.elapsed();
+                engine.push(mbps(payload_bytes, published.publish_time));
+                eprintln!(
+                    "  engine {mb} MB: files written+fsynced {:.1} ms, published {:.1} ms, returned (after retention) {:.1} ms",
+                    ms(published.write_time),
+                    ms(published.publish_time),
+                    ms(total)
+                );
+                backend = published.backend.to_string();
+                largest = Some((mb, published.manifest));
+                Ok(())
+            };
+            let mut measure_raw = || -> Result<()> {
+                let n = state.len() as u64 * ENTRY_BYTES + 8;
+                let path = dir.join("raw.bin");
+                let d = raw_write(&path, raw_src, n as usize)?;
+                fs::remove_file(&path)?;
+                raw.push(mbps(n, d));
+                Ok(())
+            };
+            // Deletions are discarded (TRIM) in the background on `discard`
+            // mounts; settle before each measurement so neither path pays
+            // for the other's (or its own previous run's) deletes.
+            if r % 2 == 0 {
+                settle();
+                measure_engine()?;
+                settle();
+                measure_raw()?;
+            } else {
+                settle();
+                measure_raw()?;
+                settle();
+                measure_engine()?;
+            }
+        }
+        let res = SizeResult {
+            size_mb: mb,
+            payload_bytes,
+            serialize_ms: median(ser.iter().map(|d| d.as_secs_f64() * 1e3).collect()),
+            engine_mbps: median(engine.clone()),
+            raw_mbps: median(raw.clone()),
+            ratio: median(engine.clone()) / median(raw.clone()),
+            engine_runs_mbps: engine,
+            raw_runs_mbps: raw,
+        };
+        println!(
+            "{mb:>5} MB  serialize {:>7.1} ms  engine {:>7.0} MB/s  raw io_uring {:>7.0} MB/s  ratio {:.3}   runs engine {:?} raw {:?}",
+            res.serialize_ms,
+            res.engine_mbps,
+            res.raw_mbps,
+            res.ratio,
+            res.engine_runs_mbps.iter().map(|x| x.round()).collect::<Vec<_>>(),
+            res.raw_runs_mbps.iter().map(|x| x.round()).collect::<Vec<_>>(),
+        );
+        sizes.push(res);
+    }
+
+    // Restore of the last written snapshot of the largest size (cold: its
+    // pages were written with O_DIRECT and are not cached).
+    let (restore_mb, manifest) = largest.context("nothing written")?;
+    let entry = &manifest.files[0];
+    let restore = |label: &str| -> Result<(f64, f64, f64)> {
+        let t = Instant::now();
+        let file = store.restore(&manifest, entry)?;
+        let open = t.elapsed();
+        let archived = file.access::<State>()?;
+        let total = t.elapsed();
+        let keys = archived.len();
+        println!(
+            "restore {restore_mb} MB ({label}): {:.1} ms = map+verify {:.1} ms + rkyv checked access {:.1} ms ({keys} keys)",
+            ms(total),
+            ms(open),
+            ms(total - open)
+        );
+        Ok((ms(total), ms(open), ms(total - open)))
+    };
+    let (cold, open_cold, validate_cold) = restore("cold")?;
+    let (warm, _, _) = restore("warm")?;
+    let last = sizes.last().unwrap();
+    Ok(Report {
+        filesystem: fs_name,
+        dir: dir.display().to_string(),
+        backend,
+        engine_mbps: last.engine_mbps,
+        raw_mbps: last.raw_mbps,
+        ratio: last.ratio,
+        restore_500mb_ms: cold,
+        restore_size_mb: restore_mb,
+        restore_cold_ms: cold,
+        restore_open_cold_ms: open_cold,
+        restore_validate_cold_ms: validate_cold,
+        restore_warm_ms: warm,
+        sizes,
+    })
+}
+
+/// The baseline: `len` bytes (rounded up to 4096) to a new `O_DIRECT` file
+/// with plain io_uring writes, then fsync; time from open to fsync done.
+///
+/// `src` is `'static` (leaked once) so that no early return can free memory
+/// the kernel is still reading; the kernel holds its own reference to the
+/// file for each in-flight write, so dropping `File` is harmless.
+fn raw_write(path: &Path, src: &'static AlignedBuf, len: usize) -> Result<Duration> {
+    let buf = &src[..len.div_ceil(BLOCK) * BLOCK];
+    let mut ring = IoUring::new(2 * DEPTH as u32)?;
+    let t = Instant::now();
+    let file: File = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .with_context(|| format!("open {} O_DIRECT", path.display()))?;
+    let fd = types::Fd(file.as_raw_fd());
+    let (mut next, mut inflight) = (0usize, 0usize);
+    while next < buf.len() || inflight > 0 {
+        while next < buf.len() && inflight < DEPTH {
+            let n = CHUNK.min(buf.len() - next);
+            let sqe = opcode::Write::new(fd, buf[next..].as_ptr(), n as u32)
+                .offset(next as u64)
+                .build()
+                .user_data(n as u64);
+            // SAFETY: `buf` borrows a leaked ('static) allocation, so it is
+            // valid for as long as the kernel may read it.
+            unsafe { ring.submission().push(&sqe) }.map_err(|_| anyhow::anyhow!("sq full"))?;
+            next += n;
+            inflight += 1;
+        }
+        ring.submit_and_wait(1)?;
+        let done: Vec<(u64, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (want, res) in done {
+            inflight -= 1;
+            if res < 0 || res as u64 != want {
+                bail!("raw write: result {res} for {want} bytes");
+            }
+        }
+    }
+    let sqe = opcode::Fsync::new(fd).build();
+    // SAFETY: FSYNC references no memory; `file` outlives the wait.
+    unsafe { ring.submission().push(&sqe) }.map_err(|_| anyhow::anyhow!("sq full"))?;
+    ring.submit_and_wait(1)?;
+    let res = ring.completion().next().map(|c| c.result()).unwrap_or(-1);
+    if res < 0 {
+        bail!("raw fsync: {res}");
+    }
+    Ok(t.elapsed())
+}
+
+/// File system type of `dir`, from the longest matching mount point.
+fn filesystem_of(dir: &Path) -> String {
+    let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (dev, at, ty) = (f.next()?, f.next()?, f.next()?);
+            dir.starts_with(at)
+                .then(|| (at.len(), format!("{ty} on {dev}")))
+        })
+        .max_by_key(|(n, _)| *n)
+        .map_or_else(|| "unknown".into(), |(_, s)| s)
+}
+
+/// `sync(2)`, then a short pause for the device to finish background work.
+fn settle() {
+    // SAFETY: `sync` takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn mbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
