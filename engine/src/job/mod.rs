@@ -20,7 +20,7 @@
 //!     .for_each("sum", move |r| { s.fetch_add(r.value, Ordering::Relaxed); });
 //! let report = job.build().unwrap().run(&RuntimeConfig::default().cores(1)).unwrap();
 //! assert_eq!(report.operator("sum").unwrap().records, 500);
-//! assert_eq!(sum.load(Ordering::Relaxed), (0..1000u64).map(|n| n * n).filter(|n| n % 2 == 0).sum());
+//! assert_eq!(sum.load(Ordering::Relaxed), (0..1000u64).map(|n| n * n).filter(|n| n % 2 == 0).sum::<u64>());
 //! ```
 
 pub(crate) mod graph;
