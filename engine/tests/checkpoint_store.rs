@@ -400,3 +400,31 @@ fn arbitrary_payloads_round_trip_byte_for_byte() {
         assert_eq!(f.payload().as_ptr() as usize % 4096, 0);
     }
 }
+
+#[test]
+fn a_payload_of_the_wrong_shape_fails_checked_access_with_an_error() {
+    let dir = TempDir::new("shape");
+    let store = SnapshotStore::open(&dir.0, 3).unwrap();
+    // Intact bytes (the checksum holds) that are not a string-keyed state:
+    // a length claiming far more entries than the payload holds.
+    let garbage: Vec<u8> = (0..64u32)
+        .flat_map(|i| (i * 0x0101_0101).to_le_bytes())
+        .collect();
+    let p = store
+        .submit(
+            1,
+            vec![OperatorSnapshot {
+                operator: "op".into(),
+                instance: 0,
+                positions: vec![],
+                bytes: SnapshotBytes::from_payload(&garbage),
+            }],
+        )
+        .wait()
+        .unwrap();
+    let f = store.restore(&p.manifest, &p.manifest.files[0]).unwrap();
+    let Err(err) = f.access::<KeyedState<String, u64>>() else {
+        panic!("garbage passed validation");
+    };
+    assert!(matches!(err, CheckpointError::Validate { .. }), "{err}");
+}

@@ -294,7 +294,8 @@ struct Job {
 /// A directory of checkpoints and savepoints and the thread writing them.
 ///
 /// One store per directory: two stores (or processes) writing one
-/// directory would race on retention.
+/// directory would race on retention. Jobs are written one at a time, in
+/// submission order; dropping the store waits for the queued ones.
 pub struct SnapshotStore {
     dir: PathBuf,
     retain: usize,
