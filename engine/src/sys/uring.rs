@@ -375,8 +375,10 @@ impl FileWriter {
                 .completion()
                 .map(|c| (c.user_data(), c.result()))
                 .collect();
+            // Account for every reaped CQE before acting on any: an early
+            // return must leave `n` counting only what is still in flight.
+            flight.n -= done.len();
             for (slot, res) in done {
-                flight.n -= 1;
                 let slot = slot as usize;
                 let (off, len) = slots[slot];
                 if res < 0 {
@@ -541,10 +543,14 @@ mod tests {
     #[test]
     fn write_errors_are_returned_not_panicked() {
         let mut w = FileWriter::new();
-        let buf = AlignedBuf::zeroed(BLOCK);
+        // Several pieces in flight, all failing: the first error returns
+        // after the others have completed (and are not waited for twice).
+        let buf = AlignedBuf::zeroed(4 * CHUNK);
         // A read-only descriptor: every write fails with EBADF.
         let file = File::open("/proc/self/stat").unwrap();
-        let err = w.write_range(&file, &buf, 0..BLOCK, |_| {}).unwrap_err();
+        let err = w
+            .write_range(&file, &buf, 0..buf.len(), |_| {})
+            .unwrap_err();
         assert!(err.raw_os_error().is_some(), "{err}");
     }
 }
