@@ -369,7 +369,7 @@ impl FileWriter {
             if flight.n == 0 {
                 return Ok(());
             }
-            flight.ring.submit_and_wait(1)?;
+            submit_and_wait(flight.ring, 1)?;
             let done: Vec<(u64, i32)> = flight
                 .ring
                 .completion()
@@ -413,7 +413,7 @@ impl FileWriter {
         // completion is reaped below.
         unsafe { ring.submission().push(&sqe) }
             .map_err(|_| io::Error::other("io_uring submission queue full"))?;
-        ring.submit_and_wait(1)?;
+        submit_and_wait(ring, 1)?;
         let res = ring
             .completion()
             .next()
@@ -429,6 +429,17 @@ impl FileWriter {
 impl Default for FileWriter {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// `io_uring_enter` waiting for `want` completions, retried when a signal
+/// interrupts it.
+fn submit_and_wait(ring: &IoUring, want: usize) -> io::Result<usize> {
+    loop {
+        match ring.submit_and_wait(want) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
     }
 }
 
@@ -472,10 +483,7 @@ impl Drop for InFlight<'_> {
         // Only reached with writes pending on an error or unwind path: wait
         // for them, whatever they report, so the buffer outlives them.
         while self.n > 0 {
-            if let Err(e) = self.ring.submit_and_wait(1) {
-                if e.raw_os_error() == Some(libc::EINTR) {
-                    continue;
-                }
+            if submit_and_wait(self.ring, 1).is_err() {
                 // The ring itself is broken; nothing sound is left to do
                 // but stop before the buffer can be freed under the kernel.
                 std::process::abort();
