@@ -109,11 +109,37 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
         Chaining::Always => true,
         Chaining::Never => false,
     };
-    let chained: Vec<bool> = edges.iter().map(|e| chain && chainable(nodes, e)).collect();
+    let mut chained: Vec<bool> = edges.iter().map(|e| chain && chainable(nodes, e)).collect();
+    let mut tasks = form_tasks(nodes, edges, &chained);
+    if has_cycle(nodes, edges, &chained, &tasks) {
+        // Chaining a co-operator's first input put a ring from a task back
+        // into itself (directly, or through another instance): a full ring
+        // would then stall the task that must drain it. Without that kind
+        // of chaining every non-head member has its only input inside its
+        // task, so the task graph follows the node order and is acyclic.
+        for (c, e) in chained.iter_mut().zip(edges) {
+            if nodes[e.to].binary {
+                *c = false;
+            }
+        }
+        tasks = form_tasks(nodes, edges, &chained);
+    }
+    let workers = cores.min(tasks.len()).max(1);
+    let t = tasks.len().max(1);
+    let worker_of_task = (0..tasks.len()).map(|j| j * workers / t).collect();
+    Plan {
+        chained,
+        tasks,
+        worker_of_task,
+        workers,
+    }
+}
 
-    // A node is a head unless its (single) input edge is chained.
+/// Groups node instances into tasks: a head (a node whose input is not
+/// chained) and everything reachable from it through chained edges.
+fn form_tasks(nodes: &[NodeShape], edges: &[EdgeShape], chained: &[bool]) -> Vec<TaskPlan> {
     let mut chained_into = vec![false; nodes.len()];
-    for (e, &c) in edges.iter().zip(&chained) {
+    for (e, &c) in edges.iter().zip(chained) {
         if c {
             chained_into[e.to] = true;
         }
@@ -125,12 +151,11 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
             if chained_into[head] || instance >= n.parallelism {
                 continue;
             }
-            // Collect members: everything reachable through chained edges.
             let mut members = vec![head];
             let mut i = 0;
             while i < members.len() {
                 let at = members[i];
-                for (e, &c) in edges.iter().zip(&chained) {
+                for (e, &c) in edges.iter().zip(chained) {
                     if c && e.from == at {
                         members.push(e.to);
                     }
@@ -145,15 +170,62 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
             });
         }
     }
-    let workers = cores.min(tasks.len()).max(1);
-    let t = tasks.len().max(1);
-    let worker_of_task = (0..tasks.len()).map(|j| j * workers / t).collect();
-    Plan {
-        chained,
-        tasks,
-        worker_of_task,
-        workers,
+    tasks
+}
+
+/// Whether the rings between tasks form a cycle.
+fn has_cycle(
+    nodes: &[NodeShape],
+    edges: &[EdgeShape],
+    chained: &[bool],
+    tasks: &[TaskPlan],
+) -> bool {
+    let task_of = |node: usize, instance: usize| {
+        tasks
+            .iter()
+            .position(|t| t.instance == instance && t.members.contains(&node))
+            .expect("every node instance is in a task")
+    };
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
+    for (e, &c) in edges.iter().zip(chained) {
+        if c {
+            continue;
+        }
+        let (pf, pt) = (nodes[e.from].parallelism, nodes[e.to].parallelism);
+        for u in 0..pf {
+            for d in 0..pt {
+                if e.forward && pf == pt && u != d {
+                    continue;
+                }
+                succ[task_of(e.from, u)].push(task_of(e.to, d));
+            }
+        }
     }
+    // Iterative three-colour DFS.
+    let mut colour = vec![0u8; tasks.len()]; // 0 new, 1 on stack, 2 done
+    for start in 0..tasks.len() {
+        if colour[start] != 0 {
+            continue;
+        }
+        let mut stack = vec![(start, 0usize)];
+        colour[start] = 1;
+        while let Some((t, i)) = stack.pop() {
+            if let Some(&next) = succ[t].get(i) {
+                stack.push((t, i + 1));
+                match colour[next] {
+                    0 => {
+                        colour[next] = 1;
+                        stack.push((next, 0));
+                    }
+                    1 => return true,
+                    _ => {}
+                }
+            } else {
+                colour[t] = 2;
+            }
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -259,6 +331,35 @@ mod tests {
         assert_eq!(plan.task_of(0, 0), plan.task_of(2, 0));
         assert_eq!(plan.task_of(2, 0), plan.task_of(3, 0));
         assert_ne!(plan.task_of(1, 0), plan.task_of(2, 0));
+    }
+
+    /// src feeds both inputs of a co-operator (a diamond): chaining its
+    /// first input would make src's task feed a ring back into itself.
+    #[test]
+    fn a_diamond_into_a_co_operator_is_not_chained_into_a_cycle() {
+        for p in [1, 2] {
+            let nodes = vec![
+                n(p, 0),
+                n(p, 1),
+                n(p, 1),
+                NodeShape {
+                    parallelism: p,
+                    inputs: 2,
+                    binary: true,
+                },
+            ];
+            let side = EdgeShape {
+                port: 1,
+                ..e(2, 3, false)
+            };
+            let edges = vec![e(0, 1, true), e(0, 2, true), e(1, 3, true), side];
+            let plan = place(&nodes, &edges, 1, Chaining::Always);
+            assert!(
+                !plan.chained[2],
+                "p={p}: the co-operator heads its own task"
+            );
+            assert!(!has_cycle(&nodes, &edges, &plan.chained, &plan.tasks));
+        }
     }
 
     #[test]
