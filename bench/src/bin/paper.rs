@@ -18,7 +18,7 @@ use tandem_bench::report::{fmt_ns, write_json, LatencyNs};
 
 /// Runs the paper's pipeline and prints throughput and latency.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Records to generate and process.
     #[arg(long, default_value_t = 1_000_000)]

@@ -34,7 +34,7 @@ use tandem::queue::spsc;
 
 /// Throughput of Tandem's SPSC ring vs rtrb and crossbeam ArrayQueue.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Messages per measurement.
     #[arg(long, default_value_t = 50_000_000)]

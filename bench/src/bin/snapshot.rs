@@ -44,7 +44,7 @@ use tandem::{
 
 /// Snapshot write rate (engine vs raw io_uring) and restore time.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Snapshot sizes in MB (10^6 bytes) of keyed state.
     #[arg(long, value_delimiter = ',', default_values_t = [100, 500])]

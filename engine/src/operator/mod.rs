@@ -155,7 +155,13 @@ pub trait KeyedProcess<K, T, O>: 'static {
 /// while it returns `false` the runtime does not read the first input, so its
 /// records wait in their ring — bounded, with backpressure upstream — instead
 /// of in an unbounded buffer. Once the second input has ended, the first is
-/// read regardless.
+/// read regardless. Readiness is a latch: once `first_ready` has returned
+/// `true`, the runtime may stop asking.
+///
+/// The second input must not depend on the first one's progress (in the
+/// paper pipeline it comes from its own source): if both descend from the
+/// same task, a held first input fills its ring, stalls that task, and the
+/// second input never arrives.
 pub trait CoProcess<A, B, O>: 'static {
     /// Handles one record of the first input.
     fn process_first(&mut self, rec: Record<A>, out: &mut Output<'_, O>);
