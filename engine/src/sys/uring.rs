@@ -28,7 +28,7 @@
 //! - The kernel reads the buffer of every in-flight write. A write call
 //!   borrows the buffer for its whole duration and returns only after every
 //!   SQE it pushed has completed — also on error and on unwinding out of the
-//!   callback ([`InFlight`]'s `Drop` waits for the stragglers).
+//!   callback (`InFlight`'s `Drop` waits for the stragglers).
 //! - The file descriptor is borrowed for the same duration.
 //!
 //! ## Why no registered buffers
