@@ -514,30 +514,7 @@ impl<'a> Parser<'a> {
             }
             _ => return self.err("expected value"),
         };
-        let mut float = false;
-        if self.b.get(self.i) == Some(&b'.') {
-            self.i += 1;
-            if !matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                return self.err("invalid number");
-            }
-            while matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                self.i += 1;
-            }
-            float = true;
-        }
-        if matches!(self.b.get(self.i), Some(b'e' | b'E')) {
-            self.i += 1;
-            if matches!(self.b.get(self.i), Some(b'+' | b'-')) {
-                self.i += 1;
-            }
-            if !matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                return self.err("invalid number");
-            }
-            while matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                self.i += 1;
-            }
-            float = true;
-        }
+        let float = self.fraction_exponent()?;
         if float || overflow {
             self.i = start;
             return self.err("invalid type: floating point, expected an integer");
@@ -942,26 +919,36 @@ impl<'a> Parser<'a> {
             None => return self.err("EOF while parsing a value"),
             _ => return self.err("invalid number"),
         }
+        self.fraction_exponent().map(|_| ())
+    }
+
+    /// After a number's integer part: its optional fraction and exponent.
+    /// Returns whether there was either (the number is not an integer).
+    fn fraction_exponent(&mut self) -> R<bool> {
+        let mut float = false;
         if self.b.get(self.i) == Some(&b'.') {
             self.i += 1;
-            if !matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                return self.err("invalid number");
-            }
-            while matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                self.i += 1;
-            }
+            self.digits_required()?;
+            float = true;
         }
         if matches!(self.b.get(self.i), Some(b'e' | b'E')) {
             self.i += 1;
             if matches!(self.b.get(self.i), Some(b'+' | b'-')) {
                 self.i += 1;
             }
-            if !matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                return self.err("invalid number");
-            }
-            while matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                self.i += 1;
-            }
+            self.digits_required()?;
+            float = true;
+        }
+        Ok(float)
+    }
+
+    /// One or more digits.
+    fn digits_required(&mut self) -> R<()> {
+        if !matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
+            return self.err("invalid number");
+        }
+        while matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
+            self.i += 1;
         }
         Ok(())
     }
