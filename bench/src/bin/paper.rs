@@ -150,14 +150,21 @@ fn main() -> anyhow::Result<()> {
     let bar = indicatif::ProgressBar::new(args.records);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} records ({per_sec})",
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} records {msg}",
         )
         .expect("static template"),
     );
+    let (mut last_pos, mut last_t) = (0u64, Instant::now());
     while !handle.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
         let p = handle.progress();
-        bar.set_position(p.operator(names::SOURCE).map_or(0, |o| o.records));
+        let pos = p.operator(names::SOURCE).map_or(0, |o| o.records);
+        let dt = last_t.elapsed().as_secs_f64();
+        if dt >= 0.5 {
+            bar.set_message(format!("({:.2} M/s)", (pos - last_pos) as f64 / dt / 1e6));
+            (last_pos, last_t) = (pos, Instant::now());
+        }
+        bar.set_position(pos);
     }
     let report = handle.join().context("the job failed")?;
     let cpu = rusage::process_cpu_time() - cpu0;
