@@ -73,6 +73,7 @@ pub mod queue;
 pub mod record;
 pub mod recovery;
 pub mod runtime;
+pub mod sinks;
 pub mod state;
 pub mod sync;
 pub mod sys;
