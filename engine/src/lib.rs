@@ -31,12 +31,15 @@
 //! ## Layers
 //!
 //! ```text
-//! job/       the typed builder (sources, operators, sinks)
-//! runtime/   workers, placement, rings between tasks, supervision
-//! operator/  user-facing operator traits and their chain wrappers
-//! state/     keyed state       queue/  SPSC rings     record.rs  the envelope
-//! checkpoint/ durable snapshots: files, manifests, retention, restore
-//! metrics.rs counters, HDR latency     sys/  affinity, rusage, io_uring   sync.rs  loom shim
+//! job/         the typed builder (sources, operators, sinks)
+//! runtime/     workers, placement, rings between tasks, supervision, probes
+//! recovery/    pure decisions: restart strategies, adaptive checkpoint interval
+//! operator/    user-facing operator traits and their chain wrappers
+//! sinks/       ready-made sinks (two-phase-commit files)
+//! checkpoint/  durable snapshots: files, manifests, retention, restore
+//! state/       keyed state        queue/  SPSC rings         record.rs  the envelope
+//! metrics.rs   counters, HDR latency      sys/  affinity, rusage, io_uring
+//! sync.rs      the loom shim
 //! ```
 //!
 //! ## Embedding
