@@ -194,7 +194,7 @@ fn gen_chunk(seed: u64, lo: u64, hi: u64, malformed_every: u64) -> Chunk {
 }
 
 fn corrupt(bytes: &mut Vec<u8>, start: usize, seq: u64) {
-    if seq % 2 == 0 {
+    if seq.is_multiple_of(2) {
         // Truncated mid-record, as a torn write would leave it.
         let keep = (bytes.len() - start) / 2;
         bytes.truncate(start + keep);
