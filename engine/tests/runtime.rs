@@ -99,7 +99,7 @@ impl Sink<u64> for CheckingSink {
             assert!(r.id.seq() >= prev, "partition {p} reordered");
         }
         self.n += 1;
-        if self.n % 5000 == 0 {
+        if self.n.is_multiple_of(5000) {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         Ok(())

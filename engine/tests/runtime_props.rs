@@ -79,13 +79,13 @@ fn run(
     });
     job.default_parallelism(p_mid);
     let tripled = src
-        .filter("thirds", |r: &(u16, u64)| r.1 % 3 == 0)
+        .filter("thirds", |r: &(u16, u64)| r.1.is_multiple_of(3))
         .map("double", |(k, v)| (k, v * 2));
-    let rest = src.filter("rest", |r: &(u16, u64)| r.1 % 3 != 0);
+    let rest = src.filter("rest", |r: &(u16, u64)| !r.1.is_multiple_of(3));
     let merged = tripled
         .connect(&rest.rebalance())
         .process("union", |_| Union)
-        .filter("sevens", |r: &(u16, u64)| r.1 % 7 != 0);
+        .filter("sevens", |r: &(u16, u64)| !r.1.is_multiple_of(7));
     job.default_parallelism(p_key);
     merged
         .key_by(|r: &(u16, u64)| r.0)

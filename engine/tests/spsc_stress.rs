@@ -71,7 +71,7 @@ fn consume<S: Storage<u64>>(mut rx: Consumer<u64, S>, items: u64) {
     let mut expected = 0u64;
     loop {
         let abandoned = rx.is_abandoned();
-        let taken = if rng.next() % 2 == 0 {
+        let taken = if rng.next().is_multiple_of(2) {
             match rx.pop() {
                 Some(v) => {
                     assert_eq!(v, expected, "out of order");

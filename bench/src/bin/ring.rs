@@ -196,7 +196,7 @@ where
         let sum = consume(c, messages, batch);
         let elapsed = start.elapsed();
         // 0 + 1 + ... + (messages - 1), wrapping like the consumer's sum.
-        let expected = if messages % 2 == 0 {
+        let expected = if messages.is_multiple_of(2) {
             (messages / 2).wrapping_mul(messages.wrapping_sub(1))
         } else {
             messages.wrapping_mul((messages - 1) / 2)
