@@ -364,24 +364,12 @@ impl<'a> Parser<'a> {
         const KEYS: [&str; 6] = ["seq", "ts", "answer_id", "user", "stats", "text"];
         self.members(KEYS, |p, k| {
             match k {
-                Some(0) => {
-                    a.seq = p.u64()?;
-                }
-                Some(1) => {
-                    a.ts = p.u64()?;
-                }
-                Some(2) => {
-                    a.answer_id = p.u64()?;
-                }
-                Some(3) => {
-                    p.user(&mut a)?;
-                }
-                Some(4) => {
-                    p.stats(&mut a)?;
-                }
-                Some(5) => {
-                    p.text(&mut a)?;
-                }
+                Some(0) => a.seq = p.u64()?,
+                Some(1) => a.ts = p.u64()?,
+                Some(2) => a.answer_id = p.u64()?,
+                Some(3) => p.user(&mut a)?,
+                Some(4) => p.stats(&mut a)?,
+                Some(5) => p.text(&mut a)?,
                 _ => p.skip_value(1)?,
             }
             Ok(())
@@ -392,9 +380,7 @@ impl<'a> Parser<'a> {
     fn user(&mut self, a: &mut Answer) -> R<()> {
         self.members(["id", "name", "reputation"], |p, k| {
             match k {
-                Some(0) => {
-                    a.user_id = p.u32()?;
-                }
+                Some(0) => a.user_id = p.u32()?,
                 Some(1) => {
                     if p.peek() != Some(b'"') {
                         return p.err("invalid type: expected a string");
@@ -405,33 +391,23 @@ impl<'a> Parser<'a> {
                         Str::Scratch => CompactString::from(p.scratch.as_str()),
                     };
                 }
-                Some(2) => {
-                    a.reputation = p.u32()?;
-                }
+                Some(2) => a.reputation = p.u32()?,
                 _ => p.skip_value(1)?,
             }
             Ok(())
-        })?;
-        Ok(())
+        })
     }
 
     fn stats(&mut self, a: &mut Answer) -> R<()> {
         self.members(["likes", "favorites", "comments"], |p, k| {
             match k {
-                Some(0) => {
-                    a.likes = p.u32()?;
-                }
-                Some(1) => {
-                    a.favorites = p.u32()?;
-                }
-                Some(2) => {
-                    a.comments = p.u32()?;
-                }
+                Some(0) => a.likes = p.u32()?,
+                Some(1) => a.favorites = p.u32()?,
+                Some(2) => a.comments = p.u32()?,
                 _ => p.skip_value(1)?,
             }
             Ok(())
-        })?;
-        Ok(())
+        })
     }
 
     fn u32(&mut self) -> R<u32> {

@@ -118,70 +118,48 @@ pub struct Flat {
 /// [`json`]).
 #[inline]
 pub fn parse(line: &[u8]) -> Result<Flat, json::ParseError> {
-    let a = json::parse_answer(line)?;
-    Ok(flatten(
-        a.seq,
-        a.ts,
-        a.answer_id,
-        a.user_id,
-        a.user_name,
-        a.reputation,
-        [a.likes, a.favorites, a.comments],
-        a.text_chars,
-        a.text_words,
-    ))
+    json::parse_answer(line).map(flatten)
 }
 
 /// The same as [`parse`], through serde_json's derive: the reference the
 /// hot-path parser is tested against.
 pub fn parse_with_serde(line: &[u8]) -> Result<Flat, serde_json::Error> {
     let a: Answer<'_> = serde_json::from_slice(line)?;
-    let text_len = a.text.chars().count() as u32;
-    let word_count = a.text.split_whitespace().count() as u32;
-    let s = &a.stats;
-    Ok(flatten(
-        a.seq,
-        a.ts,
-        a.answer_id,
-        a.user.id,
-        CompactString::from(a.user.name.as_ref()),
-        a.user.reputation,
-        [s.likes, s.favorites, s.comments],
-        text_len,
-        word_count,
-    ))
+    Ok(flatten(json::Answer {
+        seq: a.seq,
+        ts: a.ts,
+        answer_id: a.answer_id,
+        user_id: a.user.id,
+        user_name: CompactString::from(a.user.name.as_ref()),
+        reputation: a.user.reputation,
+        likes: a.stats.likes,
+        favorites: a.stats.favorites,
+        comments: a.stats.comments,
+        text_chars: a.text.chars().count() as u32,
+        text_words: a.text.split_whitespace().count() as u32,
+    }))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Adds the score to a parsed answer.
 #[inline]
-fn flatten(
-    seq: u64,
-    ts: u64,
-    answer_id: u64,
-    user_id: u32,
-    user_name: CompactString,
-    reputation: u32,
-    [likes, favorites, comments]: [u32; 3],
-    text_len: u32,
-    word_count: u32,
-) -> Flat {
-    let score = 3 * likes as u64
-        + 5 * favorites as u64
-        + 2 * comments as u64
-        + (reputation / 1000) as u64
-        + word_count as u64;
+fn flatten(a: json::Answer) -> Flat {
+    let score = 3 * a.likes as u64
+        + 5 * a.favorites as u64
+        + 2 * a.comments as u64
+        + (a.reputation / 1000) as u64
+        + a.text_words as u64;
     Flat {
-        seq,
-        ts,
-        answer_id,
-        user_id,
-        user_name,
-        reputation,
-        likes,
-        favorites,
-        comments,
-        text_len,
-        word_count,
+        seq: a.seq,
+        ts: a.ts,
+        answer_id: a.answer_id,
+        user_id: a.user_id,
+        user_name: a.user_name,
+        reputation: a.reputation,
+        likes: a.likes,
+        favorites: a.favorites,
+        comments: a.comments,
+        text_len: a.text_chars,
+        word_count: a.text_words,
         score,
     }
 }
