@@ -86,6 +86,51 @@ pub enum JobError {
     /// The job was cancelled through its handle.
     #[error("the job was cancelled")]
     Cancelled,
+    /// A worker made no progress for longer than the heartbeat timeout.
+    #[error("operator `{operator}` (instance {instance}) stalled: no heartbeat for {millis} ms")]
+    Stalled {
+        operator: String,
+        instance: usize,
+        millis: u64,
+    },
+    /// An operator instance could not be restored from its snapshot.
+    #[error(
+        "operator `{operator}` (instance {instance}): restoring from the checkpoint: {source}"
+    )]
+    Restore {
+        operator: String,
+        instance: usize,
+        #[source]
+        source: crate::checkpoint::CheckpointError,
+    },
+    /// A source could not be rewound to its checkpointed position.
+    #[error(
+        "source `{operator}` (instance {instance}) cannot replay from record {position}: {reason}"
+    )]
+    SourceSeek {
+        operator: String,
+        instance: usize,
+        position: u64,
+        reason: String,
+    },
+    /// Checkpoint storage failed (opening the directory, reading a
+    /// checkpoint to restore from, or a checkpoint that does not match the
+    /// job).
+    #[error("checkpoint: {0}")]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// A checkpoint or savepoint does not fit the job.
+    #[error("checkpoint {id} does not fit job: {reason}")]
+    Incompatible { id: u64, reason: String },
+    /// More consecutive checkpoints failed than the configuration tolerates.
+    #[error("{failures} consecutive checkpoints failed; the last: {last}")]
+    CheckpointsFailing { failures: u32, last: String },
+    /// The restart strategy gave up after a failure.
+    #[error("restart strategy gave up ({reason}) after: {cause}")]
+    GaveUp {
+        reason: String,
+        #[source]
+        cause: Box<JobError>,
+    },
 }
 
 impl JobError {
@@ -94,7 +139,11 @@ impl JobError {
         match self {
             JobError::OperatorPanicked { operator, .. }
             | JobError::Io { operator, .. }
-            | JobError::ChannelCut { operator, .. } => Some(operator),
+            | JobError::ChannelCut { operator, .. }
+            | JobError::Stalled { operator, .. }
+            | JobError::Restore { operator, .. }
+            | JobError::SourceSeek { operator, .. } => Some(operator),
+            JobError::GaveUp { cause, .. } => cause.operator(),
             _ => None,
         }
     }

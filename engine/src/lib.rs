@@ -85,8 +85,14 @@ pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
 pub use job::source::{IterSource, Source, SourcePoll};
 pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};
-pub use metrics::{JobReport, LatencyHistogram, OperatorStats, Progress};
-pub use operator::{CoProcess, KeyedProcess, OperatorInfo, Output, Process, Sink};
+pub use metrics::{
+    CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryRecord,
+};
+pub use operator::{
+    CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Restored, Sink, FINAL_EPOCH,
+};
 pub use record::{Record, TupleId};
+pub use recovery::restart::RestartStrategy;
 pub use runtime::placement::Chaining;
-pub use runtime::{JobHandle, RuntimeConfig};
+pub use runtime::{CheckpointConfig, CheckpointMode, JobHandle, RuntimeConfig};
+pub use state::{KeyedState, StateSnapshot};

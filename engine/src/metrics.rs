@@ -185,6 +185,66 @@ pub struct JobReport {
     pub workers: usize,
     /// Tasks (chains of operators) the job was split into.
     pub tasks: usize,
+    /// One entry per failure recovered from, in the order they happened.
+    pub recovery: Vec<RecoveryRecord>,
+    /// What the checkpoints cost.
+    pub checkpoints: CheckpointStats,
+    /// Records non-transactional sinks wrote again after restarts (what
+    /// they had written after the restored checkpoint before the failure).
+    pub duplicates_emitted: u64,
+    /// Restarts (attempts after the first).
+    pub restarts: u32,
+}
+
+/// One recovery, measured by the supervisor. Times are microseconds from
+/// the fault: for a panic or a cut channel the moment the worker caught
+/// it, for a stall the worker's last heartbeat.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryRecord {
+    /// The failed operator (for a stall without a probe: the operators of
+    /// the stalled worker, joined by `+`).
+    pub operator: String,
+    /// Its instance.
+    pub instance: usize,
+    /// The error, as text.
+    pub cause: String,
+    /// The record it failed on, when known (injected faults).
+    pub tuple_id: Option<crate::record::TupleId>,
+    /// Fault → the supervisor noticed.
+    pub detect_us: u64,
+    /// Detection → every worker of the new attempt built and restored.
+    pub restore_us: Option<u64>,
+    /// Fault → the first record reached a sink after the restart.
+    pub first_output_us: Option<u64>,
+    /// Fault → every sink consumed as many records as before the fault.
+    pub caught_up_us: Option<u64>,
+    /// Source records read again (position at the fault − restored
+    /// position).
+    pub replayed_tuples: u64,
+    /// The checkpoint restored (`None`: started over from the beginning).
+    pub restored_checkpoint: Option<u64>,
+    /// Newer checkpoints passed over because they did not verify.
+    pub skipped_checkpoints: Vec<String>,
+}
+
+/// Checkpoint figures of a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckpointStats {
+    /// Checkpoints (and savepoints) made durable.
+    pub completed: u64,
+    /// Checkpoints abandoned (timeout, declined, write error).
+    pub failed: u64,
+    /// Payload bytes written.
+    pub bytes: u64,
+    /// Payload bytes over the time the I/O thread spent writing them.
+    pub write_mbps: f64,
+    /// The newest complete checkpoint.
+    pub last_completed: Option<u64>,
+    /// Why the last failed one failed.
+    pub last_failure: Option<String>,
+    /// Where they are (`None` when they were in a temporary directory,
+    /// removed at the end).
+    pub dir: Option<std::path::PathBuf>,
 }
 
 impl JobReport {

@@ -79,6 +79,18 @@ pub enum CheckpointError {
         #[source]
         source: rkyv::rancor::Error,
     },
+    /// An archived payload (without a file to name) failed validation.
+    #[error("archived state failed validation: {source}")]
+    Access {
+        #[source]
+        source: rkyv::rancor::Error,
+    },
+    /// An archive validated but could not be turned back into its value.
+    #[error("restoring state: {source}")]
+    Deserialize {
+        #[source]
+        source: rkyv::rancor::Error,
+    },
     /// A value could not be serialized.
     #[error("serializing snapshot state: {source}")]
     Serialize {

@@ -124,6 +124,19 @@ pub mod store;
 pub use error::CheckpointError;
 pub use format::{serialize, Position, SnapshotBytes, SnapshotHeader};
 pub use restore::SnapshotFile;
+
+use rkyv::{api::high::HighValidator, bytecheck::CheckBytes, rancor, Archive, Portable};
+
+/// The archived `T` in a snapshot payload (e.g. the bytes handed to
+/// [`crate::Process::restore_state`]), validated by rkyv's checked access.
+pub fn access<T>(payload: &[u8]) -> Result<&T::Archived, CheckpointError>
+where
+    T: Archive,
+    T::Archived: Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>>,
+{
+    rkyv::access::<T::Archived, rancor::Error>(payload)
+        .map_err(|source| CheckpointError::Access { source })
+}
 pub use store::{
     list, open_savepoint, FileEntry, LatestValid, Listing, Manifest, OperatorSnapshot, Pending,
     Published, Skipped, SnapshotKind, SnapshotStore, DEFAULT_RETAIN,

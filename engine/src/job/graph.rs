@@ -38,6 +38,8 @@ pub(crate) struct BuildCx {
     pub(crate) slot: OpSlot,
     pub(crate) info: OperatorInfo,
     pub(crate) probe: Probe,
+    /// What the instance restores from a checkpoint (`None`: a fresh start).
+    pub(crate) restore: Option<crate::runtime::coord::InstanceRestore>,
 }
 
 /// An operator instance's probe, if the runtime installed one.
@@ -48,9 +50,16 @@ pub(crate) type SourceBuild =
     Arc<dyn Fn(BuildCx, AnyBox, Option<f64>, Option<Rc<Gate>>) -> Box<dyn Port> + Send + Sync>;
 /// Builds a one-input hop: `(cx, downstream collector) -> input collector`.
 pub(crate) type UnaryBuild = Arc<dyn Fn(BuildCx, AnyBox) -> AnyBox + Send + Sync>;
-/// Builds a two-input hop: `(cx, downstream) -> (first, second, gate)`.
-pub(crate) type BinaryBuild =
-    Arc<dyn Fn(BuildCx, AnyBox) -> (AnyBox, AnyBox, Box<dyn Fn() -> bool>) + Send + Sync>;
+/// The type-erased input side of a co-operator: its two input collectors,
+/// the readiness check of the first, and the holds of both.
+pub(crate) struct CoInputs {
+    pub(crate) first: AnyBox,
+    pub(crate) second: AnyBox,
+    pub(crate) ready: Box<dyn Fn() -> bool>,
+    pub(crate) holds: [crate::runtime::task::Hold; 2],
+}
+/// Builds a two-input hop: `(cx, downstream) -> inputs`.
+pub(crate) type BinaryBuild = Arc<dyn Fn(BuildCx, AnyBox) -> CoInputs + Send + Sync>;
 /// Builds a sink: `cx -> input collector`.
 pub(crate) type SinkBuild = Arc<dyn Fn(BuildCx) -> AnyBox + Send + Sync>;
 

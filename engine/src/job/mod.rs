@@ -29,10 +29,11 @@ pub mod source;
 use crate::error::BuildError;
 use crate::operator::{
     build_co_ports, CoProcess, Collector, Filter, FlatMap, KeyedOp, KeyedProcess, Map,
-    OperatorInfo, Output, Process, ProcessOp, Sink, SinkOp,
+    OperatorInfo, Output, Process, ProcessOp, Sink, SinkOp, StateCodec,
 };
 use crate::record::Record;
 use crate::runtime::source::{Pacer, SourcePort};
+use crate::state::{KeyedState, StateSnapshot};
 use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
 use source::Source;
 use std::cell::RefCell;
@@ -128,16 +129,13 @@ impl JobBuilder {
         let build: graph::SourceBuild = Arc::new(move |cx: BuildCx, down: AnyBox, rate, gate| {
             let src: Box<dyn Source<T>> = Box::new(factory(&cx.info));
             let down = downcast::<BoxCollector<T>>(down, "source output");
-            let per_partition = rate.map(|r: f64| Pacer::new(r / cx.info.parallelism as f64));
-            Box::new(SourcePort::new(
-                src,
-                down,
-                cx.ctx,
-                per_partition,
-                gate,
-                cx.slot,
-                cx.probe,
-            ))
+            let per_partition = rate.map(|r: f64| {
+                Pacer::new(
+                    r / cx.info.parallelism as f64,
+                    Arc::clone(&cx.ctx.shared.pacing_start),
+                )
+            });
+            Box::new(SourcePort::new(src, down, per_partition, gate, cx))
         });
         let node = add_node(
             &self.inner,
@@ -329,7 +327,7 @@ impl<T: Data> Stream<T> {
     {
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<U>>(down, "process output");
-            let op = ProcessOp::new(factory(&cx.info), down, cx.ctx, cx.slot, cx.probe);
+            let op = ProcessOp::new(factory(&cx.info), down, cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         let node = add_node(
@@ -428,7 +426,7 @@ impl<T: Data> Stream<T> {
         F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
     {
         let build: graph::SinkBuild = Arc::new(move |cx: BuildCx| {
-            let op = SinkOp::new(factory(&cx.info), cx.ctx, cx.slot, cx.probe);
+            let op = SinkOp::new(factory(&cx.info), cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         add_node(
@@ -477,6 +475,7 @@ where
         U: Data,
         P: KeyedProcess<K, T, U>,
         F: Fn(&OperatorInfo) -> P + Send + Sync + 'static,
+        KeyedState<K, P::State>: StateSnapshot,
     {
         let key = Arc::clone(&self.key);
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
@@ -484,10 +483,9 @@ where
             let op = KeyedOp::new(
                 factory(&cx.info),
                 Arc::clone(&key),
+                StateCodec::of(),
                 down,
-                cx.ctx,
-                cx.slot,
-                cx.probe,
+                cx,
             );
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
@@ -514,6 +512,7 @@ where
     pub fn reduce<F>(&self, name: &str, f: F) -> Stream<T>
     where
         F: Fn(&T, &T) -> T + Send + Sync + 'static,
+        KeyedState<K, Option<T>>: StateSnapshot,
     {
         let f = Arc::new(f);
         self.process(name, move |_| Reduce(Arc::clone(&f)))
@@ -535,6 +534,7 @@ where
         S: Default + 'static,
         U: Data,
         F: Fn(&mut S, &T) -> U + Send + Sync + 'static,
+        KeyedState<K, S>: StateSnapshot,
     {
         let f = Arc::new(f);
         self.process(name, move |_| Aggregate(Arc::clone(&f), PhantomData))
@@ -585,9 +585,13 @@ impl<A: Data, B: Data> Connected<A, B> {
     {
         let build: graph::BinaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<U>>(down, "connect output");
-            let (a, b, gate) =
-                build_co_ports::<A, B, U, P>(factory(&cx.info), down, cx.ctx, cx.slot, cx.probe);
-            (Box::new(a) as AnyBox, Box::new(b) as AnyBox, gate)
+            let ports = build_co_ports::<A, B, U, P>(factory(&cx.info), down, cx);
+            graph::CoInputs {
+                first: Box::new(ports.first) as AnyBox,
+                second: Box::new(ports.second) as AnyBox,
+                ready: ports.ready,
+                holds: ports.holds,
+            }
         });
         let node = add_node(
             &self.first.job,

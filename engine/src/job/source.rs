@@ -43,6 +43,33 @@ pub enum SourcePoll<T> {
 pub trait Source<T>: 'static {
     /// Produces the next record, or says why it cannot.
     fn poll_next(&mut self) -> SourcePoll<T>;
+
+    /// Rewinds a freshly built instance so that its next record is the one
+    /// with per-partition sequence number `next_seq` (the engine counts from
+    /// 0): how a restored job replays from a checkpoint.
+    ///
+    /// The default reads and discards `next_seq` records, which is correct
+    /// for any deterministic source; override it when the source can jump
+    /// (an offset into a log, a file position). An error ends the job with
+    /// [`crate::JobError::SourceSeek`].
+    fn seek(&mut self, next_seq: u64) -> Result<(), String> {
+        for n in 0..next_seq {
+            match self.poll_next() {
+                SourcePoll::Ready { .. } => {}
+                SourcePoll::Pending => {
+                    return Err(format!(
+                        "not ready after {n} of {next_seq} records while skipping to the checkpoint (override Source::seek)"
+                    ))
+                }
+                SourcePoll::End => {
+                    return Err(format!(
+                        "ended after {n} records, the checkpoint is at {next_seq}"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A source over an iterator of `(value, event_time)` pairs.

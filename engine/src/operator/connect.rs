@@ -2,12 +2,19 @@
 //!
 //! Both ports live in the same task, so they share the operator through an
 //! `Rc<RefCell<_>>`; the runtime never calls them re-entrantly.
+//!
+//! Barrier alignment across the two inputs: the barrier is forwarded (and
+//! the state snapshotted) once both inputs delivered it, or the other one
+//! ended. In exactly-once mode the input that delivered first is *held*: a
+//! flag the ports feeding it check, so its records after the barrier wait
+//! upstream until the other input catches up.
 
 use super::{run_probe, CoProcess, Collector, Output};
-use crate::job::graph::Probe;
+use crate::error::JobError;
+use crate::job::graph::{BuildCx, Probe};
 use crate::record::Record;
-use crate::runtime::task::{OpSlot, TaskCtx};
-use std::cell::RefCell;
+use crate::runtime::task::{Hold, OpSlot, TaskCtx};
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::rc::Rc;
 
@@ -20,6 +27,13 @@ struct Core<A, B, O, P> {
     ended: [bool; 2],
     seen: u64,
     emitted: u64,
+    /// Restored as finished: the end hook already ran.
+    finished: bool,
+    /// The barrier being aligned (0: none) and which inputs delivered it.
+    aligning: u64,
+    delivered: [bool; 2],
+    forwarded: u64,
+    holds: [Hold; 2],
     _in: PhantomData<fn(A, B)>,
 }
 
@@ -28,14 +42,53 @@ impl<A, B, O, P: CoProcess<A, B, O>> Core<A, B, O, P> {
         if std::mem::replace(&mut self.ended[port], true) {
             return;
         }
+        // The other input waiting on this one's barrier need not wait now.
+        if self.aligning != 0 && self.delivered[1 - port] {
+            self.complete();
+        }
         if self.ended == [true, true] {
-            let prev = self.ctx.enter(self.slot.op);
-            let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
-            self.op.on_end(&mut out);
-            self.ctx.leave(prev);
+            if !self.finished {
+                let prev = self.ctx.enter(self.slot.op);
+                let mut out =
+                    Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
+                self.op.on_end(&mut out);
+                self.ctx.leave(prev);
+            }
             self.slot.publish(self.seen, self.emitted);
             self.down.end();
         }
+    }
+
+    fn barrier(&mut self, port: usize, id: u64) {
+        if id <= self.forwarded || id < self.aligning {
+            return;
+        }
+        if id > self.aligning {
+            self.aligning = id;
+            self.delivered = [false, false];
+            self.holds.iter().for_each(|h| h.set(false));
+        }
+        self.delivered[port] = true;
+        if self.delivered[1 - port] || self.ended[1 - port] {
+            self.complete();
+        } else if self.ctx.exactly_once() {
+            self.holds[port].set(true);
+        }
+    }
+
+    fn complete(&mut self) {
+        let id = std::mem::replace(&mut self.aligning, 0);
+        self.forwarded = id;
+        self.delivered = [false, false];
+        self.holds.iter().for_each(|h| h.set(false));
+        let prev = self.ctx.enter(self.slot.op);
+        let state = self.op.snapshot_state();
+        self.ctx.leave(prev);
+        match state {
+            Ok(state) => self.ctx.ack(self.slot.op, id, state, None, None),
+            Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
+        }
+        self.down.barrier(id);
     }
 
     fn flush(&mut self) {
@@ -67,6 +120,9 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<A> for First<A, B, O, P> {
     fn end(&mut self) {
         self.0.borrow_mut().end_port(0);
     }
+    fn barrier(&mut self, id: u64) {
+        self.0.borrow_mut().barrier(0, id);
+    }
 }
 
 impl<A, B, O, P: CoProcess<A, B, O>> Collector<B> for Second<A, B, O, P> {
@@ -85,21 +141,24 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<B> for Second<A, B, O, P> {
     fn end(&mut self) {
         self.0.borrow_mut().end_port(1);
     }
+    fn barrier(&mut self, id: u64) {
+        self.0.borrow_mut().barrier(1, id);
+    }
 }
 
-/// The two input collectors of a co-operator and the gate of its first input.
-pub(crate) type CoPorts<A, B> = (
-    Box<dyn Collector<A>>,
-    Box<dyn Collector<B>>,
-    Box<dyn Fn() -> bool>,
-);
+/// The two input collectors of a co-operator, the readiness check of its
+/// first input, and the holds of its two inputs.
+pub(crate) struct CoPorts<A, B> {
+    pub(crate) first: Box<dyn Collector<A>>,
+    pub(crate) second: Box<dyn Collector<B>>,
+    pub(crate) ready: Box<dyn Fn() -> bool>,
+    pub(crate) holds: [Hold; 2],
+}
 
 pub(crate) fn build_co_ports<A, B, O, P>(
-    op: P,
+    mut op: P,
     down: Box<dyn Collector<O>>,
-    ctx: Rc<TaskCtx>,
-    slot: OpSlot,
-    probe: Probe,
+    cx: BuildCx,
 ) -> CoPorts<A, B>
 where
     A: 'static,
@@ -107,27 +166,47 @@ where
     O: 'static,
     P: CoProcess<A, B, O>,
 {
+    let mut finished = false;
+    if let Some(r) = &cx.restore {
+        finished = r.finished;
+        if let Some(file) = &r.state {
+            if let Err(source) = op.restore_state(file.payload()) {
+                cx.ctx.fail(JobError::Restore {
+                    operator: cx.info.name.to_string(),
+                    instance: cx.info.instance,
+                    source,
+                });
+            }
+        }
+    }
+    let holds = [Rc::new(Cell::new(false)), Rc::new(Cell::new(false))];
     let core = Rc::new(RefCell::new(Core {
         op,
         down,
-        ctx,
-        slot,
-        probe,
+        ctx: cx.ctx,
+        slot: cx.slot,
+        probe: cx.probe,
         ended: [false, false],
         seen: 0,
         emitted: 0,
+        finished,
+        aligning: 0,
+        delivered: [false, false],
+        forwarded: 0,
+        holds: holds.clone(),
         _in: PhantomData,
     }));
-    let gate = {
+    let ready = {
         let core = Rc::clone(&core);
         move || {
             let c = core.borrow();
             c.ended[1] || c.op.first_ready()
         }
     };
-    (
-        Box::new(First(Rc::clone(&core))),
-        Box::new(Second(core)),
-        Box::new(gate),
-    )
+    CoPorts {
+        first: Box::new(First(Rc::clone(&core))),
+        second: Box::new(Second(core)),
+        ready: Box::new(ready),
+        holds,
+    }
 }

@@ -5,24 +5,47 @@
 //! its state never crosses a core.
 
 use super::{run_probe, Collector, KeyedProcess, Output};
-use crate::job::graph::Probe;
+use crate::checkpoint::{CheckpointError, SnapshotBytes};
+use crate::error::JobError;
+use crate::job::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
-use crate::state::KeyedState;
+use crate::state::{KeyedState, StateSnapshot};
 use std::hash::Hash;
 use std::rc::Rc;
 use std::sync::Arc;
+
+/// How a keyed operator's state goes to and comes from a snapshot (the
+/// [`StateSnapshot`] functions, captured where the types are known).
+pub(crate) struct StateCodec<K, S> {
+    pub(crate) snapshot: fn(&KeyedState<K, S>) -> Result<SnapshotBytes, CheckpointError>,
+    pub(crate) restore: fn(&[u8]) -> Result<KeyedState<K, S>, CheckpointError>,
+}
+
+impl<K, S> StateCodec<K, S>
+where
+    KeyedState<K, S>: StateSnapshot,
+{
+    pub(crate) fn of() -> Self {
+        StateCodec {
+            snapshot: <KeyedState<K, S> as StateSnapshot>::snapshot,
+            restore: <KeyedState<K, S> as StateSnapshot>::restore,
+        }
+    }
+}
 
 pub(crate) struct KeyedOp<K, T, O, P: KeyedProcess<K, T, O>> {
     op: P,
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
     state: KeyedState<K, P::State>,
+    codec: StateCodec<K, P::State>,
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
     probe: Probe,
     seen: u64,
     emitted: u64,
+    finished: bool,
 }
 
 impl<K, T, O, P> KeyedOp<K, T, O, P>
@@ -30,24 +53,42 @@ where
     K: Hash + Eq + Clone + 'static,
     P: KeyedProcess<K, T, O>,
 {
+    /// Builds the hop; an instance restored from a checkpoint gets its
+    /// state back (a failure is reported through the task).
     pub(crate) fn new(
         op: P,
         key: Arc<dyn Fn(&T) -> K + Send + Sync>,
+        codec: StateCodec<K, P::State>,
         down: Box<dyn Collector<O>>,
-        ctx: Rc<TaskCtx>,
-        slot: OpSlot,
-        probe: Probe,
+        cx: BuildCx,
     ) -> Self {
+        let mut state = KeyedState::default();
+        let mut finished = false;
+        if let Some(r) = &cx.restore {
+            finished = r.finished;
+            if let Some(file) = &r.state {
+                match (codec.restore)(file.payload()) {
+                    Ok(s) => state = s,
+                    Err(source) => cx.ctx.fail(JobError::Restore {
+                        operator: cx.info.name.to_string(),
+                        instance: cx.info.instance,
+                        source,
+                    }),
+                }
+            }
+        }
         KeyedOp {
             op,
             key,
-            state: KeyedState::default(),
+            state,
+            codec,
             down,
-            ctx,
-            slot,
-            probe,
+            ctx: cx.ctx,
+            slot: cx.slot,
+            probe: cx.probe,
             seen: 0,
             emitted: 0,
+            finished,
         }
     }
 }
@@ -79,13 +120,25 @@ where
     }
 
     fn end(&mut self) {
-        let prev = self.ctx.enter(self.slot.op);
-        let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
-        for (k, s) in self.state.iter_mut() {
-            self.op.on_end(k, s, &mut out);
+        if !self.finished {
+            let prev = self.ctx.enter(self.slot.op);
+            let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
+            for (k, s) in self.state.iter_mut() {
+                self.op.on_end(k, s, &mut out);
+            }
+            self.ctx.leave(prev);
         }
-        self.ctx.leave(prev);
         self.slot.publish(self.seen, self.emitted);
         self.down.end();
+    }
+
+    fn barrier(&mut self, id: u64) {
+        // The synchronous part of the checkpoint: one linear pass archiving
+        // the map; the bytes go to disk on the snapshot I/O thread.
+        match (self.codec.snapshot)(&self.state) {
+            Ok(bytes) => self.ctx.ack(self.slot.op, id, Some(bytes), None, None),
+            Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
+        }
+        self.down.barrier(id);
     }
 }

@@ -34,11 +34,12 @@ pub use flat_map::FlatMap;
 pub use map::Map;
 
 pub(crate) use connect::build_co_ports;
-pub(crate) use keyed::KeyedOp;
+pub(crate) use keyed::{KeyedOp, StateCodec};
 pub(crate) use sink::SinkOp;
 pub(crate) use tee::{Null, Tee};
 pub(crate) use unary::ProcessOp;
 
+use crate::checkpoint::{CheckpointError, SnapshotBytes};
 use crate::record::{Nanos, Record, TupleId};
 use crate::runtime::probe::ProbeAction;
 use crate::runtime::task::TaskCtx;
@@ -57,12 +58,18 @@ pub(crate) fn run_probe(
     let Some(p) = probe else { return true };
     match p.before(id) {
         ProbeAction::Continue => true,
-        ProbeAction::Panic(message) => panic!("{message}"),
+        ProbeAction::Panic(message) => {
+            ctx.fault_tuple.set(Some(id));
+            panic!("{message}")
+        }
         ProbeAction::Stall(d) => {
+            ctx.fault_tuple.set(Some(id));
+            ctx.shared.note_stall(op, ctx.instance, id);
             std::thread::sleep(d);
             true
         }
         ProbeAction::CutInput => {
+            ctx.fault_tuple.set(Some(id));
             ctx.fail_cut(op);
             false
         }
@@ -78,6 +85,23 @@ pub struct OperatorInfo {
     pub instance: usize,
     /// How many instances the operator has.
     pub parallelism: usize,
+    /// Which run of the job this is: 0, then one more after every restart.
+    pub attempt: u32,
+    /// The checkpoint this instance is restored from, if any.
+    pub restored: Option<Restored>,
+}
+
+/// What an operator factory learns about the checkpoint its instance is
+/// restored from (the engine restores the state itself; a sink uses this to
+/// settle its transactions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restored {
+    /// The checkpoint (or savepoint) id.
+    pub checkpoint: u64,
+    /// Whether the instance had already finished (consumed all its input
+    /// and ran its end-of-stream hooks) in that checkpoint: it will see no
+    /// record and its end hooks are not run again.
+    pub finished: bool,
 }
 
 /// The push interface between chained operators (engine-internal).
@@ -89,6 +113,10 @@ pub(crate) trait Collector<T> {
     fn collect(&mut self, rec: Record<T>);
     fn flush(&mut self);
     fn end(&mut self);
+    /// Checkpoint barrier `id` passes this hop: every record before it has
+    /// been handed over, none after it. An operator snapshots its state,
+    /// acknowledges, and forwards the barrier.
+    fn barrier(&mut self, id: u64);
 }
 
 /// A one-input operator.
@@ -112,6 +140,18 @@ pub trait Process<I, O>: 'static {
     fn process(&mut self, rec: Record<I>, out: &mut Output<'_, O>);
     /// Called once after the last input record.
     fn on_end(&mut self, _out: &mut Output<'_, O>) {}
+    /// The operator's own state at a checkpoint, archived with
+    /// [`crate::checkpoint::serialize`]; `None` (the default) for an
+    /// operator that keeps nothing across records.
+    fn snapshot_state(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
+        Ok(None)
+    }
+    /// Restores what [`snapshot_state`](Self::snapshot_state) archived (the
+    /// payload's checksum is verified; use
+    /// [`crate::checkpoint::access`] to read it).
+    fn restore_state(&mut self, _payload: &[u8]) -> Result<(), CheckpointError> {
+        Ok(())
+    }
 }
 
 /// A keyed operator: the engine keeps one `State` per key and hands the
@@ -173,6 +213,15 @@ pub trait CoProcess<A, B, O>: 'static {
     }
     /// Called once after both inputs ended.
     fn on_end(&mut self, _out: &mut Output<'_, O>) {}
+    /// The operator's state at a checkpoint (see
+    /// [`Process::snapshot_state`]).
+    fn snapshot_state(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
+        Ok(None)
+    }
+    /// Restores what [`snapshot_state`](Self::snapshot_state) archived.
+    fn restore_state(&mut self, _payload: &[u8]) -> Result<(), CheckpointError> {
+        Ok(())
+    }
 }
 
 /// Where records leave the job.
@@ -186,6 +235,34 @@ pub trait Sink<T>: 'static {
     fn finish(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+    /// Phase one of a two-phase commit: checkpoint barrier `checkpoint`
+    /// reached this sink. Make everything written since the previous
+    /// barrier durable, staged under `checkpoint`, not yet visible. After
+    /// [`finish`](Self::finish) the engine calls it once more with
+    /// [`FINAL_EPOCH`] for the output after the last barrier.
+    fn pre_commit(&mut self, _checkpoint: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// The handle that performs phase two, off the data path, when a
+    /// checkpoint completes. `None` (the default): the sink is not
+    /// transactional; what it writes is visible at once, and records it
+    /// writes again after a restart are counted as duplicates.
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        None
+    }
+}
+
+/// The epoch id of a sink's output after its last checkpoint barrier; it is
+/// committed when the job completes (or by the first checkpoint that records
+/// the sink as finished).
+pub const FINAL_EPOCH: u64 = u64::MAX;
+
+/// Phase two of a transactional sink: makes staged output visible. Called
+/// by the checkpoint coordinator, on its own thread.
+pub trait Committer: Send + 'static {
+    /// Makes the output pre-committed under `checkpoint` visible (idempotent;
+    /// nothing staged under that id is not an error).
+    fn commit(&mut self, checkpoint: u64) -> std::io::Result<()>;
 }
 
 /// What an operator emits into. Emitted records inherit the envelope (tuple

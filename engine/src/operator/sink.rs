@@ -1,17 +1,27 @@
 //! The chain hop around a [`Sink`]: counts records and measures end-to-end
 //! latency (engine clock now − the record's ingest stamp) into a per-task HDR
-//! histogram, merged into the job's when the sink ends.
+//! histogram, merged into the job's when the sink ends (or is dropped with
+//! its attempt).
 //!
 //! The clock is read once per batch, not per record: ingest stamps are
 //! buffered and all get the same "now" at the next flush. That can only
 //! *over*state latency (by at most one batch), never understate it.
+//!
+//! Checkpoints: at a barrier the sink pre-commits (phase one) and
+//! acknowledges with the number of records it consumed in this attempt;
+//! after its last record it pre-commits [`FINAL_EPOCH`]. Its
+//! [`SinkTally`] tells the supervisor when it produced its first record
+//! after a restart and when it got back to where it was before the fault.
 
-use super::{run_probe, Collector, Sink};
-use crate::job::graph::Probe;
+use super::{run_probe, Collector, Sink, FINAL_EPOCH};
+use crate::job::graph::{BuildCx, Probe};
 use crate::metrics::LatencyHistogram;
 use crate::record::Record;
+use crate::runtime::coord::{Event, SinkTally};
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 const STAMP_BATCH: usize = 256;
 
@@ -22,22 +32,41 @@ pub(crate) struct SinkOp<T, S> {
     probe: Probe,
     stamps: Vec<u64>,
     hist: LatencyHistogram,
+    merged: bool,
     seen: u64,
     failed: bool,
+    /// Restored as finished: its output is complete and committed.
+    finished: bool,
+    tally: Option<Arc<SinkTally>>,
+    caught_up: bool,
     _t: std::marker::PhantomData<fn(T)>,
 }
 
 impl<T, S: Sink<T>> SinkOp<T, S> {
-    pub(crate) fn new(sink: S, ctx: Rc<TaskCtx>, slot: OpSlot, probe: Probe) -> Self {
+    pub(crate) fn new(sink: S, cx: BuildCx) -> Self {
+        let shared = &cx.ctx.shared;
+        let tally = shared.sinks.get(&(cx.slot.op, cx.slot.instance)).cloned();
+        if let Some(c) = sink.committer() {
+            let _ = shared.events.send(Event::Committer {
+                attempt: shared.attempt,
+                node: cx.slot.op,
+                instance: cx.slot.instance,
+                committer: c,
+            });
+        }
         SinkOp {
             sink,
-            ctx,
-            slot,
-            probe,
+            finished: cx.restore.as_ref().is_some_and(|r| r.finished),
+            ctx: cx.ctx,
+            slot: cx.slot,
+            probe: cx.probe,
             stamps: Vec::with_capacity(STAMP_BATCH),
             hist: LatencyHistogram::new(),
+            merged: false,
             seen: 0,
             failed: false,
+            tally,
+            caught_up: false,
             _t: std::marker::PhantomData,
         }
     }
@@ -52,11 +81,39 @@ impl<T, S: Sink<T>> SinkOp<T, S> {
         }
         self.stamps.clear();
     }
+
+    fn publish(&mut self) {
+        self.slot.publish(self.seen, 0);
+        if let Some(t) = &self.tally {
+            t.written.store(self.seen, Ordering::Relaxed);
+            if !self.caught_up && self.seen >= t.target.load(Ordering::Relaxed) {
+                self.caught_up = true;
+                t.caught_at
+                    .store(self.ctx.clock.now().max(1), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl<T, S> Drop for SinkOp<T, S> {
+    fn drop(&mut self) {
+        // A sink of an attempt that was stopped never ends: keep what it
+        // measured.
+        if !self.merged {
+            self.ctx.shared.metrics.merge_latency(&self.hist);
+        }
+    }
 }
 
 impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
     #[inline]
     fn collect(&mut self, rec: Record<T>) {
+        if self.seen == 0 {
+            if let Some(t) = &self.tally {
+                t.first_at
+                    .store(self.ctx.clock.now().max(1), Ordering::Relaxed);
+            }
+        }
         self.seen += 1;
         if rec.ingest != Record::<T>::NO_INGEST {
             self.stamps.push(rec.ingest);
@@ -64,7 +121,9 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
                 self.record_latencies();
             }
         }
-        if self.failed {
+        // Fencing: a worker of a stopped attempt that wakes up late (a
+        // stalled thread cannot be killed) writes nothing more.
+        if self.failed || self.ctx.shared.cancelled() {
             return;
         }
         let prev = self.ctx.enter(self.slot.op);
@@ -81,20 +140,49 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
 
     fn flush(&mut self) {
         self.record_latencies();
-        self.slot.publish(self.seen, 0);
+        self.publish();
     }
 
     fn end(&mut self) {
         self.record_latencies();
-        self.slot.publish(self.seen, 0);
+        self.publish();
         let prev = self.ctx.enter(self.slot.op);
-        if !self.failed {
-            if let Err(e) = self.sink.finish() {
-                self.ctx
-                    .fail_io(self.slot.op, "sink finish failed", None, e);
+        if !self.failed && !self.finished {
+            let r = self
+                .sink
+                .finish()
+                .map_err(|e| ("sink finish failed", e))
+                .and_then(|()| {
+                    self.sink
+                        .pre_commit(FINAL_EPOCH)
+                        .map_err(|e| ("sink pre-commit of the final epoch failed", e))
+                });
+            if let Err((what, e)) = r {
+                self.failed = true;
+                self.ctx.fail_io(self.slot.op, what, None, e);
             }
         }
         self.ctx.leave(prev);
         self.ctx.shared.metrics.merge_latency(&self.hist);
+        self.merged = true;
+    }
+
+    fn barrier(&mut self, id: u64) {
+        self.record_latencies();
+        self.publish();
+        if self.failed {
+            return;
+        }
+        let prev = self.ctx.enter(self.slot.op);
+        let r = self.sink.pre_commit(id);
+        self.ctx.leave(prev);
+        match r {
+            Ok(()) => self.ctx.ack(self.slot.op, id, None, None, Some(self.seen)),
+            Err(e) => {
+                self.failed = true;
+                self.ctx
+                    .fail_io(self.slot.op, "sink pre-commit failed", None, e);
+            }
+        }
     }
 }

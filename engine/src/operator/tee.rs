@@ -24,6 +24,9 @@ impl<T: Clone> Collector<T> for Tee<T> {
     fn end(&mut self) {
         self.outs.iter_mut().for_each(|o| o.end());
     }
+    fn barrier(&mut self, id: u64) {
+        self.outs.iter_mut().for_each(|o| o.barrier(id));
+    }
 }
 
 /// Discards records of a stream that has no consumer.
@@ -33,4 +36,5 @@ impl<T> Collector<T> for Null {
     fn collect(&mut self, _rec: Record<T>) {}
     fn flush(&mut self) {}
     fn end(&mut self) {}
+    fn barrier(&mut self, _id: u64) {}
 }

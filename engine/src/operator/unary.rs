@@ -1,7 +1,8 @@
 //! The chain hop around a one-input [`Process`] operator.
 
 use super::{run_probe, Collector, Output, Process};
-use crate::job::graph::Probe;
+use crate::error::JobError;
+use crate::job::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::marker::PhantomData;
@@ -15,25 +16,37 @@ pub(crate) struct ProcessOp<I, O, P> {
     probe: Probe,
     seen: u64,
     emitted: u64,
+    /// Restored as finished: its end hook already ran before the checkpoint.
+    finished: bool,
     _in: PhantomData<fn(I)>,
 }
 
 impl<I, O, P: Process<I, O>> ProcessOp<I, O, P> {
-    pub(crate) fn new(
-        op: P,
-        down: Box<dyn Collector<O>>,
-        ctx: Rc<TaskCtx>,
-        slot: OpSlot,
-        probe: Probe,
-    ) -> Self {
+    /// Builds the hop and restores the operator's state if the instance is
+    /// restored from a checkpoint (a failure is reported through the task).
+    pub(crate) fn new(mut op: P, down: Box<dyn Collector<O>>, cx: BuildCx) -> Self {
+        let mut finished = false;
+        if let Some(r) = &cx.restore {
+            finished = r.finished;
+            if let Some(file) = &r.state {
+                if let Err(source) = op.restore_state(file.payload()) {
+                    cx.ctx.fail(JobError::Restore {
+                        operator: cx.info.name.to_string(),
+                        instance: cx.info.instance,
+                        source,
+                    });
+                }
+            }
+        }
         ProcessOp {
             op,
             down,
-            ctx,
-            slot,
-            probe,
+            ctx: cx.ctx,
+            slot: cx.slot,
+            probe: cx.probe,
             seen: 0,
             emitted: 0,
+            finished,
             _in: PhantomData,
         }
     }
@@ -61,11 +74,24 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
     }
 
     fn end(&mut self) {
-        let prev = self.ctx.enter(self.slot.op);
-        let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
-        self.op.on_end(&mut out);
-        self.ctx.leave(prev);
+        if !self.finished {
+            let prev = self.ctx.enter(self.slot.op);
+            let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
+            self.op.on_end(&mut out);
+            self.ctx.leave(prev);
+        }
         self.slot.publish(self.seen, self.emitted);
         self.down.end();
+    }
+
+    fn barrier(&mut self, id: u64) {
+        let prev = self.ctx.enter(self.slot.op);
+        let state = self.op.snapshot_state();
+        self.ctx.leave(prev);
+        match state {
+            Ok(state) => self.ctx.ack(self.slot.op, id, state, None, None),
+            Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
+        }
+        self.down.barrier(id);
     }
 }

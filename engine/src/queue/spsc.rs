@@ -455,6 +455,17 @@ impl<T, S: Storage<T>> Consumer<T, S> {
     /// given) are released before unwinding; the rest stay in the ring.
     #[inline]
     pub fn pop_batch<F: FnMut(T)>(&mut self, max: usize, mut f: F) -> usize {
+        self.pop_batch_until(max, |v| {
+            f(v);
+            true
+        })
+    }
+
+    /// As [`pop_batch`](Self::pop_batch), but stops right after the item on
+    /// which `f` returns `false` (that item is taken; the rest stay in the
+    /// ring). Returns the number of items taken.
+    #[inline]
+    pub fn pop_batch_until<F: FnMut(T) -> bool>(&mut self, max: usize, mut f: F) -> usize {
         let mut available = self.cached_tail.wrapping_sub(self.head);
         if available < max {
             available = self.refresh_tail();
@@ -474,6 +485,7 @@ impl<T, S: Storage<T>> Consumer<T, S> {
             }
         }
 
+        let start = self.head;
         let guard = PublishOnDrop(self);
         for _ in 0..n {
             let head = guard.0.head;
@@ -482,7 +494,11 @@ impl<T, S: Storage<T>> Consumer<T, S> {
             // we advance `head` before `f` runs, so it is moved out once.
             let value = unsafe { guard.0.slot(head).with(|slot| slot.read().assume_init()) };
             guard.0.head = head.wrapping_add(1);
-            f(value);
+            if !f(value) {
+                let taken = guard.0.head.wrapping_sub(start);
+                drop(guard);
+                return taken;
+            }
         }
         drop(guard);
         n

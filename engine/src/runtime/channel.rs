@@ -29,6 +29,9 @@ pub(crate) enum Msg<T> {
     Data(Record<T>),
     /// The producer will send nothing more.
     End,
+    /// Checkpoint barrier: every record of this producer before it belongs
+    /// to checkpoint `id`, none after it.
+    Barrier(u64),
 }
 
 /// Lets a producer wake a worker that parked because it had nothing to do.
@@ -202,6 +205,18 @@ impl<T: Clone> Collector<T> for RingSender<T> {
         }
         self.flush();
     }
+
+    fn barrier(&mut self, id: u64) {
+        if self.ended {
+            return;
+        }
+        // Every lane gets the barrier, published at once so that alignment
+        // downstream does not wait for a batch to fill.
+        for lane in 0..self.lanes.len() {
+            self.send(lane, Msg::Barrier(id));
+        }
+        self.flush();
+    }
 }
 
 /// Records taken from a ring per step before the task re-checks
@@ -210,6 +225,15 @@ const CHUNK: usize = 64;
 
 /// The consumer side of an edge: drains one ring per upstream instance into
 /// the chain, and ends the chain once every upstream instance has ended.
+///
+/// Barrier alignment: when lane `i` delivers barrier `n`, the barrier is
+/// forwarded into the chain once every lane has delivered `n` or ended. In
+/// exactly-once mode lane `i` is not read meanwhile (its records after the
+/// barrier belong to the next checkpoint and wait in their ring — bounded,
+/// with backpressure upstream); in at-least-once mode it is read on, and
+/// those records end up both in the snapshot and in the replay after a
+/// restore. A newer barrier abandons an older one still aligning (the
+/// coordinator gave up on it: a source may skip it).
 pub(crate) struct RingInput<T> {
     rings: Vec<Consumer<Msg<T>>>,
     /// Per ring: the producer's worker, woken when slots are freed (it may
@@ -221,6 +245,14 @@ pub(crate) struct RingInput<T> {
     target: Box<dyn Collector<T>>,
     gate: Option<Rc<Gate>>,
     ctx: Rc<TaskCtx>,
+    /// The barrier being aligned (0: none).
+    aligning: u64,
+    /// Per ring: delivered the barrier being aligned.
+    seen: Vec<bool>,
+    /// Per ring: not read until the alignment completes (exactly-once).
+    blocked: Vec<bool>,
+    /// The newest barrier forwarded.
+    forwarded: u64,
 }
 
 impl<T> RingInput<T> {
@@ -241,6 +273,39 @@ impl<T> RingInput<T> {
             target,
             gate,
             ctx,
+            aligning: 0,
+            seen: vec![false; n],
+            blocked: vec![false; n],
+            forwarded: 0,
+        }
+    }
+
+    fn on_barrier(&mut self, lane: usize, id: u64) {
+        if id <= self.forwarded || id < self.aligning {
+            return; // stale: an abandoned checkpoint
+        }
+        if id > self.aligning {
+            self.aligning = id;
+            self.seen.fill(false);
+            self.blocked.fill(false);
+        }
+        self.seen[lane] = true;
+        if self.ctx.exactly_once() {
+            self.blocked[lane] = true;
+        }
+        self.try_complete();
+    }
+
+    fn try_complete(&mut self) {
+        if self.aligning == 0 {
+            return;
+        }
+        if self.seen.iter().zip(&self.ended).all(|(s, e)| *s || *e) {
+            let id = std::mem::replace(&mut self.aligning, 0);
+            self.forwarded = id;
+            self.seen.fill(false);
+            self.blocked.fill(false);
+            self.target.barrier(id);
         }
     }
 }
@@ -266,24 +331,39 @@ impl<T> Port for RingInput<T> {
             }
             let i = self.next;
             self.next = (i + 1) % n;
-            if self.ended[i] {
+            if self.ended[i] || self.blocked[i] {
                 idle_rounds += 1;
                 continue;
             }
             let target = &mut self.target;
             let mut got_end = false;
+            let mut barrier = None;
             let take = CHUNK.min(budget - moved);
-            let k = self.rings[i].pop_batch(take, |m| match m {
-                Msg::Data(r) => target.collect(r),
-                Msg::End => got_end = true,
+            let k = self.rings[i].pop_batch_until(take, |m| match m {
+                Msg::Data(r) => {
+                    target.collect(r);
+                    true
+                }
+                Msg::End => {
+                    got_end = true;
+                    false
+                }
+                Msg::Barrier(id) => {
+                    barrier = Some(id);
+                    false
+                }
             });
             moved += k;
             if k > 0 {
                 self.producers[i].notify();
             }
+            if let Some(id) = barrier {
+                self.on_barrier(i, id);
+            }
             if got_end {
                 self.ended[i] = true;
                 self.live -= 1;
+                self.try_complete();
             }
             if k == 0 {
                 idle_rounds += 1;

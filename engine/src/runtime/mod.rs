@@ -17,14 +17,21 @@
 //!    exits when its tasks are done.
 //!
 //! A panic in operator code is caught at the task boundary, attributed to
-//! the operator that was running (the task context tracks it), and ends the
-//! job with [`JobError::OperatorPanicked`] — never a process abort.
+//! the operator that was running (the task context tracks it), and fails
+//! the *attempt* with [`JobError::OperatorPanicked`] — never a process
+//! abort. A supervisor thread ([`supervisor`]) watches every attempt: it
+//! runs the checkpoint coordinator (barriers, acknowledgements, durable
+//! snapshots, sink commits), detects stalls by heartbeat, and on a failure
+//! stops every worker, restores the last complete checkpoint and starts
+//! the next attempt — or ends the job, as the [`RestartStrategy`] decides.
 
 pub(crate) mod channel;
+pub(crate) mod coord;
 pub(crate) mod dead_letter;
 pub mod placement;
 pub mod probe;
 pub(crate) mod source;
+mod supervisor;
 pub(crate) mod task;
 mod worker;
 
@@ -32,15 +39,75 @@ use crate::error::{JobError, RuntimeError};
 use crate::job::graph::{AnySend, Graph, NodeKind, Partitioning};
 use crate::job::Job;
 use crate::metrics::{JobMetrics, JobReport, OperatorStats, Progress};
+use crate::record::{Nanos, TupleId};
+use crate::recovery::restart::RestartStrategy;
 use channel::WorkerSignal;
+use coord::{Event, Restore, SinkTally};
+use crossbeam_utils::CachePadded;
 use placement::{Chaining, EdgeShape, NodeShape, Plan};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use dead_letter::json_str;
+
+/// Whether barriers are aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Operators with several input channels wait for the barrier on all of
+    /// them before snapshotting (a channel that delivered it is not read
+    /// meanwhile): every record is reflected exactly once in the state.
+    ExactlyOnce,
+    /// No waiting: records that overtake the barrier on one channel are in
+    /// the snapshot *and* replayed after a restore (lower latency, possible
+    /// duplicates).
+    AtLeastOnce,
+}
+
+/// Periodic checkpoints (Flink's knobs, same names).
+#[derive(Clone, Debug)]
+pub struct CheckpointConfig {
+    /// Time between the starts of two checkpoints.
+    pub interval: Duration,
+    /// Barrier alignment.
+    pub mode: CheckpointMode,
+    /// A checkpoint not acknowledged by every operator within this time is
+    /// abandoned (and counts as failed).
+    pub timeout: Duration,
+    /// Consecutive failed checkpoints tolerated; one more fails the job.
+    pub tolerable_failures: u32,
+    /// Least time between the end of one checkpoint and the start of the
+    /// next.
+    pub min_pause: Duration,
+    /// Where checkpoints go (`None`: `<run dir>/checkpoints`, or a fresh
+    /// temporary directory removed when the job succeeds).
+    pub dir: Option<PathBuf>,
+    /// Checkpoints kept (savepoints are never removed).
+    pub retain: usize,
+    /// Adapt the interval to the failure rate and the checkpoint cost
+    /// within `[min, max]` ([`crate::recovery::interval`]).
+    pub adaptive: Option<(Duration, Duration)>,
+}
+
+impl CheckpointConfig {
+    /// Exactly-once checkpoints every `interval`, with the other knobs at
+    /// their defaults: timeout 60 s, 3 tolerable failures, no minimum
+    /// pause, the last 3 kept.
+    pub fn every(interval: Duration) -> Self {
+        CheckpointConfig {
+            interval,
+            mode: CheckpointMode::ExactlyOnce,
+            timeout: Duration::from_secs(60),
+            tolerable_failures: 3,
+            min_pause: Duration::ZERO,
+            dir: None,
+            retain: crate::checkpoint::DEFAULT_RETAIN,
+            adaptive: None,
+        }
+    }
+}
 
 /// How a job is run on this machine.
 #[derive(Clone, Debug)]
@@ -57,8 +124,8 @@ pub struct RuntimeConfig {
     pub budget: usize,
     /// Pin each worker thread to its core.
     pub pin: bool,
-    /// Directory for files the run creates (dead letters); `None`: a fresh
-    /// temporary directory, created only if needed.
+    /// Directory for files the run creates (dead letters, checkpoints);
+    /// `None`: a fresh temporary directory, created only if needed.
     pub run_dir: Option<PathBuf>,
     /// How long an idle worker spins before yielding.
     pub spin: Duration,
@@ -68,6 +135,17 @@ pub struct RuntimeConfig {
     pub park_max: Duration,
     /// Per-record probes (fault injection); `None` for production runs.
     pub probes: Option<Arc<dyn probe::ProbeFactory>>,
+    /// Periodic checkpoints (`None`: none).
+    pub checkpoint: Option<CheckpointConfig>,
+    /// What to do when an operator fails.
+    pub restart: RestartStrategy,
+    /// A worker that shows no sign of life for this long has stalled (a
+    /// failure). Checked only when the restart strategy may restart; it must
+    /// exceed the longest synchronous snapshot of one task.
+    pub heartbeat_timeout: Duration,
+    /// Start from this checkpoint or savepoint: a savepoint directory, a
+    /// manifest file, or a checkpoint directory (its newest valid one).
+    pub restore_from: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for dyn probe::ProbeFactory {
@@ -90,6 +168,10 @@ impl Default for RuntimeConfig {
             yield_for: Duration::from_micros(500),
             park_max: Duration::from_millis(1),
             probes: None,
+            checkpoint: None,
+            restart: RestartStrategy::None,
+            heartbeat_timeout: Duration::from_millis(100),
+            restore_from: None,
         }
     }
 }
@@ -130,19 +212,66 @@ impl RuntimeConfig {
         self.run_dir = Some(dir.into());
         self
     }
+    /// Takes periodic checkpoints.
+    pub fn checkpoint(mut self, c: CheckpointConfig) -> Self {
+        self.checkpoint = Some(c);
+        self
+    }
+    /// Sets the restart strategy.
+    pub fn restart(mut self, s: RestartStrategy) -> Self {
+        self.restart = s;
+        self
+    }
+    /// Sets the heartbeat timeout.
+    pub fn heartbeat_timeout(mut self, d: Duration) -> Self {
+        self.heartbeat_timeout = d;
+        self
+    }
+    /// Starts from a checkpoint or savepoint.
+    pub fn restore_from(mut self, path: impl Into<PathBuf>) -> Self {
+        self.restore_from = Some(path.into());
+        self
+    }
 }
 
-/// What every thread of a running job shares.
+/// Where and when a stall began (written by a stalling probe).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StallNote {
+    pub(crate) op: usize,
+    pub(crate) instance: usize,
+    pub(crate) tuple: TupleId,
+}
+
+/// What every thread of one attempt of a job shares.
 pub(crate) struct JobShared {
     pub(crate) origin: Instant,
     pub(crate) names: Vec<Arc<str>>,
-    pub(crate) metrics: JobMetrics,
-    pub(crate) dead_letters: dead_letter::DeadLetters,
+    pub(crate) metrics: Arc<JobMetrics>,
+    pub(crate) dead_letters: Arc<dead_letter::DeadLetters>,
+    /// 0 for the first run, one more per restart.
+    pub(crate) attempt: u32,
     cancel: AtomicBool,
     error: Mutex<Option<JobError>>,
+    /// Engine clock when the attempt failed (0: it has not).
+    pub(crate) failed_at: AtomicU64,
+    fault_tuple: Mutex<Option<TupleId>>,
+    stall: Mutex<Option<StallNote>>,
     signals: Vec<Arc<WorkerSignal>>,
     /// Engine clock when the last worker finished.
-    finished_at: AtomicU64,
+    pub(crate) finished_at: AtomicU64,
+    /// To the supervisor.
+    pub(crate) events: mpsc::Sender<Event>,
+    /// The newest checkpoint sources are asked to inject (0: none yet).
+    pub(crate) trigger: AtomicU64,
+    pub(crate) exactly_once: bool,
+    /// The checkpoint this attempt restores.
+    pub(crate) restore: Option<Arc<Restore>>,
+    /// Per worker: engine clock of its last sign of life (0: building).
+    pub(crate) beats: Vec<CachePadded<AtomicU64>>,
+    /// Per sink instance `(node, instance)`.
+    pub(crate) sinks: HashMap<(usize, usize), Arc<SinkTally>>,
+    /// The pacing schedule's start, shared by partitions and attempts.
+    pub(crate) pacing_start: Arc<OnceLock<Nanos>>,
 }
 
 impl JobShared {
@@ -151,8 +280,38 @@ impl JobShared {
             let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {
                 *slot = Some(e);
+                let now = self.origin.elapsed().as_nanos() as u64;
+                let _ = self.failed_at.compare_exchange(
+                    0,
+                    now.max(1),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
             }
         }
+        self.cancel.store(true, Ordering::SeqCst);
+        for s in &self.signals {
+            s.wake();
+        }
+        self.send(Event::Failed {
+            attempt: self.attempt,
+        });
+    }
+
+    pub(crate) fn take_error(&self) -> Option<JobError> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    pub(crate) fn has_error(&self) -> bool {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Stops the attempt's workers without an error (the supervisor ends
+    /// it).
+    pub(crate) fn stop(&self) {
         self.cancel.store(true, Ordering::SeqCst);
         for s in &self.signals {
             s.wake();
@@ -162,6 +321,36 @@ impl JobShared {
     #[inline]
     pub(crate) fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn send(&self, e: Event) {
+        // Fails only once the supervisor is gone: nobody is listening.
+        let _ = self.events.send(e);
+    }
+
+    pub(crate) fn note_fault_tuple(&self, t: Option<TupleId>) {
+        if t.is_some() {
+            let mut g = self.fault_tuple.lock().unwrap_or_else(|p| p.into_inner());
+            if g.is_none() {
+                *g = t;
+            }
+        }
+    }
+
+    pub(crate) fn fault_tuple(&self) -> Option<TupleId> {
+        *self.fault_tuple.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn note_stall(&self, op: usize, instance: usize, tuple: TupleId) {
+        *self.stall.lock().unwrap_or_else(|p| p.into_inner()) = Some(StallNote {
+            op,
+            instance,
+            tuple,
+        });
+    }
+
+    pub(crate) fn stall_note(&self) -> Option<StallNote> {
+        *self.stall.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -184,29 +373,12 @@ impl Wiring {
     /// The partitioning an edge really has: forward between operators of
     /// different parallelism degrades to rebalance.
     pub(crate) fn partitioning(&self, edge: usize) -> Partitioning {
-        let e = &self.graph.edges[edge];
-        let (pf, pt) = (
-            self.graph.nodes[e.from].parallelism,
-            self.graph.nodes[e.to].parallelism,
-        );
-        match &e.partitioning {
-            Partitioning::Forward if pf != pt => Partitioning::Rebalance,
-            p => p.clone(),
-        }
+        partitioning(&self.graph, edge)
     }
 
     /// The `(producer, consumer)` instance pairs that have a ring on `edge`.
     pub(crate) fn lanes(&self, edge: usize) -> Vec<(usize, usize)> {
-        let e = &self.graph.edges[edge];
-        let (pf, pt) = (
-            self.graph.nodes[e.from].parallelism,
-            self.graph.nodes[e.to].parallelism,
-        );
-        if self.partitioning(edge).is_forward() {
-            (0..pf).map(|i| (i, i)).collect()
-        } else {
-            (0..pf).flat_map(|u| (0..pt).map(move |d| (u, d))).collect()
-        }
+        lanes(&self.graph, edge)
     }
 
     /// The worker that runs instance `instance` of `node`.
@@ -216,6 +388,31 @@ impl Wiring {
             .task_of(node, instance)
             .expect("engine bug: node instance without a task");
         self.plan.worker_of_task[t]
+    }
+}
+
+fn partitioning(graph: &Graph, edge: usize) -> Partitioning {
+    let e = &graph.edges[edge];
+    let (pf, pt) = (
+        graph.nodes[e.from].parallelism,
+        graph.nodes[e.to].parallelism,
+    );
+    match &e.partitioning {
+        Partitioning::Forward if pf != pt => Partitioning::Rebalance,
+        p => p.clone(),
+    }
+}
+
+fn lanes(graph: &Graph, edge: usize) -> Vec<(usize, usize)> {
+    let e = &graph.edges[edge];
+    let (pf, pt) = (
+        graph.nodes[e.from].parallelism,
+        graph.nodes[e.to].parallelism,
+    );
+    if partitioning(graph, edge).is_forward() {
+        (0..pf).map(|i| (i, i)).collect()
+    } else {
+        (0..pf).flat_map(|u| (0..pt).map(move |d| (u, d))).collect()
     }
 }
 
@@ -250,10 +447,10 @@ pub(crate) fn shapes(graph: &Graph) -> (Vec<NodeShape>, Vec<EdgeShape>) {
 
 /// A running job.
 pub struct JobHandle {
-    threads: Vec<std::thread::JoinHandle<()>>,
-    shared: Arc<JobShared>,
+    supervisor: Option<std::thread::JoinHandle<Result<JobReport, JobError>>>,
+    events: mpsc::Sender<Event>,
+    metrics: Arc<JobMetrics>,
     graph: Arc<Graph>,
-    tasks: usize,
 }
 
 impl Job {
@@ -263,6 +460,11 @@ impl Job {
     }
 
     /// Starts the job on worker threads and returns at once.
+    ///
+    /// Errors that can be known before any record flows are returned here:
+    /// too few cores, an unusable checkpoint directory, a checkpoint to
+    /// restore from that is corrupt or does not fit the job, a worker
+    /// thread that cannot be spawned.
     pub fn start(self, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
         let cores = crate::sys::affinity::available_cores();
         let requested = config.cores.unwrap_or(cores.len());
@@ -279,79 +481,25 @@ impl Job {
         let graph = self.graph;
         let (ns, es) = shapes(&graph);
         let plan = placement::place(&ns, &es, requested, config.chaining);
-        let signals: Vec<Arc<WorkerSignal>> = (0..plan.workers)
-            .map(|_| Arc::new(WorkerSignal::default()))
-            .collect();
-        let shared = Arc::new(JobShared {
-            origin: Instant::now(),
-            names: graph.nodes.iter().map(|n| Arc::clone(&n.name)).collect(),
-            metrics: JobMetrics::new(
-                &graph
-                    .nodes
-                    .iter()
-                    .map(|n| n.parallelism)
-                    .collect::<Vec<_>>(),
-            ),
-            dead_letters: dead_letter::DeadLetters::new(&graph.name, config.run_dir.clone()),
-            cancel: AtomicBool::new(false),
-            error: Mutex::new(None),
-            signals: signals.clone(),
-            finished_at: AtomicU64::new(0),
-        });
-        let tasks = plan.tasks.len();
-        let mut wiring = Wiring {
-            graph: Arc::clone(&graph),
+        let (sup, handle_parts) = supervisor::Supervisor::new(
+            Arc::clone(&graph),
             plan,
-            shared: Arc::clone(&shared),
-            producers: Mutex::new(HashMap::new()),
-            consumers: Mutex::new(HashMap::new()),
-            signals,
-            config: config.clone(),
-        };
-        {
-            let mut prod = HashMap::new();
-            let mut cons = HashMap::new();
-            for (ei, e) in graph.edges.iter().enumerate() {
-                if wiring.plan.chained[ei] {
-                    continue;
-                }
-                let kit = graph.nodes[e.from]
-                    .out
-                    .as_ref()
-                    .expect("engine bug: an edge leaves a sink");
-                for (u, d) in wiring.lanes(ei) {
-                    let (p, c) = kit.ring(config.ring_capacity);
-                    prod.insert((ei, u, d), p);
-                    cons.insert((ei, u, d), c);
-                }
-            }
-            wiring.producers = Mutex::new(prod);
-            wiring.consumers = Mutex::new(cons);
-        }
-        let wiring = Arc::new(wiring);
-        let mut threads = Vec::with_capacity(wiring.plan.workers);
-        for (w, &core) in cores.iter().enumerate().take(wiring.plan.workers) {
-            let wiring = Arc::clone(&wiring);
-            let core = config.pin.then_some(core);
-            let spawned = std::thread::Builder::new()
-                .name(format!("tandem-w{w}"))
-                .spawn(move || worker::run(w, core, wiring));
-            match spawned {
-                Ok(h) => threads.push(h),
-                Err(source) => {
-                    shared.fail(JobError::Cancelled);
-                    for t in threads {
-                        let _ = t.join();
-                    }
-                    return Err(RuntimeError::Spawn { worker: w, source }.into());
-                }
-            }
-        }
+            config.clone(),
+            cores[..requested.min(cores.len())].to_vec(),
+        )?;
+        let (events, metrics) = handle_parts;
+        let supervisor = std::thread::Builder::new()
+            .name("tandem-supervisor".into())
+            .spawn(move || sup.run())
+            .map_err(|source| RuntimeError::Spawn {
+                worker: usize::MAX,
+                source,
+            })?;
         Ok(JobHandle {
-            threads,
-            shared,
+            supervisor: Some(supervisor),
+            events,
+            metrics,
             graph,
-            tasks,
         })
     }
 }
@@ -361,80 +509,71 @@ impl JobHandle {
     pub fn progress(&self) -> Progress {
         Progress {
             operators: self.stats(),
-            dead_letters: self.shared.metrics.dead_letters.load(Ordering::Relaxed),
+            dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
         }
     }
 
     fn stats(&self) -> Vec<OperatorStats> {
-        self.graph
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let (records, emitted) = self.shared.metrics.node_totals(i);
-                OperatorStats {
-                    name: n.name.to_string(),
-                    parallelism: n.parallelism,
-                    records,
-                    emitted,
-                }
-            })
-            .collect()
+        operator_stats(&self.graph, &self.metrics)
     }
 
-    /// Whether every worker has exited.
+    /// Whether the job has ended (completed, failed or cancelled).
     pub fn is_finished(&self) -> bool {
-        self.threads.iter().all(|t| t.is_finished())
+        self.supervisor.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Asks the job to stop; [`JobHandle::join`] then returns
     /// [`JobError::Cancelled`].
     pub fn cancel(&self) {
-        self.shared.fail(JobError::Cancelled);
+        let _ = self.events.send(Event::Cancel);
+    }
+
+    /// Takes a savepoint now (a checkpoint that retention never deletes,
+    /// in `<checkpoint dir>/sp-<id>/`) and returns its directory once it is
+    /// durable. Needs checkpointing to be configured.
+    pub fn savepoint(&self) -> Result<PathBuf, JobError> {
+        let (reply, rx) = mpsc::channel();
+        self.events
+            .send(Event::Savepoint { reply })
+            .map_err(|_| JobError::Cancelled)?;
+        rx.recv().map_err(|_| JobError::Cancelled)?
     }
 
     /// Waits for the job to end.
     pub fn join(mut self) -> Result<JobReport, JobError> {
-        let workers = self.threads.len();
-        for (w, t) in std::mem::take(&mut self.threads).into_iter().enumerate() {
-            if let Err(p) = t.join() {
-                self.shared.fail(JobError::WorkerDied {
-                    worker: w,
-                    message: worker::panic_message(p.as_ref()),
-                });
-            }
+        match self.supervisor.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(p)) => Err(JobError::WorkerDied {
+                worker: usize::MAX,
+                message: format!("supervisor: {}", worker::panic_message(p.as_ref())),
+            }),
+            None => Err(JobError::Cancelled),
         }
-        let finished = self.shared.finished_at.load(Ordering::Relaxed);
-        if let Some(e) = self
-            .shared
-            .error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            let _ = self.shared.dead_letters.finish();
-            return Err(e);
-        }
-        let dead_letter_path = self
-            .shared
-            .dead_letters
-            .finish()
-            .map_err(|(path, source)| JobError::Io {
-                operator: "<dead letters>".into(),
-                instance: 0,
-                context: "flushing the dead-letter file".into(),
-                path,
-                source,
-            })?;
-        let operators = self.stats();
-        Ok(JobReport {
-            operators,
-            latency: self.shared.metrics.latency(),
-            dead_letters: self.shared.metrics.dead_letters.load(Ordering::Relaxed),
-            dead_letter_path,
-            elapsed: Duration::from_nanos(finished),
-            workers,
-            tasks: self.tasks,
-        })
     }
+}
+
+impl Drop for JobHandle {
+    fn drop(&mut self) {
+        if let Some(t) = self.supervisor.take() {
+            let _ = self.events.send(Event::Cancel);
+            let _ = t.join();
+        }
+    }
+}
+
+pub(crate) fn operator_stats(graph: &Graph, metrics: &JobMetrics) -> Vec<OperatorStats> {
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let (records, emitted) = metrics.node_totals(i);
+            OperatorStats {
+                name: n.name.to_string(),
+                parallelism: n.parallelism,
+                records,
+                emitted,
+            }
+        })
+        .collect()
 }

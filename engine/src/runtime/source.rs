@@ -2,32 +2,42 @@
 //! ingest times, paces a rate-limited source and ends the chain at the end.
 
 use super::task::{Gate, OpSlot, Poll, Port, TaskCtx};
-use crate::job::graph::Probe;
+use crate::error::JobError;
+use crate::job::graph::{BuildCx, Probe};
 use crate::job::source::{Source, SourcePoll};
 use crate::operator::{run_probe, Collector};
 use crate::record::{Nanos, Record, TupleId};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 /// Releases record `k` of a partition at `start + k * interval`.
 ///
 /// The ingest stamp of a paced record is its *scheduled* release time, so a
-/// pipeline that falls behind shows the delay in its latency figures.
+/// pipeline that falls behind shows the delay in its latency figures. The
+/// schedule's start is shared by every partition and kept across restarts:
+/// a partition rewound to record `k` finds it overdue and replays as fast as
+/// the pipeline allows, as a source with a backlog would.
 pub(crate) struct Pacer {
     interval_ns: f64,
     start: Option<Nanos>,
+    origin: Arc<OnceLock<Nanos>>,
 }
 
 impl Pacer {
-    pub(crate) fn new(records_per_sec: f64) -> Self {
+    pub(crate) fn new(records_per_sec: f64, origin: Arc<OnceLock<Nanos>>) -> Self {
         Pacer {
             interval_ns: 1e9 / records_per_sec,
             start: None,
+            origin,
         }
     }
 
     #[inline]
     fn due(&mut self, k: u64, now: Nanos) -> Nanos {
-        let start = *self.start.get_or_insert(now);
+        let start = *self
+            .start
+            .get_or_insert_with(|| *self.origin.get_or_init(|| now));
         start + (k as f64 * self.interval_ns) as u64
     }
 }
@@ -43,30 +53,73 @@ pub(crate) struct SourcePort<T> {
     slot: OpSlot,
     probe: Probe,
     ended: bool,
+    /// Restored as finished: send nothing but the end of stream.
+    restored_finished: bool,
+    /// The newest checkpoint barrier injected.
+    last_barrier: u64,
 }
 
-impl<T> SourcePort<T> {
+impl<T: 'static> SourcePort<T> {
     pub(crate) fn new(
-        src: Box<dyn Source<T>>,
+        mut src: Box<dyn Source<T>>,
         target: Box<dyn Collector<T>>,
-        ctx: Rc<TaskCtx>,
         pacer: Option<Pacer>,
         gate: Option<Rc<Gate>>,
-        slot: OpSlot,
-        probe: Probe,
+        cx: BuildCx,
     ) -> Self {
+        let mut seq = 0;
+        let mut restored_finished = false;
+        if let Some(r) = &cx.restore {
+            restored_finished = r.finished;
+            seq = r.position.unwrap_or(0);
+            if !r.finished && seq > 0 {
+                if let Err(reason) = src.seek(seq) {
+                    cx.ctx.fail(JobError::SourceSeek {
+                        operator: cx.info.name.to_string(),
+                        instance: cx.info.instance,
+                        position: seq,
+                        reason,
+                    });
+                }
+            }
+        }
         SourcePort {
             src,
-            partition: slot.instance as u32,
-            seq: 0,
+            partition: cx.slot.instance as u32,
+            seq,
             target,
-            ctx,
+            ctx: cx.ctx,
             pacer,
             gate,
-            slot,
-            probe,
+            slot: cx.slot,
+            probe: cx.probe,
             ended: false,
+            restored_finished,
+            last_barrier: 0,
         }
+    }
+
+    /// Injects the newest checkpoint barrier the coordinator asked for, if
+    /// this partition has not injected it yet: the partition's position is
+    /// the acknowledgement, the barrier goes down the chain.
+    #[inline]
+    fn inject_barrier(&mut self) {
+        let t = self.ctx.shared.trigger.load(Ordering::Acquire);
+        if t > self.last_barrier {
+            self.last_barrier = t;
+            self.ctx.ack(self.slot.op, t, None, Some(self.seq), None);
+            self.target.barrier(t);
+        }
+    }
+
+    fn end(&mut self) -> Poll {
+        self.ended = true;
+        if !self.restored_finished {
+            self.inject_barrier();
+        }
+        self.slot.publish(self.seq, self.seq);
+        self.target.end();
+        Poll::Done
     }
 }
 
@@ -75,8 +128,14 @@ impl<T: 'static> Port for SourcePort<T> {
         if self.ended {
             return Poll::Done;
         }
-        // A chained co-operator is not ready for this input yet (the gate is
-        // a latch: once open, it stays open, so checking per poll is exact).
+        if self.restored_finished {
+            return self.end();
+        }
+        // Barriers go out even while the gate is closed: the co-operator
+        // behind it aligns them without reading records.
+        self.inject_barrier();
+        // A chained co-operator is not ready for this input yet, or holds it
+        // while aligning a barrier.
         if self.gate.as_ref().is_some_and(|g| !g.is_open()) {
             return Poll::Idle { wake_at: None };
         }
@@ -125,12 +184,7 @@ impl<T: 'static> Port for SourcePort<T> {
                     outcome = Some(Poll::Idle { wake_at: None });
                     break;
                 }
-                SourcePoll::End => {
-                    self.ended = true;
-                    self.slot.publish(self.seq, self.seq);
-                    self.target.end();
-                    return Poll::Done;
-                }
+                SourcePoll::End => return self.end(),
             }
         }
         self.slot.publish(self.seq, self.seq);

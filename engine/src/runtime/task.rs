@@ -12,7 +12,9 @@
 //! therefore bounded by what one input chunk can produce, and a full ring
 //! stops its producer — nothing is dropped and nothing grows without bound.
 
+use super::coord::Event;
 use super::JobShared;
+use crate::checkpoint::SnapshotBytes;
 use crate::error::JobError;
 use crate::record::{Nanos, TupleId};
 use std::cell::{Cell, RefCell};
@@ -63,6 +65,8 @@ pub(crate) struct TaskCtx {
     /// Number of output lanes holding records that did not fit their ring.
     pub(crate) blocked: Cell<usize>,
     failure: RefCell<Option<JobError>>,
+    /// The tuple a probe acted on last (names the record of a fault).
+    pub(crate) fault_tuple: Cell<Option<TupleId>>,
     pub(crate) clock: Clock,
     pub(crate) shared: Arc<JobShared>,
 }
@@ -74,6 +78,7 @@ impl TaskCtx {
             current: Cell::new(head_op),
             blocked: Cell::new(0),
             failure: RefCell::new(None),
+            fault_tuple: Cell::new(None),
             clock: Clock::new(shared.origin),
             shared,
         }
@@ -125,6 +130,54 @@ impl TaskCtx {
         }
     }
 
+    /// Records a failure; the worker ends the attempt after this poll.
+    pub(crate) fn fail(&self, e: JobError) {
+        let mut f = self.failure.borrow_mut();
+        if f.is_none() {
+            *f = Some(e);
+        }
+    }
+
+    /// Whether checkpoints run in exactly-once mode (inputs align barriers).
+    #[inline]
+    pub(crate) fn exactly_once(&self) -> bool {
+        self.shared.exactly_once
+    }
+
+    /// Acknowledges checkpoint `id` for instance `self.instance` of `op`,
+    /// with its state (if it keeps any), its source position (sources) or
+    /// its count of records written (sinks).
+    pub(crate) fn ack(
+        &self,
+        op: usize,
+        id: u64,
+        state: Option<SnapshotBytes>,
+        position: Option<u64>,
+        written: Option<u64>,
+    ) {
+        // A send fails only once the supervisor is gone (the job is over).
+        let _ = self.shared.events.send(Event::Ack {
+            attempt: self.shared.attempt,
+            id,
+            node: op,
+            instance: self.instance,
+            state,
+            position,
+            written,
+        });
+    }
+
+    /// Declines checkpoint `id`: `op` could not snapshot its state.
+    pub(crate) fn decline(&self, op: usize, id: u64, reason: String) {
+        let _ = self.shared.events.send(Event::Decline {
+            attempt: self.shared.attempt,
+            id,
+            node: op,
+            instance: self.instance,
+            reason,
+        });
+    }
+
     pub(crate) fn take_failure(&self) -> Option<JobError> {
         self.failure.borrow_mut().take()
     }
@@ -147,27 +200,44 @@ impl TaskCtx {
     }
 }
 
-/// Holds back an input until a co-operator is ready for it
-/// ([`crate::CoProcess::first_ready`]). A latch: once every check has
-/// passed, the gate stays open and is never asked again.
+/// A flag a co-operator raises to stop one of its inputs while it aligns a
+/// checkpoint barrier (exactly-once mode): the input delivered the barrier,
+/// the other input has not yet.
+pub(crate) type Hold = std::rc::Rc<Cell<bool>>;
+
+/// Holds back an input of a task.
+///
+/// Two reasons: a co-operator is not ready for its first input yet
+/// ([`crate::CoProcess::first_ready`]; a latch — once every check has
+/// passed it is never asked again), or a co-operator holds the input while
+/// it aligns a barrier (re-checked every time).
 pub(crate) struct Gate {
     open: Cell<bool>,
     checks: Vec<Box<dyn Fn() -> bool>>,
+    holds: Vec<Hold>,
 }
 
 impl Gate {
-    /// A gate over `checks`, or `None` when there is nothing to wait for.
-    pub(crate) fn new(checks: Vec<Box<dyn Fn() -> bool>>) -> Option<std::rc::Rc<Gate>> {
-        (!checks.is_empty()).then(|| {
+    /// A gate over `checks` and `holds`, or `None` when there is nothing to
+    /// wait for.
+    pub(crate) fn new(
+        checks: Vec<Box<dyn Fn() -> bool>>,
+        holds: Vec<Hold>,
+    ) -> Option<std::rc::Rc<Gate>> {
+        (!checks.is_empty() || !holds.is_empty()).then(|| {
             std::rc::Rc::new(Gate {
-                open: Cell::new(false),
+                open: Cell::new(checks.is_empty()),
                 checks,
+                holds,
             })
         })
     }
 
     #[inline]
     pub(crate) fn is_open(&self) -> bool {
+        if self.holds.iter().any(|h| h.get()) {
+            return false;
+        }
         if self.open.get() {
             return true;
         }

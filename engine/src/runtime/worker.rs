@@ -4,8 +4,8 @@ use super::task::{Gate, Poll, Task, TaskCtx};
 use super::Wiring;
 use crate::error::JobError;
 use crate::job::graph::{AnyBox, BuildCx, NodeKind};
-use crate::operator::OperatorInfo;
-use crate::runtime::task::{OpSlot, Port};
+use crate::operator::{OperatorInfo, Restored};
+use crate::runtime::task::{Hold, OpSlot, Port};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -38,8 +38,10 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
     let signal = Arc::clone(&w.signals[index]);
     signal.register_current();
     let shared = Arc::clone(&w.shared);
+    let beat = &shared.beats[index];
+    let clock = super::task::Clock::new(shared.origin);
 
-    let mut tasks = Vec::new();
+    let mut tasks: Vec<(usize, Task)> = Vec::new();
     for (t, _) in w
         .plan
         .worker_of_task
@@ -50,16 +52,25 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         let tp = &w.plan.tasks[t];
         let ctx = Rc::new(TaskCtx::new(tp.instance, tp.head, Arc::clone(&shared)));
         match catch_unwind(AssertUnwindSafe(|| build_task(&w, t, &ctx))) {
-            Ok(task) => tasks.push(task),
+            Ok(task) => {
+                if let Some(e) = ctx.take_failure() {
+                    shared.fail(e);
+                    return finish(&w, index);
+                }
+                tasks.push((t, task));
+            }
             Err(p) => {
                 shared.fail(panicked(&w, &ctx, p.as_ref()));
-                return finish(&w);
+                return finish(&w, index);
             }
         }
     }
+    beat.store(clock.now().max(1), Ordering::Relaxed);
+    shared.send(super::coord::Event::Built {
+        attempt: shared.attempt,
+    });
 
     let cfg = &w.config;
-    let clock = super::task::Clock::new(shared.origin);
     let mut idle_since: Option<u64> = None;
     let mut sleeping = false;
     while !tasks.is_empty() {
@@ -70,14 +81,19 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         let mut wake_at: Option<u64> = None;
         let mut i = 0;
         while i < tasks.len() {
-            let task: &mut Task = &mut tasks[i];
+            let (tid, task) = &mut tasks[i];
             let r = catch_unwind(AssertUnwindSafe(|| task.poll()));
             if let Some(e) = task.ctx.take_failure() {
+                shared.note_fault_tuple(task.ctx.fault_tuple.get());
                 shared.fail(e);
-                return finish(&w);
+                return finish(&w, index);
             }
             match r {
                 Ok(Poll::Done) => {
+                    shared.send(super::coord::Event::TaskDone {
+                        attempt: shared.attempt,
+                        task: *tid,
+                    });
                     tasks.remove(i);
                     progress = true;
                     continue;
@@ -88,12 +104,15 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                 }
                 Ok(Poll::Idle { wake_at: None }) => {}
                 Err(p) => {
+                    shared.note_fault_tuple(task.ctx.fault_tuple.get());
                     shared.fail(panicked(&w, &task.ctx, p.as_ref()));
-                    return finish(&w);
+                    return finish(&w, index);
                 }
             }
             i += 1;
         }
+        let now = clock.now();
+        beat.store(now, Ordering::Relaxed);
         if progress {
             idle_since = None;
             if sleeping {
@@ -103,7 +122,6 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             continue;
         }
         // Nothing moved: back off, spin → yield → park.
-        let now = clock.now();
         let since = *idle_since.get_or_insert(now);
         let idle = Duration::from_nanos(now - since);
         let due_soon = wake_at.is_some_and(|t| t <= now + cfg.spin.as_nanos() as u64);
@@ -126,17 +144,27 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             sleeping = false;
         }
     }
-    finish(&w)
+    finish(&w, index)
 }
 
-fn finish(w: &Wiring) {
+fn finish(w: &Wiring, index: usize) {
     let now = super::task::Clock::new(w.shared.origin).now();
     w.shared.finished_at.fetch_max(now, Ordering::Relaxed);
+    w.shared.send(super::coord::Event::WorkerExit {
+        attempt: w.shared.attempt,
+        worker: index,
+    });
 }
 
 fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> BuildCx {
     ctx.enter(node);
     let n = &w.graph.nodes[node];
+    let restore = w.shared.restore.as_ref().map(|r| {
+        r.instances
+            .get(&(node, instance))
+            .cloned()
+            .unwrap_or_default()
+    });
     BuildCx {
         ctx: Rc::clone(ctx),
         slot: OpSlot {
@@ -148,23 +176,31 @@ fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> Buil
             name: Arc::clone(&n.name),
             instance,
             parallelism: n.parallelism,
+            attempt: w.shared.attempt,
+            restored: w.shared.restore.as_ref().map(|r| Restored {
+                checkpoint: r.checkpoint,
+                finished: restore.as_ref().is_some_and(|i| i.finished),
+            }),
         },
         probe: w
             .config
             .probes
             .as_ref()
             .and_then(|p| p.probe(&n.name, instance)),
+        restore,
     }
 }
 
 /// What building a task's chain collects besides the chain itself: the
 /// second inputs of co-operators chained through their first input (each
-/// becomes a ring port of this task) and their readiness checks (which gate
-/// the task's head inputs).
+/// becomes a ring port of this task, gated by that co-operator's hold of
+/// its second input), and the readiness checks and first-input holds of
+/// those co-operators (which gate the task's head inputs).
 #[derive(Default)]
 struct TaskBuild {
-    side_inputs: Vec<(usize, AnyBox)>,
+    side_inputs: Vec<(usize, AnyBox, Vec<Hold>)>,
     checks: Vec<Box<dyn Fn() -> bool>>,
+    holds: Vec<Hold>,
 }
 
 fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
@@ -182,30 +218,60 @@ fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
     let mut ports: Vec<Box<dyn Port>> = match &node.kind {
         NodeKind::Source { build, rate } => {
             let down = build_out(w, head, inst, ctx, &mut tb);
-            let gate = Gate::new(std::mem::take(&mut tb.checks));
+            let gate = Gate::new(
+                std::mem::take(&mut tb.checks),
+                std::mem::take(&mut tb.holds),
+            );
             vec![build(build_cx(w, head, inst, ctx), down, *rate, gate)]
         }
         NodeKind::Unary(_) | NodeKind::Sink(_) => {
             let target = build_in(w, head, inst, ctx, &mut tb);
-            let gate = Gate::new(std::mem::take(&mut tb.checks));
+            let gate = Gate::new(
+                std::mem::take(&mut tb.checks),
+                std::mem::take(&mut tb.holds),
+            );
             vec![input_port(w, in_edge(0), inst, target, gate, ctx)]
         }
         NodeKind::Binary(build) => {
             let down = build_out(w, head, inst, ctx, &mut tb);
-            let (first, second, check) = build(build_cx(w, head, inst, ctx), down);
+            let co = build(build_cx(w, head, inst, ctx), down);
             // Co-operators chained further down gate both inputs of this
             // one (records of either input reach them); this one's own
-            // readiness gates its first input only.
-            let downstream = Gate::new(std::mem::take(&mut tb.checks));
-            let mut first_checks = vec![check];
-            if let Some(g) = &downstream {
-                let g = Rc::clone(g);
-                first_checks.push(Box::new(move || g.is_open()));
-            }
+            // readiness gates its first input only, and each of its holds
+            // the input it names.
+            let down_checks = Rc::new(std::mem::take(&mut tb.checks));
+            let down_holds = std::mem::take(&mut tb.holds);
+            let shared_checks = |extra: Option<Box<dyn Fn() -> bool>>| {
+                let mut v: Vec<Box<dyn Fn() -> bool>> = Vec::new();
+                if !down_checks.is_empty() {
+                    let d = Rc::clone(&down_checks);
+                    v.push(Box::new(move || d.iter().all(|c| c())));
+                }
+                v.extend(extra);
+                v
+            };
+            let mut second_holds = down_holds.clone();
+            second_holds.push(co.holds[1].clone());
+            let mut first_holds = down_holds;
+            first_holds.push(co.holds[0].clone());
             // The second input first: it is what a gated first input waits for.
             vec![
-                input_port(w, in_edge(1), inst, second, downstream, ctx),
-                input_port(w, in_edge(0), inst, first, Gate::new(first_checks), ctx),
+                input_port(
+                    w,
+                    in_edge(1),
+                    inst,
+                    co.second,
+                    Gate::new(shared_checks(None), second_holds),
+                    ctx,
+                ),
+                input_port(
+                    w,
+                    in_edge(0),
+                    inst,
+                    co.first,
+                    Gate::new(shared_checks(Some(co.ready)), first_holds),
+                    ctx,
+                ),
             ]
         }
     };
@@ -213,7 +279,9 @@ fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
     let mut sides: Vec<Box<dyn Port>> = tb
         .side_inputs
         .into_iter()
-        .map(|(edge, target)| input_port(w, edge, inst, target, None, ctx))
+        .map(|(edge, target, holds)| {
+            input_port(w, edge, inst, target, Gate::new(Vec::new(), holds), ctx)
+        })
         .collect();
     sides.append(&mut ports);
     ctx.enter(head);
@@ -273,17 +341,24 @@ fn build_in(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>, tb: &mut Ta
         }
         NodeKind::Sink(build) => build(build_cx(w, node, inst, ctx)),
         NodeKind::Binary(build) => {
+            let mark = tb.holds.len();
             let down = build_out(w, node, inst, ctx, tb);
-            let (first, second, check) = build(build_cx(w, node, inst, ctx), down);
+            // Co-operators chained below this one see its second input's
+            // records too: their holds gate that input as well.
+            let mut side_holds = tb.holds[mark..].to_vec();
+            let co = build(build_cx(w, node, inst, ctx), down);
             let side = w
                 .graph
                 .edges
                 .iter()
                 .position(|e| e.to == node && e.port == 1)
                 .expect("engine bug: co-operator without a second input");
-            tb.side_inputs.push((side, second));
-            tb.checks.push(check);
-            first
+            let [hold_first, hold_second] = co.holds;
+            side_holds.push(hold_second);
+            tb.side_inputs.push((side, co.second, side_holds));
+            tb.checks.push(co.ready);
+            tb.holds.push(hold_first);
+            co.first
         }
         NodeKind::Source { .. } => unreachable!("engine bug: sources are never chained into"),
     }

@@ -94,6 +94,38 @@ impl<K: Archive, S: Archive> KeyedState<K, S> {
     }
 }
 
+/// State the engine can checkpoint and restore: implemented for every
+/// [`KeyedState`] whose key and value types rkyv can archive, validate and
+/// deserialize (integers, strings, tuples, `Option`, `Vec`, and types that
+/// derive `rkyv::Archive, Serialize, Deserialize`).
+pub trait StateSnapshot: Sized + 'static {
+    /// Archives the state (see [`KeyedState::to_snapshot_bytes`]).
+    fn snapshot(&self) -> Result<SnapshotBytes, CheckpointError>;
+    /// Validates an archive with rkyv's checked access and rebuilds the
+    /// state from it.
+    fn restore(payload: &[u8]) -> Result<Self, CheckpointError>;
+}
+
+impl<K, S> StateSnapshot for KeyedState<K, S>
+where
+    K: Archive + Hash + Eq + 'static,
+    S: Archive + 'static,
+    Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
+    <Self as Archive>::Archived: Deserialize<Self, HighDeserializer<rancor::Error>>
+        + rkyv::Portable
+        + for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rancor::Error>>,
+{
+    fn snapshot(&self) -> Result<SnapshotBytes, CheckpointError> {
+        self.to_snapshot_bytes()
+    }
+
+    fn restore(payload: &[u8]) -> Result<Self, CheckpointError> {
+        let archived = checkpoint::access::<Self>(payload)?;
+        rkyv::deserialize::<Self, rancor::Error>(archived)
+            .map_err(|source| CheckpointError::Deserialize { source })
+    }
+}
+
 impl<K, S> ArchivedKeyedState<K, S>
 where
     K: Archive,
