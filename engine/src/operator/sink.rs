@@ -34,6 +34,8 @@ pub(crate) struct SinkOp<T, S> {
     hist: LatencyHistogram,
     merged: bool,
     seen: u64,
+    /// Records handed to the sink in this attempt.
+    written: u64,
     failed: bool,
     /// Restored as finished: its output is complete and committed.
     finished: bool,
@@ -64,6 +66,7 @@ impl<T, S: Sink<T>> SinkOp<T, S> {
             hist: LatencyHistogram::new(),
             merged: false,
             seen: 0,
+            written: 0,
             failed: false,
             tally,
             caught_up: false,
@@ -85,8 +88,8 @@ impl<T, S: Sink<T>> SinkOp<T, S> {
     fn publish(&mut self) {
         self.slot.publish(self.seen, 0);
         if let Some(t) = &self.tally {
-            t.written.store(self.seen, Ordering::Relaxed);
-            if !self.caught_up && self.seen >= t.target.load(Ordering::Relaxed) {
+            t.written.store(self.written, Ordering::Relaxed);
+            if !self.caught_up && self.written >= t.target.load(Ordering::Relaxed) {
                 self.caught_up = true;
                 t.caught_at
                     .store(self.ctx.clock.now().max(1), Ordering::Relaxed);
@@ -131,9 +134,18 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
             self.ctx.leave(prev);
             return;
         }
-        if let Err(e) = self.sink.write(rec) {
-            self.failed = true;
-            self.ctx.fail_io(self.slot.op, "sink write failed", None, e);
+        match self.sink.write(rec) {
+            Ok(()) => {
+                self.written += 1;
+                if let Some(t) = &self.tally {
+                    // Exact at all times: a restart counts what was written.
+                    t.written.store(self.written, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                self.failed = true;
+                self.ctx.fail_io(self.slot.op, "sink write failed", None, e);
+            }
         }
         self.ctx.leave(prev);
     }
@@ -177,7 +189,9 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
         let r = self.sink.pre_commit(id);
         self.ctx.leave(prev);
         match r {
-            Ok(()) => self.ctx.ack(self.slot.op, id, None, None, Some(self.seen)),
+            Ok(()) => self
+                .ctx
+                .ack(self.slot.op, id, None, None, Some(self.written)),
             Err(e) => {
                 self.failed = true;
                 self.ctx

@@ -717,7 +717,8 @@ impl Supervisor {
         let detected_at = now_ns(self.origin);
         let shared = Arc::clone(&self.attempt.shared);
         let err = shared.take_error().unwrap_or(JobError::Cancelled);
-        // Where everyone stood when it failed.
+        self.stop_attempt();
+        // Where everyone stood when it stopped.
         let sink_written: HashMap<Key, u64> = shared
             .sinks
             .iter()
@@ -733,7 +734,6 @@ impl Supervisor {
                 )
             })
             .collect();
-        self.stop_attempt();
         if self.cancelled || matches!(err, JobError::Cancelled) {
             return Err(JobError::Cancelled);
         }

@@ -1,26 +1,36 @@
 //! A two-phase-commit file sink (Flink's `TwoPhaseCommitSinkFunction`,
 //! for files).
 //!
-//! Records written between checkpoint `c - 1` and checkpoint `c` belong to
-//! *epoch* `c`. They go to a staged file; when the barrier of `c` reaches the
-//! sink, [`TransactionalFile::pre_commit`] flushes and fsyncs it (phase one);
-//! when the job's checkpoint `c` is complete, [`TransactionalFile::commit`]
-//! renames it into the output directory and fsyncs the directory (phase
-//! two). A rename is atomic, so an epoch's output is either wholly visible
-//! or not at all.
+//! Records written after the barrier of checkpoint `p` and up to the
+//! barrier of checkpoint `c` form *epoch* `c`. They go to an in-progress
+//! file; when the barrier of `c` reaches the sink,
+//! [`TransactionalFile::pre_commit`] fsyncs it and renames it to a staged
+//! file named by `c` (phase one); when checkpoint `c` is complete, the
+//! supervisor calls the [`FileCommitter`], which renames the staged file
+//! into the output directory and fsyncs the directory (phase two). A rename
+//! is atomic, so an epoch's output is either wholly visible or not at all.
+//! The output after the last barrier is staged as [`FINAL_EPOCH`] and
+//! committed when the job completes.
 //!
 //! ```text
-//! DIR/part-<instance>-<epoch:020>.jsonl         committed output
-//! DIR/.staged/part-<instance>-<epoch:020>.jsonl  written, not yet committed
+//! DIR/part-<instance>-<epoch:020>.jsonl                committed output
+//! DIR/.staged/part-<instance>-<epoch:020>.jsonl         pre-committed, not yet committed
+//! DIR/.staged/part-<instance>.attempt-<a>.inprogress    being written by attempt a
 //! ```
 //!
-//! Recovery ([`TransactionalFile::recover`], given the last *complete*
-//! checkpoint `k`): staged epochs `≤ k` were pre-committed before `k`
-//! completed, so they are committed now (the crash fell between completion
-//! and commit); staged epochs `> k` hold output the restarted job will
-//! produce again, so they are deleted. The committed files are then exactly
-//! the output of the records the checkpoint covers: no loss, no duplicate.
+//! Recovery ([`TransactionalFile::open`] of an instance restored from
+//! checkpoint `k`): the supervisor commits each checkpoint as soon as it is
+//! durable, so the only staged output that can belong to a complete
+//! checkpoint is epoch `k` (the process died between completion and
+//! commit) and, for an instance that had finished by `k`, its final epoch.
+//! Those are committed; every other staged or in-progress file holds output
+//! the restored job produces again, and is deleted. The committed files
+//! are then exactly the output of the records `k` covers: no loss, no
+//! duplicate. Files carry the attempt number and the checkpoint id, so a
+//! stalled writer of a stopped attempt that wakes up late can neither touch
+//! the new attempt's file nor have its own committed (ids are never reused).
 
+use crate::operator::{Committer, Restored, FINAL_EPOCH};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -30,27 +40,38 @@ use std::path::{Path, PathBuf};
 pub struct TransactionalFile {
     dir: PathBuf,
     instance: usize,
-    epoch: u64,
+    attempt: u32,
     current: Option<BufWriter<File>>,
-    /// Epochs pre-committed and waiting for their checkpoint to complete.
-    pending: Vec<u64>,
 }
 
 impl TransactionalFile {
-    /// Opens instance `instance`'s output in `dir` and recovers it to the
-    /// last complete checkpoint `last_complete` (0: none), so the next record
-    /// belongs to epoch `last_complete + 1`.
-    pub fn recover(
+    /// Opens instance `instance`'s output in `dir` for attempt `attempt`,
+    /// settling what an earlier run left behind given the checkpoint the
+    /// instance is restored from (`None`: a fresh start, where nothing
+    /// staged can be complete).
+    pub fn open(
         dir: impl Into<PathBuf>,
         instance: usize,
-        last_complete: u64,
+        attempt: u32,
+        restored: Option<Restored>,
     ) -> io::Result<Self> {
         let dir = dir.into();
         let staged = dir.join(".staged");
         fs::create_dir_all(&staged)?;
+        let in_progress = format!("part-{instance}.attempt-");
+        for e in fs::read_dir(&staged)? {
+            let name = e?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with(&in_progress) && name.ends_with(".inprogress") {
+                fs::remove_file(staged.join(name))?;
+            }
+        }
         for epoch in staged_epochs(&staged, instance)? {
+            let keep = restored.is_some_and(|r| {
+                epoch == r.checkpoint || (epoch == FINAL_EPOCH && r.finished)
+            });
             let path = staged_path(&dir, instance, epoch);
-            if epoch <= last_complete {
+            if keep {
                 fs::rename(&path, committed_path(&dir, instance, epoch))?;
             } else {
                 fs::remove_file(&path)?;
@@ -61,15 +82,16 @@ impl TransactionalFile {
         Ok(TransactionalFile {
             dir,
             instance,
-            epoch: last_complete + 1,
+            attempt,
             current: None,
-            pending: Vec::new(),
         })
     }
 
-    /// The epoch records written now belong to.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
+    fn in_progress_path(&self) -> PathBuf {
+        self.dir.join(".staged").join(format!(
+            "part-{}.attempt-{}.inprogress",
+            self.instance, self.attempt
+        ))
     }
 
     /// Appends bytes (whole lines) to the current epoch.
@@ -79,7 +101,7 @@ impl TransactionalFile {
                 .create(true)
                 .truncate(true)
                 .write(true)
-                .open(staged_path(&self.dir, self.instance, self.epoch))?;
+                .open(self.in_progress_path())?;
             self.current = Some(BufWriter::with_capacity(1 << 16, f));
         }
         self.current
@@ -88,43 +110,29 @@ impl TransactionalFile {
             .write_all(bytes)
     }
 
-    /// Phase one for checkpoint `checkpoint` (the barrier reached the sink):
-    /// makes the current epoch durable and starts the next one.
+    /// Phase one for checkpoint `checkpoint` (its barrier reached the sink):
+    /// makes the current epoch durable under that id and starts the next.
+    /// An epoch with no output stages nothing.
     pub fn pre_commit(&mut self, checkpoint: u64) -> io::Result<()> {
-        if checkpoint != self.epoch {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "pre-commit of checkpoint {checkpoint} during epoch {}",
-                    self.epoch
-                ),
-            ));
-        }
-        if let Some(w) = self.current.take() {
-            let f = w.into_inner().map_err(|e| e.into_error())?;
-            f.sync_all()?;
-            self.pending.push(self.epoch);
-        }
-        self.epoch += 1;
-        Ok(())
+        let Some(w) = self.current.take() else {
+            return Ok(());
+        };
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        f.sync_data()?;
+        drop(f);
+        fs::rename(
+            self.in_progress_path(),
+            staged_path(&self.dir, self.instance, checkpoint),
+        )?;
+        sync_dir(&self.dir.join(".staged"))
     }
 
-    /// Phase two: checkpoint `checkpoint` is complete, so every epoch up to
-    /// it becomes visible.
-    pub fn commit(&mut self, checkpoint: u64) -> io::Result<()> {
-        let (done, keep): (Vec<u64>, Vec<u64>) =
-            self.pending.iter().partition(|&&e| e <= checkpoint);
-        for &e in &done {
-            fs::rename(
-                staged_path(&self.dir, self.instance, e),
-                committed_path(&self.dir, self.instance, e),
-            )?;
+    /// The phase-two handle of this instance.
+    pub fn committer(&self) -> FileCommitter {
+        FileCommitter {
+            dir: self.dir.clone(),
+            instance: self.instance,
         }
-        self.pending = keep;
-        if !done.is_empty() {
-            sync_dir(&self.dir)?;
-        }
-        Ok(())
     }
 
     /// Committed output files of every instance in `dir`, in epoch order per
@@ -140,6 +148,28 @@ impl TransactionalFile {
             .collect();
         v.sort();
         Ok(v)
+    }
+}
+
+/// Phase two of one [`TransactionalFile`] instance: renames a staged epoch
+/// into the output directory.
+#[derive(Debug, Clone)]
+pub struct FileCommitter {
+    dir: PathBuf,
+    instance: usize,
+}
+
+impl Committer for FileCommitter {
+    fn commit(&mut self, checkpoint: u64) -> io::Result<()> {
+        match fs::rename(
+            staged_path(&self.dir, self.instance, checkpoint),
+            committed_path(&self.dir, self.instance, checkpoint),
+        ) {
+            Ok(()) => sync_dir(&self.dir),
+            // Nothing staged under that id: the epoch had no output.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -202,26 +232,35 @@ mod tests {
             .collect()
     }
 
+    fn restored(checkpoint: u64, finished: bool) -> Option<Restored> {
+        Some(Restored {
+            checkpoint,
+            finished,
+        })
+    }
+
     #[test]
     fn output_is_visible_only_after_its_checkpoint_completes() {
         let dir = tempdir("visible");
-        let mut s = TransactionalFile::recover(&dir, 0, 0).unwrap();
+        let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        let mut c = s.committer();
         s.write(b"a\n").unwrap();
         s.pre_commit(1).unwrap();
         s.write(b"b\n").unwrap();
         assert_eq!(committed_text(&dir), "", "nothing before completion");
-        s.commit(1).unwrap();
+        c.commit(1).unwrap();
         assert_eq!(committed_text(&dir), "a\n");
         s.pre_commit(2).unwrap();
-        s.commit(2).unwrap();
+        c.commit(2).unwrap();
         assert_eq!(committed_text(&dir), "a\nb\n");
+        c.commit(3).unwrap(); // nothing staged under 3: not an error
         fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
-    fn recovery_commits_pre_committed_epochs_of_complete_checkpoints_and_drops_the_rest() {
+    fn recovery_commits_the_restored_epoch_and_drops_the_rest() {
         let dir = tempdir("recover");
-        let mut s = TransactionalFile::recover(&dir, 3, 0).unwrap();
+        let mut s = TransactionalFile::open(&dir, 3, 0, None).unwrap();
         s.write(b"e1\n").unwrap();
         s.pre_commit(1).unwrap();
         s.write(b"e2\n").unwrap();
@@ -230,39 +269,60 @@ mod tests {
         s.current.as_mut().unwrap().flush().unwrap();
         // Crash: checkpoint 1 completed (its commit never ran), 2 did not.
         drop(s);
-        let s = TransactionalFile::recover(&dir, 3, 1).unwrap();
+        TransactionalFile::open(&dir, 3, 1, restored(1, false)).unwrap();
         assert_eq!(committed_text(&dir), "e1\n");
-        assert_eq!(s.epoch(), 2, "the replay writes epoch 2 again");
         assert!(
             fs::read_dir(dir.join(".staged")).unwrap().next().is_none(),
-            "uncommitted epochs are gone"
+            "uncommitted epochs and the in-progress file are gone"
         );
         fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
-    fn a_pre_commit_out_of_order_is_an_error() {
-        let dir = tempdir("order");
-        let mut s = TransactionalFile::recover(&dir, 0, 4).unwrap();
-        assert!(s.pre_commit(4).is_err());
-        assert!(s.pre_commit(5).is_ok());
+    fn the_final_epoch_survives_only_for_an_instance_restored_as_finished() {
+        for finished in [false, true] {
+            let dir = tempdir("final");
+            let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+            s.write(b"tail\n").unwrap();
+            s.pre_commit(FINAL_EPOCH).unwrap();
+            drop(s);
+            TransactionalFile::open(&dir, 0, 1, restored(4, finished)).unwrap();
+            let expect = if finished { "tail\n" } else { "" };
+            assert_eq!(committed_text(&dir), expect, "finished: {finished}");
+            fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_late_writer_of_a_stopped_attempt_cannot_touch_the_new_one() {
+        let dir = tempdir("fence");
+        let mut old = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        old.write(b"old\n").unwrap();
+        let mut new = TransactionalFile::open(&dir, 0, 1, None).unwrap();
+        new.write(b"new\n").unwrap();
+        // The stalled writer wakes and pre-commits an id of its attempt.
+        old.pre_commit(7).unwrap();
+        new.pre_commit(9).unwrap();
+        let mut c = new.committer();
+        c.commit(9).unwrap();
+        assert_eq!(committed_text(&dir), "new\n");
         fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn instances_recover_independently() {
         let dir = tempdir("instances");
-        let mut a = TransactionalFile::recover(&dir, 0, 0).unwrap();
-        let mut b = TransactionalFile::recover(&dir, 1, 0).unwrap();
+        let mut a = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        let mut b = TransactionalFile::open(&dir, 1, 0, None).unwrap();
         a.write(b"a1\n").unwrap();
         b.write(b"b1\n").unwrap();
         a.pre_commit(1).unwrap();
         b.pre_commit(1).unwrap();
         drop((a, b));
-        TransactionalFile::recover(&dir, 0, 1).unwrap();
-        // Instance 1 not recovered yet: its epoch stays staged.
+        TransactionalFile::open(&dir, 0, 1, restored(1, false)).unwrap();
+        // Instance 1 not reopened yet: its epoch stays staged.
         assert_eq!(committed_text(&dir), "a1\n");
-        TransactionalFile::recover(&dir, 1, 1).unwrap();
+        TransactionalFile::open(&dir, 1, 1, restored(1, false)).unwrap();
         assert_eq!(committed_text(&dir), "a1\nb1\n");
         fs::remove_dir_all(dir).unwrap();
     }
