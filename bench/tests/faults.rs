@@ -21,9 +21,10 @@ fn run(
         parallelism: P,
         rate: None,
         output: out.clone(),
+        output_mode: paper::OutputMode::Direct,
     };
     let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
-    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(RECORDS, P, n));
+    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n));
     let cores = tandem::sys::affinity::available_cores().len().min(2);
     let cfg = RuntimeConfig::default()
         .cores(cores)
@@ -31,7 +32,7 @@ fn run(
     let result = job.run(&cfg).map(|_| ());
     if let Some(o) = &out {
         if result.is_ok() {
-            paper::merge_output(o, P).unwrap();
+            paper::merge_output(o, P, paper::OutputMode::Direct).unwrap();
         }
     }
     assert!(
@@ -74,8 +75,8 @@ fn a_stalled_operator_delays_but_does_not_change_the_output() {
 #[test]
 fn an_injected_panic_ends_the_job_naming_operator_and_instance() {
     let input = Arc::new(Input::generate(RECORDS, 4, 0, 1));
-    // Record 15000 lives in partition 1 (records 10000..20000).
-    match run(&input, &["panic@flatmap:15000"], None) {
+    // Record 15001 lives in partition 1 (odd records).
+    match run(&input, &["panic@flatmap:15001"], None) {
         Err(JobError::OperatorPanicked {
             operator, instance, ..
         }) => {

@@ -24,6 +24,7 @@ fn run(
         parallelism,
         rate: None,
         output: Some(out.clone()),
+        output_mode: paper::OutputMode::Direct,
     };
     let (job, _counts) = paper::build_job(Arc::clone(input), &opts).unwrap();
     let cfg = RuntimeConfig::default()
@@ -32,7 +33,7 @@ fn run(
         .ring_capacity(64)
         .run_dir(dir.join(format!("{tag}-run")));
     let report = job.run(&cfg).unwrap();
-    paper::merge_output(&out, parallelism).unwrap();
+    paper::merge_output(&out, parallelism, paper::OutputMode::Direct).unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     lines.sort_unstable();

@@ -215,7 +215,10 @@ fn clean_output() -> Vec<String> {
     let lines = committed_lines(&out);
     std::fs::remove_dir_all(dir).unwrap();
     // Sanity: every record once, one summary per key.
-    assert_eq!(lines.iter().filter(|l| l.starts_with("r ")).count() as u64, N);
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("r ")).count() as u64,
+        N
+    );
     assert_eq!(lines.iter().filter(|l| l.starts_with("s ")).count(), 97);
     lines
 }
@@ -248,11 +251,19 @@ fn each_fault_kind_recovers_to_exactly_the_clean_output() {
     let cases: Vec<(&str, Vec<(&str, TupleId, ProbeAction)>)> = vec![
         (
             "panic in a stateless operator",
-            vec![("map", TupleId::new(1, 9_000), ProbeAction::Panic("boom".into()))],
+            vec![(
+                "map",
+                TupleId::new(1, 9_000),
+                ProbeAction::Panic("boom".into()),
+            )],
         ),
         (
             "panic in the keyed operator",
-            vec![("keyed", TupleId::new(0, 7_000), ProbeAction::Panic("boom".into()))],
+            vec![(
+                "keyed",
+                TupleId::new(0, 7_000),
+                ProbeAction::Panic("boom".into()),
+            )],
         ),
         (
             "cut input of the keyed operator",
@@ -269,10 +280,22 @@ fn each_fault_kind_recovers_to_exactly_the_clean_output() {
         (
             "four successive failures",
             vec![
-                ("map", TupleId::new(0, 2_000), ProbeAction::Panic("1".into())),
-                ("keyed", TupleId::new(1, 5_000), ProbeAction::Panic("2".into())),
+                (
+                    "map",
+                    TupleId::new(0, 2_000),
+                    ProbeAction::Panic("1".into()),
+                ),
+                (
+                    "keyed",
+                    TupleId::new(1, 5_000),
+                    ProbeAction::Panic("2".into()),
+                ),
                 ("sink", TupleId::new(0, 9_000), ProbeAction::CutInput),
-                ("map", TupleId::new(1, 13_000), ProbeAction::Panic("4".into())),
+                (
+                    "map",
+                    TupleId::new(1, 13_000),
+                    ProbeAction::Panic("4".into()),
+                ),
             ],
         ),
     ];
@@ -345,8 +368,16 @@ fn a_direct_sink_counts_the_duplicates_it_writes_after_a_restart() {
 fn when_the_strategy_gives_up_the_error_names_the_operator() {
     let dir = tempdir("giveup");
     let faults = Faults::new(vec![
-        ("map", TupleId::new(0, 1_000), ProbeAction::Panic("one".into())),
-        ("map", TupleId::new(0, 3_000), ProbeAction::Panic("two".into())),
+        (
+            "map",
+            TupleId::new(0, 1_000),
+            ProbeAction::Panic("one".into()),
+        ),
+        (
+            "map",
+            TupleId::new(0, 3_000),
+            ProbeAction::Panic("two".into()),
+        ),
     ]);
     let cfg = config(&dir, CheckpointMode::ExactlyOnce)
         .probes(Arc::new(faults))

@@ -1,5 +1,7 @@
 //! The paper's pipeline (JSON answers → parse → filter → level → per-user
-//! stats → sink) on Tandem, with throughput, HDR latency, CPU and memory.
+//! stats → sink) on Tandem, with throughput, HDR latency, CPU and memory,
+//! and — with `--strategy restart-all` — checkpoints, injected faults and
+//! the recovery figures of each.
 //!
 //! Input is pre-generated before timing starts (see `paper::gen`); its size
 //! is reported as `input_bytes` so the engine's own memory is
@@ -11,13 +13,14 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tandem::recovery::restart::parse_duration;
 use tandem::sys::rusage;
-use tandem::{Chaining, RuntimeConfig};
-use tandem_bench::paper::{self, names, Input, PaperOptions};
+use tandem::{Chaining, CheckpointConfig, CheckpointMode, RestartStrategy, RuntimeConfig};
+use tandem_bench::paper::{self, names, Input, OutputMode, PaperOptions};
 use tandem_bench::report::{fmt_ns, write_json, LatencyNs};
 
-/// Runs the paper's pipeline and prints throughput and latency.
-#[derive(Parser, Debug)]
+/// Runs the paper's pipeline and prints throughput, latency and recovery.
+#[derive(Parser, Debug, Clone)]
 #[command(version)]
 struct Args {
     /// Records to generate and process.
@@ -38,13 +41,20 @@ struct Args {
     /// Write one JSONL line per output record here.
     #[arg(long)]
     output: Option<PathBuf>,
+    /// How the sink writes --output: transactional (committed per
+    /// checkpoint, exactly once) or direct (at once; a restart writes the
+    /// replayed records again, and the report counts them). Default:
+    /// transactional with --strategy restart-all, else direct.
+    #[arg(long, value_parser = parse_output_mode)]
+    sink_mode: Option<OutputMode>,
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
     /// Make every k-th input record malformed (0 = none).
     #[arg(long, default_value_t = 0)]
     malformed_every: u64,
-    /// Directory for files the run creates (dead letters); default: a temp dir.
+    /// Directory for files the run creates (dead letters, checkpoints);
+    /// default: a temp dir.
     #[arg(long)]
     run_dir: Option<PathBuf>,
     /// Operator chaining: auto, always or never.
@@ -54,11 +64,58 @@ struct Args {
     #[arg(long, default_value_t = 1024)]
     ring_capacity: usize,
     /// Inject a fault: panic@OPERATOR:N, stall@OPERATOR:N:MILLIS or
-    /// cut@OPERATOR:N, where N is the input record's seq (repeatable). Until
-    /// a recovery strategy exists, a panic or a cut ends the run with an
-    /// error naming the operator; a stall delays it.
+    /// cut@OPERATOR:N, where N is the input record's seq (repeatable).
     #[arg(long = "fault")]
     faults: Vec<tandem_fault_inject::FaultSpec>,
+    /// Recovery strategy: none (a failure ends the run) or restart-all
+    /// (checkpoints; on a failure every operator restarts from the last
+    /// complete one).
+    #[arg(long, default_value = "none", value_parser = ["none", "restart-all"])]
+    strategy: String,
+    /// Checkpoint interval (restart-all).
+    #[arg(long, default_value_t = 1000)]
+    checkpoint_interval_ms: u64,
+    /// Checkpoint directory (default: <run-dir>/checkpoints or a temp dir
+    /// removed at the end).
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Barrier alignment: exactly-once or at-least-once.
+    #[arg(long, default_value = "exactly-once", value_parser = parse_mode)]
+    checkpoint_mode: CheckpointMode,
+    /// A checkpoint not complete after this long is abandoned.
+    #[arg(long, default_value_t = 60_000)]
+    checkpoint_timeout_ms: u64,
+    /// Consecutive failed checkpoints tolerated before the job fails.
+    #[arg(long, default_value_t = 3)]
+    tolerable_checkpoint_failures: u32,
+    /// Least time between the end of a checkpoint and the next one.
+    #[arg(long, default_value_t = 0)]
+    min_pause_ms: u64,
+    /// Checkpoints kept.
+    #[arg(long, default_value_t = 3)]
+    retain: usize,
+    /// Adapt the interval to failures and checkpoint cost within MIN:MAX
+    /// (e.g. 100ms:10s).
+    #[arg(long, value_parser = parse_range)]
+    adaptive_interval: Option<(Duration, Duration)>,
+    /// Restart strategy: none | fixed:ATTEMPTS:DELAY |
+    /// exp:INITIAL:MAX:MULTIPLIER:JITTER:RESET | rate:FAILURES:INTERVAL:DELAY.
+    #[arg(long, default_value = "fixed:3:0ms")]
+    restart: RestartStrategy,
+    /// A worker without a heartbeat for this long has stalled.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_timeout_ms: u64,
+    /// Take a savepoint this long after the start (restart-all).
+    #[arg(long)]
+    savepoint_after_ms: Option<u64>,
+    /// Start from a savepoint or checkpoint (a sp-<id> directory, a
+    /// manifest, or a checkpoint directory).
+    #[arg(long)]
+    from_savepoint: Option<PathBuf>,
+    /// Also run the same job without checkpoints first, and print the
+    /// throughput ratio (checkpointed / plain).
+    #[arg(long)]
+    compare_without_checkpoints: bool,
 }
 
 fn parse_chaining(s: &str) -> Result<Chaining, String> {
@@ -68,6 +125,46 @@ fn parse_chaining(s: &str) -> Result<Chaining, String> {
         "never" => Ok(Chaining::Never),
         _ => Err(format!("expected auto, always or never, got `{s}`")),
     }
+}
+
+fn parse_mode(s: &str) -> Result<CheckpointMode, String> {
+    match s {
+        "exactly-once" => Ok(CheckpointMode::ExactlyOnce),
+        "at-least-once" => Ok(CheckpointMode::AtLeastOnce),
+        _ => Err(format!("expected exactly-once or at-least-once, got `{s}`")),
+    }
+}
+
+fn parse_output_mode(s: &str) -> Result<OutputMode, String> {
+    match s {
+        "transactional" => Ok(OutputMode::Transactional),
+        "direct" => Ok(OutputMode::Direct),
+        _ => Err(format!("expected transactional or direct, got `{s}`")),
+    }
+}
+
+fn parse_range(s: &str) -> Result<(Duration, Duration), String> {
+    let (a, b) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected MIN:MAX, got `{s}`"))?;
+    let d = |x: &str| parse_duration(x).ok_or_else(|| format!("`{x}` is not a duration"));
+    Ok((d(a)?, d(b)?))
+}
+
+#[derive(Serialize)]
+struct Recovery {
+    operator: String,
+    instance: usize,
+    /// The input record (its seq) the fault fired on, when known.
+    tuple_id: Option<u64>,
+    cause: String,
+    detect_us: u64,
+    restore_us: Option<u64>,
+    first_output_us: Option<u64>,
+    caught_up_us: Option<u64>,
+    replayed_tuples: u64,
+    restored_checkpoint: Option<u64>,
+    skipped_checkpoints: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -91,58 +188,72 @@ struct Report {
     rate: f64,
     seed: u64,
     input_pregenerated: bool,
+    strategy: String,
+    checkpoint_interval_ms: Option<u64>,
+    recovery: Vec<Recovery>,
+    restarts: u32,
+    duplicates_emitted: u64,
+    checkpoints_completed: u64,
+    checkpoints_failed: u64,
+    checkpoint_bytes: u64,
+    checkpoint_write_mbps: f64,
+    checkpoint_dir: Option<PathBuf>,
+    savepoint: Option<PathBuf>,
+    /// With --compare-without-checkpoints: the plain run's throughput and
+    /// this run's over it.
+    plain_throughput_rps: Option<f64>,
+    throughput_ratio: Option<f64>,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+/// One run of the job; the report without the comparison fields.
+fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Report> {
     let available = tandem::sys::affinity::available_cores().len();
     let cores = args.cores.unwrap_or(available);
-    anyhow::ensure!(cores >= 1, "--cores must be at least 1");
-    anyhow::ensure!(
-        cores <= available,
-        "--cores {cores}: only {available} cores are available to this process"
-    );
     let parallelism = args.parallelism.unwrap_or(cores);
-    anyhow::ensure!(parallelism >= 1, "--parallelism must be at least 1");
-    anyhow::ensure!(
-        args.rate >= 0.0 && args.rate.is_finite(),
-        "--rate must be ≥ 0"
-    );
-
-    let t = Instant::now();
-    let input = Arc::new(Input::generate(
-        args.records,
-        args.seed,
-        args.malformed_every,
-        available,
-    ));
-    let input_bytes = input.memory_bytes();
-    eprintln!(
-        "generated {} records ({:.1} MB of JSON) in {:.2} s",
-        args.records,
-        input_bytes as f64 / 1e6,
-        t.elapsed().as_secs_f64()
-    );
-
+    let restart_all = args.strategy == "restart-all";
+    let output_mode = args.sink_mode.unwrap_or(if restart_all {
+        OutputMode::Transactional
+    } else {
+        OutputMode::Direct
+    });
     let opts = PaperOptions {
         parallelism,
         rate: (args.rate > 0.0).then_some(args.rate),
         output: args.output.clone(),
+        output_mode,
     };
-    let (job, counts) = paper::build_job(Arc::clone(&input), &opts)?;
+    let (job, counts) = paper::build_job(Arc::clone(input), &opts)?;
     let mut cfg = RuntimeConfig::default()
         .cores(cores)
         .chaining(args.chaining)
-        .ring_capacity(args.ring_capacity);
+        .ring_capacity(args.ring_capacity)
+        .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms));
     if let Some(d) = &args.run_dir {
         cfg = cfg.run_dir(d);
     }
+    if restart_all {
+        cfg = cfg.restart(args.restart.clone());
+        if checkpoints {
+            let mut cp =
+                CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
+            cp.mode = args.checkpoint_mode;
+            cp.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
+            cp.tolerable_failures = args.tolerable_checkpoint_failures;
+            cp.min_pause = Duration::from_millis(args.min_pause_ms);
+            cp.retain = args.retain;
+            cp.dir = args.checkpoint_dir.clone();
+            cp.adaptive = args.adaptive_interval;
+            cfg = cfg.checkpoint(cp);
+        }
+    }
+    if let Some(p) = &args.from_savepoint {
+        cfg = cfg.restore_from(p);
+    }
+    let p = parallelism;
     if !args.faults.is_empty() {
-        let (len, p) = (args.records, parallelism);
-        let injector = tandem_fault_inject::FaultInjector::new(&args.faults, move |n| {
-            paper::tuple_of(len, p, n)
-        });
-        cfg = cfg.probes(std::sync::Arc::new(injector));
+        let injector =
+            tandem_fault_inject::FaultInjector::new(&args.faults, move |n| paper::tuple_of(p, n));
+        cfg = cfg.probes(Arc::new(injector));
     }
 
     let cpu0 = rusage::process_cpu_time();
@@ -154,14 +265,26 @@ fn main() -> anyhow::Result<()> {
         )
         .expect("static template"),
     );
+    let started = Instant::now();
+    let mut savepoint = None;
     let (mut last_pos, mut last_t) = (0u64, Instant::now());
     while !handle.is_finished() {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(ms) = args.savepoint_after_ms {
+            if savepoint.is_none() && started.elapsed() >= Duration::from_millis(ms) {
+                savepoint = Some(handle.savepoint().context("taking the savepoint")?);
+                bar.println(format!(
+                    "savepoint written to {}",
+                    savepoint.as_ref().expect("set above").display()
+                ));
+            }
+        }
         let p = handle.progress();
         let pos = p.operator(names::SOURCE).map_or(0, |o| o.records);
         let dt = last_t.elapsed().as_secs_f64();
         if dt >= 0.5 {
-            bar.set_message(format!("({:.2} M/s)", (pos - last_pos) as f64 / dt / 1e6));
+            let rate = pos.saturating_sub(last_pos) as f64 / dt / 1e6;
+            bar.set_message(format!("({rate:.2} M/s)"));
             (last_pos, last_t) = (pos, Instant::now());
         }
         bar.set_position(pos);
@@ -170,13 +293,40 @@ fn main() -> anyhow::Result<()> {
     let cpu = rusage::process_cpu_time() - cpu0;
     bar.finish_and_clear();
 
+    let (mut records_out, mut summaries_out) = (
+        counts.records.load(std::sync::atomic::Ordering::Relaxed),
+        counts.summaries.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    if let Some(out) = &args.output {
+        let bytes = paper::merge_output(out, parallelism, output_mode)
+            .with_context(|| format!("merging output into {}", out.display()))?;
+        eprintln!("wrote {} ({:.1} MB)", out.display(), bytes as f64 / 1e6);
+        // After restarts, what counts is what the file holds.
+        if report.restarts > 0 {
+            use std::io::BufRead;
+            (records_out, summaries_out) = (0, 0);
+            let mut r = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(out)?);
+            let mut line = Vec::new();
+            while r.read_until(b'\n', &mut line)? > 0 {
+                if line.starts_with(b"{\"type\":\"record\"") {
+                    records_out += 1;
+                } else {
+                    summaries_out += 1;
+                }
+                line.clear();
+            }
+        }
+    }
     let peak_rss = rusage::peak_rss_bytes().unwrap_or(0);
-    let records_in = report.operator(names::SOURCE).map_or(0, |o| o.records);
+    let input_bytes = input.memory_bytes();
+    // Records the sources produced, once each (replays excluded).
+    let records_in = input.len();
     let secs = report.elapsed.as_secs_f64();
-    let rep = Report {
+    let seq_of = |t: tandem::TupleId| paper::seq_of(p, t);
+    Ok(Report {
         records_in,
-        records_out: counts.records.load(std::sync::atomic::Ordering::Relaxed),
-        summaries_out: counts.summaries.load(std::sync::atomic::Ordering::Relaxed),
+        records_out,
+        summaries_out,
         dead_letters: report.dead_letters,
         dead_letter_path: report.dead_letter_path.clone(),
         throughput_rps: records_in as f64 / secs.max(1e-9),
@@ -193,17 +343,104 @@ fn main() -> anyhow::Result<()> {
         rate: args.rate,
         seed: args.seed,
         input_pregenerated: true,
+        strategy: args.strategy.clone(),
+        checkpoint_interval_ms: (restart_all && checkpoints).then_some(args.checkpoint_interval_ms),
+        recovery: report
+            .recovery
+            .iter()
+            .map(|r| Recovery {
+                operator: r.operator.clone(),
+                instance: r.instance,
+                tuple_id: r.tuple_id.map(seq_of),
+                cause: r.cause.clone(),
+                detect_us: r.detect_us,
+                restore_us: r.restore_us,
+                first_output_us: r.first_output_us,
+                caught_up_us: r.caught_up_us,
+                replayed_tuples: r.replayed_tuples,
+                restored_checkpoint: r.restored_checkpoint,
+                skipped_checkpoints: r.skipped_checkpoints.clone(),
+            })
+            .collect(),
+        restarts: report.restarts,
+        duplicates_emitted: report.duplicates_emitted,
+        checkpoints_completed: report.checkpoints.completed,
+        checkpoints_failed: report.checkpoints.failed,
+        checkpoint_bytes: report.checkpoints.bytes,
+        checkpoint_write_mbps: report.checkpoints.write_mbps,
+        checkpoint_dir: report.checkpoints.dir.clone(),
+        savepoint,
+        plain_throughput_rps: None,
+        throughput_ratio: None,
+    })
+}
+
+fn opt_us(v: Option<u64>) -> String {
+    v.map_or("-".into(), |us| fmt_ns(us * 1000))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tandem_fault_inject::quiet_injected_panics();
+    let available = tandem::sys::affinity::available_cores().len();
+    let cores = args.cores.unwrap_or(available);
+    anyhow::ensure!(cores >= 1, "--cores must be at least 1");
+    anyhow::ensure!(
+        cores <= available,
+        "--cores {cores}: only {available} cores are available to this process"
+    );
+    anyhow::ensure!(
+        args.parallelism.unwrap_or(cores) >= 1,
+        "--parallelism must be at least 1"
+    );
+    anyhow::ensure!(
+        args.rate >= 0.0 && args.rate.is_finite(),
+        "--rate must be ≥ 0"
+    );
+    anyhow::ensure!(
+        args.checkpoint_interval_ms > 0,
+        "--checkpoint-interval-ms must be positive"
+    );
+    anyhow::ensure!(
+        !args.compare_without_checkpoints || args.strategy == "restart-all",
+        "--compare-without-checkpoints needs --strategy restart-all"
+    );
+
+    let t = Instant::now();
+    let input = Arc::new(Input::generate(
+        args.records,
+        args.seed,
+        args.malformed_every,
+        available,
+    ));
+    eprintln!(
+        "generated {} records ({:.1} MB of JSON) in {:.2} s",
+        args.records,
+        input.memory_bytes() as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+
+    let plain = if args.compare_without_checkpoints {
+        let mut a = args.clone();
+        a.faults.clear();
+        a.output = None;
+        a.savepoint_after_ms = None;
+        let r = run(&a, &input, false)?;
+        eprintln!("without checkpoints: {:.0} records/s", r.throughput_rps);
+        Some(r.throughput_rps)
+    } else {
+        None
     };
-    if let Some(out) = &args.output {
-        let bytes = paper::merge_output(out, parallelism)
-            .with_context(|| format!("merging output into {}", out.display()))?;
-        eprintln!("wrote {} ({:.1} MB)", out.display(), bytes as f64 / 1e6);
+    let mut rep = run(&args, &input, true)?;
+    if let Some(p) = plain {
+        rep.plain_throughput_rps = Some(p);
+        rep.throughput_ratio = Some(rep.throughput_rps / p);
     }
 
     let l = &rep.latency_ns;
     println!(
-        "paper pipeline: {} cores, parallelism {}, {} workers, {} tasks",
-        cores, parallelism, rep.workers, rep.tasks
+        "paper pipeline: {} cores, parallelism {}, {} workers, {} tasks, strategy {}",
+        rep.cores, rep.parallelism, rep.workers, rep.tasks, rep.strategy
     );
     println!("  records in        {}", rep.records_in);
     println!(
@@ -220,6 +457,9 @@ fn main() -> anyhow::Result<()> {
     );
     println!("  elapsed           {:.3} s", rep.elapsed_s);
     println!("  throughput        {:.0} records/s", rep.throughput_rps);
+    if let (Some(p), Some(r)) = (rep.plain_throughput_rps, rep.throughput_ratio) {
+        println!("  without ckpts     {p:.0} records/s (ratio {r:.3})");
+    }
     println!(
         "  latency           min {}  p50 {}  p99 {}  p99.9 {}  max {}  ({} samples)",
         fmt_ns(l.min),
@@ -236,6 +476,34 @@ fn main() -> anyhow::Result<()> {
         rep.input_bytes as f64 / 1048576.0,
         rep.engine_memory_bytes as f64 / 1048576.0
     );
+    if rep.strategy == "restart-all" {
+        println!(
+            "  checkpoints       {} completed, {} failed, {:.1} MB written at {:.0} MB/s",
+            rep.checkpoints_completed,
+            rep.checkpoints_failed,
+            rep.checkpoint_bytes as f64 / 1e6,
+            rep.checkpoint_write_mbps
+        );
+        println!(
+            "  restarts          {} (duplicates emitted: {})",
+            rep.restarts, rep.duplicates_emitted
+        );
+        for (i, r) in rep.recovery.iter().enumerate() {
+            println!(
+                "  recovery {}        {}[{}] at record {}: detect {}  restore {}  first output {}  caught up {}  replayed {} (from checkpoint {})",
+                i + 1,
+                r.operator,
+                r.instance,
+                r.tuple_id.map_or("?".into(), |t| t.to_string()),
+                opt_us(Some(r.detect_us)),
+                opt_us(r.restore_us),
+                opt_us(r.first_output_us),
+                opt_us(r.caught_up_us),
+                r.replayed_tuples,
+                r.restored_checkpoint.map_or("none".into(), |c| c.to_string()),
+            );
+        }
+    }
     if let Some(path) = &args.report {
         write_json(path, &rep)?;
         eprintln!("report written to {}", path.display());

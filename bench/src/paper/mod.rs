@@ -28,7 +28,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tandem::{CoProcess, Job, JobBuilder, KeyedProcess, Output, Record, Sink, Source, SourcePoll};
+use tandem::checkpoint::{CheckpointError, SnapshotBytes};
+use tandem::sinks::transactional::TransactionalFile;
+use tandem::{
+    CoProcess, Committer, Job, JobBuilder, KeyedProcess, OperatorInfo, Output, Record, Sink,
+    Source, SourcePoll,
+};
 
 pub use gen::Input;
 
@@ -198,54 +203,72 @@ pub struct LevelRule {
     pub level: u8,
 }
 
-/// Source partition `instance` of `parallelism`: a contiguous range of the
-/// input.
+/// Source partition `instance` of `parallelism`: every `parallelism`-th
+/// record of the input, starting at `instance`. Interleaved (not in
+/// contiguous ranges) so that input record `n` enters the pipeline at about
+/// `n / rate` seconds whatever the parallelism, and a fault named by `n`
+/// fires that far into the run.
 pub struct JsonSource {
     next: u64,
     end: u64,
+    step: u64,
     seed: u64,
 }
 
 impl JsonSource {
     /// The partition's share of `len` records.
     pub fn partition(len: u64, seed: u64, instance: usize, parallelism: usize) -> Self {
-        let (i, p) = (instance as u64, parallelism as u64);
         JsonSource {
-            next: len * i / p,
-            end: len * (i + 1) / p,
+            next: instance as u64,
+            end: len,
+            step: parallelism as u64,
             seed,
         }
     }
 }
 
 /// The tuple ID the engine gives input record `n` (its `seq`) when the
-/// source has `parallelism` partitions over `len` records: the partition
-/// whose range holds `n`, and the offset within it.
-pub fn tuple_of(len: u64, parallelism: usize, n: u64) -> tandem::TupleId {
+/// source has `parallelism` partitions: partition `n % parallelism`, offset
+/// `n / parallelism` within it.
+pub fn tuple_of(parallelism: usize, n: u64) -> tandem::TupleId {
     let p = parallelism as u64;
-    // The partition i with len*i/p <= n < len*(i+1)/p.
-    let mut i = (n.saturating_mul(p) / len.max(1)).min(p.saturating_sub(1));
-    while i > 0 && len * i / p > n {
-        i -= 1;
-    }
-    while i + 1 < p && len * (i + 1) / p <= n {
-        i += 1;
-    }
-    tandem::TupleId::new(i as u32, n - len * i / p)
+    tandem::TupleId::new((n % p) as u32, n / p)
+}
+
+/// The input record (its `seq`) of tuple ID `t`: the inverse of
+/// [`tuple_of`].
+pub fn seq_of(parallelism: usize, t: tandem::TupleId) -> u64 {
+    t.seq() * parallelism as u64 + t.partition() as u64
 }
 
 impl Source<LineRef> for JsonSource {
     #[inline]
     fn poll_next(&mut self) -> SourcePoll<LineRef> {
-        if self.next == self.end {
+        if self.next >= self.end {
             return SourcePoll::End;
         }
         let seq = self.next;
-        self.next += 1;
+        self.next += self.step;
         SourcePoll::Ready {
             value: LineRef(seq),
             event_time: gen::event_time(self.seed, seq),
         }
+    }
+
+    /// A position in the input is an offset, like one in a log segment.
+    fn seek(&mut self, next_seq: u64) -> Result<(), String> {
+        let at = next_seq
+            .checked_mul(self.step)
+            .and_then(|o| o.checked_add(self.next))
+            .filter(|&at| at <= self.end.max(self.next) + self.step)
+            .ok_or_else(|| {
+                format!(
+                    "the input has {} records, the checkpoint is past it",
+                    self.end
+                )
+            })?;
+        self.next = at;
+        Ok(())
     }
 }
 
@@ -296,6 +319,25 @@ impl CoProcess<Flat, LevelRule, Levelled> for Leveler {
 
     fn first_ready(&self) -> bool {
         self.rules.len() >= LEVEL_THRESHOLDS.len()
+    }
+
+    /// The rules received so far: a restored instance must not wait for a
+    /// side stream that has already ended.
+    fn snapshot_state(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
+        let rules: Vec<(u32, u8)> = self.rules.iter().map(|r| (r.min_likes, r.level)).collect();
+        tandem::checkpoint::serialize(&rules, 64 + 8 * rules.len()).map(Some)
+    }
+
+    fn restore_state(&mut self, payload: &[u8]) -> Result<(), CheckpointError> {
+        let rules = tandem::checkpoint::access::<Vec<(u32, u8)>>(payload)?;
+        self.rules = rules
+            .iter()
+            .map(|r| LevelRule {
+                min_likes: r.0.to_native(),
+                level: r.1,
+            })
+            .collect();
+        Ok(())
     }
 }
 
@@ -378,10 +420,22 @@ pub struct SinkCounts {
     pub summaries: AtomicU64,
 }
 
-/// The sink: counts, and with an output path writes JSONL to its own part
-/// file (`<output>.part-<instance>`), merged by [`merge_output`] afterwards.
+/// Where the sink's JSONL goes.
+enum SinkOut {
+    /// Count only.
+    None,
+    /// Straight into the instance's part file (visible at once; after a
+    /// restart the replayed records are written again).
+    Direct(File),
+    /// Two-phase commit per checkpoint.
+    Transactional(TransactionalFile),
+}
+
+/// The sink: counts, and with an output path writes JSONL, directly to its
+/// own part file (`<output>.part-<instance>`) or transactionally (into
+/// `<output>.txn/`); [`merge_output`] assembles the output afterwards.
 struct PaperSink {
-    out: Option<File>,
+    out: SinkOut,
     buf: Vec<u8>,
     records: u64,
     summaries: u64,
@@ -390,6 +444,18 @@ struct PaperSink {
 
 const FLUSH_AT: usize = 1 << 16;
 
+impl PaperSink {
+    fn drain(&mut self) -> std::io::Result<()> {
+        match &mut self.out {
+            SinkOut::None => {}
+            SinkOut::Direct(f) => f.write_all(&self.buf)?,
+            SinkOut::Transactional(t) => t.write(&self.buf)?,
+        }
+        self.buf.clear();
+        Ok(())
+    }
+}
+
 impl Sink<PaperOut> for PaperSink {
     #[inline]
     fn write(&mut self, rec: Record<PaperOut>) -> std::io::Result<()> {
@@ -397,20 +463,18 @@ impl Sink<PaperOut> for PaperSink {
             PaperOut::Record(_) => self.records += 1,
             PaperOut::Summary { .. } => self.summaries += 1,
         }
-        if let Some(f) = &mut self.out {
+        if !matches!(self.out, SinkOut::None) {
             write_line(&mut self.buf, &rec.value);
             if self.buf.len() >= FLUSH_AT {
-                f.write_all(&self.buf)?;
-                self.buf.clear();
+                self.drain()?;
             }
         }
         Ok(())
     }
 
     fn finish(&mut self) -> std::io::Result<()> {
-        if let Some(f) = &mut self.out {
-            f.write_all(&self.buf)?;
-            self.buf.clear();
+        self.drain()?;
+        if let SinkOut::Direct(f) = &mut self.out {
             f.sync_data()?;
         }
         self.counts
@@ -421,28 +485,68 @@ impl Sink<PaperOut> for PaperSink {
             .fetch_add(self.summaries, Ordering::Relaxed);
         Ok(())
     }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        if let SinkOut::Transactional(_) = self.out {
+            self.drain()?;
+        }
+        match &mut self.out {
+            SinkOut::Transactional(t) => t.pre_commit(checkpoint),
+            _ => Ok(()),
+        }
+    }
+
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        match &self.out {
+            SinkOut::Transactional(t) => Some(Box::new(t.committer())),
+            _ => None,
+        }
+    }
 }
 
-/// The part file of sink instance `i` for `output`.
+/// The part file of sink instance `i` for `output` (direct mode).
 pub fn part_path(output: &Path, i: usize) -> PathBuf {
     let mut s = output.as_os_str().to_owned();
     s.push(format!(".part-{i}"));
     PathBuf::from(s)
 }
 
-/// Concatenates the sinks' part files into `output` and removes them.
-pub fn merge_output(output: &Path, parts: usize) -> std::io::Result<u64> {
+/// The directory of committed epochs for `output` (transactional mode).
+pub fn txn_dir(output: &Path) -> PathBuf {
+    let mut s = output.as_os_str().to_owned();
+    s.push(".txn");
+    PathBuf::from(s)
+}
+
+/// Assembles `output` from what the sinks left (part files, or committed
+/// epochs in order) and removes those.
+pub fn merge_output(output: &Path, parts: usize, mode: OutputMode) -> std::io::Result<u64> {
+    let files: Vec<PathBuf> = match mode {
+        OutputMode::Direct => (0..parts).map(|i| part_path(output, i)).collect(),
+        OutputMode::Transactional => TransactionalFile::committed_files(&txn_dir(output))?,
+    };
     let mut out = std::io::BufWriter::new(File::create(output)?);
     let mut bytes = 0;
-    for i in 0..parts {
-        let p = part_path(output, i);
-        let mut f = File::open(&p)?;
+    for p in &files {
+        let mut f = File::open(p)?;
         bytes += std::io::copy(&mut f, &mut out)?;
-        std::fs::remove_file(&p)?;
     }
     out.flush()?;
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    match mode {
+        OutputMode::Direct => files.iter().try_for_each(std::fs::remove_file)?,
+        OutputMode::Transactional => std::fs::remove_dir_all(txn_dir(output))?,
+    }
     Ok(bytes)
+}
+
+/// How the sink writes its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputMode {
+    /// Written at once; a restart writes replayed records again.
+    Direct,
+    /// Committed per checkpoint (exactly once).
+    Transactional,
 }
 
 /// How to build the pipeline.
@@ -454,6 +558,8 @@ pub struct PaperOptions {
     pub rate: Option<f64>,
     /// Where to write the JSONL output (`None`: count only).
     pub output: Option<PathBuf>,
+    /// How to write it.
+    pub output_mode: OutputMode,
 }
 
 /// Builds the pipeline over `input`; the returned counts fill in as the sinks
@@ -479,20 +585,50 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
     });
     let counts = Arc::new(SinkCounts::default());
     let c = Arc::clone(&counts);
-    // Part files are created here, so an unwritable output is an error now,
-    // not a failure inside a running job.
-    let parts: Vec<Option<File>> = match &opts.output {
-        Some(o) => (0..opts.parallelism)
-            .map(|i| {
+    // Output locations are created here, so an unwritable output is an
+    // error now, not a failure inside a running job.
+    match (&opts.output, opts.output_mode) {
+        (Some(o), OutputMode::Direct) => {
+            for i in 0..opts.parallelism {
                 let p = part_path(o, i);
                 File::create(&p)
-                    .map(Some)
-                    .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))
-            })
-            .collect::<anyhow::Result<_>>()?,
-        None => (0..opts.parallelism).map(|_| None).collect(),
+                    .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))?;
+            }
+        }
+        (Some(o), OutputMode::Transactional) => {
+            let d = txn_dir(o);
+            if d.exists() {
+                std::fs::remove_dir_all(&d)
+                    .map_err(|e| anyhow::anyhow!("cannot clear {}: {e}", d.display()))?;
+            }
+            std::fs::create_dir_all(&d)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", d.display()))?;
+        }
+        (None, _) => {}
+    }
+    let output = opts.output.clone();
+    let mode = opts.output_mode;
+    // Opened by each attempt's sink instances (a restarted attempt builds
+    // them again); an I/O error here panics in the factory, which fails
+    // the attempt with the sink's name.
+    let open = move |info: &OperatorInfo| -> SinkOut {
+        match (&output, mode) {
+            (None, _) => SinkOut::None,
+            (Some(o), OutputMode::Direct) => {
+                let p = part_path(o, info.instance);
+                SinkOut::Direct(
+                    std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(&p)
+                        .unwrap_or_else(|e| panic!("cannot open {}: {e}", p.display())),
+                )
+            }
+            (Some(o), OutputMode::Transactional) => SinkOut::Transactional(
+                TransactionalFile::open(txn_dir(o), info.instance, info.attempt, info.restored)
+                    .unwrap_or_else(|e| panic!("cannot open {}: {e}", txn_dir(o).display())),
+            ),
+        }
     };
-    let parts = Arc::new(std::sync::Mutex::new(parts));
     parsed
         .filter(FILTER, |f: &Flat| f.seq % 10 != 9)
         .connect(&levels.broadcast())
@@ -500,7 +636,7 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
         .key_by(|l: &Levelled| l.flat.user_id)
         .process(KEYED, |_| PerUser)
         .sink(SINK, move |info| PaperSink {
-            out: parts.lock().unwrap_or_else(|p| p.into_inner())[info.instance].take(),
+            out: open(info),
             buf: Vec::with_capacity(FLUSH_AT + 4096),
             records: 0,
             summaries: 0,
@@ -630,18 +766,46 @@ mod tests {
 
     #[test]
     fn tuple_of_names_the_partition_and_offset_the_source_assigns() {
-        for (len, p) in [(10u64, 3usize), (1_000_003, 4), (7, 1), (5, 8)] {
-            let mut expect = Vec::new();
+        for (len, p) in [(10u64, 3usize), (100_003, 4), (7, 1), (5, 8)] {
+            let mut seen = 0;
             for i in 0..p {
-                let s = JsonSource::partition(len, 0, i, p);
-                for (k, n) in (s.next..s.end).enumerate() {
-                    expect.push((n, tandem::TupleId::new(i as u32, k as u64)));
+                let mut s = JsonSource::partition(len, 0, i, p);
+                let mut k = 0;
+                while let SourcePoll::Ready { value, .. } = s.poll_next() {
+                    let id = tandem::TupleId::new(i as u32, k);
+                    assert_eq!(tuple_of(p, value.0), id, "len {len} p {p}");
+                    assert_eq!(seq_of(p, id), value.0);
+                    k += 1;
+                    seen += 1;
                 }
             }
-            assert_eq!(expect.len() as u64, len);
-            for (n, id) in expect.into_iter().step_by(997) {
-                assert_eq!(tuple_of(len, p, n), id, "len {len} p {p} n {n}");
+            assert_eq!(seen, len);
+        }
+    }
+
+    #[test]
+    fn seek_resumes_a_partition_at_the_checkpointed_offset() {
+        let (len, p) = (1000u64, 3usize);
+        for i in 0..p {
+            let full: Vec<u64> = {
+                let mut s = JsonSource::partition(len, 0, i, p);
+                std::iter::from_fn(|| match s.poll_next() {
+                    SourcePoll::Ready { value, .. } => Some(value.0),
+                    _ => None,
+                })
+                .collect()
+            };
+            for k in [0, 1, 17, full.len() as u64] {
+                let mut s = JsonSource::partition(len, 0, i, p);
+                s.seek(k).unwrap();
+                let rest: Vec<u64> = std::iter::from_fn(|| match s.poll_next() {
+                    SourcePoll::Ready { value, .. } => Some(value.0),
+                    _ => None,
+                })
+                .collect();
+                assert_eq!(rest, full[k as usize..], "partition {i} from {k}");
             }
+            assert!(JsonSource::partition(len, 0, i, p).seek(u64::MAX).is_err());
         }
     }
 

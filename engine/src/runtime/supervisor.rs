@@ -153,6 +153,8 @@ pub(crate) struct Supervisor {
     transactional: HashSet<Key>,
     heartbeats: bool,
     cancelled: bool,
+    /// The worker found stalled, while its attempt is being stopped.
+    stalled_worker: Option<usize>,
 }
 
 fn now_ns(origin: Instant) -> u64 {
@@ -237,6 +239,7 @@ impl Supervisor {
             all,
             transactional: HashSet::new(),
             cancelled: false,
+            stalled_worker: None,
         };
         if let (Some(c), Some(m)) = (&mut sup.coord, &restore) {
             c.next_id = c.next_id.max(m.id + 1);
@@ -534,6 +537,7 @@ impl Supervisor {
             }
         };
         shared.failed_at.store(since.max(1), Ordering::SeqCst);
+        self.stalled_worker = Some(w);
         shared.fail(JobError::Stalled {
             operator,
             instance,
@@ -698,12 +702,19 @@ impl Supervisor {
         }
     }
 
-    /// Stops the attempt's workers: waits briefly for each, abandons a
-    /// stalled one (fenced by the cancel flag and its attempt number).
-    fn stop_attempt(&mut self) {
+    /// Stops the attempt's workers: waits briefly for each (a running
+    /// worker sees the cancel flag within one poll), abandons a stalled one
+    /// at once (it is fenced by the cancel flag and its attempt number).
+    fn stop_attempt(&mut self, stalled: Option<usize>) {
         self.attempt.shared.stop();
-        let deadline = Instant::now() + Duration::from_millis(200);
-        for t in std::mem::take(&mut self.attempt.threads) {
+        let deadline = Instant::now() + Duration::from_millis(100);
+        for (w, t) in std::mem::take(&mut self.attempt.threads)
+            .into_iter()
+            .enumerate()
+        {
+            if Some(w) == stalled {
+                continue;
+            }
             while !t.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_micros(100));
             }
@@ -717,7 +728,8 @@ impl Supervisor {
         let detected_at = now_ns(self.origin);
         let shared = Arc::clone(&self.attempt.shared);
         let err = shared.take_error().unwrap_or(JobError::Cancelled);
-        self.stop_attempt();
+        let stalled = self.stalled_worker.take();
+        self.stop_attempt(stalled);
         // Where everyone stood when it stopped.
         let sink_written: HashMap<Key, u64> = shared
             .sinks

@@ -67,9 +67,8 @@ impl TransactionalFile {
             }
         }
         for epoch in staged_epochs(&staged, instance)? {
-            let keep = restored.is_some_and(|r| {
-                epoch == r.checkpoint || (epoch == FINAL_EPOCH && r.finished)
-            });
+            let keep = restored
+                .is_some_and(|r| epoch == r.checkpoint || (epoch == FINAL_EPOCH && r.finished));
             let path = staged_path(&dir, instance, epoch);
             if keep {
                 fs::rename(&path, committed_path(&dir, instance, epoch))?;
