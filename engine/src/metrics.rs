@@ -194,6 +194,12 @@ pub struct JobReport {
     pub duplicates_emitted: u64,
     /// Restarts (attempts after the first).
     pub restarts: u32,
+    /// The checkpoint or savepoint the job started from
+    /// ([`crate::RuntimeConfig::restore_from`]).
+    pub restored_from: Option<u64>,
+    /// Newer checkpoints in that directory passed over because they did not
+    /// verify, with the reason.
+    pub restore_skipped: Vec<String>,
 }
 
 /// One recovery, measured by the supervisor. Times are microseconds from

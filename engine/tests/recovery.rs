@@ -456,3 +456,61 @@ fn a_savepoint_of_another_job_is_refused_with_a_clear_error() {
     assert!(err.to_string().contains("numbers"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_corrupted_newest_checkpoint_is_reported_and_the_previous_one_used() {
+    let dir = tempdir("corrupt");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let cp_dir = dir.join("checkpoints");
+    // Run 1 keeps several checkpoints, then fails for good.
+    let faults = Faults::new(vec![(
+        "keyed",
+        TupleId::new(1, 13_000),
+        ProbeAction::Panic("stop".into()),
+    )]);
+    let cfg = config(&dir, CheckpointMode::ExactlyOnce)
+        .probes(Arc::new(faults))
+        .restart(RestartStrategy::None);
+    assert!(build(&out, false).run(&cfg).is_err());
+    let mut ids: Vec<u64> = tandem::checkpoint::list(&cp_dir)
+        .unwrap()
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    ids.sort();
+    assert!(
+        ids.len() >= 2,
+        "run 1 kept at least two checkpoints: {ids:?}"
+    );
+    let (newest, previous) = (ids[ids.len() - 1], ids[ids.len() - 2]);
+    // Flip one payload byte of a state file of the newest checkpoint.
+    let m = tandem::checkpoint::Manifest::load(&cp_dir.join(format!("manifest-{newest}.json")))
+        .unwrap();
+    let f = m
+        .files
+        .iter()
+        .find(|f| f.operator == "keyed" && f.payload_len > 0)
+        .unwrap();
+    let path = m.file_path(f);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4096 + 3] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    // Run 2 starts from the directory: the damaged one is skipped, said why.
+    let report = build(&out, false)
+        .run(&config(&dir, CheckpointMode::ExactlyOnce).restore_from(&cp_dir))
+        .unwrap();
+    assert_eq!(report.restored_from, Some(previous));
+    assert_eq!(
+        report.restore_skipped.len(),
+        1,
+        "{:?}",
+        report.restore_skipped
+    );
+    assert!(
+        report.restore_skipped[0].contains("checksum"),
+        "{:?}",
+        report.restore_skipped
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -155,6 +155,8 @@ pub(crate) struct Supervisor {
     cancelled: bool,
     /// The worker found stalled, while its attempt is being stopped.
     stalled_worker: Option<usize>,
+    /// The checkpoint the job started from, and newer ones passed over.
+    restored_from: Option<(u64, Vec<String>)>,
 }
 
 fn now_ns(origin: Instant) -> u64 {
@@ -240,12 +242,16 @@ impl Supervisor {
             transactional: HashSet::new(),
             cancelled: false,
             stalled_worker: None,
+            restored_from: None,
         };
-        if let (Some(c), Some(m)) = (&mut sup.coord, &restore) {
+        if let (Some(c), Some((m, _))) = (&mut sup.coord, &restore) {
             c.next_id = c.next_id.max(m.id + 1);
         }
         let restore = match restore {
-            Some(m) => Some(Arc::new(build_restore(&m, &sup.graph)?)),
+            Some((m, skipped)) => {
+                sup.restored_from = Some((m.id, skipped));
+                Some(Arc::new(build_restore(&m, &sup.graph)?))
+            }
             None => None,
         };
         let targets = HashMap::new();
@@ -959,6 +965,12 @@ impl Supervisor {
             checkpoints: stats,
             duplicates_emitted: self.duplicates,
             restarts: self.attempt.number,
+            restored_from: self.restored_from.as_ref().map(|r| r.0),
+            restore_skipped: self
+                .restored_from
+                .as_mut()
+                .map(|r| std::mem::take(&mut r.1))
+                .unwrap_or_default(),
         })
     }
 }
@@ -1145,13 +1157,14 @@ impl Coordinator {
 
 /// Reads what `path` names: a savepoint directory, a manifest file, or a
 /// checkpoint directory (its newest valid checkpoint).
-fn load_restore_point(path: &Path) -> Result<Manifest, JobError> {
+/// Also returns the newer checkpoints passed over, and why.
+fn load_restore_point(path: &Path) -> Result<(Manifest, Vec<String>), JobError> {
     if path.is_file() {
         let m = Manifest::load(path)?;
-        return Ok(m);
+        return Ok((m, Vec::new()));
     }
     if path.join("manifest.json").is_file() {
-        return Ok(checkpoint::open_savepoint(path)?);
+        return Ok((checkpoint::open_savepoint(path)?, Vec::new()));
     }
     // A checkpoint directory: read it without starting a writer on it.
     let mut ids: Vec<_> = checkpoint::list(path)?
@@ -1162,7 +1175,7 @@ fn load_restore_point(path: &Path) -> Result<Manifest, JobError> {
     let mut errors = Vec::new();
     for l in ids {
         match Manifest::load(&l.manifest_path).and_then(|m| m.verify().map(|()| m)) {
-            Ok(m) => return Ok(m),
+            Ok(m) => return Ok((m, errors)),
             Err(e) => errors.push(format!("checkpoint {}: {e}", l.id)),
         }
     }

@@ -16,6 +16,7 @@
 //! DIR/part-<instance>-<epoch:020>.jsonl                committed output
 //! DIR/.staged/part-<instance>-<epoch:020>.jsonl         pre-committed, not yet committed
 //! DIR/.staged/part-<instance>.attempt-<a>.inprogress    being written by attempt a
+//! DIR/.staged/part-<instance>.attempt-<a>.closing-<c>   epoch c, being made durable
 //! ```
 //!
 //! Recovery ([`TransactionalFile::open`] of an instance restored from
@@ -34,14 +35,58 @@ use crate::operator::{Committer, Restored, FINAL_EPOCH};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
 /// One sink instance's transactional output.
+///
+/// Phase one does not block the data path on the disk: `pre_commit` hands
+/// the epoch's file to this instance's sync thread (fsync, rename to
+/// staged, fsync of the directory) and returns; the committer waits for
+/// that epoch to be durable before it makes it visible.
 #[derive(Debug)]
 pub struct TransactionalFile {
     dir: PathBuf,
     instance: usize,
     attempt: u32,
     current: Option<BufWriter<File>>,
+    sync: Arc<SyncState>,
+    syncer: Option<(mpsc::Sender<SyncJob>, JoinHandle<()>)>,
+}
+
+/// Where the sync thread stands, shared with the committer.
+#[derive(Debug, Default)]
+struct SyncState {
+    progress: Mutex<SyncProgress>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SyncProgress {
+    /// The newest epoch handed to the sync thread.
+    submitted: Option<u64>,
+    /// The newest epoch durable and staged.
+    durable: Option<u64>,
+    /// The first failure, which every later commit reports.
+    error: Option<(io::ErrorKind, String)>,
+}
+
+#[derive(Debug)]
+struct SyncJob {
+    epoch: u64,
+    file: File,
+    from: PathBuf,
+    to: PathBuf,
+}
+
+impl Drop for TransactionalFile {
+    fn drop(&mut self) {
+        // Let epochs already handed over reach the disk.
+        if let Some((tx, t)) = self.syncer.take() {
+            drop(tx);
+            let _ = t.join();
+        }
+    }
 }
 
 impl TransactionalFile {
@@ -62,7 +107,7 @@ impl TransactionalFile {
         for e in fs::read_dir(&staged)? {
             let name = e?.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with(&in_progress) && name.ends_with(".inprogress") {
+            if name.starts_with(&in_progress) {
                 fs::remove_file(staged.join(name))?;
             }
         }
@@ -83,6 +128,8 @@ impl TransactionalFile {
             instance,
             attempt,
             current: None,
+            sync: Arc::default(),
+            syncer: None,
         })
     }
 
@@ -110,20 +157,42 @@ impl TransactionalFile {
     }
 
     /// Phase one for checkpoint `checkpoint` (its barrier reached the sink):
-    /// makes the current epoch durable under that id and starts the next.
-    /// An epoch with no output stages nothing.
+    /// closes the current epoch under that id and starts the next. The
+    /// epoch becomes durable and staged on the sync thread; the committer
+    /// waits for it. An epoch with no output stages nothing.
     pub fn pre_commit(&mut self, checkpoint: u64) -> io::Result<()> {
         let Some(w) = self.current.take() else {
             return Ok(());
         };
-        let f = w.into_inner().map_err(|e| e.into_error())?;
-        f.sync_data()?;
-        drop(f);
-        fs::rename(
-            self.in_progress_path(),
-            staged_path(&self.dir, self.instance, checkpoint),
-        )?;
-        sync_dir(&self.dir.join(".staged"))
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        // A fresh in-progress name per epoch: the sync thread may still be
+        // renaming the previous one.
+        let from = self.in_progress_path();
+        let moving = from.with_extension(format!("closing-{checkpoint}"));
+        fs::rename(&from, &moving)?;
+        let job = SyncJob {
+            epoch: checkpoint,
+            file,
+            from: moving,
+            to: staged_path(&self.dir, self.instance, checkpoint),
+        };
+        if self.syncer.is_none() {
+            let (tx, rx) = mpsc::channel::<SyncJob>();
+            let state = Arc::clone(&self.sync);
+            let staged = self.dir.join(".staged");
+            let t = std::thread::Builder::new()
+                .name(format!("tandem-2pc-sync-{}", self.instance))
+                .spawn(move || sync_thread(rx, state, staged))?;
+            self.syncer = Some((tx, t));
+        }
+        self.sync
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .submitted = Some(checkpoint);
+        let (tx, _) = self.syncer.as_ref().expect("started above");
+        tx.send(job)
+            .map_err(|_| io::Error::other("the sink's sync thread has stopped"))
     }
 
     /// The phase-two handle of this instance.
@@ -131,6 +200,7 @@ impl TransactionalFile {
         FileCommitter {
             dir: self.dir.clone(),
             instance: self.instance,
+            sync: Arc::clone(&self.sync),
         }
     }
 
@@ -150,16 +220,53 @@ impl TransactionalFile {
     }
 }
 
-/// Phase two of one [`TransactionalFile`] instance: renames a staged epoch
-/// into the output directory.
+fn sync_thread(rx: mpsc::Receiver<SyncJob>, state: Arc<SyncState>, staged: PathBuf) {
+    for job in rx {
+        let r = job
+            .file
+            .sync_data()
+            .and_then(|()| fs::rename(&job.from, &job.to))
+            .and_then(|()| sync_dir(&staged));
+        let mut p = state.progress.lock().unwrap_or_else(|p| p.into_inner());
+        match r {
+            Ok(()) => p.durable = Some(job.epoch),
+            Err(e) => {
+                if p.error.is_none() {
+                    p.error = Some((e.kind(), format!("staging epoch {}: {e}", job.epoch)));
+                }
+            }
+        }
+        drop(p);
+        state.changed.notify_all();
+    }
+}
+
+/// Phase two of one [`TransactionalFile`] instance: waits until a
+/// pre-committed epoch is durable, then renames it into the output
+/// directory.
 #[derive(Debug, Clone)]
 pub struct FileCommitter {
     dir: PathBuf,
     instance: usize,
+    sync: Arc<SyncState>,
 }
 
 impl Committer for FileCommitter {
     fn commit(&mut self, checkpoint: u64) -> io::Result<()> {
+        {
+            let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
+            // Epochs are handed over in order: `checkpoint` was (if it had
+            // output) once something at or past it was submitted.
+            while p.error.is_none()
+                && p.submitted.is_some_and(|s| s >= checkpoint)
+                && p.durable.is_none_or(|d| d < checkpoint)
+            {
+                p = self.sync.changed.wait(p).unwrap_or_else(|p| p.into_inner());
+            }
+            if let Some((kind, msg)) = &p.error {
+                return Err(io::Error::new(*kind, msg.clone()));
+            }
+        }
         match fs::rename(
             staged_path(&self.dir, self.instance, checkpoint),
             committed_path(&self.dir, self.instance, checkpoint),
@@ -299,8 +406,10 @@ mod tests {
         old.write(b"old\n").unwrap();
         let mut new = TransactionalFile::open(&dir, 0, 1, None).unwrap();
         new.write(b"new\n").unwrap();
-        // The stalled writer wakes and pre-commits an id of its attempt.
-        old.pre_commit(7).unwrap();
+        // The stalled writer wakes and pre-commits an id of its attempt:
+        // its in-progress file is gone (the new attempt cleared it), so it
+        // fails — and even if it staged something, id 7 is never committed.
+        assert!(old.pre_commit(7).is_err());
         new.pre_commit(9).unwrap();
         let mut c = new.committer();
         c.commit(9).unwrap();
