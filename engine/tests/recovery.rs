@@ -138,12 +138,15 @@ fn build(out: &Path, transactional: bool) -> tandem::Job {
     job.build().unwrap()
 }
 
+/// One fault: `(operator, tuple, action)`.
+type FaultSpec<'a> = (&'a str, TupleId, ProbeAction);
+
 /// One-shot faults: `(operator, tuple, action)`.
 #[derive(Clone)]
 struct Faults(Arc<Vec<(String, TupleId, ProbeAction, AtomicBool)>>);
 
 impl Faults {
-    fn new(specs: Vec<(&str, TupleId, ProbeAction)>) -> Self {
+    fn new(specs: Vec<FaultSpec>) -> Self {
         Faults(Arc::new(
             specs
                 .into_iter()
@@ -248,7 +251,7 @@ fn assert_same(clean: &[String], faulted: &[String]) {
 #[test]
 fn each_fault_kind_recovers_to_exactly_the_clean_output() {
     let clean = clean_output();
-    let cases: Vec<(&str, Vec<(&str, TupleId, ProbeAction)>)> = vec![
+    let cases: Vec<(&str, Vec<FaultSpec>)> = vec![
         (
             "panic in a stateless operator",
             vec![(

@@ -75,7 +75,7 @@ struct Args {
     /// Checkpoint interval (restart-all).
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
-    /// Checkpoint directory (default: <run-dir>/checkpoints or a temp dir
+    /// Checkpoint directory (default: RUN_DIR/checkpoints or a temp dir
     /// removed at the end).
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
@@ -100,7 +100,7 @@ struct Args {
     adaptive_interval: Option<(Duration, Duration)>,
     /// Restart strategy: none | fixed:ATTEMPTS:DELAY |
     /// exp:INITIAL:MAX:MULTIPLIER:JITTER:RESET | rate:FAILURES:INTERVAL:DELAY.
-    #[arg(long, default_value = "fixed:3:0ms")]
+    #[arg(long, default_value = "fixed:100:0ms")]
     restart: RestartStrategy,
     /// A worker without a heartbeat for this long has stalled.
     #[arg(long, default_value_t = 100)]
@@ -108,7 +108,7 @@ struct Args {
     /// Take a savepoint this long after the start (restart-all).
     #[arg(long)]
     savepoint_after_ms: Option<u64>,
-    /// Start from a savepoint or checkpoint (a sp-<id> directory, a
+    /// Start from a savepoint or checkpoint (an sp-ID directory, a
     /// manifest, or a checkpoint directory).
     #[arg(long)]
     from_savepoint: Option<PathBuf>,

@@ -19,8 +19,10 @@ use std::sync::Arc;
 /// [`StateSnapshot`] functions, captured where the types are known).
 pub(crate) struct StateCodec<K, S> {
     pub(crate) snapshot: fn(&KeyedState<K, S>) -> Result<SnapshotBytes, CheckpointError>,
-    pub(crate) restore: fn(&[u8]) -> Result<KeyedState<K, S>, CheckpointError>,
+    pub(crate) restore: RestoreFn<K, S>,
 }
+
+type RestoreFn<K, S> = fn(&[u8]) -> Result<KeyedState<K, S>, CheckpointError>;
 
 impl<K, S> StateCodec<K, S>
 where

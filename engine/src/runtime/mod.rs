@@ -19,7 +19,7 @@
 //! A panic in operator code is caught at the task boundary, attributed to
 //! the operator that was running (the task context tracks it), and fails
 //! the *attempt* with [`JobError::OperatorPanicked`] — never a process
-//! abort. A supervisor thread ([`supervisor`]) watches every attempt: it
+//! abort. A supervisor thread (`runtime/supervisor.rs`) watches every attempt: it
 //! runs the checkpoint coordinator (barriers, acknowledgements, durable
 //! snapshots, sink commits), detects stalls by heartbeat, and on a failure
 //! stops every worker, restores the last complete checkpoint and starts

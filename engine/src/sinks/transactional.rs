@@ -4,10 +4,12 @@
 //! Records written after the barrier of checkpoint `p` and up to the
 //! barrier of checkpoint `c` form *epoch* `c`. They go to an in-progress
 //! file; when the barrier of `c` reaches the sink,
-//! [`TransactionalFile::pre_commit`] fsyncs it and renames it to a staged
-//! file named by `c` (phase one); when checkpoint `c` is complete, the
-//! supervisor calls the [`FileCommitter`], which renames the staged file
-//! into the output directory and fsyncs the directory (phase two). A rename
+//! [`TransactionalFile::pre_commit`] closes it and hands it to the
+//! instance's sync thread, which fsyncs it and renames it to a staged file
+//! named by `c` (phase one, off the data path); when checkpoint `c` is
+//! complete, the supervisor calls the [`FileCommitter`], which waits until
+//! epoch `c` is staged, renames it into the output directory and fsyncs the
+//! directory (phase two). A rename
 //! is atomic, so an epoch's output is either wholly visible or not at all.
 //! The output after the last barrier is staged as [`FINAL_EPOCH`] and
 //! committed when the job completes.
