@@ -77,6 +77,7 @@ pub mod record;
 pub mod recovery;
 pub mod runtime;
 pub mod sinks;
+pub mod standby;
 pub mod state;
 pub mod sync;
 pub mod sys;

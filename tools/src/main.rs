@@ -22,6 +22,22 @@ enum Command {
     /// Lists, inspects and verifies checkpoints and savepoints.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// Inspects buffer queues (the standby's tuple log).
+    #[command(subcommand)]
+    Bq(BqCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum BqCommand {
+    /// Prints a buffer queue's header, position and ID range, occupancy,
+    /// reader cursors and its first and last entries, and validates it;
+    /// exits with status 1 when it is damaged.
+    Inspect {
+        file: PathBuf,
+        /// Entries to show from each end.
+        #[arg(long, default_value_t = 3)]
+        entries: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -41,6 +57,12 @@ enum SnapshotCommand {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Info => info(),
+        Command::Bq(BqCommand::Inspect { file, entries }) => {
+            if !bq_inspect(&file, entries)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Snapshot(SnapshotCommand::Ls { dir }) => snapshot_ls(&dir),
         Command::Snapshot(SnapshotCommand::Inspect { path }) => snapshot_inspect(&path),
         Command::Snapshot(SnapshotCommand::Verify { dir }) => {
@@ -235,5 +257,71 @@ fn fmt_limit(v: Option<u64>) -> String {
     match v {
         None => "unlimited".into(),
         Some(b) => format!("{} KiB", b / 1024),
+    }
+}
+
+/// Prints a buffer queue; `Ok(false)` when it does not validate.
+fn bq_inspect(file: &Path, show: u64) -> anyhow::Result<bool> {
+    use tandem::standby::bq::BufferQueue;
+    let q = BufferQueue::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let c = q.config();
+    let (head, tail) = (q.head(), q.tail());
+    println!("{}", file.display());
+    println!(
+        "  format {}  slots {}  arena {} bytes  readers {}",
+        tandem::standby::bq::VERSION,
+        c.slots,
+        c.arena,
+        c.readers
+    );
+    println!(
+        "  positions [{head}, {tail})  held {}  ({:.1} % of slots, {} arena bytes = {:.1} %)",
+        tail - head,
+        (tail - head) as f64 * 100.0 / c.slots as f64,
+        q.arena_used(),
+        q.arena_used() as f64 * 100.0 / c.arena as f64
+    );
+    let cursors: Vec<String> = (0..c.readers as usize)
+        .map(|r| format!("{r}:{}", q.reader_cursor(r)))
+        .collect();
+    println!(
+        "  covered by a snapshot below {}  reader cursors {}",
+        q.covered(),
+        cursors.join(" ")
+    );
+    if head < tail {
+        let first = q.get(head).map(|e| e.tuple_id);
+        let last = q.get(tail - 1).map(|e| e.tuple_id);
+        println!(
+            "  tuple IDs {} ..= {}",
+            first.map_or("?".into(), |t| t.to_string()),
+            last.map_or("?".into(), |t| t.to_string())
+        );
+        let mut shown: Vec<u64> = (head..tail.min(head + show)).collect();
+        shown.extend(tail.saturating_sub(show).max(head + show)..tail);
+        for p in shown {
+            if let Some(e) = q.get(p) {
+                let preview: String = String::from_utf8_lossy(&e.bytes[..e.bytes.len().min(48)])
+                    .chars()
+                    .map(|ch| if ch.is_control() { '.' } else { ch })
+                    .collect();
+                println!(
+                    "    #{:<10} id {:<20} {:>6} bytes  {preview}",
+                    e.position,
+                    e.tuple_id,
+                    e.bytes.len()
+                );
+            }
+        }
+    }
+    match q.validate() {
+        Ok(n) => {
+            println!("  valid ({n} entries checked)");
+            Ok(true)
+        }
+        Err(e) => {
+            println!("  INVALID: {e}");
+            Ok(false)
+        }
     }
 }

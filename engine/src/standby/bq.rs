@@ -1,0 +1,781 @@
+//! The buffer queue: a file-backed, memory-mapped ring of tuples between an
+//! operator's dispatcher (one writer) and its primary and standby (readers),
+//! indexed by position, holding each tuple's ID and bytes.
+//!
+//! ## File layout (all integers little-endian)
+//!
+//! ```text
+//! 0      header block (4096 bytes)
+//!          0  magic "TNDMBQ\0\x01"          8  format version (u32) = 1
+//!         12  readers (u32, 1..=4)          16  slots (u64, power of two)
+//!         24  arena bytes (u64, power of two, multiple of 4096)
+//!         32  max_memory (u64, the bound the sizes were derived from)
+//!         64  tail     (atomic u64)  next position to publish
+//!        128  head     (atomic u64)  oldest position still held
+//!        192  covered  (atomic u64)  positions below it are in a snapshot
+//!                                    the standby can use
+//!        256  arena_tail (atomic u64) arena offset after the newest entry
+//!        320  cursor[r] (atomic u64, one cache line each): reader r is done
+//!                                    with every position below it
+//! 4096   index: `slots` entries of 32 bytes
+//!          0 position (u64)  8 tuple ID (u64)  16 arena offset (u64)
+//!         24 length (u32)   28 reserved
+//! 4096 + 32·slots   arena: `arena` bytes; entries 8-byte aligned and never
+//!                   split: one that would cross the end starts at 0
+//! ```
+//!
+//! Positions are dense (0, 1, 2, … in push order), so entry `p` lives in
+//! index slot `p mod slots` — O(1) insert and lookup; arena offsets grow
+//! monotonically and are taken modulo the arena size. Tuple IDs are stored
+//! beside (they need not be dense); [`BufferQueue::position_of`] finds one
+//! by binary search, as IDs from one upstream partition increase.
+//!
+//! ## Protocol (one writer, up to four readers)
+//!
+//! - The writer copies the bytes into the arena, fills the index slot, then
+//!   publishes `tail = p + 1` with a release store; a reader acquires `tail`
+//!   and reads positions below it.
+//! - Reader `r` stores `cursor[r] = q` (release) once it will never read a
+//!   position below `q` again.
+//! - Only the writer evicts: `head` moves to `min(covered, cursor[..])` —
+//!   FIFO, and only over entries every reader is done with *and* a snapshot
+//!   covers. When that frees nothing and the ring is full, `push` returns
+//!   [`Full`]: the producer is backpressured; nothing is ever dropped.
+//!
+//! A reader therefore never sees an entry change under it: it reads only
+//! positions at or above its own cursor, which the writer never evicts.
+//!
+//! The file is created with mode 0600. Unsafe code is confined to this
+//! module: the map's raw pointers, each use with a `SAFETY` note.
+
+use memmap2::{MmapMut, MmapOptions};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// File magic.
+pub const MAGIC: [u8; 8] = *b"TNDMBQ\0\x01";
+/// Format version this build reads and writes.
+pub const VERSION: u32 = 1;
+/// Readers a queue may have.
+pub const MAX_READERS: usize = 4;
+
+const HEADER: usize = 4096;
+const SLOT: usize = 32;
+const OFF_TAIL: usize = 64;
+const OFF_HEAD: usize = 128;
+const OFF_COVERED: usize = 192;
+const OFF_ARENA_TAIL: usize = 256;
+const OFF_CURSORS: usize = 320;
+
+/// Errors of creating, opening or validating a buffer queue.
+#[derive(Debug, thiserror::Error)]
+pub enum BqError {
+    /// A file operation failed.
+    #[error("{path}: {op}: {source}", path = path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The sizes asked for cannot make a queue.
+    #[error("invalid buffer queue configuration: {0}")]
+    Config(String),
+    /// The file is not a buffer queue of this format, or is damaged.
+    #[error("{path}: {reason}", path = path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The ring is full and nothing may be evicted yet: back off and retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+/// Sizes of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BqConfig {
+    /// Index slots (entries held at most); rounded up to a power of two.
+    pub slots: u64,
+    /// Arena bytes (tuple bytes held at most); rounded up to a power of two
+    /// of at least 4096.
+    pub arena: u64,
+    /// Readers (the primary and the standby: 2).
+    pub readers: u32,
+}
+
+impl BqConfig {
+    /// Splits `max_memory` bytes between the index and the arena for tuples
+    /// of about `avg_tuple` bytes (the file never exceeds `max_memory`
+    /// beyond the 4 KiB header and power-of-two rounding down).
+    pub fn for_memory(max_memory: u64, avg_tuple: u64, readers: u32) -> Result<Self, BqError> {
+        let per = SLOT as u64 + avg_tuple.max(1).next_multiple_of(8);
+        let slots = prev_pow2(max_memory / per);
+        let arena = prev_pow2(max_memory.saturating_sub(slots * SLOT as u64));
+        let c = BqConfig {
+            slots,
+            arena,
+            readers,
+        };
+        c.check()?;
+        Ok(c)
+    }
+
+    fn check(&self) -> Result<(), BqError> {
+        if self.slots < 2 || !self.slots.is_power_of_two() {
+            return Err(BqError::Config(format!(
+                "slots must be a power of two ≥ 2, got {}",
+                self.slots
+            )));
+        }
+        if self.arena < 4096 || !self.arena.is_power_of_two() {
+            return Err(BqError::Config(format!(
+                "the arena must be a power of two ≥ 4096 bytes, got {}",
+                self.arena
+            )));
+        }
+        if self.readers == 0 || self.readers as usize > MAX_READERS {
+            return Err(BqError::Config(format!(
+                "1..={MAX_READERS} readers, got {}",
+                self.readers
+            )));
+        }
+        Ok(())
+    }
+
+    fn file_len(&self) -> u64 {
+        HEADER as u64 + (self.slots * SLOT as u64).next_multiple_of(4096) + self.arena
+    }
+
+    fn arena_start(&self) -> usize {
+        HEADER + (self.slots as usize * SLOT).next_multiple_of(4096)
+    }
+}
+
+fn prev_pow2(n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        1 << (63 - n.leading_zeros())
+    }
+}
+
+/// One held entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// Its position in the queue.
+    pub position: u64,
+    /// The tuple's ID.
+    pub tuple_id: u64,
+    /// The tuple's bytes.
+    pub bytes: &'a [u8],
+}
+
+/// A buffer queue over its mapped file.
+///
+/// Sharing: the writer methods (`push`, `evict`) must be called from one
+/// thread at a time, the reader methods of reader `r` from one thread at a
+/// time; [`BufferQueue`] is `Sync` so that the writer and the readers can
+/// hold it in an `Arc` on different cores.
+pub struct BufferQueue {
+    map: MmapMut,
+    path: PathBuf,
+    cfg: BqConfig,
+    base: *mut u8,
+}
+
+// SAFETY: all shared mutation goes through the header's atomics; the index
+// and arena bytes follow the single-writer protocol of the module docs
+// (written only by the writer before a release store of `tail`, read only by
+// readers after the matching acquire, never rewritten while a reader may
+// read them), so handing the queue to other threads is sound.
+unsafe impl Send for BufferQueue {}
+// SAFETY: as above: `&BufferQueue` exposes no unsynchronised mutation.
+unsafe impl Sync for BufferQueue {}
+
+impl std::fmt::Debug for BufferQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferQueue")
+            .field("path", &self.path)
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl BufferQueue {
+    /// Creates a queue file at `path` (mode 0600; an existing file is an
+    /// error) and maps it.
+    pub fn create(path: impl AsRef<Path>, cfg: BqConfig) -> Result<Self, BqError> {
+        let mut cfg = cfg;
+        cfg.slots = cfg.slots.max(2).next_power_of_two();
+        cfg.arena = cfg.arena.max(4096).next_power_of_two();
+        cfg.check()?;
+        let path = path.as_ref().to_path_buf();
+        let io = |op| {
+            let path = path.clone();
+            move |source| BqError::Io { path, op, source }
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io("create"))?;
+        file.set_len(cfg.file_len()).map_err(io("set_len"))?;
+        let mut q = Self::map(file, path.clone(), cfg)?;
+        let h = &mut q.map[..HEADER];
+        h[0..8].copy_from_slice(&MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&cfg.readers.to_le_bytes());
+        h[16..24].copy_from_slice(&cfg.slots.to_le_bytes());
+        h[24..32].copy_from_slice(&cfg.arena.to_le_bytes());
+        h[32..40].copy_from_slice(&(cfg.file_len()).to_le_bytes());
+        Ok(q)
+    }
+
+    /// Opens an existing queue file and validates its header.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, BqError> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|source| BqError::Io {
+                path: path.clone(),
+                op: "open",
+                source,
+            })?;
+        let invalid = |reason: String| BqError::Invalid {
+            path: path.clone(),
+            reason,
+        };
+        let len = file
+            .metadata()
+            .map_err(|source| BqError::Io {
+                path: path.clone(),
+                op: "stat",
+                source,
+            })?
+            .len();
+        if len < HEADER as u64 {
+            return Err(invalid(format!("{len} bytes: shorter than the header")));
+        }
+        let mut h = [0u8; 64];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut h, 0).map_err(|source| {
+            BqError::Io {
+                path: path.clone(),
+                op: "read header",
+                source,
+            }
+        })?;
+        if h[0..8] != MAGIC {
+            return Err(invalid(format!(
+                "not a buffer queue (magic {:02x?})",
+                &h[0..8]
+            )));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8 bytes"));
+        if u32_at(8) != VERSION {
+            return Err(invalid(format!(
+                "format version {} (this build reads {VERSION})",
+                u32_at(8)
+            )));
+        }
+        let cfg = BqConfig {
+            slots: u64_at(16),
+            arena: u64_at(24),
+            readers: u32_at(12),
+        };
+        cfg.check().map_err(|e| invalid(e.to_string()))?;
+        if cfg.file_len() != len {
+            return Err(invalid(format!(
+                "{len} bytes, the header implies {}",
+                cfg.file_len()
+            )));
+        }
+        Self::map(file, path, cfg)
+    }
+
+    fn map(file: File, path: PathBuf, cfg: BqConfig) -> Result<Self, BqError> {
+        // SAFETY: the file is ours (created 0600, or opened by its owner);
+        // every access to shared bytes follows the protocol in the module
+        // docs. Another process truncating the file would fault accesses —
+        // a broken deployment this code does not defend against.
+        let mut map =
+            unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
+                path: path.clone(),
+                op: "mmap",
+                source,
+            })?;
+        let base = map.as_mut_ptr();
+        Ok(BufferQueue {
+            map,
+            path,
+            cfg,
+            base,
+        })
+    }
+
+    /// The queue's sizes.
+    pub fn config(&self) -> BqConfig {
+        self.cfg
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn atomic(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= HEADER);
+        // SAFETY: `off` is an 8-aligned offset inside the header block of a
+        // page-aligned map that lives as long as `self`; those 8 bytes are
+        // only ever accessed atomically.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    fn cursor(&self, r: usize) -> &AtomicU64 {
+        assert!(r < self.cfg.readers as usize, "no reader {r}");
+        self.atomic(OFF_CURSORS + 64 * r)
+    }
+
+    /// Oldest position held.
+    pub fn head(&self) -> u64 {
+        self.atomic(OFF_HEAD).load(Ordering::Acquire)
+    }
+
+    /// Next position to be published.
+    pub fn tail(&self) -> u64 {
+        self.atomic(OFF_TAIL).load(Ordering::Acquire)
+    }
+
+    /// Positions below this are covered by a usable snapshot.
+    pub fn covered(&self) -> u64 {
+        self.atomic(OFF_COVERED).load(Ordering::Acquire)
+    }
+
+    /// Reader `r`'s cursor.
+    pub fn reader_cursor(&self, r: usize) -> u64 {
+        self.cursor(r).load(Ordering::Acquire)
+    }
+
+    /// Arena bytes in use (from the oldest held entry to the newest).
+    pub fn arena_used(&self) -> u64 {
+        let tail_off = self.atomic(OFF_ARENA_TAIL).load(Ordering::Acquire);
+        let (head, tail) = (self.head(), self.tail());
+        if head == tail {
+            0
+        } else {
+            tail_off - self.slot(head).2
+        }
+    }
+
+    /// Index slot of position `p`: (position, tuple ID, offset, length).
+    fn slot(&self, p: u64) -> (u64, u64, u64, u32) {
+        let at = HEADER + (p & (self.cfg.slots - 1)) as usize * SLOT;
+        // SAFETY: `at..at + 32` is inside the index; callers read a slot
+        // only for a position in `[head, tail)` after acquiring `tail`,
+        // whose writes happened before the release store of `tail`, and
+        // the writer does not rewrite it before the position is evicted.
+        let b = unsafe { std::slice::from_raw_parts(self.base.add(at), SLOT) };
+        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        (
+            u(0),
+            u(8),
+            u(16),
+            u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")),
+        )
+    }
+
+    /// Writer: marks positions below `position` as covered by a snapshot the
+    /// standby can use (they may be evicted once every reader is done).
+    pub fn set_covered(&self, position: u64) {
+        self.atomic(OFF_COVERED)
+            .fetch_max(position.min(self.tail()), Ordering::AcqRel);
+    }
+
+    /// Writer: evicts what may be evicted; returns the new head.
+    pub fn evict(&self) -> u64 {
+        let tail = self.atomic(OFF_TAIL).load(Ordering::Relaxed);
+        let cursors = (0..self.cfg.readers as usize).map(|r| self.reader_cursor(r));
+        let head = evictable_head(self.covered(), cursors, tail);
+        let old = self.atomic(OFF_HEAD).load(Ordering::Relaxed);
+        if head > old {
+            self.atomic(OFF_HEAD).store(head, Ordering::Release);
+            head
+        } else {
+            old
+        }
+    }
+
+    /// Writer: appends a tuple; returns its position, or [`Full`] when the
+    /// ring is full and nothing may be evicted yet.
+    ///
+    /// # Panics
+    ///
+    /// If one tuple is larger than the arena (a configuration error).
+    pub fn push(&self, tuple_id: u64, bytes: &[u8]) -> Result<u64, Full> {
+        let arena = self.cfg.arena;
+        let need = (bytes.len() as u64).next_multiple_of(8).max(8);
+        assert!(
+            need <= arena,
+            "a {}-byte tuple does not fit a {arena}-byte buffer queue arena",
+            bytes.len()
+        );
+        let p = self.atomic(OFF_TAIL).load(Ordering::Relaxed);
+        let tail_off = self.atomic(OFF_ARENA_TAIL).load(Ordering::Relaxed);
+        let mut off = tail_off;
+        let phys = off & (arena - 1);
+        if phys + need > arena {
+            off += arena - phys; // never split an entry: start over at 0
+        }
+        let fits = |head: u64| {
+            let head_off = if head == p { off } else { self.slot(head).2 };
+            p - head < self.cfg.slots && off + need - head_off <= arena
+        };
+        let mut head = self.atomic(OFF_HEAD).load(Ordering::Relaxed);
+        if !fits(head) {
+            head = self.evict();
+            if !fits(head) {
+                return Err(Full);
+            }
+        }
+        let start = self.cfg.arena_start() + (off & (arena - 1)) as usize;
+        // SAFETY: `start..start + len` is inside the arena (`phys + need <=
+        // arena` after the wrap above); those bytes belong to no held entry
+        // (`fits`: they lie past the newest entry and before the oldest
+        // one's offset plus the arena size), so no reader reads them until
+        // the release store of `tail` below publishes them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(start), bytes.len());
+        }
+        let at = HEADER + (p & (self.cfg.slots - 1)) as usize * SLOT;
+        let mut s = [0u8; SLOT];
+        s[0..8].copy_from_slice(&p.to_le_bytes());
+        s[8..16].copy_from_slice(&tuple_id.to_le_bytes());
+        s[16..24].copy_from_slice(&off.to_le_bytes());
+        s[24..28].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        // SAFETY: slot `p mod slots` is free (`p - head < slots`: its
+        // previous position was evicted, so no reader reads it); it is
+        // inside the index.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), self.base.add(at), SLOT);
+        }
+        self.atomic(OFF_ARENA_TAIL)
+            .store(off + need, Ordering::Release);
+        self.atomic(OFF_TAIL).store(p + 1, Ordering::Release);
+        Ok(p)
+    }
+
+    /// Reader: the entry at `position`, if it is held (in `[head, tail)`).
+    ///
+    /// The returned bytes stay valid while the calling reader's cursor is at
+    /// or below `position`: the writer never evicts past a cursor.
+    pub fn get(&self, position: u64) -> Option<Entry<'_>> {
+        let tail = self.tail();
+        if position >= tail || position < self.head() {
+            return None;
+        }
+        let (p, tuple_id, off, len) = self.slot(position);
+        if p != position {
+            return None; // evicted and reused meanwhile
+        }
+        let start = self.cfg.arena_start() + (off & (self.cfg.arena - 1)) as usize;
+        // SAFETY: the entry was published before the acquire load of `tail`
+        // above, lies inside the arena (written so by `push`), and is not
+        // rewritten while a reader's cursor keeps it (see the docs).
+        let bytes = unsafe { std::slice::from_raw_parts(self.base.add(start), len as usize) };
+        Some(Entry {
+            position,
+            tuple_id,
+            bytes,
+        })
+    }
+
+    /// Reader `r`: done with every position below `position`.
+    pub fn advance(&self, r: usize, position: u64) {
+        self.cursor(r).fetch_max(position, Ordering::AcqRel);
+    }
+
+    /// The position of the held entry with tuple ID `id` (IDs increasing
+    /// with position), by binary search. Call it from a reader whose cursor
+    /// is at or below the positions it may land on (nothing it reads can be
+    /// evicted meanwhile), or while the writer is idle.
+    pub fn position_of(&self, id: u64) -> Option<u64> {
+        let (mut lo, mut hi) = (self.head(), self.tail());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let t = self.get(mid)?.tuple_id;
+            match t.cmp(&id) {
+                std::cmp::Ordering::Equal => return Some(mid),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
+    }
+
+    /// Checks the held entries against the layout's invariants: each slot
+    /// names its position, offsets increase and stay within one arena
+    /// length, tuple IDs increase. Returns the number of entries checked.
+    pub fn validate(&self) -> Result<u64, BqError> {
+        let (head, tail) = (self.head(), self.tail());
+        let bad = |reason: String| BqError::Invalid {
+            path: self.path.clone(),
+            reason,
+        };
+        if head > tail {
+            return Err(bad(format!("head {head} is past tail {tail}")));
+        }
+        if tail - head > self.cfg.slots {
+            return Err(bad(format!(
+                "{} entries held in {} slots",
+                tail - head,
+                self.cfg.slots
+            )));
+        }
+        let arena_tail = self.atomic(OFF_ARENA_TAIL).load(Ordering::Acquire);
+        let (mut last_off, mut last_id) = (None::<u64>, None::<u64>);
+        for p in head..tail {
+            let (pos, id, off, len) = self.slot(p);
+            if pos != p {
+                return Err(bad(format!("slot of position {p} names position {pos}")));
+            }
+            let phys = off & (self.cfg.arena - 1);
+            if phys + len as u64 > self.cfg.arena {
+                return Err(bad(format!("entry {p} crosses the arena's end")));
+            }
+            if last_off.is_some_and(|l| off < l) || off + len as u64 > arena_tail {
+                return Err(bad(format!("entry {p} is out of arena order")));
+            }
+            if last_id.is_some_and(|l| id <= l) {
+                return Err(bad(format!("tuple IDs do not increase at position {p}")));
+            }
+            (last_off, last_id) = (Some(off), Some(id));
+        }
+        if let Some(first) = (head < tail).then(|| self.slot(head).2) {
+            if arena_tail - first > self.cfg.arena {
+                return Err(bad("entries span more than the arena".into()));
+            }
+        }
+        Ok(tail - head)
+    }
+}
+
+/// Where the head may move: below every reader's cursor and below what a
+/// usable snapshot covers, never past the tail. (Pure: the eviction rule.)
+pub fn evictable_head(covered: u64, cursors: impl Iterator<Item = u64>, tail: u64) -> u64 {
+    cursors.fold(covered, u64::min).min(tail)
+}
+
+/// Whether the entry at `position` may be evicted. (Pure: the eviction rule
+/// for one entry.)
+pub fn may_evict(position: u64, covered: u64, cursors: &[u64]) -> bool {
+    position < covered && cursors.iter().all(|&c| position < c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "tandem-bq-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ))
+    }
+
+    fn small(tag: &str, slots: u64, arena: u64) -> (BufferQueue, PathBuf) {
+        let p = tmp(tag);
+        let q = BufferQueue::create(
+            &p,
+            BqConfig {
+                slots,
+                arena,
+                readers: 2,
+            },
+        )
+        .unwrap();
+        (q, p)
+    }
+
+    #[test]
+    fn pushed_tuples_are_found_by_position_and_by_id() {
+        let (q, p) = small("basic", 16, 4096);
+        for i in 0..10u64 {
+            assert_eq!(q.push(100 + 3 * i, format!("t{i}").as_bytes()), Ok(i));
+        }
+        let e = q.get(4).unwrap();
+        assert_eq!((e.tuple_id, e.bytes), (112, &b"t4"[..]));
+        assert_eq!(q.position_of(112), Some(4));
+        assert_eq!(q.position_of(113), None);
+        assert_eq!(q.get(10), None);
+        assert_eq!(q.validate().unwrap(), 10);
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn nothing_is_evicted_until_covered_and_read_by_everyone_then_fifo() {
+        let (q, p) = small("evict", 4, 4096);
+        for i in 0..4u64 {
+            q.push(i, b"x").unwrap();
+        }
+        assert_eq!(q.push(4, b"x"), Err(Full), "full, nothing evictable");
+        q.advance(0, 2);
+        q.advance(1, 3);
+        assert_eq!(q.push(4, b"x"), Err(Full), "read but not covered");
+        q.set_covered(1);
+        assert_eq!(q.push(4, b"x"), Ok(4), "position 0 evicted");
+        assert_eq!(q.head(), 1);
+        assert_eq!(q.get(0), None);
+        q.set_covered(10);
+        assert_eq!(q.push(5, b"x"), Ok(5));
+        assert_eq!(q.head(), 2, "reader 0 still needs position 2");
+        assert_eq!(q.get(2).unwrap().tuple_id, 2);
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn arena_wraps_without_splitting_an_entry() {
+        let (q, p) = small("wrap", 64, 4096);
+        let big = vec![7u8; 1500];
+        let mut pos = 0;
+        for i in 0..20u64 {
+            let payload: Vec<u8> = big.iter().map(|b| b ^ i as u8).collect();
+            loop {
+                match q.push(i, &payload) {
+                    Ok(p) => {
+                        pos = p;
+                        break;
+                    }
+                    Err(Full) => {
+                        let h = q.head();
+                        q.advance(0, h + 1);
+                        q.advance(1, h + 1);
+                        q.set_covered(h + 1);
+                    }
+                }
+            }
+            let e = q.get(pos).unwrap();
+            assert_eq!(e.bytes, &payload[..]);
+            q.validate().unwrap();
+        }
+        assert!(q.arena_used() <= 4096);
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_reopened_file_holds_the_same_entries_and_validates() {
+        let (q, p) = small("reopen", 8, 4096);
+        q.push(5, b"five").unwrap();
+        q.push(9, b"nine").unwrap();
+        drop(q);
+        let q = BufferQueue::open(&p).unwrap();
+        assert_eq!(q.get(1).unwrap().bytes, b"nine");
+        assert_eq!(q.validate().unwrap(), 2);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn damaged_or_foreign_files_are_errors_not_panics() {
+        let p = tmp("foreign");
+        std::fs::write(&p, vec![0u8; 8192]).unwrap();
+        assert!(matches!(
+            BufferQueue::open(&p),
+            Err(BqError::Invalid { .. })
+        ));
+        std::fs::write(&p, b"short").unwrap();
+        assert!(BufferQueue::open(&p).is_err());
+        std::fs::remove_file(&p).unwrap();
+        let (q, p) = small("trunc", 8, 4096);
+        drop(q);
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(4096 * 2).unwrap();
+        let e = BufferQueue::open(&p).unwrap_err().to_string();
+        assert!(e.contains("implies"), "{e}");
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn eviction_rule_branches() {
+        assert!(may_evict(3, 5, &[4, 9]));
+        assert!(!may_evict(5, 5, &[9, 9]), "not covered");
+        assert!(!may_evict(3, 9, &[3, 9]), "a reader still needs it");
+        assert!(!may_evict(0, 9, &[0]), "a reader still needs it");
+        assert_eq!(evictable_head(7, [5, 9].into_iter(), 20), 5);
+        assert_eq!(evictable_head(7, [8, 9].into_iter(), 20), 7);
+        assert_eq!(evictable_head(30, [40].into_iter(), 20), 20);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Against a model: pushes, reads and releases in any order never
+        /// lose, reorder or corrupt a held entry, and `Full` comes only when
+        /// nothing may be evicted.
+        #[test]
+        fn behaves_like_a_fifo_of_held_entries(
+            ops in proptest::collection::vec((0u8..4, 0usize..700), 1..300)
+        ) {
+            let (q, p) = small("prop", 8, 4096);
+            let mut model: std::collections::VecDeque<(u64, Vec<u8>)> = Default::default();
+            let mut next = 0u64;
+            let mut released = 0u64;
+            for (op, n) in ops {
+                match op {
+                    0 | 1 => {
+                        let bytes: Vec<u8> = (0..n).map(|i| (i as u64 ^ next) as u8).collect();
+                        match q.push(next * 2 + 1, &bytes) {
+                            Ok(pos) => {
+                                proptest::prop_assert_eq!(pos, next);
+                                model.push_back((pos, bytes));
+                                next += 1;
+                            }
+                            Err(Full) => {
+                                // Only when the held entries really fill it.
+                                let held = next - q.head();
+                                proptest::prop_assert!(held > 0);
+                                proptest::prop_assert_eq!(q.head(), released.min(next));
+                            }
+                        }
+                    }
+                    2 => {
+                        released = (released + 1 + n as u64 % 3).min(next);
+                        q.advance(0, released);
+                        q.advance(1, released);
+                        q.set_covered(released);
+                    }
+                    _ => {}
+                }
+                while model.front().is_some_and(|(pos, _)| *pos < q.head()) {
+                    model.pop_front();
+                }
+                for (pos, bytes) in &model {
+                    let e = q.get(*pos).unwrap();
+                    proptest::prop_assert_eq!(e.bytes, &bytes[..]);
+                    proptest::prop_assert_eq!(e.tuple_id, pos * 2 + 1);
+                }
+                q.validate().unwrap();
+            }
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+}

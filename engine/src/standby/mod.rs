@@ -1,0 +1,14 @@
+//! BQBS active standby (the paper's buffer-queue backup strategy): the
+//! pieces built so far.
+//!
+//! - [`bq`] — the buffer queue: a file-backed memory-mapped ring between an
+//!   operator's dispatcher and its primary and standby, indexed by position,
+//!   holding tuple IDs and bytes, evicting FIFO only what every reader is
+//!   done with and a usable snapshot covers, backpressuring otherwise.
+//! - [`decide`] — the pure decisions of takeover.
+//!
+//! Dual dispatch, the shared epoch, filtering and takeover in the runtime
+//! come next (see the README).
+
+pub mod bq;
+pub mod decide;
