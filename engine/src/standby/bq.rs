@@ -338,7 +338,7 @@ impl BufferQueue {
     }
 
     fn atomic(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= HEADER);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= HEADER);
         // SAFETY: `off` is an 8-aligned offset inside the header block of a
         // page-aligned map that lives as long as `self`; those 8 bytes are
         // only ever accessed atomically.
@@ -654,15 +654,11 @@ mod tests {
     fn arena_wraps_without_splitting_an_entry() {
         let (q, p) = small("wrap", 64, 4096);
         let big = vec![7u8; 1500];
-        let mut pos = 0;
         for i in 0..20u64 {
             let payload: Vec<u8> = big.iter().map(|b| b ^ i as u8).collect();
-            loop {
+            let pos = loop {
                 match q.push(i, &payload) {
-                    Ok(p) => {
-                        pos = p;
-                        break;
-                    }
+                    Ok(p) => break p,
                     Err(Full) => {
                         let h = q.head();
                         q.advance(0, h + 1);
@@ -670,7 +666,7 @@ mod tests {
                         q.set_covered(h + 1);
                     }
                 }
-            }
+            };
             let e = q.get(pos).unwrap();
             assert_eq!(e.bytes, &payload[..]);
             q.validate().unwrap();
