@@ -38,7 +38,7 @@ fn two_readers_see_every_tuple_intact_while_the_writer_evicts() {
                             assert_eq!(e.tuple_id, pos * 3, "reader {r}");
                             assert_eq!(e.bytes, &payload(pos * 3)[..], "reader {r} at {pos}");
                             pos += 1;
-                            if pos % 7 == 0 || pos == N {
+                            if pos.is_multiple_of(7) || pos == N {
                                 q.advance(r, pos);
                                 if r == 1 {
                                     // The standby's snapshot covers what it read.
