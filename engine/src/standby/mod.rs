@@ -5,6 +5,9 @@
 //!   operator's dispatcher and its primary and standby, indexed by position,
 //!   holding tuple IDs and bytes, evicting FIFO only what every reader is
 //!   done with and a usable snapshot covers, backpressuring otherwise.
+//! - [`epoch`] — the liveness cell primary and standby share: epoch,
+//!   heartbeat, a futex the standby parks on; claiming the next epoch by
+//!   compare-and-swap fences the old primary.
 //! - [`decide`] — the pure decisions of takeover.
 //!
 //! Dual dispatch, the shared epoch, filtering and takeover in the runtime
@@ -12,3 +15,4 @@
 
 pub mod bq;
 pub mod decide;
+pub mod epoch;

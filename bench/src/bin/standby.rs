@@ -1,0 +1,288 @@
+//! Costs of the standby's building blocks, measured on this machine:
+//!
+//! 1. the buffer queue: tuples/s through one writer and two readers (the
+//!    primary and the standby), with eviction behind a "snapshot";
+//! 2. what a waiting standby costs a busy pipeline: SPSC ring throughput
+//!    alone, with a standby parked on the shared epoch (futex), and with a
+//!    standby spinning on it instead;
+//! 3. failure detection: report → parked standby awake, and a silent
+//!    primary → standby declares the stall (beyond the timeout).
+//!
+//! ```text
+//! cargo run -p tandem-bench --release --bin standby -- --report standby.json
+//! ```
+
+use anyhow::Result;
+use clap::Parser;
+use serde::Serialize;
+use std::hint::spin_loop;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem::queue::spsc;
+use tandem::standby::bq::{BqConfig, BufferQueue, Full};
+use tandem::standby::epoch::{Liveness, Wake};
+use tandem_bench::report::{fmt_ns, write_json};
+
+/// Buffer-queue throughput, the cost of a waiting standby, failure detection.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Tuples through the buffer queue.
+    #[arg(long, default_value_t = 5_000_000)]
+    tuples: u64,
+    /// Bytes per tuple.
+    #[arg(long, default_value_t = 64)]
+    tuple_bytes: usize,
+    /// Buffer queue memory bound.
+    #[arg(long, default_value_t = 8 << 20)]
+    bq_memory: u64,
+    /// Messages through the ring per overhead measurement.
+    #[arg(long, default_value_t = 50_000_000)]
+    messages: u64,
+    /// Failure reports / stalls timed.
+    #[arg(long, default_value_t = 200)]
+    samples: usize,
+    /// Heartbeat timeout for the stall measurement.
+    #[arg(long, default_value_t = 5)]
+    timeout_ms: u64,
+    /// Directory for the buffer-queue file (default: the temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    bq_tuples_per_sec: f64,
+    bq_writer_full_waits: u64,
+    ring_alone_msgs_per_sec: f64,
+    ring_with_parked_standby_msgs_per_sec: f64,
+    ring_with_spinning_standby_msgs_per_sec: f64,
+    wake_after_report_p50_ns: u64,
+    wake_after_report_p99_ns: u64,
+    stall_detected_past_timeout_p50_ns: u64,
+    stall_detected_past_timeout_p99_ns: u64,
+    timeout_ms: u64,
+}
+
+/// The cores the process may use, read once before any thread is pinned
+/// (a pinned thread's own mask would list only its core).
+static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+
+fn pin(i: usize) {
+    let cores = CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default());
+    if let Some(c) = cores.get(i % cores.len().max(1)) {
+        core_affinity::set_for_current(*c);
+    }
+}
+
+fn bq_throughput(args: &Args) -> Result<(f64, u64)> {
+    let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!("tandem-standby-bench-{}.bq", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let cfg = BqConfig::for_memory(args.bq_memory, args.tuple_bytes as u64, 2)?;
+    let q = Arc::new(BufferQueue::create(&path, cfg)?);
+    let n = args.tuples;
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                pin(1);
+                let mut pos = 0;
+                let mut sum = 0u64;
+                while pos < n {
+                    match q.get(pos) {
+                        Some(e) => {
+                            sum = sum.wrapping_add(e.bytes[0] as u64 + e.tuple_id);
+                            pos += 1;
+                            if pos % 64 == 0 || pos == n {
+                                q.advance(r, pos);
+                                if r == 1 {
+                                    q.set_covered(pos);
+                                }
+                            }
+                        }
+                        None => std::thread::yield_now(),
+                    }
+                }
+                sum
+            })
+        })
+        .collect();
+    pin(0);
+    let bytes = vec![7u8; args.tuple_bytes];
+    let t = Instant::now();
+    let mut full = 0;
+    for i in 0..n {
+        while q.push(i, &bytes) == Err(Full) {
+            full += 1;
+            std::thread::yield_now();
+        }
+    }
+    for r in readers {
+        std::hint::black_box(r.join().expect("reader"));
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    drop(q);
+    std::fs::remove_file(&path)?;
+    Ok((rate, full))
+}
+
+/// Ring throughput with an optional third thread watching a liveness cell
+/// the producer beats every batch.
+fn ring(args: &Args, standby: Option<bool>) -> f64 {
+    let (mut tx, mut rx) = spsc::channel::<[u64; 8]>(4096);
+    let live = Arc::new(Liveness::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = standby.map(|spin| {
+        let live = Arc::clone(&live);
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            pin(1);
+            if spin {
+                while !done.load(Ordering::Relaxed) && !live.failed() {
+                    spin_loop();
+                }
+            } else {
+                let _ = live.wait_for_failure(1, Duration::from_secs(3600), || 0);
+            }
+        })
+    });
+    let n = args.messages;
+    let consumer = std::thread::spawn(move || {
+        pin(1);
+        let mut got = 0u64;
+        let mut sum = 0u64;
+        while got < n {
+            let k = rx.pop_batch(256, |m| sum = sum.wrapping_add(m[7]));
+            if k == 0 {
+                spin_loop();
+            }
+            got += k as u64;
+        }
+        sum
+    });
+    pin(0);
+    let t = Instant::now();
+    let mut i = 0u64;
+    while i < n {
+        while i < n && tx.stage([i, 0, 0, 0, 0, 0, 0, i]).is_ok() {
+            i += 1;
+            if i.is_multiple_of(256) {
+                tx.commit();
+                let _ = live.beat(1, i);
+            }
+        }
+        tx.commit();
+        spin_loop();
+    }
+    let produced = t.elapsed();
+    std::hint::black_box(consumer.join().expect("consumer"));
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    if std::env::var_os("STANDBY_DEBUG").is_some() {
+        eprintln!("produced in {produced:?}, consumed in {:?}", t.elapsed());
+    }
+    done.store(true, Ordering::Relaxed);
+    live.stop_waiting();
+    if let Some(w) = watcher {
+        w.join().expect("watcher");
+    }
+    rate
+}
+
+fn quantile(v: &mut [u64], q: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * q) as usize]
+}
+
+fn detection(args: &Args) -> (Vec<u64>, Vec<u64>) {
+    let origin = Instant::now();
+    let now = move || origin.elapsed().as_nanos() as u64;
+    let mut wake = Vec::new();
+    let mut stall = Vec::new();
+    let timeout = Duration::from_millis(args.timeout_ms);
+    for _ in 0..args.samples {
+        // A reported failure.
+        let live = Arc::new(Liveness::new(now()));
+        let l2 = Arc::clone(&live);
+        let standby = std::thread::spawn(move || {
+            pin(1);
+            let w = l2.wait_for_failure(1, Duration::from_secs(3600), now);
+            (w, now())
+        });
+        std::thread::sleep(Duration::from_millis(2));
+        let t0 = now();
+        live.report_failure(1);
+        let (w, t1) = standby.join().expect("standby");
+        assert_eq!(w, Wake::Failed);
+        wake.push(t1.saturating_sub(t0));
+        // A primary that goes silent.
+        let live = Liveness::new(now());
+        match live.wait_for_failure(1, timeout, now) {
+            Wake::Stalled { since } => {
+                stall.push(now().saturating_sub(since + timeout.as_nanos() as u64))
+            }
+            w => panic!("unexpected {w:?}"),
+        }
+    }
+    (wake, stall)
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    pin(0);
+    let (bq, full) = bq_throughput(&args)?;
+    println!(
+        "buffer queue: {:.2} M tuples/s ({}-byte tuples, 1 writer + 2 readers, {} MiB bound; writer backpressured {full} times)",
+        bq / 1e6,
+        args.tuple_bytes,
+        args.bq_memory >> 20
+    );
+    let alone = ring(&args, None);
+    let parked = ring(&args, Some(false));
+    let spinning = ring(&args, Some(true));
+    println!("ring alone:                    {:.1} M msg/s", alone / 1e6);
+    println!(
+        "ring + parked standby:         {:.1} M msg/s ({:.2}x)",
+        parked / 1e6,
+        parked / alone
+    );
+    println!(
+        "ring + spinning standby:       {:.1} M msg/s ({:.2}x)",
+        spinning / 1e6,
+        spinning / alone
+    );
+    let (mut wake, mut stall) = detection(&args);
+    let r = Report {
+        bq_tuples_per_sec: bq,
+        bq_writer_full_waits: full,
+        ring_alone_msgs_per_sec: alone,
+        ring_with_parked_standby_msgs_per_sec: parked,
+        ring_with_spinning_standby_msgs_per_sec: spinning,
+        wake_after_report_p50_ns: quantile(&mut wake, 0.5),
+        wake_after_report_p99_ns: quantile(&mut wake, 0.99),
+        stall_detected_past_timeout_p50_ns: quantile(&mut stall, 0.5),
+        stall_detected_past_timeout_p99_ns: quantile(&mut stall, 0.99),
+        timeout_ms: args.timeout_ms,
+    };
+    println!(
+        "failure report → standby awake: p50 {}  p99 {}  ({} samples)",
+        fmt_ns(r.wake_after_report_p50_ns),
+        fmt_ns(r.wake_after_report_p99_ns),
+        args.samples
+    );
+    println!(
+        "silent primary → stall declared: timeout {} ms + p50 {}  p99 {}",
+        args.timeout_ms,
+        fmt_ns(r.stall_detected_past_timeout_p50_ns),
+        fmt_ns(r.stall_detected_past_timeout_p99_ns)
+    );
+    if let Some(p) = &args.report {
+        write_json(p, &r)?;
+    }
+    Ok(())
+}
