@@ -260,9 +260,26 @@ pub const FINAL_EPOCH: u64 = u64::MAX;
 /// Phase two of a transactional sink: makes staged output visible. Called
 /// by the checkpoint coordinator, on its own thread.
 pub trait Committer: Send + 'static {
+    /// Whether the output pre-committed under `checkpoint` is durable yet
+    /// (must not block). The supervisor publishes a checkpoint only once
+    /// every sink says so, so a published checkpoint never names output a
+    /// crash could still lose. A sink that stages asynchronously must
+    /// implement it; the default suits sinks whose `pre_commit` is
+    /// synchronous.
+    fn prepared(&mut self, _checkpoint: u64) -> std::io::Result<bool> {
+        Ok(true)
+    }
     /// Makes the output pre-committed under `checkpoint` visible (idempotent;
     /// nothing staged under that id is not an error).
     fn commit(&mut self, checkpoint: u64) -> std::io::Result<()>;
+    /// The job completed: makes everything this sink instance pre-committed
+    /// in this run visible — the final epoch, and epochs of checkpoints
+    /// that were still in flight when the input ended. The default commits
+    /// [`FINAL_EPOCH`]; a sink that may have staged other epochs must
+    /// commit those too.
+    fn commit_final(&mut self) -> std::io::Result<()> {
+        self.commit(FINAL_EPOCH)
+    }
 }
 
 /// What an operator emits into. Emitted records inherit the envelope (tuple

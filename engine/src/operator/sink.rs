@@ -160,15 +160,15 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
         self.publish();
         let prev = self.ctx.enter(self.slot.op);
         if !self.failed && !self.finished {
-            let r = self
-                .sink
-                .finish()
-                .map_err(|e| ("sink finish failed", e))
-                .and_then(|()| {
-                    self.sink
-                        .pre_commit(FINAL_EPOCH)
-                        .map_err(|e| ("sink pre-commit of the final epoch failed", e))
-                });
+            let sink = &mut self.sink;
+            let r = self.ctx.unwatched(|| {
+                sink.finish()
+                    .map_err(|e| ("sink finish failed", e))
+                    .and_then(|()| {
+                        sink.pre_commit(FINAL_EPOCH)
+                            .map_err(|e| ("sink pre-commit of the final epoch failed", e))
+                    })
+            });
             if let Err((what, e)) = r {
                 self.failed = true;
                 self.ctx.fail_io(self.slot.op, what, None, e);

@@ -398,7 +398,7 @@ impl Supervisor {
             d = d.min(Duration::from_millis(1));
         }
         if let Some(c) = &self.coord {
-            if c.writing.is_some() {
+            if c.writing.is_some() || c.in_flight.is_some() {
                 d = d.min(Duration::from_millis(1));
             } else if c.in_flight.is_none() {
                 d = d.min(c.until_due());
@@ -617,6 +617,24 @@ impl Supervisor {
                 .iter()
                 .all(|k| f.acks.contains_key(k) || self.attempt.finished.contains(k));
             if done {
+                // Phase one must be durable everywhere before the checkpoint
+                // can be published (a sink may stage asynchronously): until
+                // then, look again at the next tick — never block the loop.
+                let id = f.id;
+                let mut all_prepared = true;
+                for (&(node, instance), cm) in self.committers.iter_mut() {
+                    let ready = cm.prepared(id).map_err(|source| JobError::Io {
+                        operator: self.names[node].to_string(),
+                        instance,
+                        context: format!("staging the output of checkpoint {id}"),
+                        path: None,
+                        source,
+                    })?;
+                    all_prepared &= ready;
+                }
+                if !all_prepared {
+                    return Ok(());
+                }
                 let f = c.in_flight.take().expect("checked above");
                 c.submit(
                     f,
@@ -929,8 +947,18 @@ impl Supervisor {
             stats = c.stats.clone();
             dir = Some(c.store.dir().to_path_buf());
         }
-        let all: HashSet<Key> = self.sinks.iter().copied().collect();
-        commit_all(&mut self.committers, &self.names, FINAL_EPOCH, &all)?;
+        // The job completed: everything the sinks staged in this attempt is
+        // output — the final epochs, and the epochs of a checkpoint that was
+        // still in flight when the input ended.
+        for (&(node, instance), c) in self.committers.iter_mut() {
+            c.commit_final().map_err(|source| JobError::Io {
+                operator: self.names[node].to_string(),
+                instance,
+                context: "committing the output at the end of the job".into(),
+                path: None,
+                source,
+            })?;
+        }
         if let Some(o) = self.open.take() {
             self.recovery.push(o.record);
         }

@@ -65,6 +65,8 @@ pub(crate) struct TaskCtx {
     /// Number of output lanes holding records that did not fit their ring.
     pub(crate) blocked: Cell<usize>,
     failure: RefCell<Option<JobError>>,
+    /// The worker running the task.
+    worker: usize,
     /// The tuple a probe acted on last (names the record of a fault).
     pub(crate) fault_tuple: Cell<Option<TupleId>>,
     pub(crate) clock: Clock,
@@ -72,9 +74,15 @@ pub(crate) struct TaskCtx {
 }
 
 impl TaskCtx {
-    pub(crate) fn new(instance: usize, head_op: usize, shared: Arc<JobShared>) -> Self {
+    pub(crate) fn new(
+        instance: usize,
+        head_op: usize,
+        worker: usize,
+        shared: Arc<JobShared>,
+    ) -> Self {
         TaskCtx {
             instance,
+            worker,
             current: Cell::new(head_op),
             blocked: Cell::new(0),
             failure: RefCell::new(None),
@@ -128,6 +136,17 @@ impl TaskCtx {
                 instance: self.instance,
             });
         }
+    }
+
+    /// Runs `f` — an end-of-stream flush that may legitimately block on
+    /// the disk for a while — outside stall detection: the worker's
+    /// heartbeat reads "busy, not checked" meanwhile.
+    pub(crate) fn unwatched<R>(&self, f: impl FnOnce() -> R) -> R {
+        let beat = &self.shared.beats[self.worker];
+        beat.store(0, Ordering::Relaxed);
+        let r = f();
+        beat.store(self.clock.now().max(1), Ordering::Relaxed);
+        r
     }
 
     /// Records a failure; the worker ends the attempt after this poll.

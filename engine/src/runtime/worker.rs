@@ -50,7 +50,12 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         .filter(|(_, &wk)| wk == index)
     {
         let tp = &w.plan.tasks[t];
-        let ctx = Rc::new(TaskCtx::new(tp.instance, tp.head, Arc::clone(&shared)));
+        let ctx = Rc::new(TaskCtx::new(
+            tp.instance,
+            tp.head,
+            index,
+            Arc::clone(&shared),
+        ));
         match catch_unwind(AssertUnwindSafe(|| build_task(&w, t, &ctx))) {
             Ok(task) => {
                 if let Some(e) = ctx.take_failure() {
@@ -94,7 +99,11 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                         attempt: shared.attempt,
                         task: *tid,
                     });
-                    tasks.remove(i);
+                    // Dropping a finished task may wait for its sinks' last
+                    // bytes to reach the disk: not a stall.
+                    let (_, done) = tasks.remove(i);
+                    let ctx = Rc::clone(&done.ctx);
+                    ctx.unwatched(move || drop(done));
                     progress = true;
                     continue;
                 }

@@ -7,9 +7,11 @@
 //! [`TransactionalFile::pre_commit`] closes it and hands it to the
 //! instance's sync thread, which fsyncs it and renames it to a staged file
 //! named by `c` (phase one, off the data path); when checkpoint `c` is
-//! complete, the supervisor calls the [`FileCommitter`], which waits until
-//! epoch `c` is staged, renames it into the output directory and fsyncs the
-//! directory (phase two). A rename
+//! complete, the supervisor calls the [`FileCommitter`], which renames it
+//! into the output directory and fsyncs the directory (phase two). Before
+//! it publishes checkpoint `c` at all, the supervisor waits (`prepare`) until
+//! every sink's epoch `c` is durable and staged, so a published checkpoint
+//! never names output a crash could still lose. A rename
 //! is atomic, so an epoch's output is either wholly visible or not at all.
 //! The output after the last barrier is staged as [`FINAL_EPOCH`] and
 //! committed when the job completes.
@@ -29,9 +31,12 @@
 //! Those are committed; every other staged or in-progress file holds output
 //! the restored job produces again, and is deleted. The committed files
 //! are then exactly the output of the records `k` covers: no loss, no
-//! duplicate. Files carry the attempt number and the checkpoint id, so a
-//! stalled writer of a stopped attempt that wakes up late can neither touch
-//! the new attempt's file nor have its own committed (ids are never reused).
+//! duplicate. In-progress files carry the attempt number, and a committer
+//! commits only the epochs its own run staged (all of them up to the
+//! completed checkpoint: epochs of checkpoints abandoned before it are
+//! covered by its state too), so a stalled writer of a stopped attempt that
+//! wakes up late can neither touch the new attempt's file nor have its own
+//! output committed.
 
 use crate::operator::{Committer, Restored, FINAL_EPOCH};
 use std::fs::{self, File, OpenOptions};
@@ -67,6 +72,8 @@ struct SyncState {
 struct SyncProgress {
     /// The newest epoch handed to the sync thread.
     submitted: Option<u64>,
+    /// Every epoch handed over, oldest first.
+    epochs: Vec<u64>,
     /// The newest epoch durable and staged.
     durable: Option<u64>,
     /// The first failure, which every later commit reports.
@@ -83,11 +90,10 @@ struct SyncJob {
 
 impl Drop for TransactionalFile {
     fn drop(&mut self) {
-        // Let epochs already handed over reach the disk.
-        if let Some((tx, t)) = self.syncer.take() {
-            drop(tx);
-            let _ = t.join();
-        }
+        // The sync thread finishes the epochs already handed over on its
+        // own (a committer may be waiting for them); the data path does not
+        // wait for the disk, not even when a failed attempt is torn down.
+        self.syncer.take();
     }
 }
 
@@ -187,11 +193,11 @@ impl TransactionalFile {
                 .spawn(move || sync_thread(rx, state, staged))?;
             self.syncer = Some((tx, t));
         }
-        self.sync
-            .progress
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .submitted = Some(checkpoint);
+        {
+            let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
+            p.submitted = Some(checkpoint);
+            p.epochs.push(checkpoint);
+        }
         let (tx, _) = self.syncer.as_ref().expect("started above");
         tx.send(job)
             .map_err(|_| io::Error::other("the sink's sync thread has stopped"))
@@ -253,8 +259,10 @@ pub struct FileCommitter {
     sync: Arc<SyncState>,
 }
 
-impl Committer for FileCommitter {
-    fn commit(&mut self, checkpoint: u64) -> io::Result<()> {
+impl FileCommitter {
+    /// Waits until epoch `checkpoint` (if it had output) is durable and
+    /// staged.
+    pub fn prepare(&self, checkpoint: u64) -> io::Result<()> {
         {
             let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
             // Epochs are handed over in order: `checkpoint` was (if it had
@@ -269,15 +277,52 @@ impl Committer for FileCommitter {
                 return Err(io::Error::new(*kind, msg.clone()));
             }
         }
-        match fs::rename(
-            staged_path(&self.dir, self.instance, checkpoint),
-            committed_path(&self.dir, self.instance, checkpoint),
-        ) {
-            Ok(()) => sync_dir(&self.dir),
-            // Nothing staged under that id: the epoch had no output.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+        Ok(())
+    }
+}
+
+impl Committer for FileCommitter {
+    fn prepared(&mut self, checkpoint: u64) -> io::Result<bool> {
+        let p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((kind, msg)) = &p.error {
+            return Err(io::Error::new(*kind, msg.clone()));
         }
+        Ok(
+            p.submitted.is_none_or(|s| s < checkpoint)
+                || p.durable.is_some_and(|d| d >= checkpoint),
+        )
+    }
+
+    fn commit_final(&mut self) -> io::Result<()> {
+        self.commit(FINAL_EPOCH)
+    }
+
+    /// Commits every epoch this run staged up to `checkpoint` — including
+    /// those of checkpoints that were abandoned before it: its state covers
+    /// their records too. Epochs of other runs (a stopped attempt's late
+    /// writer) are never in the list.
+    fn commit(&mut self, checkpoint: u64) -> io::Result<()> {
+        self.prepare(checkpoint)?;
+        let due: Vec<u64> = {
+            let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
+            let n = p.epochs.iter().take_while(|&&e| e <= checkpoint).count();
+            p.epochs.drain(..n).collect()
+        };
+        if due.is_empty() {
+            return Ok(());
+        }
+        for e in due {
+            match fs::rename(
+                staged_path(&self.dir, self.instance, e),
+                committed_path(&self.dir, self.instance, e),
+            ) {
+                Ok(()) => {}
+                // Nothing staged under that id: the epoch had no output.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => return Err(err),
+            }
+        }
+        sync_dir(&self.dir)
     }
 }
 
@@ -375,7 +420,12 @@ mod tests {
         s.pre_commit(2).unwrap();
         s.write(b"e3-partial\n").unwrap();
         s.current.as_mut().unwrap().flush().unwrap();
-        // Crash: checkpoint 1 completed (its commit never ran), 2 did not.
+        // Crash: checkpoint 1 completed — so its epoch was prepared
+        // (durable) before it was published — but its commit never ran;
+        // 2 did not complete.
+        let c = s.committer();
+        c.prepare(1).unwrap();
+        c.prepare(2).unwrap();
         drop(s);
         TransactionalFile::open(&dir, 3, 1, restored(1, false)).unwrap();
         assert_eq!(committed_text(&dir), "e1\n");
@@ -393,12 +443,46 @@ mod tests {
             let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
             s.write(b"tail\n").unwrap();
             s.pre_commit(FINAL_EPOCH).unwrap();
+            s.committer().prepare(FINAL_EPOCH).unwrap();
             drop(s);
             TransactionalFile::open(&dir, 0, 1, restored(4, finished)).unwrap();
             let expect = if finished { "tail\n" } else { "" };
             assert_eq!(committed_text(&dir), expect, "finished: {finished}");
             fs::remove_dir_all(dir).unwrap();
         }
+    }
+
+    #[test]
+    fn a_completed_checkpoint_commits_the_epochs_of_abandoned_ones_before_it() {
+        let dir = tempdir("abandoned");
+        let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        let mut c = s.committer();
+        s.write(b"e1\n").unwrap();
+        s.pre_commit(1).unwrap(); // checkpoint 1 times out
+        s.write(b"e2\n").unwrap();
+        s.pre_commit(2).unwrap();
+        c.commit(2).unwrap();
+        assert_eq!(committed_text(&dir), "e1\ne2\n");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn at_job_end_every_epoch_of_the_run_is_committed() {
+        let dir = tempdir("final-all");
+        let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        let mut c = s.committer();
+        s.write(b"e1\n").unwrap();
+        s.pre_commit(1).unwrap();
+        c.commit(1).unwrap();
+        // Checkpoint 2's barrier passed, but the input ended before it
+        // completed: its epoch still belongs to the output.
+        s.write(b"e2\n").unwrap();
+        s.pre_commit(2).unwrap();
+        s.write(b"tail\n").unwrap();
+        s.pre_commit(FINAL_EPOCH).unwrap();
+        c.commit_final().unwrap();
+        assert_eq!(committed_text(&dir), "e1\ne2\ntail\n");
+        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -428,6 +512,8 @@ mod tests {
         b.write(b"b1\n").unwrap();
         a.pre_commit(1).unwrap();
         b.pre_commit(1).unwrap();
+        a.committer().prepare(1).unwrap();
+        b.committer().prepare(1).unwrap();
         drop((a, b));
         TransactionalFile::open(&dir, 0, 1, restored(1, false)).unwrap();
         // Instance 1 not reopened yet: its epoch stays staged.

@@ -8,6 +8,9 @@
 //! - [`epoch`] — the liveness cell primary and standby share: epoch,
 //!   heartbeat, a futex the standby parks on; claiming the next epoch by
 //!   compare-and-swap fences the old primary.
+//! - [`exchange`] — warm mode's snapshot exchange: the primary publishes
+//!   its state's archive into one of three mapped slots; the standby pins
+//!   and maps the newest in place.
 //! - [`decide`] — the pure decisions of takeover.
 //!
 //! Dual dispatch, the shared epoch, filtering and takeover in the runtime
@@ -16,3 +19,4 @@
 pub mod bq;
 pub mod decide;
 pub mod epoch;
+pub mod exchange;
