@@ -24,10 +24,10 @@
 //! ```
 //!
 //! Recovery ([`TransactionalFile::open`] of an instance restored from
-//! checkpoint `k`): the supervisor commits each checkpoint as soon as it is
-//! durable, so the only staged output that can belong to a complete
-//! checkpoint is epoch `k` (the process died between completion and
-//! commit) and, for an instance that had finished by `k`, its final epoch.
+//! checkpoint `k`): staged epochs up to `k` belong to the complete
+//! checkpoint (the process died between its completion and the commit; an
+//! epoch of a checkpoint abandoned before `k` is covered by `k`'s state
+//! too), as does the final epoch of an instance that had finished by `k`.
 //! Those are committed; every other staged or in-progress file holds output
 //! the restored job produces again, and is deleted. The committed files
 //! are then exactly the output of the records `k` covers: no loss, no
@@ -121,7 +121,7 @@ impl TransactionalFile {
         }
         for epoch in staged_epochs(&staged, instance)? {
             let keep = restored
-                .is_some_and(|r| epoch == r.checkpoint || (epoch == FINAL_EPOCH && r.finished));
+                .is_some_and(|r| epoch <= r.checkpoint || (epoch == FINAL_EPOCH && r.finished));
             let path = staged_path(&dir, instance, epoch);
             if keep {
                 fs::rename(&path, committed_path(&dir, instance, epoch))?;
@@ -433,6 +433,24 @@ mod tests {
             fs::read_dir(dir.join(".staged")).unwrap().next().is_none(),
             "uncommitted epochs and the in-progress file are gone"
         );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn recovery_also_commits_an_abandoned_epoch_before_the_restored_one() {
+        let dir = tempdir("recover-abandoned");
+        let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        let c = s.committer();
+        for (e, text) in [(1, &b"e1\n"[..]), (2, b"e2\n"), (3, b"e3\n")] {
+            s.write(text).unwrap();
+            s.pre_commit(e).unwrap();
+            c.prepare(e).unwrap();
+        }
+        drop(s);
+        // Checkpoint 1 was abandoned, 2 completed (crash before its commit),
+        // 3 never completed.
+        TransactionalFile::open(&dir, 0, 1, restored(2, false)).unwrap();
+        assert_eq!(committed_text(&dir), "e1\ne2\n");
         fs::remove_dir_all(dir).unwrap();
     }
 
