@@ -312,6 +312,11 @@ fn each_fault_kind_recovers_to_exactly_the_clean_output() {
     ];
     for (what, specs) in cases {
         let n = specs.len();
+        // Faults this far into the run (≥ ~45 ms at 300 k records/s, with
+        // 10 ms checkpoints) come after a completed checkpoint: recovery
+        // restores it rather than starting over (earlier ones may start
+        // over — equally exact, but not what these cases are about).
+        let late = specs.iter().all(|(_, t, _)| t.seq() >= 7_000);
         let (faulted, report) = faulted_output(Faults::new(specs), CheckpointMode::ExactlyOnce);
         // One restart per fault; a heavily loaded machine may add one for
         // a worker it starved past the heartbeat (recovered all the same).
@@ -321,7 +326,16 @@ fn each_fault_kind_recovers_to_exactly_the_clean_output() {
         assert_same(&clean, &faulted);
         for r in &report.recovery {
             assert!(r.first_output_us.is_some(), "{what}: {r:?}");
-            assert!(r.restored_checkpoint.is_some(), "{what}: {r:?}");
+        }
+        if late {
+            assert!(
+                report
+                    .recovery
+                    .iter()
+                    .all(|r| r.restored_checkpoint.is_some()),
+                "{what}: {:?}",
+                report.recovery
+            );
         }
     }
 }
