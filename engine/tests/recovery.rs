@@ -431,7 +431,7 @@ fn a_job_starts_from_a_savepoint_and_finishes_with_the_clean_output() {
     // Run 1: take a savepoint, then fail for good (strategy none).
     let faults = Faults::new(vec![(
         "keyed",
-        TupleId::new(0, 12_000),
+        TupleId::new(0, 14_500),
         ProbeAction::Panic("stop".into()),
     )]);
     let mut cfg = config(&dir, CheckpointMode::ExactlyOnce)
@@ -441,7 +441,7 @@ fn a_job_starts_from_a_savepoint_and_finishes_with_the_clean_output() {
     // after it is committed before the failure.
     cfg.checkpoint.as_mut().unwrap().interval = Duration::from_secs(3600);
     let handle = build(&out, true).start(&cfg).unwrap();
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(5));
     let sp = handle.savepoint().unwrap();
     assert!(handle.join().is_err(), "the first run fails");
     // Run 2: a new job (another process, in practice) from the savepoint.
