@@ -42,6 +42,31 @@ pub(crate) struct BuildCx {
     pub(crate) restore: Option<crate::runtime::coord::InstanceRestore>,
 }
 
+impl BuildCx {
+    /// For an instance restored from a checkpoint: hands its state payload
+    /// (if it has one) to `restore` — a failure is reported through the
+    /// task and fails the attempt — and returns whether the instance had
+    /// finished. A fresh instance: `false`, `restore` is not called.
+    pub(crate) fn restore_state(
+        &self,
+        restore: impl FnOnce(&[u8]) -> Result<(), crate::checkpoint::CheckpointError>,
+    ) -> bool {
+        let Some(r) = &self.restore else {
+            return false;
+        };
+        if let Some(file) = &r.state {
+            if let Err(source) = restore(file.payload()) {
+                self.ctx.fail(crate::error::JobError::Restore {
+                    operator: self.info.name.to_string(),
+                    instance: self.info.instance,
+                    source,
+                });
+            }
+        }
+        r.finished
+    }
+}
+
 /// An operator instance's probe, if the runtime installed one.
 pub(crate) type Probe = Option<Box<dyn crate::runtime::probe::RecordProbe>>;
 

@@ -10,7 +10,6 @@
 //! upstream until the other input catches up.
 
 use super::{run_probe, CoProcess, Collector, Output};
-use crate::error::JobError;
 use crate::job::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{Hold, OpSlot, TaskCtx};
@@ -166,19 +165,7 @@ where
     O: 'static,
     P: CoProcess<A, B, O>,
 {
-    let mut finished = false;
-    if let Some(r) = &cx.restore {
-        finished = r.finished;
-        if let Some(file) = &r.state {
-            if let Err(source) = op.restore_state(file.payload()) {
-                cx.ctx.fail(JobError::Restore {
-                    operator: cx.info.name.to_string(),
-                    instance: cx.info.instance,
-                    source,
-                });
-            }
-        }
-    }
+    let finished = cx.restore_state(|payload| op.restore_state(payload));
     let holds = [Rc::new(Cell::new(false)), Rc::new(Cell::new(false))];
     let core = Rc::new(RefCell::new(Core {
         op,

@@ -6,7 +6,6 @@
 
 use super::{run_probe, Collector, KeyedProcess, Output};
 use crate::checkpoint::{CheckpointError, SnapshotBytes};
-use crate::error::JobError;
 use crate::job::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
@@ -65,20 +64,10 @@ where
         cx: BuildCx,
     ) -> Self {
         let mut state = KeyedState::default();
-        let mut finished = false;
-        if let Some(r) = &cx.restore {
-            finished = r.finished;
-            if let Some(file) = &r.state {
-                match (codec.restore)(file.payload()) {
-                    Ok(s) => state = s,
-                    Err(source) => cx.ctx.fail(JobError::Restore {
-                        operator: cx.info.name.to_string(),
-                        instance: cx.info.instance,
-                        source,
-                    }),
-                }
-            }
-        }
+        let finished = cx.restore_state(|payload| {
+            state = (codec.restore)(payload)?;
+            Ok(())
+        });
         KeyedOp {
             op,
             key,

@@ -1,7 +1,6 @@
 //! The chain hop around a one-input [`Process`] operator.
 
 use super::{run_probe, Collector, Output, Process};
-use crate::error::JobError;
 use crate::job::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
@@ -25,19 +24,7 @@ impl<I, O, P: Process<I, O>> ProcessOp<I, O, P> {
     /// Builds the hop and restores the operator's state if the instance is
     /// restored from a checkpoint (a failure is reported through the task).
     pub(crate) fn new(mut op: P, down: Box<dyn Collector<O>>, cx: BuildCx) -> Self {
-        let mut finished = false;
-        if let Some(r) = &cx.restore {
-            finished = r.finished;
-            if let Some(file) = &r.state {
-                if let Err(source) = op.restore_state(file.payload()) {
-                    cx.ctx.fail(JobError::Restore {
-                        operator: cx.info.name.to_string(),
-                        instance: cx.info.instance,
-                        source,
-                    });
-                }
-            }
-        }
+        let finished = cx.restore_state(|payload| op.restore_state(payload));
         ProcessOp {
             op,
             down,

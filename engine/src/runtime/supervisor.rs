@@ -563,11 +563,7 @@ impl Supervisor {
                     Ok(p) => {
                         let secs = p.write_time.as_secs_f64();
                         let bytes = p.manifest.payload_bytes();
-                        c.stats.completed += 1;
-                        c.stats.bytes += bytes;
-                        c.write_secs += secs;
-                        c.stats.write_mbps = c.stats.bytes as f64 / 1e6 / c.write_secs.max(1e-9);
-                        c.stats.last_completed = Some(w.id);
+                        c.published(w.id, &p);
                         c.consecutive_failures = 0;
                         c.last_end = Some(Instant::now());
                         if let Some((min, max)) = c.adaptive {
@@ -788,10 +784,7 @@ impl Supervisor {
                 let id = w.id;
                 match w.pending.wait() {
                     Ok(p) => {
-                        c.stats.completed += 1;
-                        c.stats.bytes += p.manifest.payload_bytes();
-                        c.write_secs += p.write_time.as_secs_f64();
-                        c.stats.last_completed = Some(id);
+                        c.published(id, &p);
                         commit_all(&mut self.committers, &self.names, id, &w.finished)?;
                         self.last_complete = Some(Completed {
                             id,
@@ -936,14 +929,10 @@ impl Supervisor {
         if let Some(c) = &mut self.coord {
             if let Some(w) = c.writing.take() {
                 if let Ok(p) = w.pending.wait() {
-                    c.stats.completed += 1;
-                    c.stats.bytes += p.manifest.payload_bytes();
-                    c.write_secs += p.write_time.as_secs_f64();
-                    c.stats.last_completed = Some(w.id);
+                    c.published(w.id, &p);
                     commit_all(&mut self.committers, &self.names, w.id, &w.finished)?;
                 }
             }
-            c.stats.write_mbps = c.stats.bytes as f64 / 1e6 / c.write_secs.max(1e-9);
             stats = c.stats.clone();
             dir = Some(c.store.dir().to_path_buf());
         }
@@ -1099,6 +1088,15 @@ impl Coordinator {
             due = due.max(e + self.min_pause);
         }
         due.saturating_duration_since(now)
+    }
+
+    /// Counts checkpoint `id`, now durable and published.
+    fn published(&mut self, id: u64, p: &checkpoint::Published) {
+        self.stats.completed += 1;
+        self.stats.bytes += p.manifest.payload_bytes();
+        self.write_secs += p.write_time.as_secs_f64();
+        self.stats.write_mbps = self.stats.bytes as f64 / 1e6 / self.write_secs.max(1e-9);
+        self.stats.last_completed = Some(id);
     }
 
     fn failed(&mut self, why: String) {
