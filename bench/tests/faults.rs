@@ -23,6 +23,7 @@ fn run(
         rate: None,
         output: out.clone(),
         output_mode: paper::OutputMode::Direct,
+        standby: Vec::new(),
     };
     let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
     let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n));
@@ -115,6 +116,7 @@ fn run_recovering(
         rate: Some(100_000.0),
         output: Some(out.clone()),
         output_mode: paper::OutputMode::Transactional,
+        standby: Vec::new(),
     };
     let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
     let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n));
@@ -168,6 +170,109 @@ fn restart_all_recovers_every_fault_kind_to_the_clean_output() {
         assert!(
             lines == clean,
             "{faults:?}: output differs from the clean run"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Runs the paper job with standbys for `standby` (BQBS), rate limited so
+/// faults land mid-stream; returns the sorted output lines and the report.
+fn run_standby(
+    input: &Arc<Input>,
+    standby: &[&str],
+    mode: tandem::StandbyMode,
+    faults: &[&str],
+    out: &std::path::Path,
+) -> (Vec<String>, tandem::JobReport) {
+    let specs: Vec<FaultSpec> = faults.iter().map(|f| f.parse().unwrap()).collect();
+    let opts = PaperOptions {
+        parallelism: P,
+        rate: Some(200_000.0),
+        output: Some(out.to_path_buf()),
+        output_mode: paper::OutputMode::Direct,
+        standby: standby.iter().map(|s| s.to_string()).collect(),
+    };
+    let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
+    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n));
+    let cores = tandem::sys::affinity::available_cores().len().min(2);
+    let cfg = RuntimeConfig::default()
+        .cores(cores)
+        .probes(Arc::new(injector.clone()))
+        .standby(tandem::StandbyConfig {
+            mode,
+            heartbeat_timeout: std::time::Duration::from_millis(20),
+            snapshot_interval: std::time::Duration::from_millis(10),
+            queue_memory: 4 << 20,
+        });
+    let report = job.run(&cfg).unwrap();
+    paper::merge_output(out, P, paper::OutputMode::Direct).unwrap();
+    assert!(
+        injector.status().iter().all(|(_, fired)| *fired),
+        "every fault fired: {:?}",
+        injector.status()
+    );
+    (sorted_lines(out), report)
+}
+
+#[test]
+fn bqbs_takes_over_every_fault_kind_with_exactly_the_clean_output() {
+    tandem_fault_inject::quiet_injected_panics();
+    let dir = std::env::temp_dir().join(format!("tandem-bqbs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = Arc::new(Input::generate(RECORDS, 6, 0, 1));
+    let (clean, _) = run_standby(
+        &input,
+        &[],
+        tandem::StandbyMode::Warm,
+        &[],
+        &dir.join("clean.jsonl"),
+    );
+    let cases: [(&[&str], tandem::StandbyMode, &[&str]); 5] = [
+        (
+            &["flatmap"],
+            tandem::StandbyMode::Warm,
+            &["panic@flatmap:9000"],
+        ),
+        (
+            &["flatmap"],
+            tandem::StandbyMode::Hot,
+            &["cut@flatmap:9001"],
+        ),
+        (
+            &["flatmap", "keyed"],
+            tandem::StandbyMode::Warm,
+            &["stall@keyed:8000:100", "panic@flatmap:12000"],
+        ),
+        (
+            &["keyed"],
+            tandem::StandbyMode::Hot,
+            &["panic@keyed:7000", "cut@keyed:11000"],
+        ),
+        (
+            &["flatmap"],
+            tandem::StandbyMode::Warm,
+            &[
+                "panic@flatmap:4000",
+                "panic@flatmap:8000",
+                "panic@flatmap:12000",
+                "panic@flatmap:16000",
+            ],
+        ),
+    ];
+    for (i, (standby, mode, faults)) in cases.iter().enumerate() {
+        let out = dir.join(format!("bqbs-{i}.jsonl"));
+        let (got, rep) = run_standby(&input, standby, *mode, faults, &out);
+        assert_eq!(got.len(), clean.len(), "case {i} {faults:?}: line count");
+        assert!(
+            got == clean,
+            "case {i} {faults:?}: output differs from the clean run"
+        );
+        assert_eq!(rep.restarts, 0, "case {i}: a takeover is not a restart");
+        let s = rep.standby.expect("standby stats");
+        assert!(
+            s.takeovers as usize >= faults.len(),
+            "case {i}: {:?}",
+            rep.recovery
         );
     }
     std::fs::remove_dir_all(dir).unwrap();

@@ -25,6 +25,7 @@ fn run(
         rate: None,
         output: Some(out.clone()),
         output_mode: paper::OutputMode::Direct,
+        standby: Vec::new(),
     };
     let (job, _counts) = paper::build_job(Arc::clone(input), &opts).unwrap();
     let cfg = RuntimeConfig::default()

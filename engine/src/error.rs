@@ -30,6 +30,9 @@ pub enum BuildError {
         parallelism: usize,
         max: usize,
     },
+    /// A standby was asked for where the engine cannot run one.
+    #[error("operator `{name}` cannot have a standby: {reason}")]
+    Standby { name: String, reason: String },
 }
 
 /// Errors of the runtime: the machine cannot host the job as configured.
@@ -48,6 +51,9 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// Standby operators and this configuration do not go together.
+    #[error("standby: {0}")]
+    Standby(String),
 }
 
 /// Why a running job ended without completing.

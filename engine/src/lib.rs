@@ -88,6 +88,7 @@ pub use job::source::{IterSource, Source, SourcePoll};
 pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};
 pub use metrics::{
     CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryRecord,
+    StandbyStats,
 };
 pub use operator::{
     CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Restored, Sink, FINAL_EPOCH,
@@ -96,4 +97,5 @@ pub use record::{Record, TupleId};
 pub use recovery::restart::RestartStrategy;
 pub use runtime::placement::Chaining;
 pub use runtime::{CheckpointConfig, CheckpointMode, JobHandle, RuntimeConfig};
+pub use standby::{StandbyConfig, StandbyMode};
 pub use state::{KeyedState, StateSnapshot};

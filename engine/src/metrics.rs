@@ -200,11 +200,39 @@ pub struct JobReport {
     /// Newer checkpoints in that directory passed over because they did not
     /// verify, with the reason.
     pub restore_skipped: Vec<String>,
+    /// What the standbys did and cost (`None`: no operator had one).
+    pub standby: Option<StandbyStats>,
 }
 
-/// One recovery, measured by the supervisor. Times are microseconds from
-/// the fault: for a panic or a cut channel the moment the worker caught
-/// it, for a stall the worker's last heartbeat.
+/// Figures of a run's standby groups (all attempts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StandbyStats {
+    /// Operator instances that ran with a standby.
+    pub groups: usize,
+    /// Standbys that took over (one per entry in `recovery`).
+    pub takeovers: u64,
+    /// Standbys that failed themselves (and were replaced).
+    pub standby_failures: u64,
+    /// Largest number of bytes one group's buffer queues held at once.
+    pub queue_bytes_peak: u64,
+    /// Warm snapshots published to standbys.
+    pub snapshots_published: u64,
+}
+
+/// One recovery, measured by the supervisor (restart-all) or by the
+/// standby that took over (BQBS). Times are microseconds from the fault:
+/// for a panic or a cut channel the moment the worker caught it, for a
+/// stall the last heartbeat.
+///
+/// For a takeover: `detect_us` is fault → the standby claimed the epoch,
+/// `restore_us` claim → every consumer's cut known and the state restored,
+/// `first_output_us` fault → the first output of the new primary reached a
+/// sink (or, when none of its first outputs reached one within 200 ms,
+/// was accepted by its consumer), `caught_up_us` fault → the new primary
+/// processed everything its queues held at the takeover, `replayed_tuples`
+/// the inputs it read from its queues that were there at the takeover
+/// (from the replay's start: the consumers' cut, or the restored
+/// snapshot).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryRecord {
     /// The failed operator (for a stall without a probe: the operators of

@@ -67,11 +67,36 @@ struct Args {
     /// cut@OPERATOR:N, where N is the input record's seq (repeatable).
     #[arg(long = "fault")]
     faults: Vec<tandem_fault_inject::FaultSpec>,
-    /// Recovery strategy: none (a failure ends the run) or restart-all
+    /// Inject COUNT faults evenly spread over the input: KIND@OPERATOR:COUNT
+    /// (stall: KIND@OPERATOR:COUNT:MILLIS).
+    #[arg(long)]
+    fault_schedule: Option<tandem_fault_inject::FaultSpec>,
+    /// Recovery strategy: none (a failure ends the run), restart-all
     /// (checkpoints; on a failure every operator restarts from the last
-    /// complete one).
-    #[arg(long, default_value = "none", value_parser = ["none", "restart-all"])]
+    /// complete one) or bqbs (active standby for the --standby operators).
+    #[arg(long, default_value = "none", value_parser = ["none", "restart-all", "bqbs"])]
     strategy: String,
+    /// Operators with a standby (bqbs): any of flatmap, filter, keyed,
+    /// comma-separated.
+    #[arg(long, default_value = "flatmap", value_delimiter = ',')]
+    standby: Vec<String>,
+    /// Standby mode (bqbs): warm (restores the primary's newest snapshot
+    /// and replays) or hot (computes along, output suppressed).
+    #[arg(long, default_value = "warm", value_parser = parse_standby_mode)]
+    standby_mode: tandem::StandbyMode,
+    /// A primary without a heartbeat for this long has stalled (bqbs).
+    #[arg(long, default_value_t = 5)]
+    standby_heartbeat_ms: u64,
+    /// Warm snapshot interval (bqbs, stateful operators).
+    #[arg(long, default_value_t = 200)]
+    standby_snapshot_ms: u64,
+    /// Bytes of each buffer queue, in MiB (bqbs).
+    #[arg(long, default_value_t = 16)]
+    standby_queue_mib: u64,
+    /// Also run the same job with --strategy none first (no faults) and
+    /// print the throughput and p99 ratios (bqbs / none).
+    #[arg(long)]
+    compare_without_standby: bool,
     /// Checkpoint interval (restart-all).
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
@@ -132,6 +157,14 @@ fn parse_mode(s: &str) -> Result<CheckpointMode, String> {
         "exactly-once" => Ok(CheckpointMode::ExactlyOnce),
         "at-least-once" => Ok(CheckpointMode::AtLeastOnce),
         _ => Err(format!("expected exactly-once or at-least-once, got `{s}`")),
+    }
+}
+
+fn parse_standby_mode(s: &str) -> Result<tandem::StandbyMode, String> {
+    match s {
+        "warm" => Ok(tandem::StandbyMode::Warm),
+        "hot" => Ok(tandem::StandbyMode::Hot),
+        _ => Err(format!("expected warm or hot, got `{s}`")),
     }
 }
 
@@ -199,10 +232,40 @@ struct Report {
     checkpoint_write_mbps: f64,
     checkpoint_dir: Option<PathBuf>,
     savepoint: Option<PathBuf>,
-    /// With --compare-without-checkpoints: the plain run's throughput and
-    /// this run's over it.
+    /// With --compare-without-checkpoints or --compare-without-standby:
+    /// the plain run's throughput and this run's over it.
     plain_throughput_rps: Option<f64>,
     throughput_ratio: Option<f64>,
+    /// With --compare-without-standby: the plain run's p99 latency and
+    /// this run's over it.
+    plain_p99_ns: Option<u64>,
+    p99_ratio: Option<f64>,
+    standby: Option<StandbyReport>,
+}
+
+#[derive(Serialize)]
+struct StandbyReport {
+    operators: Vec<String>,
+    mode: String,
+    heartbeat_ms: u64,
+    groups: usize,
+    takeovers: u64,
+    standby_failures: u64,
+    queue_bytes_peak: u64,
+    snapshots_published: u64,
+    /// Over the takeovers: p50 / p99 / max, microseconds.
+    detect_us: [u64; 3],
+    first_output_us: [u64; 3],
+    caught_up_us: [u64; 3],
+}
+
+fn p50_p99_max(mut v: Vec<u64>) -> [u64; 3] {
+    if v.is_empty() {
+        return [0; 3];
+    }
+    v.sort_unstable();
+    let q = |f: f64| v[((v.len() as f64 * f).ceil() as usize).clamp(1, v.len()) - 1];
+    [q(0.5), q(0.99), *v.last().expect("non-empty")]
 }
 
 /// One run of the job; the report without the comparison fields.
@@ -211,6 +274,7 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
     let cores = args.cores.unwrap_or(available);
     let parallelism = args.parallelism.unwrap_or(cores);
     let restart_all = args.strategy == "restart-all";
+    let bqbs = args.strategy == "bqbs";
     let output_mode = args.sink_mode.unwrap_or(if restart_all {
         OutputMode::Transactional
     } else {
@@ -221,6 +285,11 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
         rate: (args.rate > 0.0).then_some(args.rate),
         output: args.output.clone(),
         output_mode,
+        standby: if bqbs {
+            args.standby.clone()
+        } else {
+            Vec::new()
+        },
     };
     let (job, counts) = paper::build_job(Arc::clone(input), &opts)?;
     let mut cfg = RuntimeConfig::default()
@@ -249,10 +318,27 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
     if let Some(p) = &args.from_savepoint {
         cfg = cfg.restore_from(p);
     }
+    if bqbs {
+        cfg = cfg.standby(tandem::StandbyConfig {
+            mode: args.standby_mode,
+            heartbeat_timeout: Duration::from_millis(args.standby_heartbeat_ms),
+            snapshot_interval: Duration::from_millis(args.standby_snapshot_ms),
+            queue_memory: args.standby_queue_mib << 20,
+        });
+    }
     let p = parallelism;
-    if !args.faults.is_empty() {
+    let mut faults = args.faults.clone();
+    if let Some(s) = &args.fault_schedule {
+        let count = s.tuple_id;
+        for k in 1..=count {
+            let mut f = s.clone();
+            f.tuple_id = args.records * k / (count + 1);
+            faults.push(f);
+        }
+    }
+    if !faults.is_empty() {
         let injector =
-            tandem_fault_inject::FaultInjector::new(&args.faults, move |n| paper::tuple_of(p, n));
+            tandem_fault_inject::FaultInjector::new(&faults, move |n| paper::tuple_of(p, n));
         cfg = cfg.probes(Arc::new(injector));
     }
 
@@ -372,6 +458,26 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
         savepoint,
         plain_throughput_rps: None,
         throughput_ratio: None,
+        plain_p99_ns: None,
+        p99_ratio: None,
+        standby: report.standby.as_ref().map(|s| {
+            let col = |f: &dyn Fn(&tandem::RecoveryRecord) -> Option<u64>| {
+                p50_p99_max(report.recovery.iter().filter_map(f).collect())
+            };
+            StandbyReport {
+                operators: args.standby.clone(),
+                mode: format!("{:?}", args.standby_mode).to_lowercase(),
+                heartbeat_ms: args.standby_heartbeat_ms,
+                groups: s.groups,
+                takeovers: s.takeovers,
+                standby_failures: s.standby_failures,
+                queue_bytes_peak: s.queue_bytes_peak,
+                snapshots_published: s.snapshots_published,
+                detect_us: col(&|r| Some(r.detect_us)),
+                first_output_us: col(&|r| r.first_output_us),
+                caught_up_us: col(&|r| r.caught_up_us),
+            }
+        }),
     })
 }
 
@@ -405,6 +511,10 @@ fn main() -> anyhow::Result<()> {
         !args.compare_without_checkpoints || args.strategy == "restart-all",
         "--compare-without-checkpoints needs --strategy restart-all"
     );
+    anyhow::ensure!(
+        !args.compare_without_standby || args.strategy == "bqbs",
+        "--compare-without-standby needs --strategy bqbs"
+    );
 
     let t = Instant::now();
     let input = Arc::new(Input::generate(
@@ -420,21 +530,38 @@ fn main() -> anyhow::Result<()> {
         t.elapsed().as_secs_f64()
     );
 
-    let plain = if args.compare_without_checkpoints {
+    let plain = if args.compare_without_checkpoints || args.compare_without_standby {
         let mut a = args.clone();
         a.faults.clear();
+        a.fault_schedule = None;
         a.output = None;
         a.savepoint_after_ms = None;
+        if args.compare_without_standby {
+            a.strategy = "none".into();
+        }
         let r = run(&a, &input, false)?;
-        eprintln!("without checkpoints: {:.0} records/s", r.throughput_rps);
-        Some(r.throughput_rps)
+        eprintln!(
+            "without {}: {:.0} records/s, p99 {}",
+            if args.compare_without_standby {
+                "standby"
+            } else {
+                "checkpoints"
+            },
+            r.throughput_rps,
+            fmt_ns(r.latency_ns.p99)
+        );
+        Some((r.throughput_rps, r.latency_ns.p99))
     } else {
         None
     };
     let mut rep = run(&args, &input, true)?;
-    if let Some(p) = plain {
+    if let Some((p, p99)) = plain {
         rep.plain_throughput_rps = Some(p);
         rep.throughput_ratio = Some(rep.throughput_rps / p);
+        if args.compare_without_standby {
+            rep.plain_p99_ns = Some(p99);
+            rep.p99_ratio = Some(rep.latency_ns.p99 as f64 / p99.max(1) as f64);
+        }
     }
 
     let l = &rep.latency_ns;
@@ -458,7 +585,15 @@ fn main() -> anyhow::Result<()> {
     println!("  elapsed           {:.3} s", rep.elapsed_s);
     println!("  throughput        {:.0} records/s", rep.throughput_rps);
     if let (Some(p), Some(r)) = (rep.plain_throughput_rps, rep.throughput_ratio) {
-        println!("  without ckpts     {p:.0} records/s (ratio {r:.3})");
+        let what = if rep.strategy == "bqbs" {
+            "standby"
+        } else {
+            "ckpts"
+        };
+        println!("  without {what:<9} {p:.0} records/s (ratio {r:.3})");
+    }
+    if let (Some(p), Some(r)) = (rep.plain_p99_ns, rep.p99_ratio) {
+        println!("  p99 without       {} (ratio {r:.3})", fmt_ns(p));
     }
     println!(
         "  latency           min {}  p50 {}  p99 {}  p99.9 {}  max {}  ({} samples)",
@@ -501,6 +636,47 @@ fn main() -> anyhow::Result<()> {
                 opt_us(r.caught_up_us),
                 r.replayed_tuples,
                 r.restored_checkpoint.map_or("none".into(), |c| c.to_string()),
+            );
+        }
+    }
+    if let Some(s) = &rep.standby {
+        println!(
+            "  standby           {} on {} ({} groups, {} mode, heartbeat {} ms): {} takeovers, {} standby failures, queue peak {:.1} MiB, {} snapshots",
+            s.operators.join(","),
+            rep.parallelism,
+            s.groups,
+            s.mode,
+            s.heartbeat_ms,
+            s.takeovers,
+            s.standby_failures,
+            s.queue_bytes_peak as f64 / 1048576.0,
+            s.snapshots_published
+        );
+        if s.takeovers > 0 {
+            let f = |v: [u64; 3]| {
+                format!(
+                    "p50 {}  p99 {}  max {}",
+                    opt_us(Some(v[0])),
+                    opt_us(Some(v[1])),
+                    opt_us(Some(v[2]))
+                )
+            };
+            println!("  detect            {}", f(s.detect_us));
+            println!("  first output      {}", f(s.first_output_us));
+            println!("  caught up         {}", f(s.caught_up_us));
+        }
+        for (i, r) in rep.recovery.iter().enumerate() {
+            println!(
+                "  takeover {:<8} {}[{}] at record {}: detect {}  restore {}  first output {}  caught up {}  replayed {}",
+                i + 1,
+                r.operator,
+                r.instance,
+                r.tuple_id.map_or("?".into(), |t| t.to_string()),
+                opt_us(Some(r.detect_us)),
+                opt_us(r.restore_us),
+                opt_us(r.first_output_us),
+                opt_us(r.caught_up_us),
+                r.replayed_tuples,
             );
         }
     }

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tandem::checkpoint::{CheckpointError, SnapshotBytes};
 use tandem::sinks::transactional::TransactionalFile;
+use tandem::standby::{Codec, CodecError};
 use tandem::{
     CoProcess, Committer, Job, JobBuilder, KeyedProcess, OperatorInfo, Output, Record, Sink,
     Source, SourcePoll,
@@ -62,6 +63,15 @@ pub const LEVEL_THRESHOLDS: [u32; 7] = [0, 10, 50, 100, 500, 2_000, 10_000];
 /// pre-generated input, like offsets into a memory-mapped log segment).
 #[derive(Clone, Copy, Debug)]
 pub struct LineRef(pub u64);
+
+impl Codec for LineRef {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        u64::decode(bytes).map(|(v, r)| (LineRef(v), r))
+    }
+}
 
 #[derive(Deserialize)]
 struct Answer<'a> {
@@ -166,6 +176,70 @@ fn flatten(a: json::Answer) -> Flat {
         text_len: a.text_chars,
         word_count: a.text_words,
         score,
+    }
+}
+
+impl Codec for Flat {
+    fn encode(&self, out: &mut Vec<u8>) {
+        for v in [self.seq, self.ts, self.answer_id, self.score] {
+            v.encode(out);
+        }
+        for v in [
+            self.user_id,
+            self.reputation,
+            self.likes,
+            self.favorites,
+            self.comments,
+            self.text_len,
+            self.word_count,
+        ] {
+            v.encode(out);
+        }
+        self.user_name.to_string().encode(out);
+    }
+    fn decode(b: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (seq, b) = u64::decode(b)?;
+        let (ts, b) = u64::decode(b)?;
+        let (answer_id, b) = u64::decode(b)?;
+        let (score, b) = u64::decode(b)?;
+        let mut v = [0u32; 7];
+        let mut b = b;
+        for x in &mut v {
+            let (y, r) = u32::decode(b)?;
+            *x = y;
+            b = r;
+        }
+        let (name, b) = String::decode(b)?;
+        let [user_id, reputation, likes, favorites, comments, text_len, word_count] = v;
+        Ok((
+            Flat {
+                seq,
+                ts,
+                answer_id,
+                user_id,
+                user_name: CompactString::from(name),
+                reputation,
+                likes,
+                favorites,
+                comments,
+                text_len,
+                word_count,
+                score,
+            },
+            b,
+        ))
+    }
+}
+
+impl Codec for Levelled {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.flat.encode(out);
+        self.level.encode(out);
+    }
+    fn decode(b: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (flat, b) = Flat::decode(b)?;
+        let (level, b) = u8::decode(b)?;
+        Ok((Levelled { flat, level }, b))
     }
 }
 
@@ -560,6 +634,9 @@ pub struct PaperOptions {
     pub output: Option<PathBuf>,
     /// How to write it.
     pub output_mode: OutputMode,
+    /// Operators built to run with a standby (`flatmap`, `filter`,
+    /// `keyed`); the runtime's standby config decides whether they do.
+    pub standby: Vec<String>,
 }
 
 /// Builds the pipeline over `input`; the returned counts fill in as the sinks
@@ -576,6 +653,16 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
         source = source.rate_limit(r);
     }
     let levels = job.source(LEVELS, |_| LevelSource(0)).parallelism(1);
+    for s in &opts.standby {
+        anyhow::ensure!(
+            [FLATMAP, FILTER, KEYED].contains(&s.as_str()),
+            "--standby {s}: only flatmap, filter and keyed can have a standby (map has two inputs, sources and sinks none)"
+        );
+    }
+    let standby = |name: &str| opts.standby.iter().any(|s| s == name);
+    if standby(FLATMAP) {
+        source = source.standby();
+    }
     let parsed = source.flat_map(FLATMAP, move |line: LineRef, out: &mut Output<'_, Flat>| {
         let bytes = input.line(line.0);
         match parse(bytes) {
@@ -629,10 +716,21 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
             ),
         }
     };
-    parsed
+    let parsed = if standby(FILTER) {
+        parsed.standby()
+    } else {
+        parsed
+    };
+    let mapped = parsed
         .filter(FILTER, |f: &Flat| f.seq % 10 != 9)
         .connect(&levels.broadcast())
-        .process(MAP, |_| Leveler { rules: Vec::new() })
+        .process(MAP, |_| Leveler { rules: Vec::new() });
+    let mapped = if standby(KEYED) {
+        mapped.standby()
+    } else {
+        mapped
+    };
+    mapped
         .key_by(|l: &Levelled| l.flat.user_id)
         .process(KEYED, |_| PerUser)
         .sink(SINK, move |info| PaperSink {
@@ -806,6 +904,21 @@ mod tests {
                 assert_eq!(rest, full[k as usize..], "partition {i} from {k}");
             }
             assert!(JsonSource::partition(len, 0, i, p).seek(u64::MAX).is_err());
+        }
+    }
+
+    #[test]
+    fn records_round_trip_through_the_standby_codec() {
+        let input = gen::Input::generate(200, 9, 0, 1);
+        for seq in 0..input.len() {
+            let f = parse(input.line(seq)).unwrap();
+            let l = Levelled { flat: f, level: 3 };
+            let mut b = Vec::new();
+            l.encode(&mut b);
+            let (back, rest) = Levelled::decode(&b).unwrap();
+            assert_eq!(back, l);
+            assert!(rest.is_empty());
+            assert!(Levelled::decode(&b[..b.len() - 1]).is_err());
         }
     }
 

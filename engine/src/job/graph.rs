@@ -27,7 +27,7 @@ pub(crate) fn downcast<T: 'static>(b: AnyBox, what: &str) -> T {
         .unwrap_or_else(|_| panic!("engine bug: type mismatch wiring {what}"))
 }
 
-fn downcast_send<T: 'static>(b: AnySend, what: &str) -> T {
+pub(crate) fn downcast_send<T: 'static>(b: AnySend, what: &str) -> T {
     *b.downcast::<T>()
         .unwrap_or_else(|_| panic!("engine bug: type mismatch wiring {what}"))
 }
@@ -40,6 +40,8 @@ pub(crate) struct BuildCx {
     pub(crate) probe: Probe,
     /// What the instance restores from a checkpoint (`None`: a fresh start).
     pub(crate) restore: Option<crate::runtime::coord::InstanceRestore>,
+    /// A new primary's (or hot standby's) state from the standby exchange.
+    pub(crate) standby_state: Option<Vec<u8>>,
 }
 
 impl BuildCx {
@@ -51,6 +53,16 @@ impl BuildCx {
         &self,
         restore: impl FnOnce(&[u8]) -> Result<(), crate::checkpoint::CheckpointError>,
     ) -> bool {
+        if let Some(state) = &self.standby_state {
+            if let Err(source) = restore(state) {
+                self.ctx.fail(crate::error::JobError::Restore {
+                    operator: self.info.name.to_string(),
+                    instance: self.info.instance,
+                    source,
+                });
+            }
+            return false;
+        }
         let Some(r) = &self.restore else {
             return false;
         };
@@ -104,6 +116,9 @@ pub(crate) struct Node {
     pub(crate) kind: NodeKind,
     /// The element type of the node's output stream (`None` for sinks).
     pub(crate) out: Option<Arc<dyn StreamKit>>,
+    /// Built after `Stream::standby`: may run with a standby; its input
+    /// type's buffer-queue side.
+    pub(crate) standby: Option<Arc<dyn crate::standby::port::StandbyKit>>,
 }
 
 /// How records of an edge are spread over the consumer's instances.
@@ -151,7 +166,16 @@ pub(crate) trait StreamKit: Send + Sync {
         partitioning: &Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
+        muted: Option<Rc<std::cell::Cell<bool>>>,
     ) -> AnyBox;
+    /// A consumer's input from standby groups `(group, consumer index)`.
+    fn fenced_input(
+        &self,
+        groups: Vec<(Arc<crate::standby::group::Group>, usize)>,
+        target: AnyBox,
+        gate: Option<Rc<Gate>>,
+        ctx: &Rc<TaskCtx>,
+    ) -> Box<dyn Port>;
     fn input(
         &self,
         rings: Vec<(AnySend, Arc<WorkerSignal>)>,
@@ -198,6 +222,7 @@ impl<T: crate::Data> StreamKit for Kit<T> {
         partitioning: &Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
+        muted: Option<Rc<std::cell::Cell<bool>>>,
     ) -> AnyBox {
         let lanes = lanes
             .into_iter()
@@ -213,7 +238,23 @@ impl<T: crate::Data> StreamKit for Kit<T> {
                     .clone(),
             ),
         };
-        Box::new(Box::new(RingSender::new(lanes, route, Rc::clone(ctx), batch)) as BoxCollector<T>)
+        let mut s = RingSender::new(lanes, route, Rc::clone(ctx), batch);
+        if let Some(m) = muted {
+            s = s.suppressed_by(m);
+        }
+        Box::new(Box::new(s) as BoxCollector<T>)
+    }
+
+    fn fenced_input(
+        &self,
+        groups: Vec<(Arc<crate::standby::group::Group>, usize)>,
+        target: AnyBox,
+        gate: Option<Rc<Gate>>,
+        ctx: &Rc<TaskCtx>,
+    ) -> Box<dyn Port> {
+        Box::new(crate::standby::port::FencedInput::<T>::new(
+            groups, target, gate, ctx,
+        ))
     }
 
     fn input(

@@ -33,6 +33,8 @@ use crate::operator::{
 };
 use crate::record::Record;
 use crate::runtime::source::{Pacer, SourcePort};
+use crate::standby::codec::Codec;
+use crate::standby::port::{SKit, StandbyKit};
 use crate::state::{KeyedState, StateSnapshot};
 use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
 use source::Source;
@@ -200,6 +202,17 @@ fn add_node(
     out: Option<Arc<dyn graph::StreamKit>>,
     inputs: &[(usize, Partitioning)],
 ) -> usize {
+    add_node_with(inner, name, kind, out, inputs, None)
+}
+
+fn add_node_with(
+    inner: &Rc<RefCell<Inner>>,
+    name: &str,
+    kind: NodeKind,
+    out: Option<Arc<dyn graph::StreamKit>>,
+    inputs: &[(usize, Partitioning)],
+    standby: Option<Arc<dyn StandbyKit>>,
+) -> usize {
     let mut g = inner.borrow_mut();
     let id = g.nodes.len();
     let parallelism = g.parallelism;
@@ -208,6 +221,7 @@ fn add_node(
         parallelism,
         kind,
         out,
+        standby,
     });
     for (port, (from, p)) in inputs.iter().enumerate() {
         g.edges.push(Edge {
@@ -225,6 +239,8 @@ pub struct Stream<T> {
     job: Rc<RefCell<Inner>>,
     node: usize,
     partitioning: Partitioning,
+    /// Set by [`Stream::standby`]: the next operator gets a standby.
+    standby: Option<Arc<dyn StandbyKit>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -234,6 +250,7 @@ impl<T> Clone for Stream<T> {
             job: Rc::clone(&self.job),
             node: self.node,
             partitioning: self.partitioning.clone(),
+            standby: self.standby.clone(),
             _t: PhantomData,
         }
     }
@@ -261,7 +278,19 @@ impl<T: Data> Stream<T> {
             job,
             node,
             partitioning: Partitioning::Forward,
+            standby: None,
             _t: PhantomData,
+        }
+    }
+
+    /// Records a build error: `what` cannot consume a stream marked with
+    /// [`Stream::standby`].
+    fn no_standby(&self, name: &str, what: &str) {
+        if self.standby.is_some() {
+            self.job.borrow_mut().errors.push(BuildError::Standby {
+                name: name.to_string(),
+                reason: format!("{what} cannot have one (only one-input operators can)"),
+            });
         }
     }
 
@@ -330,12 +359,13 @@ impl<T: Data> Stream<T> {
             let op = ProcessOp::new(factory(&cx.info), down, cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
-        let node = add_node(
+        let node = add_node_with(
             &self.job,
             name,
             NodeKind::Unary(build),
             Some(Kit::<U>::arc()),
             &[self.input()],
+            self.standby.clone(),
         );
         Stream::new(Rc::clone(&self.job), node)
     }
@@ -413,6 +443,8 @@ impl<T: Data> Stream<T> {
     /// [`Connected::process`]). Use `other.broadcast()` for a side stream
     /// every instance must see.
     pub fn connect<B: Data>(&self, other: &Stream<B>) -> Connected<T, B> {
+        self.no_standby("<connect>", "a two-input operator");
+        other.no_standby("<connect>", "a two-input operator");
         Connected {
             first: self.clone(),
             second: other.clone(),
@@ -425,6 +457,7 @@ impl<T: Data> Stream<T> {
         S: Sink<T>,
         F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
     {
+        self.no_standby(name, "a sink");
         let build: graph::SinkBuild = Arc::new(move |cx: BuildCx| {
             let op = SinkOp::new(factory(&cx.info), cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
@@ -445,6 +478,25 @@ impl<T: Data> Stream<T> {
     {
         let f = Arc::new(f);
         self.sink(name, move |_| ForEach(Arc::clone(&f)));
+    }
+}
+
+impl<T: Data + Codec> Stream<T> {
+    /// The next one-input operator built on this stream (`map`, `filter`,
+    /// `flat_map`, `process`, or a keyed operator after `key_by`) may run
+    /// with an active standby: when the runtime has a
+    /// [`crate::StandbyConfig`], each of its instances gets a standby on
+    /// another core, fed from a buffer queue that this stream's records are
+    /// written to once ([`crate::standby`]). `T` needs a [`Codec`] for
+    /// that queue.
+    ///
+    /// The operator must produce the same outputs, in the same order, when
+    /// an input is processed again from the same state (replay after a
+    /// takeover relies on it).
+    pub fn standby(&self) -> Stream<T> {
+        let mut s = self.clone();
+        s.standby = Some(SKit::<T>::arc());
+        s
     }
 }
 
@@ -489,12 +541,13 @@ where
             );
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
-        let node = add_node(
+        let node = add_node_with(
             &self.stream.job,
             name,
             NodeKind::Unary(build),
             Some(Kit::<U>::arc()),
             &[self.stream.input()],
+            self.stream.standby.clone(),
         );
         Stream::new(Rc::clone(&self.stream.job), node)
     }

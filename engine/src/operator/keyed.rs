@@ -123,6 +123,14 @@ where
         self.down.end();
     }
 
+    fn mark(&mut self, lane: u32, first: u64, last: u64) {
+        self.down.mark(lane, first, last);
+    }
+
+    fn snapshot(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
+        (self.codec.snapshot)(&self.state).map(Some)
+    }
+
     fn barrier(&mut self, id: u64) {
         // The synchronous part of the checkpoint: one linear pass archiving
         // the map; the bytes go to disk on the snapshot I/O thread.

@@ -56,6 +56,10 @@ pub(crate) fn run_probe(
     op: usize,
 ) -> bool {
     let Some(p) = probe else { return true };
+    if ctx.muted.get() {
+        // A hot standby's computation: faults are the primary's.
+        return true;
+    }
     match p.before(id) {
         ProbeAction::Continue => true,
         ProbeAction::Panic(message) => {
@@ -117,6 +121,16 @@ pub(crate) trait Collector<T> {
     /// been handed over, none after it. An operator snapshots its state,
     /// acknowledges, and forwards the barrier.
     fn barrier(&mut self, id: u64);
+    /// Standby protocol (an operator with a standby): the outputs that
+    /// follow, up to the next mark, come from inputs `first..=last` of the
+    /// operator's input lane `lane`. Operators forward it; ring senders put
+    /// it on every lane.
+    fn mark(&mut self, _lane: u32, _first: u64, _last: u64) {}
+    /// The state of the operator at the head of a standby chain, for the
+    /// standby (warm mode); `None` for a stateless operator.
+    fn snapshot(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
+        Ok(None)
+    }
 }
 
 /// A one-input operator.

@@ -118,6 +118,12 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
             }
         }
         self.seen += 1;
+        if let Some(sb) = &self.ctx.shared.standby {
+            // A standby took over: is this one of its first outputs?
+            if sb.log.watching.load(Ordering::Relaxed) > 0 {
+                sb.log.sink_saw(rec.id, self.ctx.clock.now());
+            }
+        }
         if rec.ingest != Record::<T>::NO_INGEST {
             self.stamps.push(rec.ingest);
             if self.stamps.len() == STAMP_BATCH {

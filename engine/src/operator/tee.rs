@@ -27,6 +27,9 @@ impl<T: Clone> Collector<T> for Tee<T> {
     fn barrier(&mut self, id: u64) {
         self.outs.iter_mut().for_each(|o| o.barrier(id));
     }
+    fn mark(&mut self, lane: u32, first: u64, last: u64) {
+        self.outs.iter_mut().for_each(|o| o.mark(lane, first, last));
+    }
 }
 
 /// Discards records of a stream that has no consumer.

@@ -71,6 +71,19 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         self.down.end();
     }
 
+    fn mark(&mut self, lane: u32, first: u64, last: u64) {
+        self.down.mark(lane, first, last);
+    }
+
+    fn snapshot(
+        &mut self,
+    ) -> Result<Option<crate::checkpoint::SnapshotBytes>, crate::checkpoint::CheckpointError> {
+        let prev = self.ctx.enter(self.slot.op);
+        let state = self.op.snapshot_state();
+        self.ctx.leave(prev);
+        state
+    }
+
     fn barrier(&mut self, id: u64) {
         let prev = self.ctx.enter(self.slot.op);
         let state = self.op.snapshot_state();

@@ -32,6 +32,11 @@ pub(crate) enum Msg<T> {
     /// Checkpoint barrier: every record of this producer before it belongs
     /// to checkpoint `id`, none after it.
     Barrier(u64),
+    /// Standby protocol: the records that follow, up to the next `Chunk`,
+    /// come from inputs `first..=last` of the producer's input lane `lane`
+    /// (see `standby::group`). Only on edges leaving an operator that has a
+    /// standby.
+    Chunk { lane: u32, first: u64, last: u64 },
 }
 
 /// Lets a producer wake a worker that parked because it had nothing to do.
@@ -101,9 +106,23 @@ pub(crate) struct RingSender<T> {
     ctx: Rc<TaskCtx>,
     batch: usize,
     ended: bool,
+    /// A hot standby computes with its output suppressed: while set,
+    /// nothing is sent.
+    suppress: Option<Rc<std::cell::Cell<bool>>>,
 }
 
 impl<T: Clone> RingSender<T> {
+    /// Sends nothing while `flag` is set.
+    pub(crate) fn suppressed_by(mut self, flag: Rc<std::cell::Cell<bool>>) -> Self {
+        self.suppress = Some(flag);
+        self
+    }
+
+    #[inline]
+    fn muted(&self) -> bool {
+        self.suppress.as_ref().is_some_and(|f| f.get())
+    }
+
     pub(crate) fn new(
         lanes: Vec<(Producer<Msg<T>>, Arc<WorkerSignal>)>,
         route: Route<T>,
@@ -123,6 +142,7 @@ impl<T: Clone> RingSender<T> {
             ctx,
             batch: batch.max(1),
             ended: false,
+            suppress: None,
         }
     }
 
@@ -156,6 +176,9 @@ impl<T: Clone> RingSender<T> {
 impl<T: Clone> Collector<T> for RingSender<T> {
     #[inline]
     fn collect(&mut self, rec: Record<T>) {
+        if self.suppress.is_some() && self.muted() {
+            return;
+        }
         match &mut self.route {
             Route::Forward => self.send(0, Msg::Data(rec)),
             Route::Hash(h) => {
@@ -197,7 +220,7 @@ impl<T: Clone> Collector<T> for RingSender<T> {
     }
 
     fn end(&mut self) {
-        if std::mem::replace(&mut self.ended, true) {
+        if self.muted() || std::mem::replace(&mut self.ended, true) {
             return;
         }
         for lane in 0..self.lanes.len() {
@@ -216,6 +239,15 @@ impl<T: Clone> Collector<T> for RingSender<T> {
             self.send(lane, Msg::Barrier(id));
         }
         self.flush();
+    }
+
+    fn mark(&mut self, lane: u32, first: u64, last: u64) {
+        if self.ended || self.muted() {
+            return;
+        }
+        for l in 0..self.lanes.len() {
+            self.send(l, Msg::Chunk { lane, first, last });
+        }
     }
 }
 
@@ -352,6 +384,9 @@ impl<T> Port for RingInput<T> {
                     barrier = Some(id);
                     false
                 }
+                // Only on edges that leave an operator with a standby, which
+                // are read by `standby::port::FencedInput`.
+                Msg::Chunk { .. } => true,
             });
             moved += k;
             if k > 0 {

@@ -146,6 +146,9 @@ pub struct RuntimeConfig {
     /// Start from this checkpoint or savepoint: a savepoint directory, a
     /// manifest file, or a checkpoint directory (its newest valid one).
     pub restore_from: Option<PathBuf>,
+    /// Active standbys for the operators built after
+    /// [`crate::Stream::standby`] (`None`: those run without one).
+    pub standby: Option<crate::standby::StandbyConfig>,
 }
 
 impl std::fmt::Debug for dyn probe::ProbeFactory {
@@ -172,6 +175,7 @@ impl Default for RuntimeConfig {
             restart: RestartStrategy::None,
             heartbeat_timeout: Duration::from_millis(100),
             restore_from: None,
+            standby: None,
         }
     }
 }
@@ -227,6 +231,12 @@ impl RuntimeConfig {
         self.heartbeat_timeout = d;
         self
     }
+    /// Runs standbys for the operators built after
+    /// [`crate::Stream::standby`].
+    pub fn standby(mut self, s: crate::standby::StandbyConfig) -> Self {
+        self.standby = Some(s);
+        self
+    }
     /// Starts from a checkpoint or savepoint.
     pub fn restore_from(mut self, path: impl Into<PathBuf>) -> Self {
         self.restore_from = Some(path.into());
@@ -256,7 +266,7 @@ pub(crate) struct JobShared {
     pub(crate) failed_at: AtomicU64,
     fault_tuple: Mutex<Option<TupleId>>,
     stall: Mutex<Option<StallNote>>,
-    signals: Vec<Arc<WorkerSignal>>,
+    pub(crate) signals: Vec<Arc<WorkerSignal>>,
     /// Engine clock when the last worker finished.
     pub(crate) finished_at: AtomicU64,
     /// To the supervisor.
@@ -272,6 +282,8 @@ pub(crate) struct JobShared {
     pub(crate) sinks: HashMap<(usize, usize), Arc<SinkTally>>,
     /// The pacing schedule's start, shared by partitions and attempts.
     pub(crate) pacing_start: Arc<OnceLock<Nanos>>,
+    /// Standby groups of this attempt (`None`: no operator has a standby).
+    pub(crate) standby: Option<Arc<crate::standby::group::StandbyRun>>,
 }
 
 impl JobShared {
@@ -349,6 +361,19 @@ impl JobShared {
         });
     }
 
+    /// Asks worker `w` to build standby incarnation `inc` of `(node,
+    /// instance)`.
+    pub(crate) fn request_standby(&self, w: usize, node: usize, instance: usize, inc: u64) {
+        if let Some(sb) = &self.standby {
+            sb.inbox[w]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((node, instance, inc));
+            sb.pending[w].store(true, Ordering::Release);
+            self.signals[w].wake();
+        }
+    }
+
     pub(crate) fn stall_note(&self) -> Option<StallNote> {
         *self.stall.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -417,7 +442,8 @@ fn lanes(graph: &Graph, edge: usize) -> Vec<(usize, usize)> {
 }
 
 /// The shapes placement needs, read off a graph.
-pub(crate) fn shapes(graph: &Graph) -> (Vec<NodeShape>, Vec<EdgeShape>) {
+/// With `standby`, operators that have one are never chained.
+pub(crate) fn shapes(graph: &Graph, standby: bool) -> (Vec<NodeShape>, Vec<EdgeShape>) {
     let mut inputs = vec![0; graph.nodes.len()];
     for e in &graph.edges {
         inputs[e.to] += 1;
@@ -430,6 +456,7 @@ pub(crate) fn shapes(graph: &Graph) -> (Vec<NodeShape>, Vec<EdgeShape>) {
             parallelism: n.parallelism,
             inputs: i,
             binary: matches!(n.kind, NodeKind::Binary(_)),
+            standby: standby && n.standby.is_some(),
         })
         .collect();
     let edges = graph
@@ -479,7 +506,7 @@ impl Job {
             .into());
         }
         let graph = self.graph;
-        let (ns, es) = shapes(&graph);
+        let (ns, es) = shapes(&graph, config.standby.is_some());
         let plan = placement::place(&ns, &es, requested, config.chaining);
         let (sup, handle_parts) = supervisor::Supervisor::new(
             Arc::clone(&graph),

@@ -29,6 +29,9 @@ pub struct NodeShape {
     pub inputs: usize,
     /// Whether the node is a two-input (co-)operator.
     pub binary: bool,
+    /// Whether the node runs with a standby: its edges are rings (its
+    /// input arrives through buffer queues, its output is fenced).
+    pub standby: bool,
 }
 
 /// What placement needs to know about an edge.
@@ -92,6 +95,9 @@ impl Plan {
 /// Whether an edge can be a direct call.
 pub fn chainable(nodes: &[NodeShape], e: &EdgeShape) -> bool {
     let (a, b) = (&nodes[e.from], &nodes[e.to]);
+    if a.standby || b.standby {
+        return false;
+    }
     let same_instance =
         (e.forward && a.parallelism == b.parallelism) || (a.parallelism == 1 && b.parallelism == 1);
     let only_input = !b.binary && b.inputs == 1;
@@ -237,6 +243,7 @@ mod tests {
             parallelism,
             inputs,
             binary: false,
+            standby: false,
         }
     }
     fn e(from: usize, to: usize, forward: bool) -> EdgeShape {
@@ -318,6 +325,7 @@ mod tests {
                 parallelism: 1,
                 inputs: 2,
                 binary: true,
+                standby: false,
             },
             n(1, 1),
         ];
@@ -346,6 +354,7 @@ mod tests {
                     parallelism: p,
                     inputs: 2,
                     binary: true,
+                    standby: false,
                 },
             ];
             let side = EdgeShape {

@@ -33,7 +33,7 @@ use crate::checkpoint::{
 };
 use crate::error::{JobError, RuntimeError};
 use crate::job::graph::{Graph, NodeKind};
-use crate::metrics::{CheckpointStats, JobMetrics, JobReport, RecoveryRecord};
+use crate::metrics::{CheckpointStats, JobMetrics, JobReport, RecoveryRecord, StandbyStats};
 use crate::operator::{Committer, FINAL_EPOCH};
 use crate::recovery::interval::{adaptive_interval, IntervalInputs};
 use crate::recovery::restart::Decision;
@@ -41,9 +41,11 @@ use crate::runtime::channel::WorkerSignal;
 use crate::runtime::dead_letter::DeadLetters;
 use crate::runtime::placement::Plan;
 use crate::runtime::CheckpointMode;
+use crate::standby::group::{Group, StandbyRun};
 use crossbeam_utils::CachePadded;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -157,6 +159,7 @@ pub(crate) struct Supervisor {
     stalled_worker: Option<usize>,
     /// The checkpoint the job started from, and newer ones passed over.
     restored_from: Option<(u64, Vec<String>)>,
+    standby_stats: Option<StandbyStats>,
 }
 
 fn now_ns(origin: Instant) -> u64 {
@@ -194,6 +197,7 @@ impl Supervisor {
             .iter()
             .map(|t| t.members.iter().map(|&m| (m, t.instance)).collect())
             .collect();
+        validate_standby(&graph, &config)?;
         let coord = match &config.checkpoint {
             Some(c) => Some(Coordinator::open(c, &config, &graph.name)?),
             None => None,
@@ -243,6 +247,7 @@ impl Supervisor {
             cancelled: false,
             stalled_worker: None,
             restored_from: None,
+            standby_stats: None,
         };
         if let (Some(c), Some((m, _))) = (&mut sup.coord, &restore) {
             c.next_id = c.next_id.max(m.id + 1);
@@ -275,6 +280,7 @@ impl Supervisor {
             .iter()
             .map(|k| (*k, Arc::new(SinkTally::new(*targets.get(k).unwrap_or(&0)))))
             .collect();
+        let standby = self.standby_run(number)?;
         let shared = Arc::new(JobShared {
             origin: self.origin,
             names: self.names.clone(),
@@ -300,11 +306,15 @@ impl Supervisor {
                 .collect(),
             sinks,
             pacing_start: Arc::clone(&self.pacing_start),
+            standby: standby.clone(),
         });
+        let has_standby = |n: usize| standby.as_ref().is_some_and(|s| s.group(n, 0).is_some());
         let mut producers = HashMap::new();
         let mut consumers = HashMap::new();
         for (ei, e) in self.graph.edges.iter().enumerate() {
-            if self.plan.chained[ei] {
+            // Edges of an operator with a standby: buffer queues in, rings
+            // of each incarnation's own out.
+            if self.plan.chained[ei] || has_standby(e.from) || has_standby(e.to) {
                 continue;
             }
             let kit = self.graph.nodes[e.from]
@@ -352,6 +362,111 @@ impl Supervisor {
             built: 0,
             finished: HashSet::new(),
         })
+    }
+
+    /// The standby groups of attempt `number` (`None` when no operator
+    /// runs with a standby).
+    fn standby_run(&self, number: u32) -> Result<Option<Arc<StandbyRun>>, JobError> {
+        let Some(cfg) = &self.config.standby else {
+            return Ok(None);
+        };
+        let nodes: Vec<usize> = (0..self.graph.nodes.len())
+            .filter(|&n| self.graph.nodes[n].standby.is_some())
+            .collect();
+        if nodes.is_empty() {
+            return Ok(None);
+        }
+        let (dir, temp) = match &self.config.run_dir {
+            Some(d) => (d.join(format!("standby-{number}")), false),
+            // Memory-backed when the machine has it: the kernel writes a
+            // disk-backed mapping's dirty pages back, and a write to a page
+            // under writeback waits for the disk (milliseconds).
+            None => (
+                memory_dir().join(format!(
+                    "tandem-standby-{}-{}-{number}",
+                    std::process::id(),
+                    self.origin.elapsed().as_nanos()
+                )),
+                true,
+            ),
+        };
+        let io = |e: std::io::Error| JobError::Io {
+            operator: "<standby>".into(),
+            instance: 0,
+            context: "creating the standby directory".into(),
+            path: Some(dir.clone()),
+            source: e,
+        };
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(io)?;
+        }
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let workers = self.plan.workers;
+        let worker_of = |n: usize, i: usize| {
+            self.plan.worker_of_task[self
+                .plan
+                .task_of(n, i)
+                .expect("engine bug: node instance without a task")]
+        };
+        let mut groups = HashMap::new();
+        let now = now_ns(self.origin);
+        for &n in &nodes {
+            let ein = self
+                .graph
+                .edges
+                .iter()
+                .position(|e| e.to == n)
+                .expect("validated: one input");
+            for i in 0..self.graph.nodes[n].parallelism {
+                let upstream: Vec<usize> = lanes(&self.graph, ein)
+                    .into_iter()
+                    .filter(|&(_, d)| d == i)
+                    .map(|(u, _)| u)
+                    .collect();
+                let mut consumers = Vec::new();
+                for (ej, e) in self.graph.edges.iter().enumerate() {
+                    if e.from != n {
+                        continue;
+                    }
+                    for (u, d) in lanes(&self.graph, ej) {
+                        if u == i {
+                            consumers.push((ej, d, worker_of(e.to, d)));
+                        }
+                    }
+                }
+                let pw = worker_of(n, i);
+                let g = Group::create(
+                    n,
+                    i,
+                    Arc::clone(&self.names[n]),
+                    upstream,
+                    consumers,
+                    pw,
+                    (pw + 1) % workers,
+                    workers,
+                    cfg,
+                    &dir,
+                    now,
+                )
+                .map_err(|e| JobError::Io {
+                    operator: self.names[n].to_string(),
+                    instance: i,
+                    context: "creating the standby's buffer queue".into(),
+                    path: Some(dir.clone()),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+                groups.insert((n, i), Arc::new(g));
+            }
+        }
+        Ok(Some(Arc::new(StandbyRun {
+            live: AtomicUsize::new(groups.len()),
+            groups,
+            log: Default::default(),
+            inbox: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
+            pending: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            dir,
+            temp,
+        })))
     }
 
     /// The supervisor loop; returns the job's outcome.
@@ -951,6 +1066,27 @@ impl Supervisor {
         if let Some(o) = self.open.take() {
             self.recovery.push(o.record);
         }
+        if let Some(sb) = &self.attempt.shared.standby {
+            let mut takeovers = std::mem::take(&mut *sb.log.lock());
+            takeovers.sort_by_key(|t| t.fault_at);
+            let stats = self.standby_stats.get_or_insert_with(Default::default);
+            stats.groups = sb.groups.len();
+            stats.takeovers += takeovers.len() as u64;
+            stats.standby_failures += sb.log.standby_failures.load(Ordering::Relaxed);
+            for g in sb.groups.values() {
+                stats.queue_bytes_peak = stats
+                    .queue_bytes_peak
+                    .max(g.queue_peak.load(Ordering::Relaxed));
+                stats.snapshots_published += g.snapshots.load(Ordering::Relaxed);
+            }
+            for t in takeovers {
+                let mut r = t.record;
+                let since = |at: u64| at.saturating_sub(t.fault_at) / 1000;
+                r.first_output_us = t.sink_at.or(t.accepted_at).map(since);
+                r.caught_up_us = t.caught_up_at.map(since);
+                self.recovery.push(r);
+            }
+        }
         let dead_letter_path =
             self.dead_letters
                 .finish()
@@ -988,6 +1124,7 @@ impl Supervisor {
                 .as_mut()
                 .map(|r| std::mem::take(&mut r.1))
                 .unwrap_or_default(),
+            standby: self.standby_stats.take(),
         })
     }
 }
@@ -1280,6 +1417,55 @@ fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobError> {
 }
 
 /// A stand-in for the attempt field before the first attempt starts.
+/// Where files that are only ever mapped go when the user named no run
+/// directory: `/dev/shm` (tmpfs) if there is one, else the temp dir.
+fn memory_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Standby operators must fit the engine's protocol (checked before
+/// anything runs).
+fn validate_standby(graph: &Graph, config: &RuntimeConfig) -> Result<(), JobError> {
+    if config.standby.is_none() {
+        return Ok(());
+    }
+    let has = |n: usize| graph.nodes[n].standby.is_some();
+    let err = |n: usize, why: &str| -> JobError {
+        RuntimeError::Standby(format!("operator `{}`: {why}", graph.nodes[n].name)).into()
+    };
+    for (n, node) in graph.nodes.iter().enumerate() {
+        if !has(n) {
+            continue;
+        }
+        if config.checkpoint.is_some() {
+            return Err(err(
+                n,
+                "checkpoints and standbys are not combined yet: use one strategy",
+            ));
+        }
+        if !matches!(node.kind, NodeKind::Unary(_)) {
+            return Err(err(n, "only one-input operators can have a standby"));
+        }
+        for e in &graph.edges {
+            if e.to == n && has(e.from) {
+                return Err(err(
+                    n,
+                    "its upstream operator has a standby too (not supported)",
+                ));
+            }
+        }
+        if graph.edges.iter().filter(|e| e.to == n).count() != 1 {
+            return Err(err(n, "it must have exactly one input"));
+        }
+    }
+    Ok(())
+}
+
 fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
     JobShared {
         origin,
@@ -1301,5 +1487,6 @@ fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
         beats: Vec::new(),
         sinks: HashMap::new(),
         pacing_start: Arc::new(OnceLock::new()),
+        standby: None,
     }
 }

@@ -71,6 +71,15 @@ pub(crate) struct TaskCtx {
     pub(crate) fault_tuple: Cell<Option<TupleId>>,
     pub(crate) clock: Clock,
     pub(crate) shared: Arc<JobShared>,
+    /// A standby's chain: its ring senders send nothing and probes are not
+    /// consulted while set.
+    pub(crate) muted: std::rc::Rc<Cell<bool>>,
+    /// A standby took over from this (stalled) primary: the task ends.
+    pub(crate) fenced: Cell<bool>,
+    /// The standby-group incarnation the task runs (0 otherwise).
+    pub(crate) incarnation: Cell<u64>,
+    /// The epoch it is the primary of (0: none).
+    pub(crate) epoch: Cell<u64>,
 }
 
 impl TaskCtx {
@@ -89,7 +98,16 @@ impl TaskCtx {
             fault_tuple: Cell::new(None),
             clock: Clock::new(shared.origin),
             shared,
+            muted: std::rc::Rc::new(Cell::new(false)),
+            fenced: Cell::new(false),
+            incarnation: Cell::new(0),
+            epoch: Cell::new(0),
         }
+    }
+
+    /// The worker running the task.
+    pub(crate) fn worker(&self) -> usize {
+        self.worker
     }
 
     /// Marks `op` as running; returns the operator to restore afterwards.
@@ -197,6 +215,11 @@ impl TaskCtx {
         });
     }
 
+    /// Whether a failure was recorded in this poll.
+    pub(crate) fn has_failure(&self) -> bool {
+        self.failure.borrow().is_some()
+    }
+
     pub(crate) fn take_failure(&self) -> Option<JobError> {
         self.failure.borrow_mut().take()
     }
@@ -283,6 +306,10 @@ pub(crate) trait Port {
     fn poll(&mut self, budget: usize) -> Poll;
     /// Publishes staged output and retries overflowed records.
     fn flush(&mut self);
+    /// Where the port stands (for a diagnostic dump).
+    fn debug(&self) -> String {
+        String::new()
+    }
 }
 
 /// A chain of operators and its inputs.
@@ -291,6 +318,9 @@ pub(crate) struct Task {
     pub(crate) done: Vec<bool>,
     pub(crate) ctx: std::rc::Rc<TaskCtx>,
     pub(crate) budget: usize,
+    /// An incarnation of a standby group: its failure is the group's
+    /// business (a takeover), not the attempt's.
+    pub(crate) group: Option<(Arc<crate::standby::group::Group>, u64)>,
 }
 
 impl Task {
@@ -301,10 +331,23 @@ impl Task {
             done,
             ctx,
             budget,
+            group: None,
         }
     }
 
     pub(crate) fn poll(&mut self) -> Poll {
+        if let Some((g, _)) = &self.group {
+            // A primary whose epoch ended (a standby took over while it was
+            // stalled) ends here, even while its output is blocked on a
+            // ring nobody reads any more.
+            let e = self.ctx.epoch.get();
+            if e != 0 && g.live.current() != e {
+                self.ctx.fenced.set(true);
+            }
+        }
+        if self.ctx.fenced.get() {
+            return Poll::Done;
+        }
         if self.ctx.blocked.get() > 0 {
             for p in &mut self.ports {
                 p.flush();

@@ -56,7 +56,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             index,
             Arc::clone(&shared),
         ));
-        match catch_unwind(AssertUnwindSafe(|| build_task(&w, t, &ctx))) {
+        match catch_unwind(AssertUnwindSafe(|| build_task(&w, index, t, &ctx))) {
             Ok(task) => {
                 if let Some(e) = ctx.take_failure() {
                     shared.fail(e);
@@ -70,17 +70,50 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             }
         }
     }
+    // The first standbys placed on this worker.
+    if let Some(sb) = &shared.standby {
+        let mut mine: Vec<(usize, usize)> = sb
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                g.lock()
+                    .standby
+                    .is_some_and(|(inc, wk)| inc == 1 && wk == index)
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        mine.sort_unstable();
+        for (node, inst) in mine {
+            add_standby(&w, index, node, inst, 1, &mut tasks);
+        }
+    }
     beat.store(clock.now().max(1), Ordering::Relaxed);
     shared.send(super::coord::Event::Built {
         attempt: shared.attempt,
     });
 
     let cfg = &w.config;
+    let debug_dump = std::env::var_os("TANDEM_DEBUG").is_some();
     let mut idle_since: Option<u64> = None;
     let mut sleeping = false;
-    while !tasks.is_empty() {
+    let standby_live = || {
+        shared
+            .standby
+            .as_ref()
+            .is_some_and(|s| s.live.load(Ordering::Acquire) > 0)
+    };
+    while !tasks.is_empty() || standby_live() {
         if shared.cancelled() {
             break;
+        }
+        if let Some(sb) = &shared.standby {
+            if sb.pending[index].swap(false, Ordering::AcqRel) {
+                let reqs =
+                    std::mem::take(&mut *sb.inbox[index].lock().unwrap_or_else(|p| p.into_inner()));
+                for (node, inst, inc) in reqs {
+                    add_standby(&w, index, node, inst, inc, &mut tasks);
+                }
+            }
         }
         let mut progress = false;
         let mut wake_at: Option<u64> = None;
@@ -88,6 +121,22 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         while i < tasks.len() {
             let (tid, task) = &mut tasks[i];
             let r = catch_unwind(AssertUnwindSafe(|| task.poll()));
+            if let Some((g, inc)) = task.group.clone() {
+                let failure = task.ctx.take_failure();
+                if failure.is_some() || r.is_err() {
+                    let e = match (failure, &r) {
+                        (Some(e), _) => e,
+                        (None, Err(p)) => panicked(&w, &task.ctx, p.as_ref()),
+                        (None, Ok(_)) => unreachable!(),
+                    };
+                    let tuple = task.ctx.fault_tuple.get();
+                    g.incarnation_failed(&shared, inc, e, tuple, clock.now());
+                    let (_, dead) = tasks.remove(i);
+                    let _ = catch_unwind(AssertUnwindSafe(move || drop(dead)));
+                    progress = true;
+                    continue;
+                }
+            }
             if let Some(e) = task.ctx.take_failure() {
                 shared.note_fault_tuple(task.ctx.fault_tuple.get());
                 shared.fail(e);
@@ -95,10 +144,12 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             }
             match r {
                 Ok(Poll::Done) => {
-                    shared.send(super::coord::Event::TaskDone {
-                        attempt: shared.attempt,
-                        task: *tid,
-                    });
+                    if *tid != usize::MAX && !task.ctx.fenced.get() {
+                        shared.send(super::coord::Event::TaskDone {
+                            attempt: shared.attempt,
+                            task: *tid,
+                        });
+                    }
                     // Dropping a finished task may wait for its sinks' last
                     // bytes to reach the disk: not a stall.
                     let (_, done) = tasks.remove(i);
@@ -132,6 +183,15 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         }
         // Nothing moved: back off, spin → yield → park.
         let since = *idle_since.get_or_insert(now);
+        if now - since > 3_000_000_000 && debug_dump {
+            // TANDEM_DEBUG: a worker idle for 3 s says what it waits for.
+            for (_, t) in &tasks {
+                for p in &t.ports {
+                    eprintln!("tandem debug: worker {index}: {}", p.debug());
+                }
+            }
+            idle_since = Some(now);
+        }
         let idle = Duration::from_nanos(now - since);
         let due_soon = wake_at.is_some_and(|t| t <= now + cfg.spin.as_nanos() as u64);
         if due_soon || idle < cfg.spin {
@@ -154,6 +214,35 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         }
     }
     finish(&w, index)
+}
+
+/// Builds standby incarnation `inc` of `(node, inst)` on this worker; a
+/// standby that cannot even be built is the group's failure.
+fn add_standby(
+    w: &Arc<Wiring>,
+    index: usize,
+    node: usize,
+    inst: usize,
+    inc: u64,
+    tasks: &mut Vec<(usize, Task)>,
+) {
+    let built = catch_unwind(AssertUnwindSafe(|| {
+        build_incarnation(w, index, node, inst, inc, false)
+    }));
+    match built {
+        Ok(t) => tasks.push((usize::MAX, t)),
+        Err(p) => {
+            if let Some(g) = w.shared.standby.as_ref().and_then(|s| s.group(node, inst)) {
+                let e = JobError::OperatorPanicked {
+                    operator: w.graph.nodes[node].name.to_string(),
+                    instance: inst,
+                    message: panic_message(p.as_ref()),
+                };
+                let now = super::task::Clock::new(w.shared.origin).now();
+                g.incarnation_failed(&w.shared, inc, e, None, now);
+            }
+        }
+    }
 }
 
 fn finish(w: &Wiring, index: usize) {
@@ -197,7 +286,49 @@ fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> Buil
             .as_ref()
             .and_then(|p| p.probe(&n.name, instance)),
         restore,
+        standby_state: None,
     }
+}
+
+/// The task of incarnation `inc` of the standby group `(node, instance)`:
+/// the first primary (`primary`), or a standby.
+fn build_incarnation(
+    w: &Arc<Wiring>,
+    index: usize,
+    node: usize,
+    inst: usize,
+    inc: u64,
+    primary: bool,
+) -> Task {
+    let group = Arc::clone(
+        w.shared
+            .standby
+            .as_ref()
+            .and_then(|s| s.group(node, inst))
+            .expect("engine bug: a standby operator without its group"),
+    );
+    let ctx = Rc::new(TaskCtx::new(inst, node, index, Arc::clone(&w.shared)));
+    ctx.incarnation.set(inc);
+    let (w2, c2) = (Arc::clone(w), Rc::clone(&ctx));
+    let chain: crate::standby::port::ChainBuild = Box::new(move |state| {
+        let mut tb = TaskBuild::default();
+        let down = build_out(&w2, node, inst, &c2, &mut tb);
+        let NodeKind::Unary(build) = &w2.graph.nodes[node].kind else {
+            unreachable!("engine bug: a standby operator has one input")
+        };
+        let mut cx = build_cx(&w2, node, inst, &c2);
+        cx.standby_state = state;
+        build(cx, down)
+    });
+    let kit = w.graph.nodes[node]
+        .standby
+        .as_ref()
+        .expect("engine bug: a standby group of an operator without a standby kit");
+    let port = kit.incarnation(Arc::clone(&group), inc, primary, chain, &ctx);
+    ctx.enter(node);
+    let mut t = Task::new(vec![port], ctx, w.config.budget);
+    t.group = Some((group, inc));
+    t
 }
 
 /// What building a task's chain collects besides the chain itself: the
@@ -212,9 +343,16 @@ struct TaskBuild {
     holds: Vec<Hold>,
 }
 
-fn build_task(w: &Wiring, t: usize, ctx: &Rc<TaskCtx>) -> Task {
+fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Task {
     let tp = &w.plan.tasks[t];
     let (head, inst) = (tp.head, tp.instance);
+    if w.shared
+        .standby
+        .as_ref()
+        .is_some_and(|s| s.group(head, inst).is_some())
+    {
+        return build_incarnation(w, index, head, inst, 0, true);
+    }
     let node = &w.graph.nodes[head];
     let in_edge = |port: usize| {
         w.graph
@@ -316,6 +454,74 @@ fn build_out(
         }
         if w.plan.chained[ei] {
             outs.push(build_in(w, e.to, inst, ctx, tb));
+        } else if let Some(sb) = w
+            .shared
+            .standby
+            .as_ref()
+            .filter(|s| s.group(e.to, 0).is_some())
+        {
+            // Into an operator with a standby: its buffer queues.
+            let lanes = w
+                .lanes(ei)
+                .into_iter()
+                .filter(|&(u, _)| u == inst)
+                .map(|(u, d)| {
+                    let g = sb
+                        .group(e.to, d)
+                        .expect("engine bug: missing standby group");
+                    let lane = g
+                        .upstream
+                        .iter()
+                        .position(|&x| x == u)
+                        .expect("engine bug: upstream not a lane of its group");
+                    (Arc::clone(g), lane)
+                })
+                .collect();
+            let skit = w.graph.nodes[e.to]
+                .standby
+                .as_ref()
+                .expect("engine bug: a standby group of an operator without a standby kit");
+            outs.push(skit.sender(
+                lanes,
+                &w.partitioning(ei),
+                ctx,
+                w.config.batch,
+                w.config.ring_capacity,
+            ));
+        } else if let Some(g) = w.shared.standby.as_ref().and_then(|s| s.group(node, inst)) {
+            // Out of an incarnation: rings of its own, handed to the
+            // consumers through the group.
+            let inc = ctx.incarnation.get();
+            let mut lanes = Vec::new();
+            let mut wake = Vec::new();
+            {
+                let mut gi = g.lock();
+                for (u, d) in w.lanes(ei) {
+                    if u != inst {
+                        continue;
+                    }
+                    let (p, c) = kit.ring(w.config.ring_capacity);
+                    let ci = g
+                        .consumers
+                        .iter()
+                        .position(|c| c.edge == ei && c.instance == d)
+                        .expect("engine bug: consumer not in its group");
+                    gi.rings.insert((ci, inc), c);
+                    let cw = w.worker_of(e.to, d);
+                    wake.push(cw);
+                    lanes.push((p, Arc::clone(&w.signals[cw])));
+                }
+            }
+            for cw in wake {
+                w.signals[cw].wake();
+            }
+            outs.push(kit.sender(
+                lanes,
+                &w.partitioning(ei),
+                ctx,
+                w.config.batch,
+                Some(Rc::clone(&ctx.muted)),
+            ));
         } else {
             let lanes = {
                 let mut prod = w.producers.lock().unwrap_or_else(|p| p.into_inner());
@@ -330,7 +536,7 @@ fn build_out(
                     })
                     .collect()
             };
-            outs.push(kit.sender(lanes, &w.partitioning(ei), ctx, w.config.batch));
+            outs.push(kit.sender(lanes, &w.partitioning(ei), ctx, w.config.batch, None));
         }
     }
     match outs.len() {
@@ -382,6 +588,32 @@ fn input_port(
     ctx: &Rc<TaskCtx>,
 ) -> Box<dyn Port> {
     let e = &w.graph.edges[edge];
+    if let Some(sb) = w
+        .shared
+        .standby
+        .as_ref()
+        .filter(|s| s.group(e.from, 0).is_some())
+    {
+        let groups = (0..w.graph.nodes[e.from].parallelism)
+            .filter(|&u| w.lanes(edge).contains(&(u, inst)))
+            .map(|u| {
+                let g = sb
+                    .group(e.from, u)
+                    .expect("engine bug: missing standby group");
+                let ci = g
+                    .consumers
+                    .iter()
+                    .position(|c| c.edge == edge && c.instance == inst)
+                    .expect("engine bug: consumer not in its group");
+                (Arc::clone(g), ci)
+            })
+            .collect();
+        let kit = w.graph.nodes[e.from]
+            .out
+            .as_ref()
+            .expect("engine bug: an edge leaves a sink");
+        return kit.fenced_input(groups, target, gate, ctx);
+    }
     let rings = {
         let mut cons = w.consumers.lock().unwrap_or_else(|p| p.into_inner());
         w.lanes(edge)

@@ -408,15 +408,29 @@ impl BufferQueue {
     /// Writer: evicts what may be evicted; returns the new head.
     pub fn evict(&self) -> u64 {
         let tail = self.atomic(OFF_TAIL).load(Ordering::Relaxed);
-        let cursors = (0..self.cfg.readers as usize).map(|r| self.reader_cursor(r));
-        let head = evictable_head(self.covered(), cursors, tail);
+        let min_cursor = || {
+            (0..self.cfg.readers as usize)
+                .map(|r| self.cursor(r).load(Ordering::SeqCst))
+                .min()
+                .unwrap_or(u64::MAX)
+        };
+        let head = evictable_head(self.covered(), std::iter::once(min_cursor()), tail);
         let old = self.atomic(OFF_HEAD).load(Ordering::Relaxed);
-        if head > old {
-            self.atomic(OFF_HEAD).store(head, Ordering::Release);
-            head
-        } else {
-            old
+        if head <= old {
+            return old;
         }
+        self.atomic(OFF_HEAD).store(head, Ordering::SeqCst);
+        // A reader may have attached below `head` after the cursors were
+        // read (see `attach`): look again, after the store. Nothing between
+        // `old` and `head` has been overwritten yet (only `push` does that,
+        // after this returns), so moving back is safe.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let again = min_cursor().max(old);
+        if again < head {
+            self.atomic(OFF_HEAD).store(again, Ordering::SeqCst);
+            return again;
+        }
+        head
     }
 
     /// Writer: appends a tuple; returns its position, or [`Full`] when the
@@ -501,6 +515,27 @@ impl BufferQueue {
             tuple_id,
             bytes,
         })
+    }
+
+    /// Reader slot `r` is unused: it holds nothing back.
+    pub fn release(&self, r: usize) {
+        self.cursor(r).store(u64::MAX, Ordering::SeqCst);
+    }
+
+    /// Reader slot `r` starts reading at `position`. Returns `false` (and
+    /// leaves the slot released) when entries from `position` on are no
+    /// longer all held — the caller's coverage rules were broken.
+    pub fn attach(&self, r: usize, position: u64) -> bool {
+        self.cursor(r).store(position, Ordering::SeqCst);
+        // Dekker with `evict` (a SeqCst fence between store and load on both
+        // sides): either its second look at the cursors sees this one, or
+        // this load sees the head it moved.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.atomic(OFF_HEAD).load(Ordering::SeqCst) > position {
+            self.release(r);
+            return false;
+        }
+        true
     }
 
     /// Reader `r`: done with every position below `position`.

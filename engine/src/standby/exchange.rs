@@ -139,6 +139,11 @@ impl SnapshotExchange {
         &self.path
     }
 
+    /// Bytes one snapshot may have.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
     fn atomic(&self, off: usize) -> &AtomicU64 {
         debug_assert!(off.is_multiple_of(8) && off + 8 <= HEADER && self.map.len() > HEADER);
         // SAFETY: an 8-aligned offset in the header of a page-aligned map

@@ -1,5 +1,10 @@
-//! BQBS active standby (the paper's buffer-queue backup strategy): the
-//! pieces built so far.
+//! BQBS active standby (the paper's buffer-queue backup strategy).
+//!
+//! An operator built after [`crate::Stream::standby`] runs, when the
+//! runtime has a [`StandbyConfig`], as a *standby group* per instance: a
+//! primary and a standby on another worker, fed through buffer queues by
+//! its upstream, watched through a shared liveness cell, answering to its
+//! consumers through fenced rings. `group.rs` documents the takeover protocol.
 //!
 //! - [`bq`] — the buffer queue: a file-backed memory-mapped ring between an
 //!   operator's dispatcher and its primary and standby, indexed by position,
@@ -13,10 +18,19 @@
 //!   and maps the newest in place.
 //! - [`decide`] — the pure decisions of takeover.
 //!
-//! Dual dispatch, the shared epoch, filtering and takeover in the runtime
-//! come next (see the README).
+//! - [`codec`] — how the records of a standby operator's input become
+//!   buffer-queue bytes.
+//! - `group` and `port` (engine-internal) — the runtime side: groups,
+//!   incarnations, the dual-dispatch sender and the consumers' fenced
+//!   input.
 
 pub mod bq;
+pub mod codec;
 pub mod decide;
 pub mod epoch;
 pub mod exchange;
+pub(crate) mod group;
+pub(crate) mod port;
+
+pub use codec::{Codec, CodecError};
+pub use group::{StandbyConfig, StandbyMode};

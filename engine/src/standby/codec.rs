@@ -1,0 +1,179 @@
+//! How records of a stream feeding an operator with a standby become the
+//! bytes of its buffer queue, and back.
+//!
+//! Only the input stream of an operator with a standby needs a codec (the
+//! bound is on [`crate::Stream::standby`]); everything else moves as typed
+//! values through the rings. Decoding is checked: bytes that do not decode
+//! are an error, never a panic or a wrong value.
+
+/// A record value that can be written to and read from a buffer queue.
+pub trait Codec: Sized {
+    /// Appends the value's bytes to `out`.
+    fn encode(&self, out: &mut Vec<u8>);
+    /// Reads a value from the front of `bytes`, returning it and the bytes
+    /// after it.
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError>;
+}
+
+/// Bytes that are not a value of the expected type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("buffer queue entry does not decode: {0}")]
+pub struct CodecError(pub String);
+
+fn take<const N: usize>(bytes: &[u8]) -> Result<([u8; N], &[u8]), CodecError> {
+    if bytes.len() < N {
+        return Err(CodecError(format!(
+            "{} bytes left, {N} needed",
+            bytes.len()
+        )));
+    }
+    let (a, rest) = bytes.split_at(N);
+    Ok((a.try_into().expect("N bytes"), rest))
+}
+
+macro_rules! int_codec {
+    ($($t:ty),*) => {$(
+        impl Codec for $t {
+            #[inline]
+            fn encode(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            #[inline]
+            fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+                let (a, rest) = take::<{ std::mem::size_of::<$t>() }>(bytes)?;
+                Ok((<$t>::from_le_bytes(a), rest))
+            }
+        }
+    )*};
+}
+
+int_codec!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
+
+impl Codec for bool {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(*self as u8);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        match u8::decode(bytes)? {
+            (0, rest) => Ok((false, rest)),
+            (1, rest) => Ok((true, rest)),
+            (b, _) => Err(CodecError(format!("{b} is not a bool"))),
+        }
+    }
+}
+
+impl Codec for Vec<u8> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        (self.len() as u64).encode(out);
+        out.extend_from_slice(self);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (n, rest) = u64::decode(bytes)?;
+        if (rest.len() as u64) < n {
+            return Err(CodecError(format!(
+                "a {n}-byte string with {} bytes left",
+                rest.len()
+            )));
+        }
+        let (v, rest) = rest.split_at(n as usize);
+        Ok((v.to_vec(), rest))
+    }
+}
+
+impl Codec for String {
+    fn encode(&self, out: &mut Vec<u8>) {
+        (self.len() as u64).encode(out);
+        out.extend_from_slice(self.as_bytes());
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (v, rest) = Vec::<u8>::decode(bytes)?;
+        String::from_utf8(v)
+            .map(|s| (s, rest))
+            .map_err(|e| CodecError(e.to_string()))
+    }
+}
+
+impl<A: Codec, B: Codec> Codec for (A, B) {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+        self.1.encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (a, rest) = A::decode(bytes)?;
+        let (b, rest) = B::decode(rest)?;
+        Ok(((a, b), rest))
+    }
+}
+
+impl<A: Codec, B: Codec, C: Codec> Codec for (A, B, C) {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+        self.1.encode(out);
+        self.2.encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (a, rest) = A::decode(bytes)?;
+        let (b, rest) = B::decode(rest)?;
+        let (c, rest) = C::decode(rest)?;
+        Ok(((a, b, c), rest))
+    }
+}
+
+impl<A: Codec> Codec for Option<A> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            None => out.push(0),
+            Some(a) => {
+                out.push(1);
+                a.encode(out);
+            }
+        }
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        match u8::decode(bytes)? {
+            (0, rest) => Ok((None, rest)),
+            (1, rest) => A::decode(rest).map(|(a, r)| (Some(a), r)),
+            (b, _) => Err(CodecError(format!("{b} is not an option tag"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round<T: Codec + PartialEq + std::fmt::Debug>(v: T) {
+        let mut b = Vec::new();
+        v.encode(&mut b);
+        b.push(0xAB);
+        let (w, rest) = T::decode(&b).unwrap();
+        assert_eq!(w, v);
+        assert_eq!(rest, [0xAB]);
+    }
+
+    #[test]
+    fn values_round_trip_and_leave_the_rest() {
+        round(7u64);
+        round(-3i32);
+        round(2.5f64);
+        round(true);
+        round("héllo".to_string());
+        round((1u32, "x".to_string()));
+        round((1u8, 2u16, Some(3u64)));
+        round(None::<u32>);
+    }
+
+    #[test]
+    fn truncated_or_invalid_bytes_are_errors() {
+        assert!(u64::decode(&[1, 2, 3]).is_err());
+        let mut b = Vec::new();
+        "abc".to_string().encode(&mut b);
+        assert!(String::decode(&b[..b.len() - 1]).is_err());
+        assert!(bool::decode(&[2]).is_err());
+        assert!(Option::<u8>::decode(&[9, 0]).is_err());
+        let mut b = Vec::new();
+        (u64::MAX).encode(&mut b);
+        assert!(Vec::<u8>::decode(&b).is_err());
+        assert!(String::decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe]).is_err());
+    }
+}
