@@ -344,3 +344,55 @@ fn a_standby_on_a_sink_is_a_build_error() {
     let e = job.build().err().expect("error").to_string();
     assert!(e.contains("sink") && e.contains("standby"), "{e}");
 }
+
+/// A hot standby that fails (its operator cannot even be built) is
+/// replaced while the primary runs on, and the replacement still takes
+/// over a later failure of the primary exactly.
+#[test]
+fn a_failed_standby_is_replaced_and_its_replacement_takes_over() {
+    let _g = serial();
+    let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let job = JobBuilder::new("standby-fails");
+    job.default_parallelism(1);
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let l2 = Arc::clone(&lines);
+    let b2 = Arc::clone(&builds);
+    job.source("src", |_| {
+        IterSource(
+            (0..RECORDS)
+                .map(|s| (((s * 7919) % KEYS) as u32, s))
+                .map(|v| (v, 0)),
+        )
+    })
+    .rate_limit(150_000.0)
+    .standby()
+    .key_by(|p: &(u32, u64)| p.0)
+    .process("op", move |_| {
+        // Build 0: the primary; build 1: the first standby.
+        if b2.fetch_add(1, Ordering::SeqCst) == 1 {
+            panic!("injected: the standby's operator cannot be built");
+        }
+        PerKey
+    })
+    .for_each("sink", move |r| l2.lock().unwrap().push(r.value));
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .standby(cfg(StandbyMode::Hot))
+        .probes(faults(&[(
+            TupleId::new(0, 20_000),
+            ProbeAction::Panic("injected".into()),
+        )]));
+    let rep = job.build().unwrap().run(&cfg).unwrap();
+    let mut got = std::mem::take(&mut *lines.lock().unwrap());
+    got.sort();
+    // The same job at parallelism 1 computes the same lines as at 2.
+    assert_exact(Kind::Keyed, &got);
+    let sb = rep.standby.expect("standby stats");
+    assert!(sb.standby_failures >= 1, "{sb:?}");
+    assert!(
+        rep.recovery.iter().any(|r| r.cause.contains("injected")),
+        "{:?}",
+        rep.recovery
+    );
+    assert!(builds.load(Ordering::SeqCst) >= 3);
+}

@@ -278,6 +278,12 @@ pub(crate) struct JobShared {
     pub(crate) restore: Option<Arc<Restore>>,
     /// Per worker: engine clock of its last sign of life (0: building).
     pub(crate) beats: Vec<CachePadded<AtomicU64>>,
+    /// Per worker, for standby stall detection: the engine clock when it
+    /// last came out of a long synchronous operation (a snapshot, a
+    /// restore, a build), `u64::MAX` while it is in one. A primary on that
+    /// worker is stale only once the timeout has passed since both its
+    /// last heartbeat and this.
+    pub(crate) released_at: Vec<CachePadded<AtomicU64>>,
     /// Per sink instance `(node, instance)`.
     pub(crate) sinks: HashMap<(usize, usize), Arc<SinkTally>>,
     /// The pacing schedule's start, shared by partitions and attempts.

@@ -304,6 +304,9 @@ impl Supervisor {
             beats: (0..workers)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
+            released_at: (0..workers)
+                .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
+                .collect(),
             sinks,
             pacing_start: Arc::clone(&self.pacing_start),
             standby: standby.clone(),
@@ -1485,6 +1488,7 @@ fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
         exactly_once: true,
         restore: None,
         beats: Vec::new(),
+        released_at: Vec::new(),
         sinks: HashMap::new(),
         pacing_start: Arc::new(OnceLock::new()),
         standby: None,

@@ -162,8 +162,23 @@ impl TaskCtx {
     pub(crate) fn unwatched<R>(&self, f: impl FnOnce() -> R) -> R {
         let beat = &self.shared.beats[self.worker];
         beat.store(0, Ordering::Relaxed);
-        let r = f();
+        let r = self.long(f);
         beat.store(self.clock.now().max(1), Ordering::Relaxed);
+        r
+    }
+
+    /// Runs `f` — a long synchronous step (a state snapshot or restore, an
+    /// end-of-stream flush) — without a standby taking the primaries of
+    /// this worker for stalled meanwhile.
+    pub(crate) fn long<R>(&self, f: impl FnOnce() -> R) -> R {
+        let Some(at) = self.shared.released_at.get(self.worker) else {
+            return f();
+        };
+        let outer = at.swap(u64::MAX, Ordering::AcqRel) == u64::MAX;
+        let r = f();
+        if !outer {
+            at.store(self.clock.now(), Ordering::Release);
+        }
         r
     }
 

@@ -88,6 +88,10 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         }
     }
     beat.store(clock.now().max(1), Ordering::Relaxed);
+    if let Some(r) = shared.released_at.get(index) {
+        // Built: primaries here are watched from now on.
+        r.store(clock.now(), Ordering::Release);
+    }
     shared.send(super::coord::Event::Built {
         attempt: shared.attempt,
     });
@@ -132,7 +136,10 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                     let tuple = task.ctx.fault_tuple.get();
                     g.incarnation_failed(&shared, inc, e, tuple, clock.now());
                     let (_, dead) = tasks.remove(i);
-                    let _ = catch_unwind(AssertUnwindSafe(move || drop(dead)));
+                    let ctx = Rc::clone(&dead.ctx);
+                    ctx.long(move || {
+                        let _ = catch_unwind(AssertUnwindSafe(move || drop(dead)));
+                    });
                     progress = true;
                     continue;
                 }

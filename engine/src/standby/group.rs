@@ -137,6 +137,9 @@ pub(crate) struct Group {
     pub(crate) end_pos: Vec<AtomicU64>,
     /// The operator keeps no state (known once the first primary is built).
     pub(crate) stateless: AtomicBool,
+    /// A queue writer found its queue full of uncovered entries: the
+    /// primary snapshots at once.
+    pub(crate) snapshot_wanted: AtomicBool,
     /// Workers the queue writers wake: the primary's and a hot standby's.
     pub(crate) reader_workers: [AtomicUsize; 2],
     /// The current primary's reader slot in the queues.
@@ -198,6 +201,7 @@ impl Group {
             snap_next: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
             end_pos: (0..lanes).map(|_| AtomicU64::new(u64::MAX)).collect(),
             stateless: AtomicBool::new(false),
+            snapshot_wanted: AtomicBool::new(false),
             reader_workers: [
                 AtomicUsize::new(primary_worker),
                 AtomicUsize::new(if cfg.mode == StandbyMode::Hot {

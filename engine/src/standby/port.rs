@@ -189,7 +189,13 @@ impl QLane {
         let pushed = q.push(id, bytes).is_ok() || {
             q.set_covered(self.group.covered(self.lane));
             q.evict();
-            q.push(id, bytes).is_ok()
+            let ok = q.push(id, bytes).is_ok();
+            if !ok {
+                // Full of what no snapshot covers yet: ask the primary for
+                // one now rather than at its interval.
+                self.group.snapshot_wanted.store(true, Ordering::Release);
+            }
+            ok
         };
         if pushed && id == END_ID {
             self.group.end_pos[self.lane].store(tail, Ordering::Release);
@@ -349,6 +355,7 @@ pub(crate) struct Incarnation<T> {
     watch: Option<(usize, Nanos)>,
     caught_up: bool,
     next_snapshot: Nanos,
+    next_beat: Nanos,
     pending: Option<(Vec<u64>, crate::checkpoint::SnapshotBytes)>,
     attached: bool,
     buf: Vec<Record<T>>,
@@ -380,6 +387,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             watch: None,
             caught_up: true,
             next_snapshot: 0,
+            next_beat: 0,
             pending: None,
             attached: false,
             buf: Vec::with_capacity(CHUNK),
@@ -405,7 +413,9 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     }
 
     fn build_chain(&mut self, state: Option<Vec<u8>>) -> &mut BoxCollector<T> {
-        let c = (self.build)(state);
+        // Restoring a large state takes a while: not a stall.
+        let ctx = Rc::clone(&self.ctx);
+        let c = ctx.long(|| (self.build)(state));
         self.chain = Some(downcast::<BoxCollector<T>>(c, "standby chain"));
         self.chain.as_mut().expect("just built")
     }
@@ -475,7 +485,19 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         if g.finished.load(Ordering::Acquire) || g.live.current() != self.backs {
             return self.over();
         }
-        let beat = g.live.last_beat();
+        let pw = g.reader_workers[0].load(Ordering::Acquire);
+        let released = self
+            .ctx
+            .shared
+            .released_at
+            .get(pw)
+            .map_or(0, |r| r.load(Ordering::Acquire));
+        // While the primary's worker is in a long synchronous step (a
+        // snapshot, a restore), its silence is not a stall.
+        let beat = g
+            .live
+            .last_beat()
+            .max(if released == u64::MAX { now } else { released });
         let stale = now.saturating_sub(beat) > g.timeout_ns;
         let failed = g.live.failed();
         if failed || stale {
@@ -489,6 +511,24 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 };
             }
             moved = self.process(budget, true) > 0;
+            // A hot standby that falls half a queue behind would soon hold
+            // its primary back (the queue cannot evict past it): it lets go
+            // of its state and cursor and starts again from a newer
+            // snapshot — warm until then.
+            let behind = g
+                .queues
+                .iter()
+                .zip(&self.pos)
+                .any(|(q, &p)| q.tail().saturating_sub(p) > q.config().slots / 2);
+            if behind {
+                for q in &g.queues {
+                    q.release(self.slot);
+                }
+                self.attached = false;
+                // Dropping a large state takes a while: not a stall.
+                let chain = self.chain.take();
+                self.ctx.long(move || drop(chain));
+            }
         }
         if moved {
             Poll::Progress
@@ -611,7 +651,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         } else if self.chain.is_some() {
             Some(self.pos.clone())
         } else {
-            match group.latest_snapshot() {
+            match self.ctx.long(|| group.latest_snapshot()) {
                 Some((pos, state)) => {
                     self.build_chain(Some(state));
                     Some(pos)
@@ -773,13 +813,23 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     }
 
     fn poll_primary(&mut self, epoch: u64, now: Nanos, budget: usize) -> Poll {
-        if self.group.live.beat(epoch, now).is_err() {
-            // Fenced: a standby took over while this one was stalled.
-            self.ctx.fenced.set(true);
-            return self.over();
+        // The heartbeat is written every 1/16 of the timeout, not every
+        // poll: the standby (and the consumers) read that cache line at
+        // every poll of theirs, and a line written at every poll would
+        // bounce between the cores.
+        if now >= self.next_beat {
+            self.next_beat = now + (self.group.timeout_ns / 16).max(10_000);
+            if self.group.live.beat(epoch, now).is_err() {
+                // Fenced: a standby took over while this one was stalled.
+                self.ctx.fenced.set(true);
+                return self.over();
+            }
         }
         if !self.group.stateless.load(Ordering::Acquire) {
-            self.snapshot(now);
+            self.snapshot(now, epoch);
+            if self.ctx.fenced.get() {
+                return self.over();
+            }
         }
         let moved = self.process(budget, false);
         if !self.caught_up
@@ -826,12 +876,18 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     /// Warm state for the standby: taken every interval, published once
     /// every consumer has all outputs of the inputs it covers (so a
     /// takeover never needs state older than a consumer's cut).
-    fn snapshot(&mut self, now: Nanos) {
-        if now >= self.next_snapshot && self.pending.is_none() {
+    fn snapshot(&mut self, now: Nanos, epoch: u64) {
+        let wanted = self.group.snapshot_wanted.load(Ordering::Acquire);
+        if (now >= self.next_snapshot || wanted) && self.pending.is_none() {
+            self.group.snapshot_wanted.store(false, Ordering::Release);
             self.next_snapshot = now + self.group.snapshot_every.as_nanos() as u64;
+            // Synchronous (milliseconds for a large keyed state): not a
+            // stall.
             let mut chain = self.chain.take().expect("a primary has its chain");
-            let s = self.chain_snapshot(&mut chain);
+            let ctx = Rc::clone(&self.ctx);
+            let s = ctx.long(|| self.chain_snapshot(&mut chain));
             self.chain = Some(chain);
+            let _ = self.group.live.beat(epoch, self.ctx.clock.now());
             if let Some(s) = s {
                 self.pending = Some((self.pos.clone(), s));
             }
@@ -843,7 +899,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 .all(|(l, &p)| self.group.acked_min(l) >= p);
             if ready {
                 let (pos, bytes) = self.pending.take().expect("checked");
-                if let Err(e) = self.group.publish(&pos, bytes.payload()) {
+                let published = self.ctx.long(|| self.group.publish(&pos, bytes.payload()));
+                if let Err(e) = published {
                     self.fail(format!("publishing the standby snapshot: {e}"));
                 }
             }
