@@ -385,7 +385,11 @@ impl Supervisor {
             // disk-backed mapping's dirty pages back, and a write to a page
             // under writeback waits for the disk (milliseconds).
             None => (
-                memory_dir().join(format!(
+                {
+                    sweep_stale_standby_dirs(&memory_dir());
+                    memory_dir()
+                }
+                .join(format!(
                     "tandem-standby-{}-{}-{number}",
                     std::process::id(),
                     self.origin.elapsed().as_nanos()
@@ -1431,6 +1435,28 @@ fn memory_dir() -> PathBuf {
     }
 }
 
+/// Removes `tandem-standby-<pid>-…` directories in `dir` whose process is
+/// gone (killed before it could clean up: on tmpfs they hold memory).
+fn sweep_stale_standby_dirs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("tandem-standby-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// Standby operators must fit the engine's protocol (checked before
 /// anything runs).
 fn validate_standby(graph: &Graph, config: &RuntimeConfig) -> Result<(), JobError> {
@@ -1492,5 +1518,27 @@ fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
         sinks: HashMap::new(),
         pacing_start: Arc::new(OnceLock::new()),
         standby: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standby_directories_of_dead_processes_are_swept_and_live_ones_kept() {
+        let root = std::env::temp_dir().join(format!("tandem-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        // PIDs above the kernel's maximum (4194304) never exist.
+        let dead = root.join("tandem-standby-4194399-1-0");
+        let live = root.join(format!("tandem-standby-{}-1-0", std::process::id()));
+        let other = root.join("unrelated");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        sweep_stale_standby_dirs(&root);
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
+        std::fs::remove_dir_all(root).unwrap();
     }
 }
