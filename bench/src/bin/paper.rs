@@ -502,6 +502,21 @@ fn opt_us(v: Option<u64>) -> String {
     v.map_or("-".into(), |us| fmt_ns(us * 1000))
 }
 
+/// One line per recovery (restart or takeover).
+fn print_recovery(label: &str, r: &Recovery, suffix: &str) {
+    println!(
+        "  {label:<17} {}[{}] at record {}: detect {}  restore {}  first output {}  caught up {}  replayed {}{suffix}",
+        r.operator,
+        r.instance,
+        r.tuple_id.map_or("?".into(), |t| t.to_string()),
+        opt_us(Some(r.detect_us)),
+        opt_us(r.restore_us),
+        opt_us(r.first_output_us),
+        opt_us(r.caught_up_us),
+        r.replayed_tuples,
+    );
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tandem_fault_inject::quiet_injected_panics();
@@ -641,18 +656,13 @@ fn main() -> anyhow::Result<()> {
             rep.restarts, rep.duplicates_emitted
         );
         for (i, r) in rep.recovery.iter().enumerate() {
-            println!(
-                "  recovery {}        {}[{}] at record {}: detect {}  restore {}  first output {}  caught up {}  replayed {} (from checkpoint {})",
-                i + 1,
-                r.operator,
-                r.instance,
-                r.tuple_id.map_or("?".into(), |t| t.to_string()),
-                opt_us(Some(r.detect_us)),
-                opt_us(r.restore_us),
-                opt_us(r.first_output_us),
-                opt_us(r.caught_up_us),
-                r.replayed_tuples,
-                r.restored_checkpoint.map_or("none".into(), |c| c.to_string()),
+            let from = r
+                .restored_checkpoint
+                .map_or("none".into(), |c| c.to_string());
+            print_recovery(
+                &format!("recovery {}", i + 1),
+                r,
+                &format!(" (from checkpoint {from})"),
             );
         }
     }
@@ -685,18 +695,7 @@ fn main() -> anyhow::Result<()> {
             println!("  caught up         {}", f(s.caught_up_us));
         }
         for (i, r) in rep.recovery.iter().enumerate() {
-            println!(
-                "  takeover {:<8} {}[{}] at record {}: detect {}  restore {}  first output {}  caught up {}  replayed {}",
-                i + 1,
-                r.operator,
-                r.instance,
-                r.tuple_id.map_or("?".into(), |t| t.to_string()),
-                opt_us(Some(r.detect_us)),
-                opt_us(r.restore_us),
-                opt_us(r.first_output_us),
-                opt_us(r.caught_up_us),
-                r.replayed_tuples,
-            );
+            print_recovery(&format!("takeover {}", i + 1), r, "");
         }
     }
     if let Some(path) = &args.report {

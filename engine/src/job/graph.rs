@@ -228,16 +228,7 @@ impl<T: crate::Data> StreamKit for Kit<T> {
             .into_iter()
             .map(|(p, s)| (downcast_send::<Producer<Msg<T>>>(p, "sender"), s))
             .collect::<Vec<_>>();
-        let route = match partitioning {
-            Partitioning::Forward => Route::Forward,
-            Partitioning::Rebalance => Route::Rebalance(ctx.instance % lanes.len().max(1)),
-            Partitioning::Broadcast => Route::Broadcast,
-            Partitioning::Hash(h) => Route::Hash(
-                h.downcast_ref::<HashFn<T>>()
-                    .expect("engine bug: hash function of the wrong type")
-                    .clone(),
-            ),
-        };
+        let route = Route::of(partitioning, ctx.instance, lanes.len());
         let mut s = RingSender::new(lanes, route, Rc::clone(ctx), batch);
         if let Some(m) = muted {
             s = s.suppressed_by(m);

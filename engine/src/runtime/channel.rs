@@ -87,6 +87,44 @@ pub(crate) enum Route<T> {
     Hash(Arc<dyn Fn(&T) -> u64 + Send + Sync>),
 }
 
+impl<T: 'static> Route<T> {
+    /// The route of an edge with `partitioning` over `lanes` lanes, for
+    /// producer instance `instance` (rebalance starts at its own lane).
+    pub(crate) fn of(
+        partitioning: &crate::job::graph::Partitioning,
+        instance: usize,
+        lanes: usize,
+    ) -> Self {
+        use crate::job::graph::Partitioning;
+        match partitioning {
+            Partitioning::Forward => Route::Forward,
+            Partitioning::Rebalance => Route::Rebalance(instance % lanes.max(1)),
+            Partitioning::Broadcast => Route::Broadcast,
+            Partitioning::Hash(h) => Route::Hash(
+                h.downcast_ref::<crate::job::graph::HashFn<T>>()
+                    .expect("engine bug: hash function of the wrong type")
+                    .clone(),
+            ),
+        }
+    }
+
+    /// The lane of `value` among `lanes`; `None` for broadcast (every
+    /// lane).
+    #[inline]
+    pub(crate) fn pick(&mut self, value: &T, lanes: usize) -> Option<usize> {
+        match self {
+            Route::Forward => Some(0),
+            Route::Hash(h) => Some(lane_of(h(value), lanes)),
+            Route::Rebalance(next) => {
+                let lane = *next;
+                *next = (lane + 1) % lanes;
+                Some(lane)
+            }
+            Route::Broadcast => None,
+        }
+    }
+}
+
 /// Maps a 64-bit hash onto `n` lanes (multiply-shift: uniform, no division).
 #[inline]
 pub(crate) fn lane_of(hash: u64, n: usize) -> usize {
@@ -111,7 +149,7 @@ pub(crate) struct RingSender<T> {
     suppress: Option<Rc<std::cell::Cell<bool>>>,
 }
 
-impl<T: Clone> RingSender<T> {
+impl<T: Clone + 'static> RingSender<T> {
     /// Sends nothing while `flag` is set.
     pub(crate) fn suppressed_by(mut self, flag: Rc<std::cell::Cell<bool>>) -> Self {
         self.suppress = Some(flag);
@@ -173,25 +211,16 @@ impl<T: Clone> RingSender<T> {
     }
 }
 
-impl<T: Clone> Collector<T> for RingSender<T> {
+impl<T: Clone + 'static> Collector<T> for RingSender<T> {
     #[inline]
     fn collect(&mut self, rec: Record<T>) {
         if self.suppress.is_some() && self.muted() {
             return;
         }
-        match &mut self.route {
-            Route::Forward => self.send(0, Msg::Data(rec)),
-            Route::Hash(h) => {
-                let lane = lane_of(h(&rec.value), self.lanes.len());
-                self.send(lane, Msg::Data(rec));
-            }
-            Route::Rebalance(next) => {
-                let lane = *next;
-                *next = (lane + 1) % self.lanes.len();
-                self.send(lane, Msg::Data(rec));
-            }
-            Route::Broadcast => {
-                let n = self.lanes.len();
+        let n = self.lanes.len();
+        match self.route.pick(&rec.value, n) {
+            Some(lane) => self.send(lane, Msg::Data(rec)),
+            None => {
                 for lane in 0..n - 1 {
                     self.send(lane, Msg::Data(rec.clone()));
                 }

@@ -18,7 +18,7 @@ use crate::metrics::RecoveryRecord;
 use crate::operator::Collector;
 use crate::queue::spsc::Consumer;
 use crate::record::{Nanos, Record, TupleId};
-use crate::runtime::channel::{lane_of, Msg, Route};
+use crate::runtime::channel::{Msg, Route};
 use crate::runtime::task::{Gate, Poll, Port, TaskCtx};
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -113,17 +113,7 @@ impl<T: crate::Data + Codec> StandbyKit for SKit<T> {
         batch: usize,
         window: usize,
     ) -> AnyBox {
-        use crate::job::graph::{HashFn, Partitioning};
-        let route = match partitioning {
-            Partitioning::Forward => Route::Forward,
-            Partitioning::Rebalance => Route::Rebalance(ctx.instance % lanes.len().max(1)),
-            Partitioning::Broadcast => Route::Broadcast,
-            Partitioning::Hash(h) => Route::Hash(
-                h.downcast_ref::<HashFn<T>>()
-                    .expect("engine bug: hash function of the wrong type")
-                    .clone(),
-            ),
-        };
+        let route = Route::of(partitioning, ctx.instance, lanes.len());
         Box::new(Box::new(BqSender {
             lanes: lanes
                 .into_iter()
@@ -254,29 +244,15 @@ impl<T: Codec> BqSender<T> {
             q.evict();
         }
     }
-
-    fn send(&mut self, lane: usize, rec: &Record<T>) {
-        encode(&mut self.buf, rec);
-        self.send_bytes(lane, rec.id.0);
-    }
 }
 
-impl<T: Codec + Clone> Collector<T> for BqSender<T> {
+impl<T: Codec + Clone + 'static> Collector<T> for BqSender<T> {
     #[inline]
     fn collect(&mut self, rec: Record<T>) {
-        match &mut self.route {
-            Route::Forward => self.send(0, &rec),
-            Route::Hash(h) => {
-                let lane = lane_of(h(&rec.value), self.lanes.len());
-                self.send(lane, &rec);
-            }
-            Route::Rebalance(next) => {
-                let lane = *next;
-                *next = (lane + 1) % self.lanes.len();
-                self.send(lane, &rec);
-            }
-            Route::Broadcast => {
-                encode(&mut self.buf, &rec);
+        encode(&mut self.buf, &rec);
+        match self.route.pick(&rec.value, self.lanes.len()) {
+            Some(lane) => self.send_bytes(lane, rec.id.0),
+            None => {
                 for lane in 0..self.lanes.len() {
                     self.send_bytes(lane, rec.id.0);
                 }
@@ -498,7 +474,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             .live
             .last_beat()
             .max(if released == u64::MAX { now } else { released });
-        let stale = now.saturating_sub(beat) > g.timeout_ns;
+        let stale = !super::decide::epoch_live(self.backs, self.backs, beat, now, g.timeout_ns);
         let failed = g.live.failed();
         if failed || stale {
             return self.claim(now, failed, beat);
