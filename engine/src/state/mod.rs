@@ -2,39 +2,117 @@
 //!
 //! State is owned by exactly one operator instance on one core (records are
 //! hash-partitioned by key before they reach it), so it needs no
-//! synchronisation. The hasher is fixed (FxHash), so iteration order and
-//! partitioning are the same in every run — replay reproduces outputs.
+//! synchronisation.
+//!
+//! ## Order
+//!
+//! Keys are kept in **insertion order** (an index map with the fixed FxHash
+//! hasher): iterating the state — as a keyed operator's end-of-stream hook
+//! does — visits keys in the order their first records were processed, a
+//! function of the input order alone. A hash map's order would also depend
+//! on its capacity and growth history, so a state restored from a snapshot
+//! could iterate differently from the live one it was taken from; a standby
+//! that replays the primary's input after restoring must emit the same
+//! outputs in the same order (the consumers drop what they already have by
+//! counting), so the order has to survive a snapshot. It does: the archive
+//! lists entries in insertion order and restoring inserts them in that
+//! order. Keys are never removed, so the order is never disturbed.
 //!
 //! ## Snapshots
 //!
 //! [`KeyedState::to_snapshot_bytes`] archives the state with rkyv as a
-//! vector of `(key, state)` entries in the map's iteration order — one linear
-//! pass, no sorting, no hash index to build, so a data-path core spends as
-//! little time as possible serializing. The archive is
-//! [`ArchivedKeyedState`]; looking a key up in it is a linear scan, so
-//! restoring rebuilds the map with [`KeyedState::from_archived`]. The same
-//! state always produces the same bytes (the hasher is fixed).
+//! vector of `(key, state)` entries in insertion order — one linear pass, no
+//! sorting, no hash index to build, so a data-path core spends as little
+//! time as possible serializing. The archive is [`ArchivedKeyedState`];
+//! looking a key up in it is a linear scan, so restoring rebuilds the map
+//! with [`KeyedState::from_archived`]. The same state always produces the
+//! same bytes. (The archived layout is the one earlier builds wrote for a
+//! hash map's entries, so their snapshots still restore.)
 
+use indexmap::IndexMap;
 use rkyv::{
-    api::high::HighDeserializer, rancor, with::AsVec, Archive, Archived, Deserialize, Serialize,
+    api::high::HighDeserializer,
+    collections::util::{Entry, EntryAdapter},
+    rancor::{self, Fallible},
+    ser::{Allocator, Writer},
+    vec::{ArchivedVec, VecResolver},
+    with::{ArchiveWith, DeserializeWith, SerializeWith},
+    Archive, Archived, Deserialize, Place, Serialize,
 };
-use rustc_hash::FxHashMap;
+use rustc_hash::FxBuildHasher;
 use std::hash::Hash;
 
 use crate::checkpoint::{self, CheckpointError, SnapshotBytes};
 
-/// One value of type `S` per key.
+/// One value of type `S` per key, in insertion order (see the module docs).
 #[derive(Archive, Serialize, Deserialize)]
 pub struct KeyedState<K, S> {
-    #[rkyv(with = AsVec)]
-    map: FxHashMap<K, S>,
+    #[rkyv(with = InsertionOrder)]
+    map: IndexMap<K, S, FxBuildHasher>,
 }
 
 impl<K, S> Default for KeyedState<K, S> {
     fn default() -> Self {
         KeyedState {
-            map: FxHashMap::default(),
+            map: IndexMap::default(),
         }
+    }
+}
+
+/// rkyv wrapper: an index map archived as the vector of its entries in
+/// insertion order, and rebuilt by inserting them in that order.
+pub struct InsertionOrder;
+
+impl<K: Archive, V: Archive, H> ArchiveWith<IndexMap<K, V, H>> for InsertionOrder {
+    type Archived = ArchivedVec<Entry<K::Archived, V::Archived>>;
+    type Resolver = VecResolver;
+
+    fn resolve_with(field: &IndexMap<K, V, H>, resolver: VecResolver, out: Place<Self::Archived>) {
+        ArchivedVec::resolve_from_len(field.len(), resolver, out);
+    }
+}
+
+impl<K, V, H, S> SerializeWith<IndexMap<K, V, H>, S> for InsertionOrder
+where
+    K: Serialize<S>,
+    V: Serialize<S>,
+    S: Fallible + Allocator + Writer + ?Sized,
+{
+    fn serialize_with(
+        field: &IndexMap<K, V, H>,
+        serializer: &mut S,
+    ) -> Result<VecResolver, S::Error> {
+        ArchivedVec::serialize_from_iter(
+            field
+                .iter()
+                .map(|(key, value)| EntryAdapter::<_, _, K, V>::new(key, value)),
+            serializer,
+        )
+    }
+}
+
+impl<K, V, H, D> DeserializeWith<ArchivedVec<Entry<K::Archived, V::Archived>>, IndexMap<K, V, H>, D>
+    for InsertionOrder
+where
+    K: Archive + Hash + Eq,
+    V: Archive,
+    K::Archived: Deserialize<K, D>,
+    V::Archived: Deserialize<V, D>,
+    H: std::hash::BuildHasher + Default,
+    D: Fallible + ?Sized,
+{
+    fn deserialize_with(
+        field: &ArchivedVec<Entry<K::Archived, V::Archived>>,
+        deserializer: &mut D,
+    ) -> Result<IndexMap<K, V, H>, D::Error> {
+        let mut map = IndexMap::with_capacity_and_hasher(field.len(), H::default());
+        for e in field.iter() {
+            map.insert(
+                e.key.deserialize(deserializer)?,
+                e.value.deserialize(deserializer)?,
+            );
+        }
+        Ok(map)
     }
 }
 
@@ -66,7 +144,7 @@ impl<K, S> KeyedState<K, S> {
         self.map.is_empty()
     }
 
-    /// Every key and its state, in the map's (deterministic) order.
+    /// Every key and its state, in insertion order.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
         self.map.iter_mut()
     }
@@ -74,7 +152,7 @@ impl<K, S> KeyedState<K, S> {
 
 impl<K: Archive, S: Archive> KeyedState<K, S> {
     /// Archives every key and its state into a snapshot payload (entries in
-    /// map order; see the module docs).
+    /// insertion order; see the module docs).
     pub fn to_snapshot_bytes(&self) -> Result<SnapshotBytes, CheckpointError>
     where
         Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
@@ -176,5 +254,28 @@ mod tests {
         let back = KeyedState::<String, (u64, u64)>::from_archived(archived).unwrap();
         assert_eq!(back.len(), 100);
         assert_eq!(back.get(&"k7".to_string()), Some(&(7, 49)));
+    }
+
+    #[test]
+    fn iteration_order_is_insertion_order_and_survives_a_snapshot() {
+        // Keys whose hashes collide and spread over growth steps: a hash
+        // map rebuilt from its archive can iterate in another order.
+        let mut s: KeyedState<u64, u64> = KeyedState::default();
+        let keys: Vec<u64> = (0..5000u64).map(|i| (i * 7_919) ^ (i << 17)).collect();
+        for (i, k) in keys.iter().enumerate() {
+            *s.get_or_default(k) = i as u64;
+        }
+        let order: Vec<u64> = s.iter_mut().map(|(k, _)| *k).collect();
+        assert_eq!(order, keys);
+        let restored = <KeyedState<u64, u64> as StateSnapshot>::restore(
+            StateSnapshot::snapshot(&s).unwrap().payload(),
+        )
+        .unwrap();
+        let mut restored = restored;
+        *restored.get_or_default(&u64::MAX) = 1;
+        *s.get_or_default(&u64::MAX) = 1;
+        let a: Vec<(u64, u64)> = s.iter_mut().map(|(k, v)| (*k, *v)).collect();
+        let b: Vec<(u64, u64)> = restored.iter_mut().map(|(k, v)| (*k, *v)).collect();
+        assert_eq!(a, b, "a restored state iterates as the live one");
     }
 }
