@@ -122,6 +122,35 @@ pub enum JobError {
     /// Checkpoint storage failed (opening the directory, reading a
     /// checkpoint to restore from, or a checkpoint that does not match the
     /// job).
+    /// A consumer of an operator with a standby found that a new
+    /// primary's replay disagrees with what it had received: the operator
+    /// is not deterministic, or the standby machinery failed. The job ends
+    /// rather than emit a wrong result.
+    #[error("operator `{operator}` (instance {instance}), as seen by `{consumer}`: {reason}")]
+    StandbyDiverged {
+        operator: String,
+        instance: usize,
+        consumer: String,
+        reason: String,
+    },
+
+    /// The end-of-run check of a standby group failed: a consumer did not
+    /// receive everything its producer's input lane says was produced.
+    #[error(
+        "operator `{operator}` (instance {instance}), input lane {lane} (from upstream instance {upstream}): `{consumer}` accepted the outputs of {accepted} of {produced} inputs{}",
+        if *ended { "" } else { " and never received the end" }
+    )]
+    StandbyIncomplete {
+        operator: String,
+        instance: usize,
+        lane: usize,
+        upstream: usize,
+        consumer: String,
+        accepted: u64,
+        produced: u64,
+        ended: bool,
+    },
+
     #[error("checkpoint: {0}")]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// A checkpoint or savepoint does not fit the job.
@@ -148,7 +177,9 @@ impl JobError {
             | JobError::ChannelCut { operator, .. }
             | JobError::Stalled { operator, .. }
             | JobError::Restore { operator, .. }
-            | JobError::SourceSeek { operator, .. } => Some(operator),
+            | JobError::SourceSeek { operator, .. }
+            | JobError::StandbyDiverged { operator, .. }
+            | JobError::StandbyIncomplete { operator, .. } => Some(operator),
             JobError::GaveUp { cause, .. } => cause.operator(),
             _ => None,
         }

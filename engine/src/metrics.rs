@@ -259,6 +259,13 @@ pub struct RecoveryRecord {
     pub restored_checkpoint: Option<u64>,
     /// Newer checkpoints passed over because they did not verify.
     pub skipped_checkpoints: Vec<String>,
+    /// A takeover no known fault explains: the standby found the primary
+    /// stuck (see `evidence`) with no failure reported and no injected
+    /// stall to blame.
+    pub unprovoked: bool,
+    /// For a takeover after a stall: what the standby saw (silence,
+    /// threshold, where the worker was, what its thread did).
+    pub evidence: Option<String>,
 }
 
 /// Checkpoint figures of a run.

@@ -213,3 +213,48 @@ fn an_attach_racing_an_eviction_never_reads_a_reused_slot() {
         w.join().unwrap();
     });
 }
+
+/// `BufferQueue::enter` / `try_reclaim`: a successor that claimed the
+/// epoch releases a fenced reader's cursor (after which the writer may
+/// overwrite what it held) only while that reader is not copying entries
+/// out — so the reader never reads an entry being overwritten.
+#[test]
+fn a_reclaimed_cursor_is_never_read_through() {
+    model(|| {
+        let epoch = Arc::new(AtomicU64::new(1));
+        let reading = Arc::new(AtomicU64::new(0));
+        let cursor = Arc::new(AtomicU64::new(0));
+        let slot = Arc::new(UnsafeCell::new(7u64));
+        let reader = {
+            let (epoch, reading, slot) =
+                (Arc::clone(&epoch), Arc::clone(&reading), Arc::clone(&slot));
+            thread::spawn(move || {
+                // `enter`, then the epoch check, copy, `leave`.
+                reading.store(1, SeqCst);
+                fence(SeqCst);
+                if epoch.load(Acquire) == 1 {
+                    let v = slot.with(|p| unsafe { *p });
+                    assert_eq!(v, 7, "read an overwritten entry");
+                }
+                reading.store(0, Release);
+            })
+        };
+        // The successor claims, then reclaims; once released, the writer
+        // (here: the successor itself) overwrites the entry.
+        assert!(epoch.compare_exchange(1, 2, SeqCst, Acquire).is_ok());
+        let mut released = false;
+        for _ in 0..2 {
+            fence(SeqCst);
+            if reading.load(SeqCst) == 0 {
+                cursor.store(RELEASED, SeqCst);
+                released = true;
+                break;
+            }
+            thread::yield_now();
+        }
+        if released {
+            slot.with_mut(|p| unsafe { *p = 9 });
+        }
+        reader.join().unwrap();
+    });
+}

@@ -198,6 +198,10 @@ struct Recovery {
     replayed_tuples: u64,
     restored_checkpoint: Option<u64>,
     skipped_checkpoints: Vec<String>,
+    /// A takeover no injected fault or reported failure explains.
+    unprovoked: bool,
+    /// For a takeover after a stall: what the standby saw.
+    evidence: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -250,7 +254,8 @@ struct StandbyReport {
     heartbeat_ms: u64,
     groups: usize,
     takeovers: u64,
-    /// Takeovers without an injected fault (a heartbeat timed out).
+    /// Takeovers that no injected fault or reported failure explains (the
+    /// standby found the primary stuck; see each recovery's `evidence`).
     unprovoked: u64,
     standby_failures: u64,
     queue_bytes_peak: u64,
@@ -448,6 +453,8 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
                 replayed_tuples: r.replayed_tuples,
                 restored_checkpoint: r.restored_checkpoint,
                 skipped_checkpoints: r.skipped_checkpoints.clone(),
+                unprovoked: r.unprovoked,
+                evidence: r.evidence.clone(),
             })
             .collect(),
         restarts: report.restarts,
@@ -464,14 +471,13 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
         p99_ratio: None,
         standby: report.standby.as_ref().map(|s| {
             // Over the injected faults (they name their record); takeovers
-            // after a heartbeat timeout with no injected fault (a worker
-            // the machine starved) are counted apart.
+            // no fault explains are counted apart.
             let col = |f: &dyn Fn(&tandem::RecoveryRecord) -> Option<u64>| {
                 p50_p99_max(
                     report
                         .recovery
                         .iter()
-                        .filter(|r| r.tuple_id.is_some())
+                        .filter(|r| r.tuple_id.is_some() && !r.unprovoked)
                         .filter_map(f)
                         .collect(),
                 )
@@ -482,11 +488,7 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
                 heartbeat_ms: args.standby_heartbeat_ms,
                 groups: s.groups,
                 takeovers: s.takeovers,
-                unprovoked: report
-                    .recovery
-                    .iter()
-                    .filter(|r| r.tuple_id.is_none())
-                    .count() as u64,
+                unprovoked: report.recovery.iter().filter(|r| r.unprovoked).count() as u64,
                 standby_failures: s.standby_failures,
                 queue_bytes_peak: s.queue_bytes_peak,
                 snapshots_published: s.snapshots_published,
@@ -668,7 +670,7 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(s) = &rep.standby {
         println!(
-            "  standby           {} on {} ({} groups, {} mode, heartbeat {} ms): {} takeovers ({} without an injected fault), {} standby failures, queue peak {:.1} MiB, {} snapshots",
+            "  standby           {} on {} ({} groups, {} mode, heartbeat {} ms): {} takeovers ({} unprovoked), {} standby failures, queue peak {:.1} MiB, {} snapshots",
             s.operators.join(","),
             rep.parallelism,
             s.groups,
@@ -695,7 +697,12 @@ fn main() -> anyhow::Result<()> {
             println!("  caught up         {}", f(s.caught_up_us));
         }
         for (i, r) in rep.recovery.iter().enumerate() {
-            print_recovery(&format!("takeover {}", i + 1), r, "");
+            let why = match (&r.evidence, r.unprovoked) {
+                (Some(e), true) => format!(" — unprovoked: {e}"),
+                (Some(e), false) => format!(" — {e}"),
+                (None, _) => String::new(),
+            };
+            print_recovery(&format!("takeover {}", i + 1), r, &why);
         }
     }
     if let Some(path) = &args.report {

@@ -118,7 +118,7 @@ pub(crate) struct Node {
     pub(crate) out: Option<Arc<dyn StreamKit>>,
     /// Built after `Stream::standby`: may run with a standby; its input
     /// type's buffer-queue side.
-    pub(crate) standby: Option<Arc<dyn crate::standby::port::StandbyKit>>,
+    pub(crate) standby: Option<Arc<dyn crate::standby::kit::StandbyKit>>,
 }
 
 /// How records of an edge are spread over the consumer's instances.
@@ -243,7 +243,7 @@ impl<T: crate::Data> StreamKit for Kit<T> {
         gate: Option<Rc<Gate>>,
         ctx: &Rc<TaskCtx>,
     ) -> Box<dyn Port> {
-        Box::new(crate::standby::port::FencedInput::<T>::new(
+        Box::new(crate::standby::fenced::FencedInput::<T>::new(
             groups, target, gate, ctx,
         ))
     }

@@ -34,7 +34,7 @@ use crate::operator::{
 use crate::record::Record;
 use crate::runtime::source::{Pacer, SourcePort};
 use crate::standby::codec::Codec;
-use crate::standby::port::{SKit, StandbyKit};
+use crate::standby::kit::{SKit, StandbyKit};
 use crate::state::{KeyedState, StateSnapshot};
 use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
 use source::Source;

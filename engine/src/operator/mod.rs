@@ -68,7 +68,9 @@ pub(crate) fn run_probe(
         }
         ProbeAction::Stall(d) => {
             ctx.fault_tuple.set(Some(id));
-            ctx.shared.note_stall(op, ctx.instance, id);
+            let now = ctx.clock.now();
+            ctx.shared
+                .note_stall(op, ctx.instance, id, ctx.worker(), now, d);
             std::thread::sleep(d);
             true
         }
@@ -122,10 +124,13 @@ pub(crate) trait Collector<T> {
     /// acknowledges, and forwards the barrier.
     fn barrier(&mut self, id: u64);
     /// Standby protocol (an operator with a standby): the outputs that
-    /// follow, up to the next mark, come from inputs `first..=last` of the
-    /// operator's input lane `lane`. Operators forward it; ring senders put
-    /// it on every lane.
-    fn mark(&mut self, _lane: u32, _first: u64, _last: u64) {}
+    /// follow, up to [`close_chunk`](Self::close_chunk) (or the end), are
+    /// those of chunk `id` of the operator's input. Operators forward it;
+    /// ring senders count what they send for it.
+    fn open_chunk(&mut self, _id: crate::runtime::channel::ChunkId) {}
+    /// Standby protocol: the open chunk's outputs are all emitted; ring
+    /// senders put its trailing mark on every lane.
+    fn close_chunk(&mut self) {}
     /// The state of the operator at the head of a standby chain, for the
     /// standby (warm mode); `None` for a stateless operator.
     fn snapshot(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {

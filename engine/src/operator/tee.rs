@@ -27,8 +27,11 @@ impl<T: Clone> Collector<T> for Tee<T> {
     fn barrier(&mut self, id: u64) {
         self.outs.iter_mut().for_each(|o| o.barrier(id));
     }
-    fn mark(&mut self, lane: u32, first: u64, last: u64) {
-        self.outs.iter_mut().for_each(|o| o.mark(lane, first, last));
+    fn open_chunk(&mut self, id: crate::runtime::channel::ChunkId) {
+        self.outs.iter_mut().for_each(|o| o.open_chunk(id));
+    }
+    fn close_chunk(&mut self) {
+        self.outs.iter_mut().for_each(|o| o.close_chunk());
     }
 }
 

@@ -71,8 +71,12 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         self.down.end();
     }
 
-    fn mark(&mut self, lane: u32, first: u64, last: u64) {
-        self.down.mark(lane, first, last);
+    fn open_chunk(&mut self, id: crate::runtime::channel::ChunkId) {
+        self.down.open_chunk(id);
+    }
+
+    fn close_chunk(&mut self) {
+        self.down.close_chunk();
     }
 
     fn snapshot(

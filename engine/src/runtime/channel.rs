@@ -32,11 +32,32 @@ pub(crate) enum Msg<T> {
     /// Checkpoint barrier: every record of this producer before it belongs
     /// to checkpoint `id`, none after it.
     Barrier(u64),
-    /// Standby protocol: the records that follow, up to the next `Chunk`,
-    /// come from inputs `first..=last` of the producer's input lane `lane`
-    /// (see `standby::group`). Only on edges leaving an operator that has a
-    /// standby.
-    Chunk { lane: u32, first: u64, last: u64 },
+    /// Standby protocol (only on edges leaving an operator with a standby;
+    /// see `standby::group`): this primary's stream starts at chunk `seq`.
+    Resume(u64),
+    /// Standby protocol: the data since the previous mark are the outputs
+    /// of chunk `mark.seq` for this consumer.
+    Chunk(Mark),
+}
+
+/// A chunk of a standby operator's input — inputs `first .. first + n` of
+/// its input lane `lane`, entry `seq` of its determinant log — as the
+/// operator announces it to its chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkId {
+    pub(crate) seq: u64,
+    pub(crate) first: u64,
+    pub(crate) n: u32,
+    pub(crate) lane: u16,
+}
+
+/// A chunk's trailing mark on one ring: its identity and the number of
+/// outputs this ring carried for it (packed into 32 bytes, no larger than
+/// a small record, so marks do not widen the ring's slots).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mark {
+    pub(crate) id: ChunkId,
+    pub(crate) count: u32,
 }
 
 /// Lets a producer wake a worker that parked because it had nothing to do.
@@ -147,6 +168,12 @@ pub(crate) struct RingSender<T> {
     /// A hot standby computes with its output suppressed: while set,
     /// nothing is sent.
     suppress: Option<Rc<std::cell::Cell<bool>>>,
+    /// Standby protocol: the chunk whose outputs are being sent.
+    open: Option<ChunkId>,
+    /// Per lane: outputs of the open chunk sent.
+    counts: Vec<u32>,
+    /// The stream's resume mark was sent.
+    resumed: bool,
 }
 
 impl<T: Clone + 'static> RingSender<T> {
@@ -167,7 +194,11 @@ impl<T: Clone + 'static> RingSender<T> {
         ctx: Rc<TaskCtx>,
         batch: usize,
     ) -> Self {
+        let n = lanes.len();
         RingSender {
+            open: None,
+            counts: vec![0; n],
+            resumed: false,
             lanes: lanes
                 .into_iter()
                 .map(|(tx, signal)| Lane {
@@ -182,6 +213,14 @@ impl<T: Clone + 'static> RingSender<T> {
             ended: false,
             suppress: None,
         }
+    }
+
+    #[inline]
+    fn send_data(&mut self, lane: usize, rec: Record<T>) {
+        if self.open.is_some() {
+            self.counts[lane] = self.counts[lane].wrapping_add(1);
+        }
+        self.send(lane, Msg::Data(rec));
     }
 
     #[inline]
@@ -219,12 +258,12 @@ impl<T: Clone + 'static> Collector<T> for RingSender<T> {
         }
         let n = self.lanes.len();
         match self.route.pick(&rec.value, n) {
-            Some(lane) => self.send(lane, Msg::Data(rec)),
+            Some(lane) => self.send_data(lane, rec),
             None => {
                 for lane in 0..n - 1 {
-                    self.send(lane, Msg::Data(rec.clone()));
+                    self.send_data(lane, rec.clone());
                 }
-                self.send(n - 1, Msg::Data(rec));
+                self.send_data(n - 1, rec);
             }
         }
     }
@@ -249,9 +288,13 @@ impl<T: Clone + 'static> Collector<T> for RingSender<T> {
     }
 
     fn end(&mut self) {
-        if self.muted() || std::mem::replace(&mut self.ended, true) {
+        if self.muted() || self.ended {
             return;
         }
+        // The last chunk's outputs (end-of-stream emissions) are closed
+        // before the end.
+        self.close_chunk();
+        self.ended = true;
         for lane in 0..self.lanes.len() {
             self.send(lane, Msg::End);
         }
@@ -270,12 +313,28 @@ impl<T: Clone + 'static> Collector<T> for RingSender<T> {
         self.flush();
     }
 
-    fn mark(&mut self, lane: u32, first: u64, last: u64) {
+    fn open_chunk(&mut self, id: ChunkId) {
         if self.ended || self.muted() {
             return;
         }
-        for l in 0..self.lanes.len() {
-            self.send(l, Msg::Chunk { lane, first, last });
+        if !std::mem::replace(&mut self.resumed, true) {
+            for l in 0..self.lanes.len() {
+                self.send(l, Msg::Resume(id.seq));
+            }
+        }
+        self.counts.fill(0);
+        self.open = Some(id);
+    }
+
+    fn close_chunk(&mut self) {
+        if self.ended || self.muted() {
+            return;
+        }
+        if let Some(id) = self.open.take() {
+            for l in 0..self.lanes.len() {
+                let count = self.counts[l];
+                self.send(l, Msg::Chunk(Mark { id, count }));
+            }
         }
     }
 }
@@ -414,8 +473,8 @@ impl<T> Port for RingInput<T> {
                     false
                 }
                 // Only on edges that leave an operator with a standby, which
-                // are read by `standby::port::FencedInput`.
-                Msg::Chunk { .. } => true,
+                // are read by `standby::fenced::FencedInput`.
+                Msg::Chunk(_) | Msg::Resume(_) => true,
             });
             moved += k;
             if k > 0 {

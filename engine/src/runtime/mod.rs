@@ -28,6 +28,7 @@
 pub(crate) mod channel;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
+mod panic;
 pub mod placement;
 pub mod probe;
 pub(crate) mod source;
@@ -250,6 +251,26 @@ pub(crate) struct StallNote {
     pub(crate) op: usize,
     pub(crate) instance: usize,
     pub(crate) tuple: TupleId,
+    /// The worker it stalls.
+    pub(crate) worker: usize,
+    /// Engine nanoseconds when it began, and when it ends.
+    pub(crate) at: Nanos,
+    pub(crate) until: Nanos,
+    /// A takeover was attributed to it.
+    pub(crate) taken: bool,
+}
+
+/// A worker's task-poll marks (written around every task poll; read by a
+/// standby judging a silent primary on this worker).
+#[derive(Debug, Default)]
+pub(crate) struct WorkerLive {
+    /// The key of the task being polled (0: none).
+    pub(crate) polling: AtomicU64,
+    /// Engine nanoseconds when that poll began (when none: when the last
+    /// one ended, or the worker last went round its loop).
+    pub(crate) since: AtomicU64,
+    /// The worker thread's kernel id (0: not started).
+    pub(crate) tid: std::sync::atomic::AtomicI32,
 }
 
 /// What every thread of one attempt of a job shares.
@@ -265,7 +286,7 @@ pub(crate) struct JobShared {
     /// Engine clock when the attempt failed (0: it has not).
     pub(crate) failed_at: AtomicU64,
     fault_tuple: Mutex<Option<TupleId>>,
-    stall: Mutex<Option<StallNote>>,
+    stalls: Mutex<Vec<StallNote>>,
     pub(crate) signals: Vec<Arc<WorkerSignal>>,
     /// Engine clock when the last worker finished.
     pub(crate) finished_at: AtomicU64,
@@ -284,6 +305,10 @@ pub(crate) struct JobShared {
     /// worker is stale only once the timeout has passed since both its
     /// last heartbeat and this.
     pub(crate) released_at: Vec<CachePadded<AtomicU64>>,
+    /// Per worker: its task-poll marks.
+    pub(crate) workers: Vec<CachePadded<WorkerLive>>,
+    /// Task keys handed out (a task's key is never 0).
+    pub(crate) next_key: AtomicU64,
     /// Per sink instance `(node, instance)`.
     pub(crate) sinks: HashMap<(usize, usize), Arc<SinkTally>>,
     /// The pacing schedule's start, shared by partitions and attempts.
@@ -359,12 +384,50 @@ impl JobShared {
         *self.fault_tuple.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn note_stall(&self, op: usize, instance: usize, tuple: TupleId) {
-        *self.stall.lock().unwrap_or_else(|p| p.into_inner()) = Some(StallNote {
+    /// A probe stalls `(op, instance)` on `worker` from `at` for `d` on
+    /// record `tuple`.
+    pub(crate) fn note_stall(
+        &self,
+        op: usize,
+        instance: usize,
+        tuple: TupleId,
+        worker: usize,
+        at: Nanos,
+        d: Duration,
+    ) {
+        let mut v = self.stalls.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|n| !n.taken && n.until.saturating_add(1_000_000_000) > at);
+        v.push(StallNote {
             op,
             instance,
             tuple,
+            worker,
+            at,
+            until: at.saturating_add(d.as_nanos() as u64),
+            taken: false,
         });
+    }
+
+    /// The injected stall that explains a silence of `(op, instance)` that
+    /// began at `silence` and was judged at `now`: one of its own that
+    /// overlaps it, not attributed yet. It is attributed from now on.
+    pub(crate) fn take_stall(
+        &self,
+        op: usize,
+        instance: usize,
+        silence: Nanos,
+        now: Nanos,
+    ) -> Option<StallNote> {
+        let mut v = self.stalls.lock().unwrap_or_else(|p| p.into_inner());
+        let n = v.iter_mut().find(|n| {
+            !n.taken
+                && n.op == op
+                && n.instance == instance
+                && n.at <= now
+                && n.until.saturating_add(1_000_000) >= silence
+        })?;
+        n.taken = true;
+        Some(*n)
     }
 
     /// Asks worker `w` to build standby incarnation `inc` of `(node,
@@ -380,8 +443,13 @@ impl JobShared {
         }
     }
 
+    /// The newest injected stall.
     pub(crate) fn stall_note(&self) -> Option<StallNote> {
-        *self.stall.lock().unwrap_or_else(|p| p.into_inner())
+        self.stalls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last()
+            .copied()
     }
 }
 
@@ -511,6 +579,7 @@ impl Job {
             }
             .into());
         }
+        panic::install_hook();
         let graph = self.graph;
         let (ns, es) = shapes(&graph, config.standby.is_some());
         let plan = placement::place(&ns, &es, requested, config.chaining);

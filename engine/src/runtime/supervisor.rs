@@ -291,7 +291,7 @@ impl Supervisor {
             error: Mutex::new(None),
             failed_at: AtomicU64::new(0),
             fault_tuple: Mutex::new(None),
-            stall: Mutex::new(None),
+            stalls: Mutex::new(Vec::new()),
             signals: signals.clone(),
             finished_at: AtomicU64::new(0),
             events: self.tx.clone(),
@@ -307,6 +307,10 @@ impl Supervisor {
             released_at: (0..workers)
                 .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
                 .collect(),
+            workers: (0..workers)
+                .map(|_| CachePadded::new(Default::default()))
+                .collect(),
+            next_key: AtomicU64::new(0),
             sinks,
             pacing_start: Arc::clone(&self.pacing_start),
             standby: standby.clone(),
@@ -437,7 +441,7 @@ impl Supervisor {
                     }
                     for (u, d) in lanes(&self.graph, ej) {
                         if u == i {
-                            consumers.push((ej, d, worker_of(e.to, d)));
+                            consumers.push((ej, e.to, d, worker_of(e.to, d)));
                         }
                     }
                 }
@@ -639,10 +643,7 @@ impl Supervisor {
     fn stalled(&mut self, w: usize, since: u64, now: u64) {
         let shared = &self.attempt.shared;
         let (operator, instance) = match shared.stall_note() {
-            Some(n)
-                if self.plan.worker_of_task[self.plan.task_of(n.op, n.instance).unwrap_or(0)]
-                    == w =>
-            {
+            Some(n) if n.worker == w => {
                 shared.note_fault_tuple(Some(n.tuple));
                 (self.names[n.op].to_string(), n.instance)
             }
@@ -949,6 +950,8 @@ impl Supervisor {
             replayed_tuples: 0,
             restored_checkpoint: None,
             skipped_checkpoints: Vec::new(),
+            unprovoked: false,
+            evidence: None,
         };
         std::thread::sleep(delay);
         // What to restore: the last complete checkpoint, verified; an older
@@ -1074,6 +1077,13 @@ impl Supervisor {
             self.recovery.push(o.record);
         }
         if let Some(sb) = &self.attempt.shared.standby {
+            // Nothing the standby groups owed may be missing from a job
+            // that ends successfully.
+            let mut groups: Vec<_> = sb.groups.values().collect();
+            groups.sort_by_key(|g| (g.node, g.instance));
+            for g in groups {
+                g.check_complete(&self.names)?;
+            }
             let mut takeovers = std::mem::take(&mut *sb.log.lock());
             takeovers.sort_by_key(|t| t.fault_at);
             let stats = self.standby_stats.get_or_insert_with(Default::default);
@@ -1506,7 +1516,7 @@ fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
         error: Mutex::new(None),
         failed_at: AtomicU64::new(0),
         fault_tuple: Mutex::new(None),
-        stall: Mutex::new(None),
+        stalls: Mutex::new(Vec::new()),
         signals: Vec::new(),
         finished_at: AtomicU64::new(0),
         events: tx.clone(),
@@ -1515,6 +1525,8 @@ fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
         restore: None,
         beats: Vec::new(),
         released_at: Vec::new(),
+        workers: Vec::new(),
+        next_key: AtomicU64::new(0),
         sinks: HashMap::new(),
         pacing_start: Arc::new(OnceLock::new()),
         standby: None,

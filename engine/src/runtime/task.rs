@@ -80,6 +80,10 @@ pub(crate) struct TaskCtx {
     pub(crate) incarnation: Cell<u64>,
     /// The epoch it is the primary of (0: none).
     pub(crate) epoch: Cell<u64>,
+    /// The standby group whose incarnation the task runs.
+    pub(crate) group: std::cell::OnceCell<Arc<crate::standby::group::Group>>,
+    /// The task's key in its worker's task-poll marks (never 0).
+    pub(crate) key: u64,
 }
 
 impl TaskCtx {
@@ -90,6 +94,8 @@ impl TaskCtx {
         shared: Arc<JobShared>,
     ) -> Self {
         TaskCtx {
+            key: shared.next_key.fetch_add(1, Ordering::Relaxed) + 1,
+            group: std::cell::OnceCell::new(),
             instance,
             worker,
             current: Cell::new(head_op),
@@ -336,6 +342,8 @@ pub(crate) struct Task {
     /// An incarnation of a standby group: its failure is the group's
     /// business (a takeover), not the attempt's.
     pub(crate) group: Option<(Arc<crate::standby::group::Group>, u64)>,
+    /// A primary's next heartbeat (engine nanoseconds).
+    next_beat: u64,
 }
 
 impl Task {
@@ -347,17 +355,28 @@ impl Task {
             ctx,
             budget,
             group: None,
+            next_beat: 0,
         }
     }
 
-    pub(crate) fn poll(&mut self) -> Poll {
+    /// Polls the task; `now` is when the worker began this poll.
+    pub(crate) fn poll(&mut self, now: Nanos) -> Poll {
         if let Some((g, _)) = &self.group {
-            // A primary whose epoch ended (a standby took over while it was
-            // stalled) ends here, even while its output is blocked on a
-            // ring nobody reads any more.
             let e = self.ctx.epoch.get();
-            if e != 0 && g.live.current() != e {
-                self.ctx.fenced.set(true);
+            if e != 0 {
+                if g.live.current() != e {
+                    // A primary whose epoch ended (a standby took over while
+                    // it was stalled) ends here, even while its output is
+                    // blocked on a ring nobody reads any more.
+                    self.ctx.fenced.set(true);
+                } else if now >= self.next_beat {
+                    // Every poll is a sign of life — also a poll that finds
+                    // the output blocked by a slow consumer. Written every
+                    // 1/16 of the timeout, not every poll: the standby reads
+                    // this cache line at every poll of its own.
+                    self.next_beat = now + (g.timeout_ns / 16).max(10_000);
+                    let _ = g.live.beat(e, now);
+                }
             }
         }
         if self.ctx.fenced.get() {

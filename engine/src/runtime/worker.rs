@@ -38,6 +38,10 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
     let signal = Arc::clone(&w.signals[index]);
     signal.register_current();
     let shared = Arc::clone(&w.shared);
+    if let Some(l) = shared.workers.get(index) {
+        l.tid
+            .store(crate::sys::thread::current_tid(), Ordering::Release);
+    }
     let beat = &shared.beats[index];
     let clock = super::task::Clock::new(shared.origin);
 
@@ -78,7 +82,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             .filter(|(_, g)| {
                 g.lock()
                     .standby
-                    .is_some_and(|(inc, wk)| inc == 1 && wk == index)
+                    .is_some_and(|s| s.inc == 1 && s.worker == index)
             })
             .map(|(&k, _)| k)
             .collect();
@@ -97,6 +101,8 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
     });
 
     let cfg = &w.config;
+    let marks = crossbeam_utils::CachePadded::new(super::WorkerLive::default());
+    let live = shared.workers.get(index).unwrap_or(&marks);
     let debug_dump = std::env::var_os("TANDEM_DEBUG").is_some();
     let mut idle_since: Option<u64> = None;
     let mut sleeping = false;
@@ -124,7 +130,17 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         let mut i = 0;
         while i < tasks.len() {
             let (tid, task) = &mut tasks[i];
-            let r = catch_unwind(AssertUnwindSafe(|| task.poll()));
+            // Task-poll marks: a standby judging a silent primary here sees
+            // which task this worker is in, and since when; the panic hook
+            // sees which task panicked.
+            let started = clock.now();
+            live.since.store(started, Ordering::Relaxed);
+            live.polling.store(task.ctx.key, Ordering::Release);
+            super::panic::enter(&task.ctx);
+            let r = catch_unwind(AssertUnwindSafe(|| task.poll(started)));
+            super::panic::leave();
+            live.since.store(clock.now(), Ordering::Relaxed);
+            live.polling.store(0, Ordering::Release);
             if let Some((g, inc)) = task.group.clone() {
                 let failure = task.ctx.take_failure();
                 if failure.is_some() || r.is_err() {
@@ -134,7 +150,8 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                         (None, Ok(_)) => unreachable!(),
                     };
                     let tuple = task.ctx.fault_tuple.get();
-                    g.incarnation_failed(&shared, inc, e, tuple, clock.now());
+                    let epoch = task.ctx.epoch.get();
+                    g.incarnation_failed(&shared, inc, epoch, e, tuple, clock.now());
                     let (_, dead) = tasks.remove(i);
                     let ctx = Rc::clone(&dead.ctx);
                     ctx.long(move || {
@@ -180,6 +197,9 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         }
         let now = clock.now();
         beat.store(now, Ordering::Relaxed);
+        // A worker going round its loop (even with no task left to poll)
+        // is not stuck between tasks.
+        live.since.store(now, Ordering::Relaxed);
         if progress {
             idle_since = None;
             if sleeping {
@@ -246,7 +266,7 @@ fn add_standby(
                     message: panic_message(p.as_ref()),
                 };
                 let now = super::task::Clock::new(w.shared.origin).now();
-                g.incarnation_failed(&w.shared, inc, e, None, now);
+                g.incarnation_failed(&w.shared, inc, 0, e, None, now);
             }
         }
     }
@@ -316,8 +336,9 @@ fn build_incarnation(
     );
     let ctx = Rc::new(TaskCtx::new(inst, node, index, Arc::clone(&w.shared)));
     ctx.incarnation.set(inc);
+    let _ = ctx.group.set(Arc::clone(&group));
     let (w2, c2) = (Arc::clone(w), Rc::clone(&ctx));
-    let chain: crate::standby::port::ChainBuild = Box::new(move |state| {
+    let chain: crate::standby::kit::ChainBuild = Box::new(move |state| {
         let mut tb = TaskBuild::default();
         let down = build_out(&w2, node, inst, &c2, &mut tb);
         let NodeKind::Unary(build) = &w2.graph.nodes[node].kind else {

@@ -7,7 +7,7 @@
 //! ```text
 //! 0      header block (4096 bytes)
 //!          0  magic "TNDMBQ\0\x01"          8  format version (u32) = 1
-//!         12  readers (u32, 1..=4)          16  slots (u64, power of two)
+//!         12  readers (u32, 1..=8)          16  slots (u64, power of two)
 //!         24  arena bytes (u64, power of two, multiple of 4096)
 //!         32  max_memory (u64, the bound the sizes were derived from)
 //!         64  tail     (atomic u64)  next position to publish
@@ -17,6 +17,8 @@
 //!        256  arena_tail (atomic u64) arena offset after the newest entry
 //!        320  cursor[r] (atomic u64, one cache line each): reader r is done
 //!                                    with every position below it
+//!        328  reading[r] (atomic u64, beside cursor[r]): non-zero while
+//!                                    reader r copies entries out
 //! 4096   index: `slots` entries of 32 bytes
 //!          0 position (u64)  8 tuple ID (u64)  16 arena offset (u64)
 //!         24 length (u32)   28 reserved
@@ -45,6 +47,17 @@
 //! A reader therefore never sees an entry change under it: it reads only
 //! positions at or above its own cursor, which the writer never evicts.
 //!
+//! **Reclaiming a reader that was fenced.** A primary that stalled and was
+//! taken over keeps its cursor, which would hold the queue back for as
+//! long as it stalls. Its successor releases that cursor instead, once it
+//! is sure the old reader is not copying entries out: a reader marks
+//! `reading[r]` before it checks that its epoch still holds and copies,
+//! and clears it after (SeqCst store, fence, epoch load); the successor
+//! claims the epoch and then (after a fence) releases cursor `r` only when
+//! `reading[r]` is clear ([`BufferQueue::try_reclaim`]). Either the old
+//! reader's check sees the new epoch and it copies nothing, or the
+//! successor sees the mark and tries again at its next poll.
+//!
 //! The file is created with mode 0600. Unsafe code is confined to this
 //! module: the map's raw pointers, each use with a `SAFETY` note.
 
@@ -60,7 +73,7 @@ pub const MAGIC: [u8; 8] = *b"TNDMBQ\0\x01";
 /// Format version this build reads and writes.
 pub const VERSION: u32 = 1;
 /// Readers a queue may have.
-pub const MAX_READERS: usize = 4;
+pub const MAX_READERS: usize = 8;
 
 const HEADER: usize = 4096;
 const SLOT: usize = 32;
@@ -536,6 +549,35 @@ impl BufferQueue {
             return false;
         }
         true
+    }
+
+    /// Reader `r` starts copying entries out (see the module docs); it must
+    /// check that it may still read (its epoch) after this.
+    pub fn enter(&self, r: usize) {
+        self.reading(r).store(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Reader `r` has copied what it needed.
+    pub fn leave(&self, r: usize) {
+        self.reading(r).store(0, Ordering::Release);
+    }
+
+    /// A successor releases the cursor of fenced reader `r` unless `r` is
+    /// copying entries out right now; returns whether it did. Call it only
+    /// after the epoch that fences `r` was claimed.
+    pub fn try_reclaim(&self, r: usize) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.reading(r).load(Ordering::SeqCst) != 0 {
+            return false;
+        }
+        self.release(r);
+        true
+    }
+
+    fn reading(&self, r: usize) -> &AtomicU64 {
+        assert!(r < self.cfg.readers as usize, "no reader {r}");
+        self.atomic(OFF_CURSORS + 64 * r + 8)
     }
 
     /// Reader `r`: done with every position below `position`.

@@ -9,7 +9,8 @@
 //!
 //! - The primary of epoch `e` calls [`Liveness::beat`] as it works; once the
 //!   epoch is over the call says [`Fenced`], and the primary must stop —
-//!   downstream drops its batches anyway ([`super::decide::accept_batch`]).
+//!   its consumers no longer read its rings, and its determinant-log
+//!   appends, recovery points and end are refused.
 //! - A primary that panics or loses its input calls
 //!   [`Liveness::report_failure`]: the `failed` bit is set and the standby
 //!   woken at once.
@@ -131,10 +132,13 @@ impl Liveness {
             }
             // The beat first: the new primary must not look stalled at once.
             self.beat.fetch_max(now, Ordering::Release);
+            // SeqCst: the claim is one side of the fencing handshakes with
+            // the old primary (its determinant-log appends, its copying
+            // mark in the queues), each with a SeqCst fence on both sides.
             match self.state.compare_exchange_weak(
                 s,
                 (epoch + 1) << 1,
-                Ordering::AcqRel,
+                Ordering::SeqCst,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {

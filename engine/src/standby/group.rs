@@ -1,30 +1,123 @@
 //! A standby group at run time: one instance of an operator with a standby
-//! — its buffer queues, the liveness cell its primary and standby share,
-//! the handoff with its consumers, and who plays which role.
+//! — its buffer queues and determinant log, the liveness cell its primary
+//! and standby share, its recovery points, its consumers' progress, and
+//! who plays which role.
+//!
+//! ## Roles
 //!
 //! Roles are played by *incarnations*: the first primary is incarnation 0,
 //! the first standby 1, and every standby started later (after a takeover,
 //! or after a standby failed) the next number. Each incarnation has its own
-//! rings to the consumers (a stalled old primary keeps its ring ends; its
-//! rings are simply never read again) and reads the buffer queues through
-//! its own reader slot (`incarnation mod 4`).
+//! rings to the consumers (a stalled old primary keeps its ring ends; they
+//! are simply never read again) and its own reader slot in the queues,
+//! which nobody else uses until the incarnation is gone.
 //!
-//! Takeover, in order:
-//! 1. The standby sees the primary's epoch fail (a reported panic or cut
-//!    channel) or its heartbeat go stale, and claims the next epoch (CAS);
-//!    under the group's lock it becomes the primary of that epoch.
-//! 2. Every consumer notices the new epoch at its next poll, stops reading
-//!    the old primary's ring, and posts its [`Cut`]: what it has received.
-//! 3. With every cut posted, the new primary plans the replay
-//!    ([`super::decide::plan_replay`]), builds (warm) or unmutes (hot) its
-//!    operator, processes the buffer queues from there and goes live.
-//!    Consumers drop what they had received already.
+//! ## The data path
+//!
+//! Upstream writes each input once into the group's buffer queue of its
+//! lane ([`super::sender`]). The primary takes the lanes in chunks, and
+//! logs each choice in the determinant log ([`super::detlog`]) *before* it
+//! processes the chunk. Around each chunk's outputs it tells its chain the
+//! chunk's identity; the ring senders at the chain's end follow the
+//! outputs with a mark carrying the chunk's number and how many outputs
+//! that ring got for it ([`crate::runtime::channel::Mark`]), and start
+//! each primary's stream with a resume mark. A consumer
+//! ([`super::fenced`]) follows the marks with a
+//! [`super::decide::Tracker`]: it knows which
+//! chunks it has completely, acknowledges them (per lane: the queue
+//! positions; and the chunk number), and remembers their output counts.
+//!
+//! ## Recovery points
+//!
+//! A *recovery point* is `(chunk number, per-lane queue positions, state)`
+//! — for a stateful operator the state's snapshot, for a stateless one
+//! nothing. The primary takes one between chunks at an interval (or when
+//! a queue is full of entries no point covers) and publishes it only once
+//! every consumer has acknowledged every chunk before it, so that no
+//! consumer will ever need an output from before a point. Queue entries
+//! below the newest point (and below every reader's cursor) may be
+//! evicted; consumers forget counts of chunks below it.
+//!
+//! ## Takeover
+//!
+//! 1. The standby finds the primary's epoch failed (a panic or cut input,
+//!    reported at once — for a panic from inside the panic hook, before
+//!    any printing) or judges it stuck ([`super::decide::Detector`]), and
+//!    claims the next epoch with a compare-and-swap: the old primary is
+//!    fenced from that moment (its log appends, points and end-of-stream
+//!    are refused; its rings are never read again; its queue cursor is
+//!    reclaimed as soon as it is not copying entries out).
+//! 2. It starts from the newest recovery point — or, a hot standby, from
+//!    its own state when that is not older — and walks the determinant log
+//!    from there: every logged chunk again, in the logged order, with the
+//!    same numbers, inputs and outputs; past the log's end it chooses (and
+//!    logs) chunks itself. Nothing waits for the consumers.
+//! 3. Each consumer notices the new epoch at its next poll, stops reading
+//!    the old primary's ring, keeps its cut (what it had of the chunk that
+//!    was arriving), and reads the new primary's stream: it drops the
+//!    chunks it has, the outputs of a partly received chunk it has, and
+//!    checks that each repeated chunk has the output count it had the
+//!    first time. A replay that starts after a chunk it has not completed,
+//!    or repeats one differently, fails the job
+//!    ([`super::decide::Diverged`]): never a silent loss.
 //! 4. A new standby is started on another worker.
+//!
+//! ## End of stream
+//!
+//! The end of each input lane is a queue entry, so it is logged and
+//! replayed like the rest: the operator's end-of-stream outputs belong to
+//! the chunk of the last lane's end entry and are repeated, counted and
+//! deduplicated like any other. A primary is *done* only when its end
+//! marker is in every ring (nothing left in an overflow); until then it
+//! can be taken over, and after it the standby stops watching — a done
+//! primary is never taken over for its silence.
+//!
+//! ## Every wait ends
+//!
+//! - *Upstream waits for queue space* (the queue holds `window` entries the
+//!   primary has not read, or is full): the primary reads, and a queue
+//!   full of entries no point covers makes it take a point at once; the
+//!   point is published once the consumers acknowledge the chunks before
+//!   it, and a chunk is acknowledged as soon as its closing mark reaches
+//!   the consumer — sent right after the chunk's outputs and published at
+//!   the end of the primary's poll, never waiting for more input. If the
+//!   primary is gone, its successor reads from the point on.
+//! - *A pending point waits for acknowledgements*: consumers read their
+//!   rings whenever they are polled (a sink always drains), so the
+//!   acknowledgements come; a consumer that ended no longer counts.
+//! - *The log is full*: cannot happen before the queues are (see
+//!   [`super::detlog`]); were it to, the primary takes a point and waits
+//!   like upstream does.
+//! - *A hot standby falls behind*: it holds the queues back only up to half
+//!   a queue, then lets go and waits (warm) for a newer point.
+//! - *A consumer waits for the new primary's ring*: the ring exists once
+//!   the new primary's chain is built, in the same poll as the claim.
+//! - *A successor waits to reclaim a fenced reader's cursor*: the fenced
+//!   reader marks only the copying of one chunk, which never blocks; the
+//!   mark clears when its thread next runs.
+//! - *A new standby waits for a free reader slot* (all taken by old
+//!   primaries stalled past their takeover): a slot frees when one of them
+//!   ends, and the standby is started then.
+//! - *A done-to-be primary waits for ring space for its last outputs*: its
+//!   consumers read on.
+//!
+//! Each of these is exercised by a test at the smallest queue and ring
+//! sizes at full rate (`engine/tests/standby.rs`); the log's fencing is
+//! model-checked (`engine/tests/loom_detlog.rs`).
+//!
+//! ## The end-of-run check
+//!
+//! When the job completes, [`Group::check_complete`] verifies, per
+//! consumer and lane, that the consumer received the stream's end and
+//! acknowledged every input the queue says was produced (up to and
+//! including the end entry). A job whose standby machinery lost anything
+//! fails with [`JobError::StandbyIncomplete`] instead of succeeding.
 
-use super::bq::{BqConfig, BufferQueue};
-use super::decide::Cut;
+use super::bq::{BqConfig, BufferQueue, MAX_READERS};
+use super::detlog::DetLog;
 use super::epoch::Liveness;
 use super::exchange::SnapshotExchange;
+use crate::error::JobError;
 use crate::job::graph::AnySend;
 use crate::metrics::RecoveryRecord;
 use crate::record::{Nanos, TupleId};
@@ -37,14 +130,14 @@ use std::time::Duration;
 /// How a standby keeps up with its primary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum StandbyMode {
-    /// The standby parks; the primary publishes snapshots of its state at
-    /// an interval; on takeover the standby restores the newest and replays
-    /// the buffer queue from the positions it covers.
+    /// The standby waits; the primary publishes recovery points (snapshots
+    /// of its state) at an interval; on takeover the standby restores the
+    /// newest and replays the log from there.
     #[default]
     Warm,
-    /// The standby computes every input into its own state with its output
-    /// suppressed (a little behind what the consumers acknowledged); on
-    /// takeover it only replays the few inputs in between.
+    /// The standby follows the determinant log into its own state with its
+    /// output suppressed (up to what every consumer acknowledged); on
+    /// takeover it only replays the few chunks in between.
     Hot,
 }
 
@@ -54,9 +147,15 @@ pub enum StandbyMode {
 pub struct StandbyConfig {
     /// Warm or hot.
     pub mode: StandbyMode,
-    /// A primary that shows no sign of life for this long has stalled.
+    /// A primary that shows no sign of life for this long, while its
+    /// thread is stuck (not merely descheduled), has stalled. The standby
+    /// may wait longer on a machine whose scheduling it has seen to be
+    /// noisier (at most 8 × this).
     pub heartbeat_timeout: Duration,
-    /// Warm mode: how often the primary publishes its state.
+    /// How often the primary of a stateful operator publishes a recovery
+    /// point (a snapshot of its state); a stateless one publishes its
+    /// position every millisecond or at this interval, whichever is
+    /// shorter.
     pub snapshot_interval: Duration,
     /// Bytes of each buffer queue (one per upstream instance and operator
     /// instance); a full queue backpressures its upstream. Queues live in
@@ -81,15 +180,20 @@ impl Default for StandbyConfig {
 /// operator, on one edge.
 pub(crate) struct ConsumerLane {
     pub(crate) edge: usize,
+    /// The consuming operator.
+    pub(crate) node: usize,
     pub(crate) instance: usize,
     pub(crate) worker: usize,
     /// Per input lane of the group: inputs below it have all their outputs
     /// at this consumer.
     pub(crate) acked: Vec<AtomicU64>,
+    /// Chunks below this have all their outputs at this consumer.
+    pub(crate) acked_seq: AtomicU64,
+    /// It received the end of the group's output.
     pub(crate) ended: AtomicBool,
 }
 
-/// What the new primary learns about the fault it replaces.
+/// What a new primary learns about the failure it replaces.
 #[derive(Clone, Debug)]
 pub(crate) struct Fault {
     pub(crate) at: Nanos,
@@ -97,26 +201,60 @@ pub(crate) struct Fault {
     pub(crate) tuple: Option<TupleId>,
 }
 
+/// What the group knows of its primaries' failures.
+#[derive(Default)]
+pub(crate) struct Faults {
+    /// The newest epoch whose failure was reported.
+    reported: u64,
+    /// The failure the next takeover answers.
+    pub(crate) fault: Option<Fault>,
+    /// The record the last failed primary failed on.
+    last_tuple: Option<TupleId>,
+}
+
+/// Where a replay may start (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Point {
+    /// The first chunk after the point.
+    pub(crate) seq: u64,
+    /// Per lane: the first queue position after the point.
+    pub(crate) pos: Vec<u64>,
+    /// The snapshot exchange's publication holding the state (0: none).
+    pub(crate) xseq: u64,
+}
+
+/// The standby incarnation of a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StandbyRole {
+    pub(crate) inc: u64,
+    pub(crate) worker: usize,
+    pub(crate) slot: usize,
+}
+
 pub(crate) struct Inner {
     pub(crate) primary: u64,
     pub(crate) primary_epoch: u64,
     pub(crate) primary_worker: usize,
-    pub(crate) standby: Option<(u64, usize)>,
+    pub(crate) primary_slot: usize,
+    /// The primary of `primary_epoch` has built its chain (its rings
+    /// exist): consumers may follow it, a hot standby may start.
+    pub(crate) ready: bool,
+    pub(crate) standby: Option<StandbyRole>,
+    /// A standby is owed but no reader slot was free.
+    want_standby: bool,
     pub(crate) next_incarnation: u64,
+    /// Reader slot owners (incarnations), until they are dropped.
+    owners: [Option<u64>; MAX_READERS],
     /// Consumer ends of incarnations' rings, by (consumer, incarnation).
     pub(crate) rings: HashMap<(usize, u64), AnySend>,
-    /// Cuts posted by consumers, by consumer: (epoch, cut).
-    pub(crate) cuts: HashMap<usize, (u64, Cut)>,
-    /// The failure the next takeover answers.
-    pub(crate) fault: Option<Fault>,
-    /// Snapshot exchange (warm mode), created at the first publication and
-    /// replaced by a larger one when the state outgrows its slots.
-    pub(crate) exchange: Option<Arc<SnapshotExchange>>,
+    point: Point,
+    /// Snapshot exchange (stateful operators), created at the first
+    /// publication and replaced by a larger one when the state outgrows
+    /// its slots.
+    exchange: Option<Arc<SnapshotExchange>>,
     exchanges_made: u32,
     /// Index into the job's standby log of the newest takeover.
     pub(crate) takeover: Option<usize>,
-    /// The record the last failed primary failed on.
-    pub(crate) last_fault_tuple: Option<TupleId>,
 }
 
 /// A standby group (see the module docs).
@@ -127,33 +265,49 @@ pub(crate) struct Group {
     pub(crate) live: Liveness,
     /// Per input lane (upstream instance, in lane order).
     pub(crate) queues: Vec<BufferQueue>,
+    pub(crate) log: DetLog,
     /// Upstream instance of each lane.
     pub(crate) upstream: Vec<usize>,
     pub(crate) consumers: Vec<ConsumerLane>,
-    /// Per lane: positions the newest published snapshot covers (warm).
-    pub(crate) snap_next: Vec<AtomicU64>,
+    /// The newest recovery point's chunk and positions (also in `inner`).
+    pub(crate) point_seq: AtomicU64,
+    /// The chunk the current primary's stream starts at (a consumer still
+    /// reading an older stream keeps the counts from here on).
+    pub(crate) start_seq: AtomicU64,
+    point_pos: Vec<AtomicU64>,
     /// Per lane: the position of its end-of-input entry (`u64::MAX`: not
     /// written yet).
     pub(crate) end_pos: Vec<AtomicU64>,
     /// The operator keeps no state (known once the first primary is built).
     pub(crate) stateless: AtomicBool,
-    /// A queue writer found its queue full of uncovered entries: the
-    /// primary snapshots at once.
-    pub(crate) snapshot_wanted: AtomicBool,
+    /// A queue writer found its queue full of entries no point covers: the
+    /// primary takes one at once.
+    pub(crate) point_wanted: AtomicBool,
     /// Workers the queue writers wake: the primary's and a hot standby's.
     pub(crate) reader_workers: [AtomicUsize; 2],
     /// The current primary's reader slot in the queues.
     pub(crate) primary_slot: AtomicUsize,
+    /// The current primary's task (its worker's task-poll marks name it).
+    pub(crate) primary_task: AtomicU64,
+    /// The current primary's progress: its epoch (low 24 bits) above the
+    /// count of inputs it processed (low 40 bits); on its own cache line,
+    /// written per input, read by the standby.
+    pub(crate) progress: crossbeam_utils::CachePadded<AtomicU64>,
+    /// The failure being reported, noted before the epoch is marked
+    /// failed, and the record the last failed primary failed on.
+    pub(crate) faults: Mutex<Faults>,
+    /// The standby's worker (`NONE`: no standby).
+    pub(crate) standby_worker: AtomicUsize,
     pub(crate) mode: StandbyMode,
     pub(crate) timeout_ns: u64,
-    pub(crate) snapshot_every: Duration,
+    pub(crate) point_every: Duration,
     pub(crate) workers: usize,
     dir: PathBuf,
     pub(crate) inner: Mutex<Inner>,
     pub(crate) queue_peak: AtomicU64,
     pub(crate) snapshots: AtomicU64,
-    /// The primary processed the end of every input.
-    pub(crate) finished: AtomicBool,
+    /// The primary's end marker is in every ring: nothing is owed.
+    pub(crate) done: AtomicBool,
 }
 
 /// No worker.
@@ -166,7 +320,7 @@ impl Group {
         instance: usize,
         name: Arc<str>,
         upstream: Vec<usize>,
-        consumers: Vec<(usize, usize, usize)>,
+        consumers: Vec<(usize, usize, usize, usize)>,
         primary_worker: usize,
         standby_worker: usize,
         workers: usize,
@@ -174,34 +328,48 @@ impl Group {
         dir: &Path,
         now: Nanos,
     ) -> Result<Self, super::bq::BqError> {
-        let qcfg = BqConfig::for_memory(cfg.queue_memory.max(64 << 10), 64, 4)?;
+        let qcfg = BqConfig::for_memory(cfg.queue_memory.max(64 << 10), 64, MAX_READERS as u32)?;
         let mut queues = Vec::with_capacity(upstream.len());
         for &u in &upstream {
             let q = BufferQueue::create(dir.join(format!("{name}-{instance}-from-{u}.bq")), qcfg)?;
-            for r in 0..4 {
+            for r in 0..MAX_READERS {
                 q.release(r);
             }
             queues.push(q);
         }
         let lanes = upstream.len();
+        // Every log entry consumes at least one queue position, and both
+        // are kept from the newest point on: the log never fills first.
+        let log = DetLog::create(
+            dir.join(format!("{name}-{instance}.log")),
+            lanes as u32,
+            queues.iter().map(|q| q.config().slots).sum::<u64>(),
+        )?;
+        let mut owners = [None; MAX_READERS];
+        owners[0] = Some(0);
+        owners[1] = Some(1);
         Ok(Group {
             node,
             instance,
             live: Liveness::new(now.max(1)),
             consumers: consumers
                 .into_iter()
-                .map(|(edge, instance, worker)| ConsumerLane {
+                .map(|(edge, node, instance, worker)| ConsumerLane {
                     edge,
+                    node,
                     instance,
                     worker,
                     acked: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
+                    acked_seq: AtomicU64::new(0),
                     ended: AtomicBool::new(false),
                 })
                 .collect(),
-            snap_next: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
+            point_seq: AtomicU64::new(0),
+            start_seq: AtomicU64::new(0),
+            point_pos: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
             end_pos: (0..lanes).map(|_| AtomicU64::new(u64::MAX)).collect(),
             stateless: AtomicBool::new(false),
-            snapshot_wanted: AtomicBool::new(false),
+            point_wanted: AtomicBool::new(false),
             reader_workers: [
                 AtomicUsize::new(primary_worker),
                 AtomicUsize::new(if cfg.mode == StandbyMode::Hot {
@@ -211,27 +379,43 @@ impl Group {
                 }),
             ],
             primary_slot: AtomicUsize::new(0),
+            primary_task: AtomicU64::new(0),
+            progress: Default::default(),
+            faults: Mutex::new(Faults::default()),
+            standby_worker: AtomicUsize::new(standby_worker),
             mode: cfg.mode,
-            timeout_ns: cfg.heartbeat_timeout.as_nanos() as u64,
-            snapshot_every: cfg.snapshot_interval,
+            timeout_ns: (cfg.heartbeat_timeout.as_nanos() as u64).max(1),
+            point_every: cfg.snapshot_interval,
             workers,
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner {
                 primary: 0,
                 primary_epoch: 1,
                 primary_worker,
-                standby: Some((1, standby_worker)),
+                primary_slot: 0,
+                // Once the first primary has built its chain.
+                ready: false,
+                standby: Some(StandbyRole {
+                    inc: 1,
+                    worker: standby_worker,
+                    slot: 1,
+                }),
+                want_standby: false,
                 next_incarnation: 2,
+                owners,
                 rings: HashMap::new(),
-                cuts: HashMap::new(),
-                fault: None,
+                point: Point {
+                    seq: 0,
+                    pos: vec![0; lanes],
+                    xseq: 0,
+                },
                 exchange: None,
                 exchanges_made: 0,
                 takeover: None,
-                last_fault_tuple: None,
             }),
-            finished: AtomicBool::new(false),
+            done: AtomicBool::new(false),
             queues,
+            log,
             upstream,
             name,
             queue_peak: AtomicU64::new(0),
@@ -247,101 +431,321 @@ impl Group {
         self.queues.len()
     }
 
-    /// Lane `l`: positions below this may be evicted as far as consumers
-    /// and the standby's snapshot are concerned.
+    /// Lane `l`: positions below this are covered by the newest recovery
+    /// point (and so may be evicted once every reader is past them).
     pub(crate) fn covered(&self, l: usize) -> u64 {
-        let mut c = self
-            .consumers
-            .iter()
-            .filter(|k| !k.ended.load(Ordering::Acquire))
-            .map(|k| k.acked[l].load(Ordering::Acquire))
-            .min()
-            .unwrap_or(u64::MAX);
-        // Stateful: a standby restores the newest snapshot (warm takeover,
-        // or a new hot standby), so what it covers stays.
-        if !self.stateless.load(Ordering::Acquire) {
-            c = c.min(self.snap_next[l].load(Ordering::Acquire));
-        }
-        c
+        self.point_pos[l].load(Ordering::Acquire)
     }
 
-    /// Lane `l`: the inputs every live consumer has all outputs of.
-    pub(crate) fn acked_min(&self, l: usize) -> u64 {
+    /// Below this no replay starts: the newest recovery point, or the
+    /// current primary's start if that is older.
+    pub(crate) fn floor_seq(&self) -> u64 {
+        // The start first: a takeover between the two loads raises the
+        // start to at least the point read after it.
+        let start = self.start_seq.load(Ordering::Acquire);
+        self.point_seq.load(Ordering::Acquire).min(start)
+    }
+
+    /// Chunks every live consumer has all outputs of.
+    pub(crate) fn acked_min_seq(&self) -> u64 {
         self.consumers
             .iter()
             .filter(|k| !k.ended.load(Ordering::Acquire))
-            .map(|k| k.acked[l].load(Ordering::Acquire))
+            .map(|k| k.acked_seq.load(Ordering::Acquire))
             .min()
             .unwrap_or(u64::MAX)
     }
 
+    /// Publishes a recovery point for the primary of `epoch` (refused —
+    /// `Ok(false)` — once that epoch is over, or when the exchange's slots
+    /// are all pinned). The caller has checked that every consumer
+    /// acknowledged every chunk below `seq`.
+    pub(crate) fn publish_point(
+        &self,
+        epoch: u64,
+        seq: u64,
+        pos: &[u64],
+        state: Option<&[u8]>,
+    ) -> std::io::Result<bool> {
+        let mut g = self.lock();
+        // Under the lock: a new primary reads the point under it after its
+        // claim, so a fenced primary never publishes past what it read.
+        if self.live.current() != epoch || g.point.seq > seq {
+            return Ok(false);
+        }
+        let mut xseq = 0;
+        if let Some(state) = state {
+            let fits = g
+                .exchange
+                .as_ref()
+                .is_some_and(|x| x.slot_bytes() >= state.len());
+            if !fits {
+                g.exchanges_made += 1;
+                let path = self.dir.join(format!(
+                    "{}-{}-state-{}.sx",
+                    self.name, self.instance, g.exchanges_made
+                ));
+                let x = SnapshotExchange::create(&path, (state.len() * 2).max(64 << 10))
+                    .map_err(std::io::Error::other)?;
+                if let Some(old) = g.exchange.replace(Arc::new(x)) {
+                    let _ = std::fs::remove_file(old.path());
+                }
+            }
+            let x = g.exchange.as_ref().expect("created above");
+            match x.publish(state, seq) {
+                Ok(s) => xseq = s,
+                // Two readers pin the two other slots: skip this one.
+                Err(super::exchange::PublishError::Busy) => return Ok(false),
+                Err(e) => return Err(std::io::Error::other(format!("{e:?}"))),
+            }
+            self.snapshots.fetch_add(1, Ordering::Relaxed);
+        }
+        g.point = Point {
+            seq,
+            pos: pos.to_vec(),
+            xseq,
+        };
+        for (a, &p) in self.point_pos.iter().zip(pos) {
+            a.store(p, Ordering::Release);
+        }
+        self.point_seq.store(seq, Ordering::Release);
+        Ok(true)
+    }
+
+    /// The newest recovery point and its state (`None`: the point has
+    /// none — a stateless operator, or the start), read under the lock.
+    pub(crate) fn latest_point(&self, g: &Inner) -> Result<(Point, Option<Vec<u8>>), String> {
+        let p = g.point.clone();
+        if p.xseq == 0 {
+            return Ok((p, None));
+        }
+        let x = g
+            .exchange
+            .as_ref()
+            .ok_or("the recovery point names a snapshot, but there is no exchange")?;
+        let pinned = x
+            .latest()
+            .ok_or("the snapshot exchange holds no valid snapshot")?;
+        if pinned.seq != p.xseq {
+            return Err(format!(
+                "the snapshot exchange holds publication {}, the recovery point names {}",
+                pinned.seq, p.xseq
+            ));
+        }
+        Ok((p, Some(pinned.bytes.to_vec())))
+    }
+
     /// Registers a new standby incarnation on a worker other than the
-    /// primary's when there is one; returns (incarnation, worker).
-    pub(crate) fn next_standby(&self, g: &mut Inner) -> (u64, usize) {
+    /// primary's when there is one, with a free reader slot; `None` (and
+    /// the standby is owed) when every slot is held.
+    pub(crate) fn next_standby(&self, g: &mut Inner) -> Option<(u64, usize)> {
+        let Some(slot) = g.owners.iter().position(|o| o.is_none()) else {
+            g.want_standby = true;
+            return None;
+        };
         let inc = g.next_incarnation;
         g.next_incarnation += 1;
+        g.owners[slot] = Some(inc);
+        g.want_standby = false;
         let w = (g.primary_worker + 1) % self.workers.max(1);
-        g.standby = Some((inc, w));
+        g.standby = Some(StandbyRole {
+            inc,
+            worker: w,
+            slot,
+        });
+        self.standby_worker.store(w, Ordering::Release);
         if self.mode == StandbyMode::Hot {
             self.reader_workers[1].store(w, Ordering::Release);
         }
-        (inc, w)
+        Some((inc, w))
     }
 
-    /// Publishes a warm snapshot: `positions` per lane, then the state.
-    pub(crate) fn publish(&self, positions: &[u64], state: &[u8]) -> std::io::Result<()> {
-        let mut bytes = Vec::with_capacity(8 * (positions.len() + 1) + state.len());
-        bytes.extend_from_slice(&(positions.len() as u64).to_le_bytes());
-        for p in positions {
-            bytes.extend_from_slice(&p.to_le_bytes());
-        }
-        bytes.extend_from_slice(state);
+    /// Starts a standby if the group lacks one and is not done.
+    pub(crate) fn ensure_standby(&self, shared: &crate::runtime::JobShared) {
         let mut g = self.lock();
-        let fits = g
-            .exchange
-            .as_ref()
-            .is_some_and(|x| x.slot_bytes() >= bytes.len());
-        if !fits {
-            g.exchanges_made += 1;
-            let path = self.dir.join(format!(
-                "{}-{}-state-{}.sx",
-                self.name, self.instance, g.exchanges_made
-            ));
-            let x = SnapshotExchange::create(&path, (bytes.len() * 2).max(64 << 10))
-                .map_err(std::io::Error::other)?;
-            if let Some(old) = g.exchange.replace(Arc::new(x)) {
-                let _ = std::fs::remove_file(old.path());
-            }
+        if g.standby.is_some() || self.done.load(Ordering::Acquire) {
+            return;
         }
-        let x = Arc::clone(g.exchange.as_ref().expect("created above"));
-        drop(g);
-        match x.publish(&bytes, 0) {
-            Ok(_) => {
-                for (s, &p) in self.snap_next.iter().zip(positions) {
-                    s.store(p, Ordering::Release);
-                }
-                self.snapshots.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            // Two readers pin the two other slots: skip this one.
-            Err(super::exchange::PublishError::Busy) => Ok(()),
-            Err(e) => Err(std::io::Error::other(format!("{e:?}"))),
+        if let Some((inc, w)) = self.next_standby(&mut g) {
+            drop(g);
+            shared.request_standby(w, self.node, self.instance, inc);
         }
     }
 
-    /// The newest published snapshot: positions per lane and state bytes.
-    pub(crate) fn latest_snapshot(&self) -> Option<(Vec<u64>, Vec<u8>)> {
-        let x = self.lock().exchange.clone()?;
-        let pinned = x.latest()?;
-        let b = pinned.bytes;
-        let n = u64::from_le_bytes(b.get(0..8)?.try_into().ok()?) as usize;
-        if n != self.lanes() || b.len() < 8 * (n + 1) {
-            return None;
+    /// The reader slot of incarnation `inc`, or `None` if it has none.
+    pub(crate) fn slot_of(&self, inc: u64) -> Option<usize> {
+        self.lock().owners.iter().position(|&o| o == Some(inc))
+    }
+
+    /// Incarnation `inc` is gone: its reader slot is free (its cursor
+    /// released); a standby owed for want of a slot is started.
+    pub(crate) fn free_slot(&self, shared: &crate::runtime::JobShared, inc: u64) {
+        let mut g = self.lock();
+        let Some(slot) = g.owners.iter().position(|&o| o == Some(inc)) else {
+            return;
+        };
+        for q in &self.queues {
+            q.release(slot);
         }
-        let pos = (0..n)
-            .map(|i| u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().expect("8 bytes")))
-            .collect();
-        Some((pos, b[8 * (n + 1)..].to_vec()))
+        g.owners[slot] = None;
+        let want = g.want_standby && g.standby.is_none() && !self.done.load(Ordering::Acquire);
+        drop(g);
+        if want {
+            self.ensure_standby(shared);
+        }
+    }
+
+    /// The new primary releases the cursor of its fenced predecessor
+    /// `inc` (reader slot `slot`) wherever that one is not copying entries
+    /// out; `true` once released everywhere (or the predecessor is gone).
+    pub(crate) fn reclaim(&self, inc: u64, slot: usize) -> bool {
+        let g = self.lock();
+        if g.owners[slot] != Some(inc) {
+            return true;
+        }
+        let mut all = true;
+        for q in &self.queues {
+            all &= q.try_reclaim(slot);
+        }
+        all
+    }
+
+    /// The primary of `epoch` put its end marker in every ring: done.
+    /// Refused (`false`) for a primary that was fenced meanwhile.
+    pub(crate) fn mark_done(&self, shared: &crate::runtime::JobShared, epoch: u64) -> bool {
+        let g = self.lock();
+        if self.live.current() != epoch || g.primary_epoch != epoch {
+            return false;
+        }
+        if !self.done.swap(true, Ordering::AcqRel) {
+            drop(g);
+            if let Some(sb) = &shared.standby {
+                sb.live.fetch_sub(1, Ordering::AcqRel);
+            }
+            for s in &shared.signals {
+                s.wake();
+            }
+        }
+        true
+    }
+
+    /// The primary of `epoch` failed with `e` at `at` (on record `tuple`,
+    /// when known): notes why and marks the epoch failed, which wakes the
+    /// standby to take over. Called from the panic hook before anything
+    /// is printed (`wait` false: it never blocks, and leaves what it cannot
+    /// do at once to the second call) and by the worker that caught the
+    /// failure; the second call for an epoch changes nothing. A record that
+    /// fails two primaries in a row is not a fault a standby can mask: the
+    /// attempt fails with it.
+    pub(crate) fn primary_failed(
+        &self,
+        shared: &crate::runtime::JobShared,
+        epoch: u64,
+        e: JobError,
+        tuple: Option<TupleId>,
+        at: Nanos,
+        wait: bool,
+    ) {
+        if self.done.load(Ordering::Acquire) || self.live.current() != epoch {
+            return;
+        }
+        let mut f = if wait {
+            self.faults.lock().unwrap_or_else(|p| p.into_inner())
+        } else {
+            match self.faults.try_lock() {
+                Ok(f) => f,
+                Err(_) => return,
+            }
+        };
+        if f.reported >= epoch {
+            return;
+        }
+        f.reported = epoch;
+        if tuple.is_some() && tuple == f.last_tuple {
+            drop(f);
+            shared.fail(e);
+            return;
+        }
+        f.last_tuple = tuple;
+        f.fault = Some(Fault {
+            at,
+            cause: e.to_string(),
+            tuple,
+        });
+        drop(f);
+        if self.live.report_failure(epoch) {
+            let w = self.standby_worker.load(Ordering::Acquire);
+            if w != NONE {
+                shared.signals[w].wake();
+            } else if wait {
+                self.ensure_standby(shared);
+            }
+        }
+    }
+
+    /// Incarnation `inc`, primary of `epoch` (0: a standby), failed with `e`
+    /// at `now`. A primary: see [`Group::primary_failed`]. A standby: a new
+    /// one is started. A fenced old primary: nothing.
+    pub(crate) fn incarnation_failed(
+        &self,
+        shared: &crate::runtime::JobShared,
+        inc: u64,
+        epoch: u64,
+        e: JobError,
+        tuple: Option<TupleId>,
+        now: Nanos,
+    ) {
+        if self.done.load(Ordering::Acquire) {
+            return;
+        }
+        if epoch != 0 {
+            self.primary_failed(shared, epoch, e, tuple, now, true);
+            return;
+        }
+        let mut g = self.lock();
+        if g.standby.is_some_and(|s| s.inc == inc) {
+            if let Some(sb) = &shared.standby {
+                sb.log.standby_failures.fetch_add(1, Ordering::Relaxed);
+            }
+            g.standby = None;
+            self.standby_worker.store(NONE, Ordering::Release);
+            drop(g);
+            self.ensure_standby(shared);
+        }
+    }
+
+    /// The end-of-run check (see the module docs): every consumer received
+    /// the end, and acknowledged every input of every lane.
+    pub(crate) fn check_complete(&self, names: &[Arc<str>]) -> Result<(), JobError> {
+        for c in &self.consumers {
+            let ended = c.ended.load(Ordering::Acquire);
+            for (l, a) in c.acked.iter().enumerate() {
+                let end = self.end_pos[l].load(Ordering::Acquire);
+                let produced = if end == u64::MAX {
+                    self.queues[l].tail()
+                } else {
+                    end + 1
+                };
+                let accepted = a.load(Ordering::Acquire);
+                if !ended || end == u64::MAX || accepted != produced {
+                    return Err(JobError::StandbyIncomplete {
+                        operator: self.name.to_string(),
+                        instance: self.instance,
+                        lane: l,
+                        upstream: self.upstream[l],
+                        consumer: format!(
+                            "{}[{}]",
+                            names.get(c.node).map_or("?", |n| &**n),
+                            c.instance
+                        ),
+                        accepted,
+                        produced,
+                        ended,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Bytes the buffer queues hold now; raises the recorded peak.
@@ -354,73 +758,12 @@ impl Group {
         self.queue_peak.fetch_max(b, Ordering::Relaxed);
     }
 
-    /// The primary is done: standbys stop, idle workers may exit.
-    pub(crate) fn finish(&self, shared: &crate::runtime::JobShared) {
-        if !self.finished.swap(true, Ordering::AcqRel) {
-            if let Some(sb) = &shared.standby {
-                sb.live.fetch_sub(1, Ordering::AcqRel);
-            }
-            for s in &shared.signals {
-                s.wake();
-            }
-        }
-    }
-
-    /// Incarnation `inc` failed with `e` at `now`.
-    ///
-    /// The primary: its epoch is marked failed (the standby wakes and takes
-    /// over). A standby: a new one is started. A fenced old primary: nothing.
-    /// A record that fails two primaries in a row is not a fault a standby
-    /// can mask: the attempt fails with it.
-    pub(crate) fn incarnation_failed(
-        &self,
-        shared: &crate::runtime::JobShared,
-        inc: u64,
-        e: crate::error::JobError,
-        tuple: Option<TupleId>,
-        now: Nanos,
-    ) {
-        let mut g = self.lock();
-        if self.finished.load(Ordering::Acquire) {
-            return;
-        }
-        if inc == g.primary {
-            if tuple.is_some() && tuple == g.last_fault_tuple {
-                drop(g);
-                shared.fail(e);
-                return;
-            }
-            g.last_fault_tuple = tuple;
-            if self.live.report_failure(g.primary_epoch) {
-                g.fault = Some(Fault {
-                    at: now,
-                    cause: e.to_string(),
-                    tuple,
-                });
-            }
-            match g.standby {
-                Some((_, w)) => shared.signals[w].wake(),
-                None => {
-                    let (inc, w) = self.next_standby(&mut g);
-                    drop(g);
-                    shared.request_standby(w, self.node, self.instance, inc);
-                }
-            }
-        } else if g.standby.is_some_and(|(s, _)| s == inc) {
-            if let Some(sb) = &shared.standby {
-                sb.log.standby_failures.fetch_add(1, Ordering::Relaxed);
-            }
-            let (inc, w) = self.next_standby(&mut g);
-            drop(g);
-            shared.request_standby(w, self.node, self.instance, inc);
-        }
-    }
-
     /// Removes the group's files.
     pub(crate) fn remove_files(&self) {
         for q in &self.queues {
             let _ = std::fs::remove_file(q.path());
         }
+        let _ = std::fs::remove_file(self.log.path());
         if let Some(x) = &self.lock().exchange {
             let _ = std::fs::remove_file(x.path());
         }
@@ -511,7 +854,7 @@ pub(crate) struct StandbyRun {
     /// Per worker: standby incarnations to build, `(node, instance, inc)`.
     pub(crate) inbox: Vec<Mutex<Vec<(usize, usize, u64)>>>,
     pub(crate) pending: Vec<AtomicBool>,
-    /// Groups whose primary has not finished.
+    /// Groups that are not done.
     pub(crate) live: AtomicUsize,
     pub(crate) dir: PathBuf,
     /// `dir` was made by the engine (removed at the end).

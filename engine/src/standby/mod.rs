@@ -4,33 +4,44 @@
 //! runtime has a [`StandbyConfig`], as a *standby group* per instance: a
 //! primary and a standby on another worker, fed through buffer queues by
 //! its upstream, watched through a shared liveness cell, answering to its
-//! consumers through fenced rings. `group.rs` documents the takeover protocol.
+//! consumers through fenced rings. `group.rs` documents the protocol: the
+//! data path, recovery points, takeover, end of stream, why every wait
+//! ends, and the end-of-run check.
 //!
 //! - [`bq`] — the buffer queue: a file-backed memory-mapped ring between an
-//!   operator's dispatcher and its primary and standby, indexed by position,
+//!   operator's upstream and its primary and standby, indexed by position,
 //!   holding tuple IDs and bytes, evicting FIFO only what every reader is
-//!   done with and a usable snapshot covers, backpressuring otherwise.
+//!   done with and the newest recovery point covers, backpressuring
+//!   otherwise.
+//! - [`detlog`] — the determinant log: the order in which the primary took
+//!   its input lanes, chunk by chunk, so that every replay takes them in
+//!   the same order.
 //! - [`epoch`] — the liveness cell primary and standby share: epoch,
-//!   heartbeat, a futex the standby parks on; claiming the next epoch by
-//!   compare-and-swap fences the old primary.
-//! - [`exchange`] — warm mode's snapshot exchange: the primary publishes
-//!   its state's archive into one of three mapped slots; the standby pins
-//!   and maps the newest in place.
-//! - [`decide`] — the pure decisions of takeover.
-//!
+//!   heartbeat, a futex; claiming the next epoch by compare-and-swap fences
+//!   the old primary.
+//! - [`exchange`] — the snapshot exchange: the primary publishes its
+//!   state's archive into one of three mapped slots; a new primary or hot
+//!   standby pins and maps the newest in place.
+//! - [`decide`] — the pure decisions: a consumer's tracking of chunks
+//!   (what to drop, whether a replay agrees), and the stall detector.
 //! - [`codec`] — how the records of a standby operator's input become
 //!   buffer-queue bytes.
-//! - `group` and `port` (engine-internal) — the runtime side: groups,
-//!   incarnations, the dual-dispatch sender and the consumers' fenced
-//!   input.
+//! - `group`, `sender`, `incarnation`, `fenced` and `kit` (engine-internal)
+//!   — the runtime side: groups and their recovery points, the upstream
+//!   sender, the primary/standby port, the consumers' input, and the typed
+//!   builders.
 
 pub mod bq;
 pub mod codec;
 pub mod decide;
+pub mod detlog;
 pub mod epoch;
 pub mod exchange;
+pub(crate) mod fenced;
 pub(crate) mod group;
-pub(crate) mod port;
+pub(crate) mod incarnation;
+pub(crate) mod kit;
+pub(crate) mod sender;
 
 pub use codec::{Codec, CodecError};
 pub use group::{StandbyConfig, StandbyMode};

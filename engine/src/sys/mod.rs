@@ -1,5 +1,5 @@
 //! Operating-system glue: CPU discovery and pinning, process resource usage,
-//! io_uring file writes.
+//! threads' scheduler state, io_uring file writes.
 //!
 //! Everything here is a thin, fallible wrapper: callers get an error they can
 //! report, never a panic, when the machine lacks what the engine asks for.
@@ -7,4 +7,5 @@
 pub mod affinity;
 pub mod limits;
 pub mod rusage;
+pub mod thread;
 pub mod uring;

@@ -1,0 +1,78 @@
+//! The engine hears of a panic before anything else does.
+//!
+//! A panic runs the process's panic hook on the panicking thread *before*
+//! unwinding reaches the worker's `catch_unwind`; the default hook, with
+//! `RUST_BACKTRACE` set, spends tens to hundreds of milliseconds
+//! symbolizing a backtrace there — long enough for a heartbeat-based
+//! detector to call the failure a stall, and for a standby to wait. So the
+//! engine installs (once per process, at the first job start) a hook that
+//! first reports the failure of the task the panicking worker is polling —
+//! a standby group's primary marks its epoch failed and wakes the standby;
+//! any other task fails its attempt — and then calls the hook that was
+//! installed before it. A hook a program sets later should chain to the
+//! one it replaces (as `std::panic::take_hook` allows) to keep this.
+//!
+//! The worker names the task it polls in a thread-local around each poll;
+//! panics elsewhere (other threads, the engine's own setup) pass straight
+//! to the previous hook.
+
+use super::task::TaskCtx;
+use crate::error::JobError;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Once;
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<TaskCtx>>> = const { RefCell::new(None) };
+}
+
+/// The worker polls `ctx`'s task until [`leave`].
+#[inline]
+pub(crate) fn enter(ctx: &Rc<TaskCtx>) {
+    CURRENT.with(|c| *c.borrow_mut() = Some(Rc::clone(ctx)));
+}
+
+/// The worker is between task polls.
+#[inline]
+pub(crate) fn leave() {
+    CURRENT.with(|c| *c.borrow_mut() = None);
+}
+
+/// Installs the engine's panic hook (once per process).
+pub(crate) fn install_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            report(info.payload());
+            previous(info);
+        }));
+    });
+}
+
+fn report(payload: &(dyn std::any::Any + Send)) {
+    let ctx = CURRENT
+        .try_with(|c| c.try_borrow().ok().and_then(|c| c.clone()))
+        .ok()
+        .flatten();
+    let Some(ctx) = ctx else { return };
+    let e = JobError::OperatorPanicked {
+        operator: ctx.shared.names[ctx.current_op()].to_string(),
+        instance: ctx.instance,
+        message: super::worker::panic_message(payload),
+    };
+    let tuple = ctx.fault_tuple.get();
+    match ctx.group.get() {
+        Some(g) => {
+            let epoch = ctx.epoch.get();
+            if epoch != 0 {
+                g.primary_failed(&ctx.shared, epoch, e, tuple, ctx.clock.now(), false);
+            }
+            // A standby's failure is handled when the worker catches it.
+        }
+        None => {
+            ctx.shared.note_fault_tuple(tuple);
+            ctx.shared.fail(e);
+        }
+    }
+}

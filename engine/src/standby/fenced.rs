@@ -1,0 +1,266 @@
+//! A consumer's input from standby groups: reads the ring of each group's
+//! current primary, follows its marks with a [`Tracker`], and after a
+//! takeover drops what the new primary replays of what it already has —
+//! checking that the replay repeats it exactly.
+
+use super::decide::{Closing, Diverged, Tracker};
+use super::group::{Group, NONE, WATCH_IDS};
+use crate::error::JobError;
+use crate::job::graph::{downcast, AnyBox};
+use crate::operator::Collector;
+use crate::queue::spsc::Consumer;
+use crate::record::TupleId;
+use crate::runtime::channel::Msg;
+use crate::runtime::task::{Gate, Poll, Port, TaskCtx};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+type BoxCollector<T> = Box<dyn Collector<T>>;
+
+/// Messages taken from a ring per step.
+const CHUNK: usize = 64;
+
+struct Source<U> {
+    group: Arc<Group>,
+    ci: usize,
+    epoch: u64,
+    ring: Option<Consumer<Msg<U>>>,
+    tracker: Tracker,
+    ended: bool,
+    takeover: Option<usize>,
+    watch: usize,
+}
+
+/// A consumer's input from standby groups (one per upstream instance).
+pub(crate) struct FencedInput<U> {
+    srcs: Vec<Source<U>>,
+    live: usize,
+    next: usize,
+    target: BoxCollector<U>,
+    gate: Option<Rc<Gate>>,
+    ctx: Rc<TaskCtx>,
+}
+
+impl<U: 'static> FencedInput<U> {
+    pub(crate) fn new(
+        groups: Vec<(Arc<Group>, usize)>,
+        target: AnyBox,
+        gate: Option<Rc<Gate>>,
+        ctx: &Rc<TaskCtx>,
+    ) -> Self {
+        let srcs: Vec<Source<U>> = groups
+            .into_iter()
+            .map(|(group, ci)| Source {
+                tracker: Tracker::new(group.lanes()),
+                group,
+                ci,
+                epoch: 0,
+                ring: None,
+                ended: false,
+                takeover: None,
+                watch: 0,
+            })
+            .collect();
+        FencedInput {
+            live: srcs.len(),
+            srcs,
+            next: 0,
+            target: downcast::<BoxCollector<U>>(target, "fenced input target"),
+            gate,
+            ctx: Rc::clone(ctx),
+        }
+    }
+
+    /// Follows the group's epoch: once the new primary is ready, stops
+    /// reading the old one's ring (keeping its cut) and takes the new one's.
+    fn follow(s: &mut Source<U>) {
+        let cur = s.group.live.current();
+        if cur == s.epoch && s.ring.is_some() {
+            return;
+        }
+        let mut g = s.group.lock();
+        if cur != s.epoch {
+            if g.primary_epoch != cur || !g.ready {
+                // Meanwhile the old ring is read on: what it still holds
+                // need not be replayed.
+                return;
+            }
+            s.tracker.take_cut();
+            s.epoch = cur;
+            s.ring = None;
+            s.takeover = if cur > 1 { g.takeover } else { None };
+            s.watch = WATCH_IDS;
+        }
+        if s.ring.is_none() && g.primary_epoch == s.epoch && g.ready {
+            let key = (s.ci, g.primary);
+            if let Some(r) = g.rings.remove(&key) {
+                s.ring = Some(crate::job::graph::downcast_send::<Consumer<Msg<U>>>(
+                    r,
+                    "standby ring",
+                ));
+            }
+        }
+    }
+
+    fn diverged(&self, s: usize, d: Diverged) {
+        let s = &self.srcs[s];
+        self.ctx.fail(JobError::StandbyDiverged {
+            operator: s.group.name.to_string(),
+            instance: s.group.instance,
+            consumer: format!(
+                "{}[{}]",
+                self.ctx.shared.names[self.ctx.current_op()],
+                self.ctx.instance
+            ),
+            reason: d.to_string(),
+        });
+    }
+}
+
+impl<U: 'static> Port for FencedInput<U> {
+    fn poll(&mut self, budget: usize) -> Poll {
+        if self.live == 0 {
+            return Poll::Done;
+        }
+        for s in &mut self.srcs {
+            if !s.ended {
+                Self::follow(s);
+                s.tracker.trim(s.group.floor_seq());
+            }
+        }
+        let n = self.srcs.len();
+        let mut moved = 0usize;
+        let mut idle_rounds = 0;
+        while moved < budget && idle_rounds < n {
+            if let Some(g) = &self.gate {
+                if !g.is_open() {
+                    break;
+                }
+            }
+            if self.ctx.blocked.get() > 0 {
+                break;
+            }
+            let i = self.next;
+            self.next = (i + 1) % n;
+            let s = &mut self.srcs[i];
+            let Some(ring) = s.ring.as_mut().filter(|_| !s.ended) else {
+                idle_rounds += 1;
+                continue;
+            };
+            let target = &mut self.target;
+            let tracker = &mut s.tracker;
+            let consumer = &s.group.consumers[s.ci];
+            let mut got_end = false;
+            let mut accepted: Option<TupleId> = None;
+            let mut err: Option<Diverged> = None;
+            let watching = s.watch > 0 && s.takeover.is_some();
+            let take = CHUNK.min(budget - moved);
+            let k = ring.pop_batch_until(take, |m| {
+                let r = match m {
+                    Msg::Data(r) => tracker.on_data().map(|pass| {
+                        if pass {
+                            if watching && accepted.is_none() {
+                                accepted = Some(r.id);
+                            }
+                            target.collect(r);
+                        }
+                    }),
+                    Msg::Resume(seq) => tracker.on_resume(seq),
+                    Msg::Chunk(m) => tracker
+                        .on_closing(Closing {
+                            seq: m.id.seq,
+                            lane: m.id.lane as usize,
+                            first: m.id.first,
+                            n: m.id.n as u64,
+                            count: m.count as u64,
+                        })
+                        .map(|closed| {
+                            if let Some(c) = closed {
+                                consumer.acked[c.lane].store(c.acked, Ordering::Release);
+                                consumer.acked_seq.store(c.next_seq, Ordering::Release);
+                            }
+                        }),
+                    Msg::End => {
+                        got_end = true;
+                        return false;
+                    }
+                    Msg::Barrier(_) => Ok(()),
+                };
+                match r {
+                    Ok(()) => true,
+                    Err(d) => {
+                        err = Some(d);
+                        false
+                    }
+                }
+            });
+            moved += k;
+            if k > 0 {
+                let w = s.group.reader_workers[0].load(Ordering::Acquire);
+                if w != NONE {
+                    self.ctx.shared.signals[w].notify();
+                }
+            }
+            if let (Some(id), Some(t)) = (accepted, s.takeover) {
+                s.watch -= 1;
+                let log = &self.ctx.shared.standby.as_ref().expect("standby run").log;
+                log.accepted(t, id, self.ctx.clock.now());
+            }
+            if got_end {
+                if let Err(d) = s.tracker.on_end() {
+                    err = Some(d);
+                } else {
+                    consumer.ended.store(true, Ordering::Release);
+                    s.ended = true;
+                    self.live -= 1;
+                }
+            }
+            if let Some(d) = err {
+                self.diverged(i, d);
+                return Poll::Progress;
+            }
+            if k == 0 {
+                idle_rounds += 1;
+            } else {
+                idle_rounds = 0;
+            }
+        }
+        if self.live == 0 {
+            self.target.end();
+            return Poll::Done;
+        }
+        if moved > 0 {
+            Poll::Progress
+        } else {
+            Poll::Idle { wake_at: None }
+        }
+    }
+
+    fn flush(&mut self) {
+        self.target.flush();
+    }
+
+    fn debug(&self) -> String {
+        let v: Vec<String> = self
+            .srcs
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}[{}] epoch {} ring {} ended {} tracker {:?}",
+                    s.group.name,
+                    s.group.instance,
+                    s.epoch,
+                    s.ring.is_some(),
+                    s.ended,
+                    s.tracker
+                )
+            })
+            .collect();
+        format!(
+            "fenced input (blocked {}): {}",
+            self.ctx.blocked.get(),
+            v.join("; ")
+        )
+    }
+}

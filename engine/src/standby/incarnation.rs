@@ -1,0 +1,912 @@
+//! The port of one incarnation of a standby group: a standby until it
+//! claims an epoch, then the primary (the protocol is in [`super::group`]).
+//!
+//! Both read the group's buffer queues through the incarnation's own reader
+//! slot, one determinant-log entry (one chunk) at a time: the primary
+//! appends entries when it reaches the log's end, a new primary and a hot
+//! standby follow the entries already there.
+
+use super::codec::Codec;
+use super::decide::{Detector, Evidence, Observation, Verdict, WorkerAt};
+use super::detlog::{fenced_append, Appended, Det};
+use super::group::{Fault, Group, StandbyMode, Takeover, NONE};
+use super::kit::{decode, is_end, ChainBuild, Entry};
+use crate::checkpoint::SnapshotBytes;
+use crate::error::JobError;
+use crate::job::graph::downcast;
+use crate::metrics::RecoveryRecord;
+use crate::operator::Collector;
+use crate::record::{Nanos, Record};
+use crate::runtime::channel::ChunkId;
+use crate::runtime::task::{Poll, Port, TaskCtx};
+use std::rc::Rc;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+type BoxCollector<T> = Box<dyn Collector<T>>;
+
+/// Inputs a live primary takes from one lane per chunk.
+const CHUNK: u64 = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Standby,
+    Primary {
+        epoch: u64,
+    },
+    /// The last lane ended: its end marker is on its way to every ring.
+    Ending {
+        epoch: u64,
+    },
+    Over,
+}
+
+/// Why processing stopped short.
+enum Stop {
+    /// The epoch is over: a standby took over.
+    Fenced,
+    /// The operator failed (the task reports it).
+    Failed,
+}
+
+/// A recovery point being taken: published once every consumer has
+/// acknowledged every chunk before it.
+struct Pending {
+    seq: u64,
+    pos: Vec<u64>,
+    state: Option<SnapshotBytes>,
+}
+
+/// The port of one incarnation (see the module docs).
+pub(crate) struct Incarnation<T> {
+    group: Arc<Group>,
+    inc: u64,
+    slot: usize,
+    ctx: Rc<TaskCtx>,
+    build: ChainBuild,
+    chain: Option<BoxCollector<T>>,
+    phase: Phase,
+    /// The epoch whose primary this standby backs up.
+    backs: u64,
+    /// The next determinant-log entry to process.
+    seq: u64,
+    pos: Vec<u64>,
+    ended: Vec<bool>,
+    live: usize,
+    attached: bool,
+    rr: usize,
+    buf: Vec<Record<T>>,
+    /// A fenced predecessor's reader slot, until its cursor is reclaimed.
+    reclaim: Option<(u64, usize)>,
+    pending: Option<Pending>,
+    next_point: Nanos,
+    takeover: Option<usize>,
+    /// The takeover sinks watch for, and when it was claimed.
+    watch: Option<(usize, Nanos)>,
+    backlog: Vec<u64>,
+    caught_up: bool,
+    detector: Detector,
+    /// A hot standby that fell behind starts again only from a point newer
+    /// than this.
+    hot_after: Option<u64>,
+    /// Inputs processed as a primary (its progress counter).
+    done_inputs: u64,
+}
+
+impl<T: crate::Data + Codec> Incarnation<T> {
+    pub(crate) fn new(
+        group: Arc<Group>,
+        inc: u64,
+        primary: bool,
+        build: ChainBuild,
+        ctx: &Rc<TaskCtx>,
+    ) -> Self {
+        let lanes = group.lanes();
+        let slot = group.slot_of(inc).unwrap_or(NONE);
+        let mut me = Incarnation {
+            slot,
+            ctx: Rc::clone(ctx),
+            build,
+            chain: None,
+            phase: Phase::Standby,
+            backs: 0,
+            seq: 0,
+            pos: vec![0; lanes],
+            ended: vec![false; lanes],
+            live: lanes,
+            attached: false,
+            rr: 0,
+            buf: Vec::with_capacity(CHUNK as usize),
+            reclaim: None,
+            pending: None,
+            next_point: 0,
+            takeover: None,
+            watch: None,
+            backlog: vec![0; lanes],
+            caught_up: true,
+            detector: Detector::new(group.timeout_ns),
+            hot_after: None,
+            done_inputs: 0,
+            inc,
+            group,
+        };
+        if slot == NONE {
+            me.fail("engine bug: an incarnation without a reader slot".into());
+            me.phase = Phase::Over;
+            return me;
+        }
+        if primary {
+            // The first primary: epoch 1, from the start of every queue.
+            me.build_chain(None);
+            let mut chain = me.chain.take().expect("just built");
+            let stateless = me.chain_snapshot(&mut chain).is_none();
+            me.chain = Some(chain);
+            me.group.stateless.store(stateless, Ordering::Release);
+            me.attach();
+            me.phase = Phase::Primary { epoch: 1 };
+            me.ctx.epoch.set(1);
+            me.group.primary_task.store(me.ctx.key, Ordering::Release);
+            me.group.lock().ready = true;
+        } else {
+            me.backs = me.group.live.current();
+            me.ctx.muted.set(true);
+        }
+        me
+    }
+
+    fn build_chain(&mut self, state: Option<Vec<u8>>) {
+        // Restoring a large state takes a while: not a stall.
+        let ctx = Rc::clone(&self.ctx);
+        let c = ctx.long(|| (self.build)(state));
+        self.chain = Some(downcast::<BoxCollector<T>>(c, "standby chain"));
+    }
+
+    /// Drops the chain (a large state takes a while: not a stall).
+    fn drop_chain(&mut self) {
+        let chain = self.chain.take();
+        self.ctx.long(move || drop(chain));
+    }
+
+    /// The chain's state now (`None`: stateless), reporting a failure.
+    fn chain_snapshot(&self, chain: &mut BoxCollector<T>) -> Option<SnapshotBytes> {
+        match chain.snapshot() {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail(format!("standby snapshot: {e}"));
+                None
+            }
+        }
+    }
+
+    fn attach(&mut self) -> bool {
+        for (l, q) in self.group.queues.iter().enumerate() {
+            if !q.attach(self.slot, self.pos[l]) {
+                for q in &self.group.queues[..l] {
+                    q.release(self.slot);
+                }
+                self.attached = false;
+                return false;
+            }
+        }
+        self.attached = true;
+        true
+    }
+
+    fn detach(&mut self) {
+        if std::mem::replace(&mut self.attached, false) {
+            for q in &self.group.queues {
+                q.release(self.slot);
+            }
+        }
+    }
+
+    /// Takes position `pos` of every lane (a recovery point's or its own):
+    /// lanes whose end entry lies before it have ended.
+    fn place(&mut self, seq: u64, pos: Vec<u64>) {
+        self.seq = seq;
+        self.pos = pos;
+        self.live = self.pos.len();
+        for l in 0..self.pos.len() {
+            self.ended[l] = self.group.end_pos[l].load(Ordering::Acquire) < self.pos[l];
+            if self.ended[l] {
+                self.live -= 1;
+            }
+        }
+    }
+
+    fn fail(&self, what: String) {
+        self.ctx.fail(JobError::Io {
+            operator: self.group.name.to_string(),
+            instance: self.group.instance,
+            context: what,
+            path: None,
+            source: std::io::Error::other("standby"),
+        });
+    }
+
+    fn over(&mut self) -> Poll {
+        self.phase = Phase::Over;
+        Poll::Done
+    }
+
+    fn log_of(&self) -> &crate::runtime::JobShared {
+        &self.ctx.shared
+    }
+
+    /// Reads queue entries of lane `l` inside the reader's copying mark:
+    /// for a primary (`epoch`), only while its epoch holds — a successor
+    /// may reclaim its cursor once it is fenced (see `bq`).
+    fn reading<R>(
+        &self,
+        l: usize,
+        epoch: Option<u64>,
+        f: impl FnOnce(&super::bq::BufferQueue) -> R,
+    ) -> Option<R> {
+        let q = &self.group.queues[l];
+        let Some(e) = epoch else {
+            return Some(f(q));
+        };
+        q.enter(self.slot);
+        let r = (self.group.live.current() == e).then(|| f(q));
+        q.leave(self.slot);
+        r
+    }
+
+    /// A live primary's next chunk: the next lane (round robin) with input,
+    /// up to `max` of its data entries, or its end entry.
+    fn choose(&mut self, max: u64, epoch: u64) -> Result<Option<Det>, Stop> {
+        let lanes = self.pos.len();
+        for k in 0..lanes {
+            let l = (self.rr + k) % lanes;
+            if self.ended[l] {
+                continue;
+            }
+            let first = self.pos[l];
+            let peek = self.reading(l, Some(epoch), |q| {
+                let avail = q.tail().saturating_sub(first).min(max.min(CHUNK));
+                let mut n = 0;
+                while n < avail {
+                    match q.get(first + n) {
+                        Some(e) if is_end(e.bytes) => break,
+                        Some(_) => n += 1,
+                        None => break,
+                    }
+                }
+                if n == 0 && avail > 0 && q.get(first).is_some_and(|e| is_end(e.bytes)) {
+                    Some(Det::End { lane: l as u32 })
+                } else if n > 0 {
+                    Some(Det::Chunk {
+                        lane: l as u32,
+                        n: n as u32,
+                    })
+                } else {
+                    None
+                }
+            });
+            match peek {
+                None => return Err(Stop::Fenced),
+                Some(Some(d)) => {
+                    self.rr = (l + 1) % lanes;
+                    return Ok(Some(d));
+                }
+                Some(None) => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Processes up to `budget` inputs, entry by entry of the log: as the
+    /// primary of `epoch` (appending entries past the log's end), or as a
+    /// hot standby (`epoch` `None`: only logged entries below `limit`, and
+    /// never the end that would end the operator).
+    fn process(&mut self, budget: u64, epoch: Option<u64>, limit: u64) -> Result<u64, Stop> {
+        let mut moved = 0u64;
+        while moved < budget && self.ctx.blocked.get() == 0 && self.live > 0 && self.seq < limit {
+            let det = match self.group.log.get(self.seq) {
+                Some(d) => d,
+                None => {
+                    let Some(e) = epoch else { break };
+                    let Some(d) = self.choose(budget - moved, e)? else {
+                        break;
+                    };
+                    let floor = self.group.point_seq.load(Ordering::Acquire);
+                    let words = self.group.log.words();
+                    match fenced_append(&words, self.seq, floor, d, e, || self.group.live.current())
+                    {
+                        Appended::Go(d) => d,
+                        Appended::Fenced => return Err(Stop::Fenced),
+                        Appended::Full => {
+                            self.group.point_wanted.store(true, Ordering::Release);
+                            break;
+                        }
+                    }
+                }
+            };
+            let l = det.lane();
+            if l >= self.pos.len() || self.ended[l] {
+                self.fail(format!(
+                    "determinant log entry {} names lane {l}, which {}",
+                    self.seq,
+                    if l >= self.pos.len() {
+                        "does not exist"
+                    } else {
+                        "has ended"
+                    }
+                ));
+                return Err(Stop::Failed);
+            }
+            let end = matches!(det, Det::End { .. });
+            if epoch.is_none() && end && self.live == 1 {
+                // A hot standby never ends the operator: the primary does.
+                break;
+            }
+            let first = self.pos[l];
+            let n = det.len();
+            let seq = self.seq;
+            let mut buf = std::mem::take(&mut self.buf);
+            buf.clear();
+            let copied = self.reading(l, epoch, |q| {
+                for p in first..first + n {
+                    let Some(e) = q.get(p) else {
+                        return Err(format!(
+                            "determinant log entry {seq} takes positions {first}..{} of {}, which holds {}..{}",
+                            first + n,
+                            q.path().display(),
+                            q.head(),
+                            q.tail()
+                        ));
+                    };
+                    match decode::<T>(e.tuple_id, e.bytes) {
+                        Ok(Entry::Data(r)) if !end => buf.push(r),
+                        Ok(Entry::End) if end => {}
+                        Ok(_) => {
+                            return Err(format!(
+                                "determinant log entry {seq} ({det:?}) disagrees with position {p} of {}",
+                                q.path().display()
+                            ))
+                        }
+                        Err(why) => {
+                            return Err(format!(
+                                "buffer queue {} position {p}: {why}",
+                                q.path().display()
+                            ))
+                        }
+                    }
+                }
+                Ok(())
+            });
+            self.buf = buf;
+            match copied {
+                None => return Err(Stop::Fenced),
+                Some(Err(why)) => {
+                    self.fail(why);
+                    return Err(Stop::Failed);
+                }
+                Some(Ok(())) => {}
+            }
+            let chain = self
+                .chain
+                .as_mut()
+                .expect("a reading incarnation has its chain");
+            chain.open_chunk(ChunkId {
+                seq,
+                first,
+                n: n as u32,
+                lane: l as u16,
+            });
+            for r in self.buf.drain(..) {
+                chain.collect(r);
+                if let Some(e) = epoch {
+                    // A sign of life inside a long poll (see `Detector`).
+                    self.done_inputs += 1;
+                    self.group.progress.store(
+                        (e & 0xff_ffff) << 40 | (self.done_inputs & ((1 << 40) - 1)),
+                        Ordering::Relaxed,
+                    );
+                }
+                if self.ctx.has_failure() {
+                    // A cut input: nothing after the record it cut is
+                    // processed, so what was emitted is a prefix of the
+                    // chunk's outputs (the consumers' cut counts on it).
+                    return Err(Stop::Failed);
+                }
+            }
+            self.pos[l] = first + n;
+            self.group.queues[l].advance(self.slot, first + n);
+            self.seq += 1;
+            moved += n;
+            if end {
+                self.ended[l] = true;
+                self.live -= 1;
+                if self.live == 0 {
+                    chain.end();
+                    break;
+                }
+            }
+            chain.close_chunk();
+        }
+        Ok(moved)
+    }
+
+    fn poll_primary(&mut self, epoch: u64, now: Nanos, budget: usize) -> Poll {
+        self.try_reclaim();
+        self.points(now, epoch);
+        if self.ctx.has_failure() {
+            return Poll::Progress;
+        }
+        let moved = match self.process(budget as u64, Some(epoch), u64::MAX) {
+            Ok(n) => n,
+            Err(Stop::Fenced) => {
+                // A standby took over while this one was stalled.
+                self.ctx.fenced.set(true);
+                return self.over();
+            }
+            Err(Stop::Failed) => return Poll::Progress,
+        };
+        if !self.caught_up
+            && self
+                .pos
+                .iter()
+                .zip(&self.backlog)
+                .zip(&self.ended)
+                .all(|((p, b), e)| p >= b || *e)
+        {
+            self.caught_up = true;
+            if let Some(k) = self.takeover {
+                if let Some(t) = self.standby_log().lock().get_mut(k) {
+                    t.caught_up_at = Some(now);
+                }
+            }
+        }
+        if let Some((k, at)) = self.watch {
+            // Nothing of the new primary's first outputs reached a sink
+            // within 200 ms (all filtered out downstream): stop looking.
+            if now > at + 200_000_000 {
+                self.standby_log().unwatch(k);
+                self.watch = None;
+            }
+        }
+        if self.live == 0 {
+            self.phase = Phase::Ending { epoch };
+            return self.poll_ending(epoch);
+        }
+        if moved > 0 {
+            Poll::Progress
+        } else {
+            Poll::Idle { wake_at: None }
+        }
+    }
+
+    /// The end marker is in the chain's rings once nothing is left in an
+    /// overflow: then the group is done.
+    fn poll_ending(&mut self, epoch: u64) -> Poll {
+        if let Some(c) = &mut self.chain {
+            c.flush();
+        }
+        if self.ctx.blocked.get() > 0 {
+            return Poll::Idle { wake_at: None };
+        }
+        if !self.group.mark_done(&self.ctx.shared, epoch) {
+            self.ctx.fenced.set(true);
+        }
+        self.over()
+    }
+
+    fn standby_log(&self) -> &super::group::StandbyLog {
+        &self
+            .log_of()
+            .standby
+            .as_ref()
+            .expect("a standby group runs in a standby run")
+            .log
+    }
+
+    /// Recovery points: taken at the interval (or when a queue asks), and
+    /// published once every consumer acknowledged the chunks before them.
+    fn points(&mut self, now: Nanos, epoch: u64) {
+        if self.live == 0 {
+            // Never a point at or past the end: the end-of-stream outputs
+            // must stay replayable.
+            return;
+        }
+        let stateless = self.group.stateless.load(Ordering::Acquire);
+        let wanted = self.group.point_wanted.load(Ordering::Acquire);
+        if self.pending.is_none()
+            && (now >= self.next_point || wanted)
+            && self.seq > self.group.point_seq.load(Ordering::Acquire)
+        {
+            self.group.point_wanted.store(false, Ordering::Release);
+            let every = if stateless {
+                self.group
+                    .point_every
+                    .min(std::time::Duration::from_millis(1))
+            } else {
+                self.group.point_every
+            };
+            self.next_point = now + every.as_nanos() as u64;
+            let state = if stateless {
+                None
+            } else {
+                // Synchronous (milliseconds for a large keyed state): not a
+                // stall.
+                let mut chain = self.chain.take().expect("a primary has its chain");
+                let ctx = Rc::clone(&self.ctx);
+                let s = ctx.long(|| self.chain_snapshot(&mut chain));
+                self.chain = Some(chain);
+                if s.is_none() {
+                    return;
+                }
+                s
+            };
+            self.pending = Some(Pending {
+                seq: self.seq,
+                pos: self.pos.clone(),
+                state,
+            });
+        }
+        let ready = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| self.group.acked_min_seq() >= p.seq);
+        if ready {
+            let p = self.pending.take().expect("checked");
+            let published = self.ctx.long(|| {
+                self.group.publish_point(
+                    epoch,
+                    p.seq,
+                    &p.pos,
+                    p.state.as_ref().map(|s| s.payload()),
+                )
+            });
+            if let Err(e) = published {
+                self.fail(format!("publishing a recovery point: {e}"));
+            }
+        }
+    }
+
+    fn try_reclaim(&mut self) {
+        if let Some((inc, slot)) = self.reclaim {
+            if self.group.reclaim(inc, slot) {
+                self.reclaim = None;
+            }
+        }
+    }
+
+    fn poll_standby(&mut self, now: Nanos, budget: usize) -> Poll {
+        let g = Arc::clone(&self.group);
+        if g.done.load(Ordering::Acquire) || g.live.current() != self.backs {
+            return self.over();
+        }
+        if g.live.failed() {
+            return self.claim(now, None);
+        }
+        let pw = g.reader_workers[0].load(Ordering::Acquire);
+        let shared = Arc::clone(&self.ctx.shared);
+        let released = shared
+            .released_at
+            .get(pw)
+            .map_or(0, |r| r.load(Ordering::Acquire));
+        let progress = g.progress.load(Ordering::Acquire);
+        let o = Observation {
+            now,
+            beat: g.live.last_beat(),
+            // A zombie's counting is no sign of the current primary's life.
+            progress: if progress >> 40 == self.backs & 0xff_ffff {
+                progress
+            } else {
+                0
+            },
+            long_step: released == u64::MAX || now.saturating_sub(released) <= g.timeout_ns,
+        };
+        let verdict = self.detector.observe(o, || {
+            let Some(w) = shared.workers.get(pw) else {
+                return (WorkerAt::Between { since: 0 }, None);
+            };
+            let polling = w.polling.load(Ordering::Acquire);
+            let since = w.since.load(Ordering::Acquire);
+            let at = if polling == 0 {
+                WorkerAt::Between { since }
+            } else if polling == g.primary_task.load(Ordering::Acquire) {
+                WorkerAt::Primary { since }
+            } else {
+                WorkerAt::Other { since }
+            };
+            let tid = w.tid.load(Ordering::Acquire);
+            (at, crate::sys::thread::sample(tid, now))
+        });
+        if let Verdict::Stalled(e) = verdict {
+            return self.claim(now, Some(e));
+        }
+        let mut moved = false;
+        if g.mode == StandbyMode::Hot && !g.stateless.load(Ordering::Acquire) {
+            moved = self.follow(budget);
+        } else if self.attached || self.chain.is_some() {
+            // Started hot before the operator was known to be stateless:
+            // there is nothing to keep hot, and a cursor would hold the
+            // queues back.
+            self.detach();
+            self.drop_chain();
+        }
+        if moved {
+            Poll::Progress
+        } else {
+            Poll::Idle {
+                wake_at: Some(now + (g.timeout_ns / 8).clamp(50_000, 1_000_000)),
+            }
+        }
+    }
+
+    /// A hot standby follows the log into its own state, up to what every
+    /// consumer acknowledged (so that its state is never ahead of a
+    /// replay's start).
+    fn follow(&mut self, budget: usize) -> bool {
+        if self.chain.is_none() && !self.start_hot() {
+            return false;
+        }
+        let limit = self.group.acked_min_seq();
+        let moved = matches!(self.process(budget as u64, None, limit), Ok(n) if n > 0);
+        // Half a queue behind would soon hold the primary back (the queue
+        // cannot evict past this cursor): let go, and wait — warm — for a
+        // newer point.
+        let behind = self
+            .group
+            .queues
+            .iter()
+            .zip(&self.pos)
+            .any(|(q, &p)| q.tail().saturating_sub(p) > q.config().slots / 2);
+        if behind {
+            self.hot_after = Some(self.group.point_seq.load(Ordering::Acquire));
+            self.detach();
+            self.drop_chain();
+        }
+        moved
+    }
+
+    /// A hot standby gets its state: the newest recovery point's, if it is
+    /// newer than the one it fell behind from and near enough the queues'
+    /// ends to keep up.
+    fn start_hot(&mut self) -> bool {
+        let point = {
+            let g = self.group.lock();
+            if !g.ready || self.group.stateless.load(Ordering::Acquire) {
+                // The primary has not built its operator yet (so whether it
+                // keeps state is not known), or it keeps none.
+                return false;
+            }
+            self.group.latest_point(&g)
+        };
+        let Ok((p, state)) = point else {
+            return false;
+        };
+        if self.hot_after.is_some_and(|a| p.seq <= a) {
+            return false;
+        }
+        let near = self
+            .group
+            .queues
+            .iter()
+            .zip(&p.pos)
+            .all(|(q, &at)| q.tail().saturating_sub(at) <= q.config().slots / 4);
+        if !near {
+            return false;
+        }
+        self.place(p.seq, p.pos);
+        if !self.attach() {
+            return false;
+        }
+        self.build_chain(state);
+        true
+    }
+
+    /// Takes over: claims the next epoch (fencing the primary), starts from
+    /// the newest recovery point or its own hot state, and goes on as the
+    /// primary. `evidence`: why the primary was found stalled (`None`: it
+    /// reported a failure).
+    fn claim(&mut self, now: Nanos, evidence: Option<Evidence>) -> Poll {
+        let group = Arc::clone(&self.group);
+        let shared = Arc::clone(&self.ctx.shared);
+        let mut g = group.lock();
+        if g.standby.map(|s| s.inc) != Some(self.inc) {
+            drop(g);
+            return self.over();
+        }
+        let Ok(epoch) = group.live.claim(self.backs, now) else {
+            drop(g);
+            return self.over();
+        };
+        // Pairs with the fence after a fenced primary's log append (and its
+        // copying mark): from here on, what it did is in the log.
+        fence(Ordering::SeqCst);
+        let old = (g.primary, g.primary_slot);
+        g.primary = self.inc;
+        g.primary_epoch = epoch;
+        g.primary_worker = self.ctx.worker();
+        g.primary_slot = self.slot;
+        g.standby = None;
+        group.standby_worker.store(NONE, Ordering::Release);
+        g.ready = false;
+        group.reader_workers[0].store(self.ctx.worker(), Ordering::Release);
+        group.reader_workers[1].store(NONE, Ordering::Release);
+        group.primary_slot.store(self.slot, Ordering::Release);
+        group.primary_task.store(self.ctx.key, Ordering::Release);
+        let point = group.latest_point(&g);
+        let fault = self.attribute(evidence, now);
+        let k = self.standby_log().open(Takeover {
+            record: RecoveryRecord {
+                operator: group.name.to_string(),
+                instance: group.instance,
+                cause: fault.cause,
+                tuple_id: fault.tuple,
+                detect_us: now.saturating_sub(fault.at) / 1000,
+                unprovoked: fault.unprovoked,
+                evidence: evidence.map(|e| e.to_string()),
+                ..Default::default()
+            },
+            fault_at: fault.at,
+            ..Default::default()
+        });
+        g.takeover = Some(k);
+        drop(g);
+        self.takeover = Some(k);
+        self.watch = Some((k, now));
+        let (p, state) = match point {
+            Ok(p) => p,
+            Err(why) => {
+                self.fail(format!("taking over: {why}"));
+                return Poll::Progress;
+            }
+        };
+        // A hot state not older than the point is the quicker start.
+        if self.chain.is_none() || self.seq < p.seq || !self.attached {
+            if self.chain.is_some() {
+                self.drop_chain();
+            }
+            self.detach();
+            self.place(p.seq, p.pos);
+            self.build_chain(state);
+            if !self.attach() {
+                self.fail(format!(
+                    "taking over: the buffer queues no longer hold the recovery point {:?}",
+                    self.pos
+                ));
+                return Poll::Progress;
+            }
+        }
+        self.ctx.muted.set(false);
+        self.ctx.epoch.set(epoch);
+        self.phase = Phase::Primary { epoch };
+        {
+            let mut g = group.lock();
+            if g.primary_epoch == epoch {
+                group.start_seq.store(self.seq, Ordering::Release);
+                g.ready = true;
+            }
+        }
+        if old.1 != self.slot {
+            self.reclaim = Some(old);
+            self.try_reclaim();
+        }
+        self.backlog = group.queues.iter().map(|q| q.tail()).collect();
+        self.caught_up = false;
+        // Inputs read again from the queues: from where the replay starts
+        // to what they held at the takeover.
+        let replayed: u64 = self
+            .pos
+            .iter()
+            .zip(&self.backlog)
+            .map(|(&p, &b)| b.saturating_sub(p))
+            .sum();
+        let restored = self.ctx.clock.now();
+        if let Some(t) = self.standby_log().lock().get_mut(k) {
+            t.record.restore_us = Some(restored.saturating_sub(now) / 1000);
+            t.record.replayed_tuples = replayed;
+        }
+        group.ensure_standby(&shared);
+        for c in &group.consumers {
+            shared.signals[c.worker].wake();
+        }
+        Poll::Progress
+    }
+
+    /// The fault a takeover answers: the reported failure, the injected
+    /// stall the silence overlaps, or none (unprovoked, with its evidence).
+    fn attribute(&self, evidence: Option<Evidence>, now: Nanos) -> Attributed {
+        let g = &self.group;
+        let Some(e) = evidence else {
+            let f = g
+                .faults
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .fault
+                .take()
+                .unwrap_or(Fault {
+                    at: now,
+                    cause: "reported failure".into(),
+                    tuple: None,
+                });
+            return Attributed {
+                at: f.at,
+                cause: f.cause,
+                tuple: f.tuple,
+                unprovoked: false,
+            };
+        };
+        let beat = now.saturating_sub(e.silence_ns);
+        let cause = format!("operator `{}` instance {} stalled: {e}", g.name, g.instance);
+        match self.ctx.shared.take_stall(g.node, g.instance, beat, now) {
+            Some(n) => Attributed {
+                at: beat.max(n.at),
+                cause,
+                tuple: Some(n.tuple),
+                unprovoked: false,
+            },
+            None => Attributed {
+                at: beat,
+                cause,
+                tuple: None,
+                unprovoked: true,
+            },
+        }
+    }
+}
+
+struct Attributed {
+    at: Nanos,
+    cause: String,
+    tuple: Option<crate::record::TupleId>,
+    unprovoked: bool,
+}
+
+impl<T> Drop for Incarnation<T> {
+    fn drop(&mut self) {
+        if self.slot != NONE {
+            self.group.free_slot(&self.ctx.shared, self.inc);
+        }
+    }
+}
+
+impl<T: crate::Data + Codec> Port for Incarnation<T> {
+    fn poll(&mut self, budget: usize) -> Poll {
+        let now = self.ctx.clock.now();
+        match self.phase {
+            Phase::Standby => self.poll_standby(now, budget),
+            Phase::Primary { epoch } => self.poll_primary(epoch, now, budget),
+            Phase::Ending { epoch } => self.poll_ending(epoch),
+            Phase::Over => Poll::Done,
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(c) = &mut self.chain {
+            c.flush();
+        }
+    }
+
+    fn debug(&self) -> String {
+        format!(
+            "incarnation {} of {}[{}]: {:?} seq {} (log point {}) pos {:?} ended {:?} blocked {} acked_min {} queues {:?}",
+            self.inc,
+            self.group.name,
+            self.group.instance,
+            self.phase,
+            self.seq,
+            self.group.point_seq.load(Ordering::Acquire),
+            self.pos,
+            self.ended,
+            self.ctx.blocked.get(),
+            self.group.acked_min_seq(),
+            self.group
+                .queues
+                .iter()
+                .map(|q| (
+                    q.head(),
+                    q.tail(),
+                    q.covered(),
+                    (0..super::bq::MAX_READERS)
+                        .map(|r| q.reader_cursor(r) as i64)
+                        .collect::<Vec<_>>()
+                ))
+                .collect::<Vec<_>>()
+        )
+    }
+}

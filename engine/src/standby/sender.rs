@@ -1,0 +1,205 @@
+//! Upstream's output into the buffer queues of standby groups (dual
+//! dispatch: each record is written once; the primary and a hot standby
+//! both read it).
+
+use super::codec::Codec;
+use super::group::{Group, NONE};
+use super::kit::{encode, END_ID, KIND_END};
+use crate::job::graph::AnyBox;
+use crate::operator::Collector;
+use crate::record::Record;
+use crate::runtime::channel::Route;
+use crate::runtime::task::TaskCtx;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+type BoxCollector<T> = Box<dyn Collector<T>>;
+
+/// Pushes between evictions.
+const EVICT_EVERY: u64 = 256;
+
+struct QLane {
+    group: Arc<Group>,
+    lane: usize,
+    overflow: VecDeque<(u64, Vec<u8>)>,
+    unsignalled: usize,
+    /// The primary's cursor, as last read.
+    read: u64,
+    window: u64,
+}
+
+impl QLane {
+    fn queue(&self) -> &super::bq::BufferQueue {
+        &self.group.queues[self.lane]
+    }
+
+    /// Pushes, evicting what the newest recovery point and the readers
+    /// allow first if the queue is full. Refuses (backpressure) while the
+    /// primary is `window` entries behind, as a ring of that size would:
+    /// the queue holds what replay needs, not a backlog.
+    fn push(&mut self, id: u64, bytes: &[u8]) -> bool {
+        let q = &self.group.queues[self.lane];
+        let tail = q.tail();
+        if tail.saturating_sub(self.read) >= self.window {
+            let slot = self.group.primary_slot.load(Ordering::Acquire);
+            self.read = q.reader_cursor(slot);
+            if tail.saturating_sub(self.read) >= self.window {
+                return false;
+            }
+        }
+        let pushed = q.push(id, bytes).is_ok() || {
+            q.set_covered(self.group.covered(self.lane));
+            q.evict();
+            let ok = q.push(id, bytes).is_ok();
+            if !ok {
+                // Full of what no recovery point covers yet: ask the
+                // primary for one now rather than at its interval.
+                self.group.point_wanted.store(true, Ordering::Release);
+            }
+            ok
+        };
+        if pushed && id == END_ID {
+            self.group.end_pos[self.lane].store(tail, Ordering::Release);
+        }
+        pushed
+    }
+
+    fn notify(&mut self, ctx: &TaskCtx) {
+        self.unsignalled = 0;
+        for w in &self.group.reader_workers {
+            let w = w.load(Ordering::Acquire);
+            if w != NONE {
+                ctx.shared.signals[w].notify();
+            }
+        }
+    }
+}
+
+/// Upstream's output into the buffer queues of one or more standby groups
+/// (one lane per downstream instance), routed like a ring sender. A full
+/// queue keeps the entry in a per-lane overflow and raises the task's
+/// `blocked`, exactly as a full ring does.
+pub(crate) struct BqSender<T> {
+    lanes: Vec<QLane>,
+    route: Route<T>,
+    ctx: Rc<TaskCtx>,
+    batch: usize,
+    buf: Vec<u8>,
+    ended: bool,
+    pushes: u64,
+}
+
+impl<T: crate::Data + Codec> BqSender<T> {
+    pub(crate) fn boxed(
+        lanes: Vec<(Arc<Group>, usize)>,
+        partitioning: &crate::job::graph::Partitioning,
+        ctx: &Rc<TaskCtx>,
+        batch: usize,
+        window: usize,
+    ) -> AnyBox {
+        let route = Route::of(partitioning, ctx.instance, lanes.len());
+        Box::new(Box::new(BqSender {
+            lanes: lanes
+                .into_iter()
+                .map(|(group, lane)| QLane {
+                    group,
+                    lane,
+                    overflow: VecDeque::new(),
+                    unsignalled: 0,
+                    read: 0,
+                    window: window.max(2) as u64,
+                })
+                .collect(),
+            route,
+            ctx: Rc::clone(ctx),
+            batch: batch.max(1),
+            buf: Vec::with_capacity(256),
+            ended: false,
+            pushes: 0,
+        }) as BoxCollector<T>)
+    }
+}
+
+impl<T: Codec> BqSender<T> {
+    fn send_bytes(&mut self, lane: usize, id: u64) {
+        let l = &mut self.lanes[lane];
+        if !l.overflow.is_empty() || !l.push(id, &self.buf) {
+            if l.overflow.is_empty() {
+                self.ctx.blocked.set(self.ctx.blocked.get() + 1);
+            }
+            l.overflow.push_back((id, self.buf.clone()));
+            return;
+        }
+        l.unsignalled += 1;
+        if l.unsignalled >= self.batch {
+            l.notify(&self.ctx);
+        }
+        self.pushes += 1;
+        if self.pushes.is_multiple_of(EVICT_EVERY) {
+            // Keep the queue as small as what is still needed (a small
+            // working set stays in cache), not as large as allowed.
+            if self.pushes.is_multiple_of(EVICT_EVERY * 16) {
+                l.group.note_queue_bytes();
+            }
+            let q = l.queue();
+            q.set_covered(l.group.covered(l.lane));
+            q.evict();
+        }
+    }
+}
+
+impl<T: Codec + Clone + 'static> Collector<T> for BqSender<T> {
+    #[inline]
+    fn collect(&mut self, rec: Record<T>) {
+        encode(&mut self.buf, &rec);
+        match self.route.pick(&rec.value, self.lanes.len()) {
+            Some(lane) => self.send_bytes(lane, rec.id.0),
+            None => {
+                for lane in 0..self.lanes.len() {
+                    self.send_bytes(lane, rec.id.0);
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        for l in &mut self.lanes {
+            if !l.overflow.is_empty() {
+                while let Some((id, b)) = l.overflow.pop_front() {
+                    if !l.push(id, &b) {
+                        l.overflow.push_front((id, b));
+                        break;
+                    }
+                    l.unsignalled += 1;
+                }
+                if l.overflow.is_empty() {
+                    self.ctx.blocked.set(self.ctx.blocked.get() - 1);
+                }
+            }
+            if l.unsignalled > 0 {
+                l.notify(&self.ctx);
+            }
+        }
+    }
+
+    fn end(&mut self) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        self.buf.clear();
+        self.buf.push(KIND_END);
+        for lane in 0..self.lanes.len() {
+            self.send_bytes(lane, END_ID);
+        }
+        for l in &self.lanes {
+            l.group.note_queue_bytes();
+        }
+        self.flush();
+    }
+
+    fn barrier(&mut self, _id: u64) {
+        // Checkpoints and standbys are not combined (refused at start).
+    }
+}
