@@ -45,7 +45,11 @@ impl ProbeFactory for Faults {
 /// The `n`-th word of the input: 5,000 distinct words, a few very common.
 fn word(n: u64) -> u32 {
     let h = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
-    (if h.is_multiple_of(4) { h % 16 } else { h % 5_000 }) as u32
+    (if h.is_multiple_of(4) {
+        h % 16
+    } else {
+        h % 5_000
+    }) as u32
 }
 
 /// Runs the job; returns the sorted `(word, count)` pairs and the report.

@@ -6,22 +6,24 @@
 //!
 //! ## Order
 //!
-//! Keys are kept in **insertion order** (an index map with the fixed FxHash
-//! hasher): iterating the state — as a keyed operator's end-of-stream hook
-//! does — visits keys in the order their first records were processed, a
-//! function of the input order alone. A hash map's order would also depend
-//! on its capacity and growth history, so a state restored from a snapshot
-//! could iterate differently from the live one it was taken from; a standby
-//! that replays the primary's input after restoring must emit the same
-//! outputs in the same order (the consumers drop what they already have by
-//! counting), so the order has to survive a snapshot. It does: the archive
-//! lists entries in insertion order and restoring inserts them in that
-//! order. Keys are never removed, so the order is never disturbed.
+//! Iterating the state — as a keyed operator's end-of-stream hook does —
+//! visits keys in **insertion order**: the order their first records were
+//! processed, a function of the input order alone. A hash map's own order
+//! would also depend on its capacity and growth history, so a state
+//! restored from a snapshot could iterate differently from the live one it
+//! was taken from; a standby that replays the primary's input after
+//! restoring must emit the same outputs in the same order (the consumers
+//! drop what they already have by counting), so the order has to survive a
+//! snapshot. Each entry carries its insertion number beside its state (the
+//! map itself stays a plain FxHash map: one probe per record); iteration
+//! and snapshots place entries by that number (one linear pass), and a
+//! restore inserts them in that order. Keys are never removed, so the
+//! numbers stay dense.
 //!
 //! ## Snapshots
 //!
 //! [`KeyedState::to_snapshot_bytes`] archives the state with rkyv as a
-//! vector of `(key, state)` entries in insertion order — one linear pass, no
+//! vector of `(key, state)` entries in insertion order — linear passes, no
 //! sorting, no hash index to build, so a data-path core spends as little
 //! time as possible serializing. The archive is [`ArchivedKeyedState`];
 //! looking a key up in it is a linear scan, so restoring rebuilds the map
@@ -29,7 +31,6 @@
 //! same bytes. (The archived layout is the one earlier builds wrote for a
 //! hash map's entries, so their snapshots still restore.)
 
-use indexmap::IndexMap;
 use rkyv::{
     api::high::HighDeserializer,
     collections::util::{Entry, EntryAdapter},
@@ -39,77 +40,117 @@ use rkyv::{
     with::{ArchiveWith, DeserializeWith, SerializeWith},
     Archive, Archived, Deserialize, Place, Serialize,
 };
-use rustc_hash::FxBuildHasher;
+use rustc_hash::FxHashMap;
 use std::hash::Hash;
 
 use crate::checkpoint::{self, CheckpointError, SnapshotBytes};
 
-/// One value of type `S` per key, in insertion order (see the module docs).
+/// One value of type `S` per key, iterated in insertion order (see the
+/// module docs).
 #[derive(Archive, Serialize, Deserialize)]
 pub struct KeyedState<K, S> {
     #[rkyv(with = InsertionOrder)]
-    map: IndexMap<K, S, FxBuildHasher>,
+    map: FxHashMap<K, Slot<S>>,
+}
+
+/// A key's state and its insertion number.
+pub struct Slot<S> {
+    seq: u64,
+    state: S,
 }
 
 impl<K, S> Default for KeyedState<K, S> {
     fn default() -> Self {
         KeyedState {
-            map: IndexMap::default(),
+            map: FxHashMap::default(),
         }
     }
 }
 
-/// rkyv wrapper: an index map archived as the vector of its entries in
-/// insertion order, and rebuilt by inserting them in that order.
+/// The entries of `map` placed by insertion number (`None` where a number
+/// is missing, which only a broken invariant leaves).
+fn in_order<K, S>(map: &FxHashMap<K, Slot<S>>) -> Vec<Option<(&K, &S)>> {
+    let mut v: Vec<Option<(&K, &S)>> = Vec::new();
+    v.resize_with(map.len(), || None);
+    for (k, s) in map {
+        if let Some(place) = v.get_mut(s.seq as usize) {
+            *place = Some((k, &s.state));
+        }
+    }
+    v
+}
+
+/// rkyv wrapper: the map archived as the vector of its `(key, state)`
+/// entries in insertion order, and rebuilt by inserting them in that
+/// order (numbering them again from 0).
 pub struct InsertionOrder;
 
-impl<K: Archive, V: Archive, H> ArchiveWith<IndexMap<K, V, H>> for InsertionOrder {
+impl<K: Archive, V: Archive, H> ArchiveWith<std::collections::HashMap<K, Slot<V>, H>>
+    for InsertionOrder
+{
     type Archived = ArchivedVec<Entry<K::Archived, V::Archived>>;
     type Resolver = VecResolver;
 
-    fn resolve_with(field: &IndexMap<K, V, H>, resolver: VecResolver, out: Place<Self::Archived>) {
+    fn resolve_with(
+        field: &std::collections::HashMap<K, Slot<V>, H>,
+        resolver: VecResolver,
+        out: Place<Self::Archived>,
+    ) {
         ArchivedVec::resolve_from_len(field.len(), resolver, out);
     }
 }
 
-impl<K, V, H, S> SerializeWith<IndexMap<K, V, H>, S> for InsertionOrder
+impl<K, V, S> SerializeWith<FxHashMap<K, Slot<V>>, S> for InsertionOrder
 where
     K: Serialize<S>,
     V: Serialize<S>,
     S: Fallible + Allocator + Writer + ?Sized,
+    S::Error: rancor::Source,
 {
     fn serialize_with(
-        field: &IndexMap<K, V, H>,
+        field: &FxHashMap<K, Slot<V>>,
         serializer: &mut S,
     ) -> Result<VecResolver, S::Error> {
+        let Some(order) = in_order(field).into_iter().collect::<Option<Vec<_>>>() else {
+            return Err(<S::Error as rancor::Source>::new(BrokenOrder));
+        };
         ArchivedVec::serialize_from_iter(
-            field
+            order
                 .iter()
-                .map(|(key, value)| EntryAdapter::<_, _, K, V>::new(key, value)),
+                .map(|(key, value)| EntryAdapter::<_, _, K, V>::new(*key, *value)),
             serializer,
         )
     }
 }
 
-impl<K, V, H, D> DeserializeWith<ArchivedVec<Entry<K::Archived, V::Archived>>, IndexMap<K, V, H>, D>
+/// The insertion numbers of a keyed state are not `0..len` (an engine
+/// bug): its snapshot is refused rather than written out of order.
+#[derive(Debug, thiserror::Error)]
+#[error("keyed state: insertion numbers are not dense")]
+struct BrokenOrder;
+
+impl<K, V, D>
+    DeserializeWith<ArchivedVec<Entry<K::Archived, V::Archived>>, FxHashMap<K, Slot<V>>, D>
     for InsertionOrder
 where
     K: Archive + Hash + Eq,
     V: Archive,
     K::Archived: Deserialize<K, D>,
     V::Archived: Deserialize<V, D>,
-    H: std::hash::BuildHasher + Default,
     D: Fallible + ?Sized,
 {
     fn deserialize_with(
         field: &ArchivedVec<Entry<K::Archived, V::Archived>>,
         deserializer: &mut D,
-    ) -> Result<IndexMap<K, V, H>, D::Error> {
-        let mut map = IndexMap::with_capacity_and_hasher(field.len(), H::default());
-        for e in field.iter() {
+    ) -> Result<FxHashMap<K, Slot<V>>, D::Error> {
+        let mut map = FxHashMap::with_capacity_and_hasher(field.len(), rustc_hash::FxBuildHasher);
+        for (i, e) in field.iter().enumerate() {
             map.insert(
                 e.key.deserialize(deserializer)?,
-                e.value.deserialize(deserializer)?,
+                Slot {
+                    seq: i as u64,
+                    state: e.value.deserialize(deserializer)?,
+                },
             );
         }
         Ok(map)
@@ -121,7 +162,15 @@ impl<K: Hash + Eq + Clone, S: Default> KeyedState<K, S> {
     #[inline]
     pub fn get_or_default(&mut self, key: &K) -> &mut S {
         // One hash and one probe; keys are small (cloning is a copy).
-        self.map.entry(key.clone()).or_default()
+        let seq = self.map.len() as u64;
+        &mut self
+            .map
+            .entry(key.clone())
+            .or_insert_with(|| Slot {
+                seq,
+                state: S::default(),
+            })
+            .state
     }
 }
 
@@ -131,7 +180,7 @@ impl<K, S> KeyedState<K, S> {
     where
         K: Hash + Eq,
     {
-        self.map.get(key)
+        self.map.get(key).map(|s| &s.state)
     }
 
     /// Number of keys with state.
@@ -146,7 +195,18 @@ impl<K, S> KeyedState<K, S> {
 
     /// Every key and its state, in insertion order.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
-        self.map.iter_mut()
+        let mut v: Vec<Option<(&K, &mut S)>> = Vec::new();
+        v.resize_with(self.map.len(), || None);
+        let mut stray = Vec::new();
+        for (k, s) in self.map.iter_mut() {
+            match v.get_mut(s.seq as usize) {
+                Some(place @ None) => *place = Some((k, &mut s.state)),
+                // Cannot happen (numbers are dense and unique); never lose
+                // an entry if it did.
+                _ => stray.push((k, &mut s.state)),
+            }
+        }
+        v.into_iter().flatten().chain(stray)
     }
 }
 
