@@ -6,7 +6,10 @@
 //!    alone, with a standby parked on the shared epoch (futex), and with a
 //!    standby spinning on it instead;
 //! 3. failure detection: report → parked standby awake, and a silent
-//!    primary → standby declares the stall (beyond the timeout).
+//!    primary → standby declares the stall (beyond the timeout);
+//! 4. the determinant log: what logging one chunk costs the primary
+//!    (`fenced_append`: a compare-and-swap, a fence, an epoch load), alone
+//!    and with a hot standby following the log on another core.
 //!
 //! ```text
 //! cargo run -p tandem-bench --release --bin standby -- --report standby.json
@@ -22,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem::queue::spsc;
 use tandem::standby::bq::{BqConfig, BufferQueue, Full};
+use tandem::standby::detlog::{fenced_append, Appended, Det, DetLog};
 use tandem::standby::epoch::{Liveness, Wake};
 use tandem_bench::report::{fmt_ns, write_json};
 
@@ -47,6 +51,9 @@ struct Args {
     /// Heartbeat timeout for the stall measurement.
     #[arg(long, default_value_t = 5)]
     timeout_ms: u64,
+    /// Determinant-log entries appended per measurement.
+    #[arg(long, default_value_t = 20_000_000)]
+    log_entries: u64,
     /// Directory for the buffer-queue file (default: the temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -67,6 +74,8 @@ struct Report {
     stall_detected_past_timeout_p50_ns: u64,
     stall_detected_past_timeout_p99_ns: u64,
     timeout_ms: u64,
+    detlog_append_ns: f64,
+    detlog_append_followed_ns: f64,
 }
 
 /// The cores the process may use, read once before any thread is pinned
@@ -232,6 +241,71 @@ fn detection(args: &Args) -> (Vec<u64>, Vec<u64>) {
     (wake, stall)
 }
 
+/// Nanoseconds per determinant-log append by a primary (its epoch checked
+/// after each), optionally with a follower reading every entry behind it
+/// on another core, as a hot standby does.
+fn detlog(args: &Args, follow: bool) -> Result<f64> {
+    let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let path = dir.join(format!("tandem-standby-bench-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let log = Arc::new(DetLog::create(&path, 2, 1 << 16)?);
+    let live = Arc::new(Liveness::new(0));
+    let n = args.log_entries;
+    let cap = log.capacity();
+    let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let follower = follow.then(|| {
+        let (log, read) = (Arc::clone(&log), Arc::clone(&read));
+        std::thread::spawn(move || {
+            pin(1);
+            let mut sum = 0u64;
+            let mut seq = 0;
+            while seq < n {
+                match log.get(seq) {
+                    Some(d) => {
+                        sum += d.len();
+                        seq += 1;
+                        read.store(seq, Ordering::Release);
+                    }
+                    None => spin_loop(),
+                }
+            }
+            sum
+        })
+    });
+    pin(0);
+    let words = log.words();
+    let t = Instant::now();
+    for seq in 0..n {
+        // Entries stay needed until the follower read them (a recovery
+        // point would cover them).
+        let floor = if follow {
+            let mut f = read.load(Ordering::Acquire);
+            while seq >= f + cap {
+                spin_loop();
+                f = read.load(Ordering::Acquire);
+            }
+            f
+        } else {
+            seq.saturating_sub(cap / 2)
+        };
+        let d = Det::Chunk {
+            lane: (seq & 1) as u32,
+            n: 64,
+        };
+        match fenced_append(&words, seq, floor, d, 1, || live.current()) {
+            Appended::Go(_) => {}
+            other => anyhow::bail!("append {seq}: {other:?}"),
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    if let Some(f) = follower {
+        std::hint::black_box(f.join().expect("follower"));
+    }
+    drop(log);
+    std::fs::remove_file(&path)?;
+    Ok(ns)
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     pin(0);
@@ -257,6 +331,8 @@ fn main() -> Result<()> {
         spinning / alone
     );
     let (mut wake, mut stall) = detection(&args);
+    let log_alone = detlog(&args, false)?;
+    let log_followed = detlog(&args, true)?;
     let r = Report {
         bq_tuples_per_sec: bq,
         bq_writer_full_waits: full,
@@ -268,6 +344,8 @@ fn main() -> Result<()> {
         stall_detected_past_timeout_p50_ns: quantile(&mut stall, 0.5),
         stall_detected_past_timeout_p99_ns: quantile(&mut stall, 0.99),
         timeout_ms: args.timeout_ms,
+        detlog_append_ns: log_alone,
+        detlog_append_followed_ns: log_followed,
     };
     println!(
         "failure report → standby awake: p50 {}  p99 {}  ({} samples)",
@@ -280,6 +358,11 @@ fn main() -> Result<()> {
         args.timeout_ms,
         fmt_ns(r.stall_detected_past_timeout_p50_ns),
         fmt_ns(r.stall_detected_past_timeout_p99_ns)
+    );
+    println!(
+        "determinant log append:        {log_alone:.1} ns per chunk alone, {log_followed:.1} ns with a follower on another core ({:.2} / {:.2} ns per input at 64 inputs a chunk)",
+        log_alone / 64.0,
+        log_followed / 64.0
     );
     if let Some(p) = &args.report {
         write_json(p, &r)?;

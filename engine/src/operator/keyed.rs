@@ -98,6 +98,12 @@ where
             return;
         }
         let key = (self.key)(&rec.value);
+        if self.state.full() {
+            // Rehashing a large state takes milliseconds inside one record:
+            // a long step, not a stall.
+            let ctx = Rc::clone(&self.ctx);
+            ctx.long(|| self.state.grow());
+        }
         let state = self.state.get_or_default(&key);
         let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op)
             .with_envelope(&rec);
@@ -116,6 +122,8 @@ where
             let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
             for (k, s) in self.state.iter_mut() {
                 self.op.on_end(k, s, &mut out);
+                // Ending many keys takes a while: each is progress.
+                self.ctx.tick();
             }
             self.ctx.leave(prev);
         }

@@ -84,6 +84,8 @@ pub(crate) struct TaskCtx {
     pub(crate) group: std::cell::OnceCell<Arc<crate::standby::group::Group>>,
     /// The task's key in its worker's task-poll marks (never 0).
     pub(crate) key: u64,
+    /// Steps of progress (inputs processed, keys ended) as a primary.
+    ticks: Cell<u64>,
 }
 
 impl TaskCtx {
@@ -95,6 +97,7 @@ impl TaskCtx {
     ) -> Self {
         TaskCtx {
             key: shared.next_key.fetch_add(1, Ordering::Relaxed) + 1,
+            ticks: Cell::new(0),
             group: std::cell::OnceCell::new(),
             instance,
             worker,
@@ -114,6 +117,24 @@ impl TaskCtx {
     /// The worker running the task.
     pub(crate) fn worker(&self) -> usize {
         self.worker
+    }
+
+    /// One step of progress (an input processed, a key's end-of-stream
+    /// hook run): for the primary of a standby group, a sign of life its
+    /// standby sees even inside one long poll. Nothing otherwise.
+    #[inline]
+    pub(crate) fn tick(&self) {
+        let Some(g) = self.group.get() else { return };
+        let e = self.epoch.get();
+        if e == 0 {
+            return;
+        }
+        let n = self.ticks.get() + 1;
+        self.ticks.set(n);
+        g.progress.store(
+            (e & 0xff_ffff) << 40 | (n & ((1 << 40) - 1)),
+            Ordering::Relaxed,
+        );
     }
 
     /// Marks `op` as running; returns the operator to restore afterwards.

@@ -123,7 +123,7 @@ use crate::metrics::RecoveryRecord;
 use crate::record::{Nanos, TupleId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -289,6 +289,9 @@ pub(crate) struct Group {
     pub(crate) primary_slot: AtomicUsize,
     /// The current primary's task (its worker's task-poll marks name it).
     pub(crate) primary_task: AtomicU64,
+    /// What the current primary is doing (a [`Doing`] code; evidence for a
+    /// stall verdict).
+    pub(crate) doing: AtomicU32,
     /// The current primary's progress: its epoch (low 24 bits) above the
     /// count of inputs it processed (low 40 bits); on its own cache line,
     /// written per input, read by the standby.
@@ -312,6 +315,36 @@ pub(crate) struct Group {
 
 /// No worker.
 pub(crate) const NONE: usize = usize::MAX;
+
+/// What a primary is doing, as it tells its standby (evidence only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Doing {
+    Between = 0,
+    Snapshot = 1,
+    Publishing = 2,
+    Choosing = 3,
+    Copying = 4,
+    Operator = 5,
+    Ending = 6,
+    Restoring = 7,
+}
+
+impl Doing {
+    pub(crate) fn name(code: u32) -> &'static str {
+        match code {
+            0 => "between steps",
+            1 => "taking a snapshot",
+            2 => "publishing a recovery point",
+            3 => "choosing a chunk",
+            4 => "copying a chunk out of its queue",
+            5 => "in the operator",
+            6 => "ending",
+            7 => "restoring",
+            _ => "?",
+        }
+    }
+}
 
 impl Group {
     #[allow(clippy::too_many_arguments)]
@@ -381,6 +414,7 @@ impl Group {
             primary_slot: AtomicUsize::new(0),
             primary_task: AtomicU64::new(0),
             progress: Default::default(),
+            doing: AtomicU32::new(Doing::Between as u32),
             faults: Mutex::new(Faults::default()),
             standby_worker: AtomicUsize::new(standby_worker),
             mode: cfg.mode,

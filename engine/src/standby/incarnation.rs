@@ -9,7 +9,7 @@
 use super::codec::Codec;
 use super::decide::{Detector, Evidence, Observation, Verdict, WorkerAt};
 use super::detlog::{fenced_append, Appended, Det};
-use super::group::{Fault, Group, StandbyMode, Takeover, NONE};
+use super::group::{Doing, Fault, Group, StandbyMode, Takeover, NONE};
 use super::kit::{decode, is_end, ChainBuild, Entry};
 use crate::checkpoint::SnapshotBytes;
 use crate::error::JobError;
@@ -89,8 +89,6 @@ pub(crate) struct Incarnation<T> {
     /// A hot standby that fell behind starts again only from a point newer
     /// than this.
     hot_after: Option<u64>,
-    /// Inputs processed as a primary (its progress counter).
-    done_inputs: u64,
 }
 
 impl<T: crate::Data + Codec> Incarnation<T> {
@@ -126,7 +124,6 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             caught_up: true,
             detector: Detector::new(group.timeout_ns),
             hot_after: None,
-            done_inputs: 0,
             inc,
             group,
         };
@@ -211,6 +208,13 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             if self.ended[l] {
                 self.live -= 1;
             }
+        }
+    }
+
+    #[inline]
+    fn doing(&self, d: Doing) {
+        if self.phase != Phase::Standby {
+            self.group.doing.store(d as u32, Ordering::Relaxed);
         }
     }
 
@@ -302,6 +306,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     fn process(&mut self, budget: u64, epoch: Option<u64>, limit: u64) -> Result<u64, Stop> {
         let mut moved = 0u64;
         while moved < budget && self.ctx.blocked.get() == 0 && self.live > 0 && self.seq < limit {
+            self.doing(Doing::Choosing);
             let det = match self.group.log.get(self.seq) {
                 Some(d) => d,
                 None => {
@@ -343,6 +348,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             let first = self.pos[l];
             let n = det.len();
             let seq = self.seq;
+            self.doing(Doing::Copying);
             let mut buf = std::mem::take(&mut self.buf);
             buf.clear();
             let copied = self.reading(l, epoch, |q| {
@@ -384,6 +390,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 }
                 Some(Ok(())) => {}
             }
+            self.doing(Doing::Operator);
             let chain = self
                 .chain
                 .as_mut()
@@ -396,14 +403,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             });
             for r in self.buf.drain(..) {
                 chain.collect(r);
-                if let Some(e) = epoch {
-                    // A sign of life inside a long poll (see `Detector`).
-                    self.done_inputs += 1;
-                    self.group.progress.store(
-                        (e & 0xff_ffff) << 40 | (self.done_inputs & ((1 << 40) - 1)),
-                        Ordering::Relaxed,
-                    );
-                }
+                // A sign of life inside a long poll (see `Detector`).
+                self.ctx.tick();
                 if self.ctx.has_failure() {
                     // A cut input: nothing after the record it cut is
                     // processed, so what was emitted is a prefix of the
@@ -431,11 +432,15 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     fn poll_primary(&mut self, epoch: u64, now: Nanos, budget: usize) -> Poll {
         self.try_reclaim();
         self.points(now, epoch);
+        self.doing(Doing::Between);
         if self.ctx.has_failure() {
             return Poll::Progress;
         }
         let moved = match self.process(budget as u64, Some(epoch), u64::MAX) {
-            Ok(n) => n,
+            Ok(n) => {
+                self.doing(Doing::Between);
+                n
+            }
             Err(Stop::Fenced) => {
                 // A standby took over while this one was stalled.
                 self.ctx.fenced.set(true);
@@ -480,6 +485,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     /// The end marker is in the chain's rings once nothing is left in an
     /// overflow: then the group is done.
     fn poll_ending(&mut self, epoch: u64) -> Poll {
+        self.doing(Doing::Ending);
         if let Some(c) = &mut self.chain {
             c.flush();
         }
@@ -529,6 +535,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             } else {
                 // Synchronous (milliseconds for a large keyed state): not a
                 // stall.
+                self.doing(Doing::Snapshot);
                 let mut chain = self.chain.take().expect("a primary has its chain");
                 let ctx = Rc::clone(&self.ctx);
                 let s = ctx.long(|| self.chain_snapshot(&mut chain));
@@ -549,6 +556,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             .as_ref()
             .is_some_and(|p| self.group.acked_min_seq() >= p.seq);
         if ready {
+            self.doing(Doing::Publishing);
             let p = self.pending.take().expect("checked");
             let published = self.ctx.long(|| {
                 self.group.publish_point(
@@ -615,7 +623,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             (at, crate::sys::thread::sample(tid, now))
         });
         if let Verdict::Stalled(e) = verdict {
-            return self.claim(now, Some(e));
+            let doing = Doing::name(g.doing.load(Ordering::Relaxed));
+            return self.claim(now, Some((e, doing)));
         }
         let mut moved = false;
         if g.mode == StandbyMode::Hot && !g.stateless.load(Ordering::Acquire) {
@@ -702,7 +711,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     /// the newest recovery point or its own hot state, and goes on as the
     /// primary. `evidence`: why the primary was found stalled (`None`: it
     /// reported a failure).
-    fn claim(&mut self, now: Nanos, evidence: Option<Evidence>) -> Poll {
+    fn claim(&mut self, now: Nanos, evidence: Option<(Evidence, &'static str)>) -> Poll {
         let group = Arc::clone(&self.group);
         let shared = Arc::clone(&self.ctx.shared);
         let mut g = group.lock();
@@ -730,7 +739,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         group.primary_slot.store(self.slot, Ordering::Release);
         group.primary_task.store(self.ctx.key, Ordering::Release);
         let point = group.latest_point(&g);
-        let fault = self.attribute(evidence, now);
+        let fault = self.attribute(evidence.map(|e| e.0), now);
         let k = self.standby_log().open(Takeover {
             record: RecoveryRecord {
                 operator: group.name.to_string(),
@@ -739,7 +748,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 tuple_id: fault.tuple,
                 detect_us: now.saturating_sub(fault.at) / 1000,
                 unprovoked: fault.unprovoked,
-                evidence: evidence.map(|e| e.to_string()),
+                evidence: evidence.map(|(e, doing)| format!("{e}; the primary was {doing}")),
                 ..Default::default()
             },
             fault_at: fault.at,
@@ -763,6 +772,9 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             }
             self.detach();
             self.place(p.seq, p.pos);
+            group
+                .doing
+                .store(Doing::Restoring as u32, Ordering::Relaxed);
             self.build_chain(state);
             if !self.attach() {
                 self.fail(format!(

@@ -183,6 +183,21 @@ impl<K, S> KeyedState<K, S> {
         self.map.get(key).map(|s| &s.state)
     }
 
+    /// Whether inserting one more key would grow (rehash) the map — a
+    /// pause of milliseconds for a large state.
+    #[inline]
+    pub fn full(&self) -> bool {
+        self.map.len() == self.map.capacity()
+    }
+
+    /// Grows the map ahead of an insert (doubling it).
+    pub fn grow(&mut self)
+    where
+        K: Hash + Eq,
+    {
+        self.map.reserve(self.map.len().max(16));
+    }
+
     /// Number of keys with state.
     pub fn len(&self) -> usize {
         self.map.len()
