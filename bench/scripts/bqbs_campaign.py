@@ -8,15 +8,18 @@ Each run draws, from its own seed (campaign seed * 1000 + run index):
   uniform 100k..400k records/s; standby set: flatmap, keyed, filter or
   flatmap,keyed; mode warm or hot; heartbeat uniform 1..20 ms; 0, 1 or 2
   faults, each panic, stall (5..60 ms) or cut, in one of the standby
-  operators, at a record uniform over the input.
+  operators, at a record uniform over the input (distinct records; for
+  `keyed`, never a record the filter drops, `seq % 10 == 9`, so that every
+  fault fires).
 
 A run passes when it exits 0 with the clean output (no line lost, none
-duplicated) within 10 x the clean run's time. Prints one line per run and a
-summary; exits 1 if any run failed.
+duplicated) within 10 x the clean run's time, and its report attributes
+exactly one recovery to each injected fault (operator and record). Prints
+one line per run and a summary; exits 1 if any run failed.
 
     python3 bench/scripts/bqbs_campaign.py --runs 200 --seed 1 [--paper PATH]
 """
-import argparse, hashlib, os, random, subprocess, sys, tempfile, time
+import argparse, hashlib, json, os, random, subprocess, sys, tempfile, time
 
 def sorted_md5(path):
     with open(path, 'rb') as f:
@@ -58,10 +61,16 @@ def main():
         mode = r.choice(['warm', 'hot'])
         hb = r.randint(1, 20)
         faults = []
+        injected = []
         for _ in range(r.choice([0, 1, 2])):
             op = r.choice(standby.split(','))
             kind = r.choice(['panic', 'stall', 'cut'])
             at = r.randint(0, records - 1)
+            if op == 'keyed' and at % 10 == 9:
+                at -= 1
+            if at in [a for _, a in injected]:
+                continue
+            injected.append((op, at))
             faults += ['--fault', f'{kind}@{op}:{at}' + (f':{r.randint(5, 60)}' if kind == 'stall' else '')]
         key = (seed, records, rate)
         if key not in clean:
@@ -73,11 +82,13 @@ def main():
             clean[key] = (sorted_md5(out), secs)
         (want, lines, _), clean_secs = clean[key]
         out = os.path.join(d, 'faulted.jsonl')
-        if os.path.exists(out):
-            os.remove(out)
+        rep = os.path.join(d, 'report.json')
+        for f in (out, rep):
+            if os.path.exists(f):
+                os.remove(f)
         cmd = [a.paper, '--strategy', 'bqbs', '--records', str(records), '--seed', str(seed),
                '--rate', str(rate), '--standby', standby, '--standby-mode', mode,
-               '--standby-heartbeat-ms', str(hb), '--output', out] + faults
+               '--standby-heartbeat-ms', str(hb), '--output', out, '--report', rep] + faults
         limit = max(10 * clean_secs, 5.0)
         rc, log, secs = run(cmd, limit)
         verdict = 'ok'
@@ -90,6 +101,12 @@ def main():
             got, n, dups = sorted_md5(out)
             if got != want:
                 verdict = f'WRONG: {n} lines vs {lines}, {dups} duplicated'
+            else:
+                recs = json.load(open(rep))['recovery']
+                for op, at in injected:
+                    k = sum(1 for x in recs if x['operator'] == op and x['tuple_id'] == at)
+                    if k != 1:
+                        verdict = f'ATTRIBUTION: {k} records for the fault at {op}:{at}'
         for l in log.splitlines():
             if ' takeovers (' in l:
                 w = l.split(' takeovers (')
@@ -98,7 +115,7 @@ def main():
                 verdict_t = f'{t} takeovers ({u} unprovoked)'
         if verdict != 'ok':
             failed += 1
-        shown = [c for c in cmd[1:] if c not in ('--output', out)]
+        shown = [c for c in cmd[1:] if c not in ('--output', out, '--report', rep)]
         print(f'{i:4d} {verdict:6s} {secs:6.2f}s (clean {clean_secs:5.2f}s) {verdict_t:28s} ' + ' '.join(shown), flush=True)
         for l in log.splitlines():
             if 'unprovoked:' in l:

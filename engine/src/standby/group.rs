@@ -918,3 +918,79 @@ impl StandbyRun {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(tag: &str) -> (Group, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("tandem-group-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = StandbyConfig {
+            queue_memory: 64 << 10,
+            ..StandbyConfig::default()
+        };
+        let g = Group::create(
+            3,
+            0,
+            "op".into(),
+            vec![0, 1],
+            vec![(5, 4, 0, 0)],
+            0,
+            1,
+            2,
+            &cfg,
+            &dir,
+            1,
+        )
+        .unwrap();
+        (g, dir)
+    }
+
+    #[test]
+    fn the_end_of_run_check_names_the_lane_a_consumer_fell_short_on() {
+        let (g, dir) = group("check");
+        let names: Vec<Arc<str>> = ["a", "b", "c", "op", "sink"]
+            .iter()
+            .map(|&n| n.into())
+            .collect();
+        // Lane 0 ended at position 9, lane 1 at 4.
+        g.end_pos[0].store(9, Ordering::Release);
+        g.end_pos[1].store(4, Ordering::Release);
+        let c = &g.consumers[0];
+        c.acked[0].store(10, Ordering::Release);
+        c.acked[1].store(5, Ordering::Release);
+        c.ended.store(true, Ordering::Release);
+        g.check_complete(&names).expect("everything accepted");
+        // One input of lane 1 short: the outputs it owed are missing.
+        c.acked[1].store(4, Ordering::Release);
+        let e = g.check_complete(&names).unwrap_err().to_string();
+        assert!(
+            e.contains("lane 1") && e.contains("sink[0]") && e.contains("4 of 5"),
+            "{e}"
+        );
+        // The end never reached the consumer.
+        c.acked[1].store(5, Ordering::Release);
+        c.ended.store(false, Ordering::Release);
+        let e = g.check_complete(&names).unwrap_err().to_string();
+        assert!(e.contains("never received the end"), "{e}");
+        g.remove_files();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_fenced_primary_cannot_publish_a_point_and_points_never_go_back() {
+        let (g, dir) = group("fence");
+        assert_eq!(g.live.claim(1, 5), Ok(2));
+        // Epoch 1's primary was fenced by the claim.
+        assert!(!g.publish_point(1, 10, &[3, 4], None).unwrap());
+        assert_eq!(g.point_seq.load(Ordering::Acquire), 0);
+        assert!(g.publish_point(2, 10, &[3, 4], None).unwrap());
+        assert_eq!((g.covered(0), g.covered(1)), (3, 4));
+        // Points never go back.
+        assert!(!g.publish_point(2, 9, &[2, 4], None).unwrap());
+        g.remove_files();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
