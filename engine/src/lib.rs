@@ -37,6 +37,8 @@
 //! operator/    user-facing operator traits and their chain wrappers
 //! sinks/       ready-made sinks (two-phase-commit files)
 //! checkpoint/  durable snapshots: files, manifests, retention, restore
+//! standby/     active standby (BQBS): buffer queues, the determinant log,
+//!              the liveness cell, recovery points, the takeover protocol
 //! state/       keyed state        queue/  SPSC rings         record.rs  the envelope
 //! metrics.rs   counters, HDR latency      sys/  affinity, rusage, io_uring
 //! sync.rs      the loom shim

@@ -110,6 +110,25 @@ pub enum BqError {
     },
 }
 
+/// Creates a file of `len` bytes at `path` for a shared mapping: mode
+/// 0600, and never over an existing file (another run's, or another
+/// user's).
+pub(crate) fn create_file(path: &Path, len: u64) -> Result<File, BqError> {
+    let io = |op| {
+        let path = path.to_path_buf();
+        move |source| BqError::Io { path, op, source }
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("create"))?;
+    file.set_len(len).map_err(io("set_len"))?;
+    Ok(file)
+}
+
 /// The ring is full and nothing may be evicted yet: back off and retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
@@ -233,18 +252,7 @@ impl BufferQueue {
         cfg.arena = cfg.arena.max(4096).next_power_of_two();
         cfg.check()?;
         let path = path.as_ref().to_path_buf();
-        let io = |op| {
-            let path = path.clone();
-            move |source| BqError::Io { path, op, source }
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io("create"))?;
-        file.set_len(cfg.file_len()).map_err(io("set_len"))?;
+        let file = create_file(&path, cfg.file_len())?;
         let mut q = Self::map(file, path.clone(), cfg)?;
         let h = &mut q.map[..HEADER];
         h[0..8].copy_from_slice(&MAGIC);

@@ -306,8 +306,6 @@ mod mapped {
     use super::{Det, Words};
     use crate::standby::bq::BqError;
     use memmap2::{MmapMut, MmapOptions};
-    use std::fs::OpenOptions;
-    use std::os::unix::fs::OpenOptionsExt;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::AtomicU64;
 
@@ -345,22 +343,15 @@ mod mapped {
                 )));
             }
             let capacity = capacity.max(2).next_power_of_two() as usize;
-            let io = |op| {
-                let path = path.clone();
-                move |source| BqError::Io { path, op, source }
-            };
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-                .map_err(io("create"))?;
-            file.set_len((HEADER + 8 * capacity) as u64)
-                .map_err(io("set_len"))?;
+            let file = crate::standby::bq::create_file(&path, (HEADER + 8 * capacity) as u64)?;
             // SAFETY: a fresh file of ours; the entries are only accessed
             // as atomics (see `words`).
-            let mut map = unsafe { MmapOptions::new().map_mut(&file) }.map_err(io("mmap"))?;
+            let mut map =
+                unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
+                    path: path.clone(),
+                    op: "mmap",
+                    source,
+                })?;
             map[0..8].copy_from_slice(&MAGIC);
             map[8..12].copy_from_slice(&VERSION.to_le_bytes());
             map[12..16].copy_from_slice(&lanes.to_le_bytes());

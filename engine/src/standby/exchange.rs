@@ -27,8 +27,6 @@
 //! queue may evict below it) and a checksum the reader verifies.
 
 use memmap2::{MmapMut, MmapOptions};
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -106,22 +104,15 @@ impl SnapshotExchange {
     pub fn create(path: impl AsRef<Path>, slot_bytes: usize) -> Result<Self, BqError> {
         let path = path.as_ref().to_path_buf();
         let slot_bytes = slot_bytes.max(1).next_multiple_of(4096);
-        let io = |op| {
-            let path = path.clone();
-            move |source| BqError::Io { path, op, source }
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io("create"))?;
-        file.set_len((HEADER + SLOTS * slot_bytes) as u64)
-            .map_err(io("set_len"))?;
+        let file = super::bq::create_file(&path, (HEADER + SLOTS * slot_bytes) as u64)?;
         // SAFETY: a fresh file of ours; shared access follows the protocol
         // of the module docs.
-        let mut map = unsafe { MmapOptions::new().map_mut(&file) }.map_err(io("mmap"))?;
+        let mut map =
+            unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
+                path: path.clone(),
+                op: "mmap",
+                source,
+            })?;
         map[0..8].copy_from_slice(&MAGIC);
         map[8..12].copy_from_slice(&VERSION.to_le_bytes());
         map[16..24].copy_from_slice(&(slot_bytes as u64).to_le_bytes());
