@@ -9,7 +9,7 @@
 use super::codec::Codec;
 use super::decide::{Detector, Evidence, Observation, Verdict, WorkerAt};
 use super::detlog::{fenced_append, Appended, Det};
-use super::group::{Doing, Fault, Group, StandbyMode, Takeover, NONE};
+use super::group::{Doing, Fault, Group, Point, StandbyMode, Takeover, NONE};
 use super::kit::{decode, is_end, ChainBuild, Entry};
 use crate::checkpoint::SnapshotBytes;
 use crate::error::JobError;
@@ -306,127 +306,152 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     fn process(&mut self, budget: u64, epoch: Option<u64>, limit: u64) -> Result<u64, Stop> {
         let mut moved = 0u64;
         while moved < budget && self.ctx.blocked.get() == 0 && self.live > 0 && self.seq < limit {
-            self.doing(Doing::Choosing);
-            let det = match self.group.log.get(self.seq) {
-                Some(d) => d,
-                None => {
-                    let Some(e) = epoch else { break };
-                    let Some(d) = self.choose(budget - moved, e)? else {
-                        break;
-                    };
-                    let floor = self.group.point_seq.load(Ordering::Acquire);
-                    let words = self.group.log.words();
-                    match fenced_append(&words, self.seq, floor, d, e, || self.group.live.current())
-                    {
-                        Appended::Go(d) => d,
-                        Appended::Fenced => return Err(Stop::Fenced),
-                        Appended::Full => {
-                            self.group.point_wanted.store(true, Ordering::Release);
-                            break;
-                        }
-                    }
-                }
+            let Some(det) = self.next_entry(budget - moved, epoch)? else {
+                break;
             };
-            let l = det.lane();
-            if l >= self.pos.len() || self.ended[l] {
-                self.fail(format!(
-                    "determinant log entry {} names lane {l}, which {}",
-                    self.seq,
-                    if l >= self.pos.len() {
-                        "does not exist"
-                    } else {
-                        "has ended"
-                    }
-                ));
-                return Err(Stop::Failed);
-            }
-            let end = matches!(det, Det::End { .. });
-            if epoch.is_none() && end && self.live == 1 {
+            if epoch.is_none() && matches!(det, Det::End { .. }) && self.live == 1 {
                 // A hot standby never ends the operator: the primary does.
                 break;
             }
-            let first = self.pos[l];
-            let n = det.len();
-            let seq = self.seq;
-            self.doing(Doing::Copying);
-            let mut buf = std::mem::take(&mut self.buf);
-            buf.clear();
-            let copied = self.reading(l, epoch, |q| {
-                for p in first..first + n {
-                    let Some(e) = q.get(p) else {
-                        return Err(format!(
-                            "determinant log entry {seq} takes positions {first}..{} of {}, which holds {}..{}",
-                            first + n,
-                            q.path().display(),
-                            q.head(),
-                            q.tail()
-                        ));
-                    };
-                    match decode::<T>(e.tuple_id, e.bytes) {
-                        Ok(Entry::Data(r)) if !end => buf.push(r),
-                        Ok(Entry::End) if end => {}
-                        Ok(_) => {
-                            return Err(format!(
-                                "determinant log entry {seq} ({det:?}) disagrees with position {p} of {}",
-                                q.path().display()
-                            ))
-                        }
-                        Err(why) => {
-                            return Err(format!(
-                                "buffer queue {} position {p}: {why}",
-                                q.path().display()
-                            ))
-                        }
-                    }
-                }
-                Ok(())
-            });
-            self.buf = buf;
-            match copied {
-                None => return Err(Stop::Fenced),
-                Some(Err(why)) => {
-                    self.fail(why);
-                    return Err(Stop::Failed);
-                }
-                Some(Ok(())) => {}
-            }
-            self.doing(Doing::Operator);
-            let chain = self
-                .chain
-                .as_mut()
-                .expect("a reading incarnation has its chain");
-            chain.open_chunk(ChunkId {
-                seq,
-                first,
-                n: n as u32,
-                lane: l as u16,
-            });
-            for r in self.buf.drain(..) {
-                chain.collect(r);
-                // A sign of life inside a long poll (see `Detector`).
-                self.ctx.tick();
-                if self.ctx.has_failure() {
-                    // A cut input: nothing after the record it cut is
-                    // processed, so what was emitted is a prefix of the
-                    // chunk's outputs (the consumers' cut counts on it).
-                    return Err(Stop::Failed);
-                }
-            }
-            self.pos[l] = first + n;
-            self.group.queues[l].advance(self.slot, first + n);
-            self.seq += 1;
-            moved += n;
-            if end {
-                self.ended[l] = true;
-                self.live -= 1;
-                if self.live == 0 {
-                    chain.end();
-                    break;
-                }
-            }
-            chain.close_chunk();
+            self.copy_chunk(det, epoch)?;
+            moved += self.run_chunk(det)?;
         }
         Ok(moved)
+    }
+
+    /// The log's entry at `seq`: the one logged there, or — for a primary
+    /// past the log's end — a chunk it chooses and logs (`None`: nothing to
+    /// do now).
+    fn next_entry(&mut self, max: u64, epoch: Option<u64>) -> Result<Option<Det>, Stop> {
+        self.doing(Doing::Choosing);
+        let det = match self.group.log.get(self.seq) {
+            Some(d) => d,
+            None => {
+                let Some(e) = epoch else { return Ok(None) };
+                let Some(d) = self.choose(max, e)? else {
+                    return Ok(None);
+                };
+                let floor = self.group.point_seq.load(Ordering::Acquire);
+                let words = self.group.log.words();
+                match fenced_append(&words, self.seq, floor, d, e, || self.group.live.current()) {
+                    Appended::Go(d) => d,
+                    Appended::Fenced => return Err(Stop::Fenced),
+                    Appended::Full => {
+                        self.group.point_wanted.store(true, Ordering::Release);
+                        return Ok(None);
+                    }
+                }
+            }
+        };
+        let l = det.lane();
+        if l >= self.pos.len() || self.ended[l] {
+            self.fail(format!(
+                "determinant log entry {} names lane {l}, which {}",
+                self.seq,
+                if l >= self.pos.len() {
+                    "does not exist"
+                } else {
+                    "has ended"
+                }
+            ));
+            return Err(Stop::Failed);
+        }
+        Ok(Some(det))
+    }
+
+    /// Copies the inputs of chunk `det` out of its queue into `self.buf`
+    /// (for a primary, inside its copying mark), checking them against the
+    /// entry.
+    fn copy_chunk(&mut self, det: Det, epoch: Option<u64>) -> Result<(), Stop> {
+        self.doing(Doing::Copying);
+        let (l, n, seq) = (det.lane(), det.len(), self.seq);
+        let first = self.pos[l];
+        let end = matches!(det, Det::End { .. });
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let copied = self.reading(l, epoch, |q| {
+            for p in first..first + n {
+                let Some(e) = q.get(p) else {
+                    return Err(format!(
+                        "determinant log entry {seq} takes positions {first}..{} of {}, which holds {}..{}",
+                        first + n,
+                        q.path().display(),
+                        q.head(),
+                        q.tail()
+                    ));
+                };
+                match decode::<T>(e.tuple_id, e.bytes) {
+                    Ok(Entry::Data(r)) if !end => buf.push(r),
+                    Ok(Entry::End) if end => {}
+                    Ok(_) => {
+                        return Err(format!(
+                            "determinant log entry {seq} ({det:?}) disagrees with position {p} of {}",
+                            q.path().display()
+                        ))
+                    }
+                    Err(why) => {
+                        return Err(format!(
+                            "buffer queue {} position {p}: {why}",
+                            q.path().display()
+                        ))
+                    }
+                }
+            }
+            Ok(())
+        });
+        self.buf = buf;
+        match copied {
+            None => Err(Stop::Fenced),
+            Some(Err(why)) => {
+                self.fail(why);
+                Err(Stop::Failed)
+            }
+            Some(Ok(())) => Ok(()),
+        }
+    }
+
+    /// Runs the copied chunk `det` through the chain between its marks
+    /// (the end entry of the last lane ends the operator); returns the
+    /// inputs it consumed.
+    fn run_chunk(&mut self, det: Det) -> Result<u64, Stop> {
+        self.doing(Doing::Operator);
+        let (l, n, seq) = (det.lane(), det.len(), self.seq);
+        let first = self.pos[l];
+        let chain = self
+            .chain
+            .as_mut()
+            .expect("a reading incarnation has its chain");
+        chain.open_chunk(ChunkId {
+            seq,
+            first,
+            n: n as u32,
+            lane: l as u16,
+        });
+        for r in self.buf.drain(..) {
+            chain.collect(r);
+            // A sign of life inside a long poll (see `Detector`).
+            self.ctx.tick();
+            if self.ctx.has_failure() {
+                // A cut input: nothing after the record it cut is
+                // processed, so what was emitted is a prefix of the
+                // chunk's outputs (the consumers' cut counts on it).
+                return Err(Stop::Failed);
+            }
+        }
+        self.pos[l] = first + n;
+        self.group.queues[l].advance(self.slot, first + n);
+        self.seq += 1;
+        if matches!(det, Det::End { .. }) {
+            self.ended[l] = true;
+            self.live -= 1;
+            if self.live == 0 {
+                // Its end-of-stream outputs, the last chunk's mark, the end.
+                chain.end();
+                return Ok(n);
+            }
+        }
+        chain.close_chunk();
+        Ok(n)
     }
 
     fn poll_primary(&mut self, epoch: u64, now: Nanos, budget: usize) -> Poll {
@@ -712,17 +737,56 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     /// primary. `evidence`: why the primary was found stalled (`None`: it
     /// reported a failure).
     fn claim(&mut self, now: Nanos, evidence: Option<(Evidence, &'static str)>) -> Poll {
-        let group = Arc::clone(&self.group);
-        let shared = Arc::clone(&self.ctx.shared);
-        let mut g = group.lock();
-        if g.standby.map(|s| s.inc) != Some(self.inc) {
-            drop(g);
-            return self.over();
-        }
-        let Ok(epoch) = group.live.claim(self.backs, now) else {
-            drop(g);
+        let Some((epoch, old_slot, point)) = self.take_role(now, evidence) else {
             return self.over();
         };
+        let (p, state) = match point {
+            Ok(p) => p,
+            Err(why) => {
+                self.fail(format!("taking over: {why}"));
+                return Poll::Progress;
+            }
+        };
+        // A hot state not older than the point is the quicker start.
+        if self.chain.is_none() || self.seq < p.seq || !self.attached {
+            if self.chain.is_some() {
+                self.drop_chain();
+            }
+            self.detach();
+            self.place(p.seq, p.pos);
+            self.group
+                .doing
+                .store(Doing::Restoring as u32, Ordering::Relaxed);
+            self.build_chain(state);
+            if !self.attach() {
+                self.fail(format!(
+                    "taking over: the buffer queues no longer hold the recovery point {:?}",
+                    self.pos
+                ));
+                return Poll::Progress;
+            }
+        }
+        self.go_live(epoch, old_slot, now);
+        Poll::Progress
+    }
+
+    /// Under the group's lock: claims the epoch after `self.backs` (unless
+    /// another standby replaced this one, or someone else claimed it),
+    /// becomes the group's primary, opens the takeover's record, and reads
+    /// the newest recovery point. Returns the epoch, the predecessor's
+    /// reader slot, and the point.
+    #[allow(clippy::type_complexity)]
+    fn take_role(
+        &mut self,
+        now: Nanos,
+        evidence: Option<(Evidence, &'static str)>,
+    ) -> Option<(u64, (u64, usize), Result<(Point, Option<Vec<u8>>), String>)> {
+        let group = Arc::clone(&self.group);
+        let mut g = group.lock();
+        if g.standby.map(|s| s.inc) != Some(self.inc) {
+            return None;
+        }
+        let epoch = group.live.claim(self.backs, now).ok()?;
         // Pairs with the fence after a fenced primary's log append (and its
         // copying mark): from here on, what it did is in the log.
         fence(Ordering::SeqCst);
@@ -732,8 +796,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         g.primary_worker = self.ctx.worker();
         g.primary_slot = self.slot;
         g.standby = None;
-        group.standby_worker.store(NONE, Ordering::Release);
         g.ready = false;
+        group.standby_worker.store(NONE, Ordering::Release);
         group.reader_workers[0].store(self.ctx.worker(), Ordering::Release);
         group.reader_workers[1].store(NONE, Ordering::Release);
         group.primary_slot.store(self.slot, Ordering::Release);
@@ -755,35 +819,18 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             ..Default::default()
         });
         g.takeover = Some(k);
-        drop(g);
         self.takeover = Some(k);
         self.watch = Some((k, now));
-        let (p, state) = match point {
-            Ok(p) => p,
-            Err(why) => {
-                self.fail(format!("taking over: {why}"));
-                return Poll::Progress;
-            }
-        };
-        // A hot state not older than the point is the quicker start.
-        if self.chain.is_none() || self.seq < p.seq || !self.attached {
-            if self.chain.is_some() {
-                self.drop_chain();
-            }
-            self.detach();
-            self.place(p.seq, p.pos);
-            group
-                .doing
-                .store(Doing::Restoring as u32, Ordering::Relaxed);
-            self.build_chain(state);
-            if !self.attach() {
-                self.fail(format!(
-                    "taking over: the buffer queues no longer hold the recovery point {:?}",
-                    self.pos
-                ));
-                return Poll::Progress;
-            }
-        }
+        Some((epoch, old, point))
+    }
+
+    /// The new primary's state is in place: it unmutes, lets the consumers
+    /// follow (its stream starts at `self.seq`), reclaims its fenced
+    /// predecessor's cursor, records what the takeover restored and
+    /// replays, and asks for a new standby.
+    fn go_live(&mut self, epoch: u64, old: (u64, usize), claimed: Nanos) {
+        let group = Arc::clone(&self.group);
+        let shared = Arc::clone(&self.ctx.shared);
         self.ctx.muted.set(false);
         self.ctx.epoch.set(epoch);
         self.phase = Phase::Primary { epoch };
@@ -809,15 +856,16 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             .map(|(&p, &b)| b.saturating_sub(p))
             .sum();
         let restored = self.ctx.clock.now();
-        if let Some(t) = self.standby_log().lock().get_mut(k) {
-            t.record.restore_us = Some(restored.saturating_sub(now) / 1000);
-            t.record.replayed_tuples = replayed;
+        if let Some(k) = self.takeover {
+            if let Some(t) = self.standby_log().lock().get_mut(k) {
+                t.record.restore_us = Some(restored.saturating_sub(claimed) / 1000);
+                t.record.replayed_tuples = replayed;
+            }
         }
         group.ensure_standby(&shared);
         for c in &group.consumers {
             shared.signals[c.worker].wake();
         }
-        Poll::Progress
     }
 
     /// The fault a takeover answers: the reported failure, the injected
