@@ -111,13 +111,15 @@ where
         field: &FxHashMap<K, Slot<V>>,
         serializer: &mut S,
     ) -> Result<VecResolver, S::Error> {
-        let Some(order) = in_order(field).into_iter().collect::<Option<Vec<_>>>() else {
+        let order = in_order(field);
+        if order.iter().any(Option::is_none) {
             return Err(<S::Error as rancor::Source>::new(BrokenOrder));
-        };
+        }
         ArchivedVec::serialize_from_iter(
-            order
-                .iter()
-                .map(|(key, value)| EntryAdapter::<_, _, K, V>::new(*key, *value)),
+            order.iter().map(|e| {
+                let (key, value) = e.expect("every place is filled (checked above)");
+                EntryAdapter::<_, _, K, V>::new(key, value)
+            }),
             serializer,
         )
     }
