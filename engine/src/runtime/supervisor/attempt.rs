@@ -1,0 +1,583 @@
+//! Attempts and restarts: starting an attempt's workers, declaring a
+//! stalled worker, stopping an attempt, and restart-all — what a failed
+//! attempt's successor restores (the last complete checkpoint, verified,
+//! or an older one if it is damaged), where its sinks resume, and how the
+//! restart is recorded.
+//!
+//! A failure is a panic in operator code, a cut input channel, an I/O
+//! error, or a worker without a heartbeat for longer than the timeout.
+//! The supervisor then stops every worker of the attempt (a stalled one is
+//! abandoned: it is fenced by its attempt's cancel flag and number), asks
+//! the [`RestartStrategy`](crate::recovery::restart::RestartStrategy), and
+//! starts a new attempt from the last complete checkpoint: operator state
+//! mapped from its files, sources rewound to their positions, sinks'
+//! uncommitted output discarded.
+
+use super::checkpoints::Completed;
+use super::measure::{restart_record, OpenRecovery};
+use super::{now_ns, Key, Supervisor, JOB_META};
+use crate::checkpoint::{self, FileEntry, Manifest};
+use crate::error::{JobError, RuntimeError};
+use crate::job::graph::Graph;
+use crate::metrics::{JobMetrics, RecoveryRecord};
+use crate::recovery::restart::Decision;
+use crate::runtime::channel::WorkerSignal;
+use crate::runtime::coord::{Event, InstanceRestore, Restore, SinkTally};
+use crate::runtime::dead_letter::DeadLetters;
+use crate::runtime::CheckpointMode;
+use crate::runtime::{lanes, worker, JobShared, Wiring};
+use crossbeam_utils::CachePadded;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One run of the job's workers.
+pub(super) struct Attempt {
+    pub(super) number: u32,
+    pub(super) shared: Arc<JobShared>,
+    pub(super) threads: Vec<JoinHandle<()>>,
+    pub(super) exited: Vec<bool>,
+    pub(super) built: usize,
+    /// Instances whose task has ended.
+    pub(super) finished: HashSet<Key>,
+}
+
+impl Supervisor {
+    /// Wires and starts the workers of attempt `number`.
+    pub(super) fn spawn(
+        &self,
+        number: u32,
+        restore: Option<Arc<Restore>>,
+        targets: &HashMap<Key, u64>,
+    ) -> Result<Attempt, JobError> {
+        let workers = self.plan.workers;
+        let signals: Vec<Arc<WorkerSignal>> = (0..workers)
+            .map(|_| Arc::new(WorkerSignal::default()))
+            .collect();
+        let sinks = self
+            .sinks
+            .iter()
+            .map(|k| (*k, Arc::new(SinkTally::new(*targets.get(k).unwrap_or(&0)))))
+            .collect();
+        let standby = self.standby_run(number)?;
+        let shared = Arc::new(JobShared {
+            origin: self.origin,
+            names: self.names.clone(),
+            metrics: Arc::clone(&self.metrics),
+            dead_letters: Arc::clone(&self.dead_letters),
+            attempt: number,
+            cancel: AtomicBool::new(false),
+            error: Mutex::new(None),
+            failed_at: AtomicU64::new(0),
+            fault_tuple: Mutex::new(None),
+            stalls: Mutex::new(Vec::new()),
+            signals: signals.clone(),
+            finished_at: AtomicU64::new(0),
+            events: self.tx.clone(),
+            trigger: AtomicU64::new(0),
+            exactly_once: self
+                .coord
+                .as_ref()
+                .is_none_or(|c| c.mode == CheckpointMode::ExactlyOnce),
+            restore,
+            beats: (0..workers)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            released_at: (0..workers)
+                .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
+                .collect(),
+            workers: (0..workers)
+                .map(|_| CachePadded::new(Default::default()))
+                .collect(),
+            next_key: AtomicU64::new(0),
+            sinks,
+            pacing_start: Arc::clone(&self.pacing_start),
+            standby: standby.clone(),
+        });
+        let has_standby = |n: usize| standby.as_ref().is_some_and(|s| s.group(n, 0).is_some());
+        let mut producers = HashMap::new();
+        let mut consumers = HashMap::new();
+        for (ei, e) in self.graph.edges.iter().enumerate() {
+            // Edges of an operator with a standby: buffer queues in, rings
+            // of each incarnation's own out.
+            if self.plan.chained[ei] || has_standby(e.from) || has_standby(e.to) {
+                continue;
+            }
+            let kit = self.graph.nodes[e.from]
+                .out
+                .as_ref()
+                .expect("engine bug: an edge leaves a sink");
+            for (u, d) in lanes(&self.graph, ei) {
+                let (p, c) = kit.ring(self.config.ring_capacity);
+                producers.insert((ei, u, d), p);
+                consumers.insert((ei, u, d), c);
+            }
+        }
+        let wiring = Arc::new(Wiring {
+            graph: Arc::clone(&self.graph),
+            plan: self.plan.clone(),
+            shared: Arc::clone(&shared),
+            producers: Mutex::new(producers),
+            consumers: Mutex::new(consumers),
+            signals,
+            config: self.config.clone(),
+        });
+        let mut threads = Vec::with_capacity(workers);
+        for (w, &core) in self.cores.iter().enumerate().take(workers) {
+            let wiring = Arc::clone(&wiring);
+            let core = self.config.pin.then_some(core);
+            let spawned = std::thread::Builder::new()
+                .name(format!("tandem-w{w}"))
+                .spawn(move || worker::run(w, core, wiring));
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(source) => {
+                    shared.stop();
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(RuntimeError::Spawn { worker: w, source }.into());
+                }
+            }
+        }
+        Ok(Attempt {
+            number,
+            shared,
+            threads,
+            exited: vec![false; workers],
+            built: 0,
+            finished: HashSet::new(),
+        })
+    }
+
+    /// Declares worker `w` stalled since `since`.
+    pub(super) fn stalled(&mut self, w: usize, since: u64, now: u64) {
+        let shared = &self.attempt.shared;
+        let (operator, instance) = match shared.stall_note() {
+            Some(n) if n.worker == w => {
+                shared.note_fault_tuple(Some(n.tuple));
+                (self.names[n.op].to_string(), n.instance)
+            }
+            _ => {
+                // No probe said who: name the chains the worker runs.
+                let mut names = Vec::new();
+                let mut inst = 0;
+                for (t, &wk) in self.plan.worker_of_task.iter().enumerate() {
+                    if wk == w {
+                        inst = self.plan.tasks[t].instance;
+                        names.extend(
+                            self.plan.tasks[t]
+                                .members
+                                .iter()
+                                .map(|&m| self.names[m].to_string()),
+                        );
+                    }
+                }
+                (names.join("+"), inst)
+            }
+        };
+        shared.failed_at.store(since.max(1), Ordering::SeqCst);
+        self.stalled_worker = Some(w);
+        shared.fail(JobError::Stalled {
+            operator,
+            instance,
+            millis: (now - since) / 1_000_000,
+        });
+    }
+
+    /// Stops the attempt's workers: waits briefly for each (a running
+    /// worker sees the cancel flag within one poll), abandons a stalled one
+    /// at once (it is fenced by the cancel flag and its attempt number).
+    pub(super) fn stop_attempt(&mut self, stalled: Option<usize>) {
+        self.attempt.shared.stop();
+        let deadline = Instant::now() + Duration::from_millis(100);
+        for (w, t) in std::mem::take(&mut self.attempt.threads)
+            .into_iter()
+            .enumerate()
+        {
+            if Some(w) == stalled {
+                continue;
+            }
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    pub(super) fn on_failure(&mut self) -> Result<(), JobError> {
+        let detected_at = now_ns(self.origin);
+        let shared = Arc::clone(&self.attempt.shared);
+        let err = shared.take_error().unwrap_or(JobError::Cancelled);
+        let stalled = self.stalled_worker.take();
+        self.stop_attempt(stalled);
+        // Where everyone stood when it stopped.
+        let sink_written: HashMap<Key, u64> = shared
+            .sinks
+            .iter()
+            .map(|(k, t)| (*k, t.written.load(Ordering::Relaxed)))
+            .collect();
+        let source_pos: HashMap<Key, u64> = self
+            .sources
+            .iter()
+            .map(|&(n, i)| {
+                (
+                    (n, i),
+                    self.metrics.counters[n][i].records.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        if self.cancelled || matches!(err, JobError::Cancelled) {
+            return Err(JobError::Cancelled);
+        }
+        let failed_at = match shared.failed_at.load(Ordering::SeqCst) {
+            0 => detected_at,
+            t => t,
+        };
+        // A recovery still being measured ends here.
+        if let Some(o) = self.open.take() {
+            self.recovery.push(o.record);
+        }
+        // A checkpoint being written is complete: let it land and commit.
+        self.land_checkpoint_being_written()?;
+        self.failures.push(Duration::from_nanos(detected_at));
+        let delay = match self.config.restart.decide(&self.failures) {
+            Decision::Restart { after } => after,
+            Decision::GiveUp { reason } => {
+                if self.failures.len() == 1
+                    && matches!(
+                        self.config.restart,
+                        crate::recovery::restart::RestartStrategy::None
+                    )
+                {
+                    return Err(err);
+                }
+                return Err(JobError::GaveUp {
+                    reason,
+                    cause: Box::new(err),
+                });
+            }
+        };
+        let mut record = restart_record(
+            &err,
+            shared.fault_tuple(),
+            detected_at.saturating_sub(failed_at) / 1000,
+        );
+        std::thread::sleep(delay);
+        // What to restore: the last complete checkpoint, verified; an older
+        // retained one if it is damaged.
+        let (restore, restored_id) = self.restore_point(&mut record)?;
+        record.restored_checkpoint = restored_id;
+        // Sinks' counts at the restored checkpoint, in the failed attempt.
+        let at_restore = |k: &Key| -> u64 {
+            match &self.last_complete {
+                Some(c) if Some(c.id) == restored_id && c.attempt == self.attempt.number => {
+                    *c.written.get(k).unwrap_or(&0)
+                }
+                _ => 0,
+            }
+        };
+        let sinks: Vec<SinkAtFailure> = self
+            .sinks
+            .iter()
+            .map(|k| SinkAtFailure {
+                key: *k,
+                written: sink_written[k],
+                at_restore: at_restore(k),
+                transactional: self.transactional.contains(k),
+                finished: restore
+                    .as_ref()
+                    .and_then(|r| r.instances.get(k))
+                    .is_some_and(|i| i.finished),
+            })
+            .collect();
+        let (targets, duplicates) = sink_targets(&sinks);
+        self.duplicates += duplicates;
+        record.replayed_tuples = self
+            .sources
+            .iter()
+            .map(|k| {
+                let from = restore
+                    .as_ref()
+                    .and_then(|r| r.instances.get(k))
+                    .and_then(|i| i.position);
+                replayed(source_pos[k], from)
+            })
+            .sum();
+        self.committers.clear();
+        let number = self.attempt.number + 1;
+        self.attempt = self.spawn(number, restore, &targets)?;
+        self.open = Some(OpenRecovery {
+            record,
+            failed_at,
+            detected_at,
+            attempt: number,
+        });
+        Ok(())
+    }
+
+    /// The checkpoint a restart restores, mapped and verified.
+    pub(super) fn restore_point(
+        &mut self,
+        record: &mut RecoveryRecord,
+    ) -> Result<(Option<Arc<Restore>>, Option<u64>), JobError> {
+        let Some(done) = &self.last_complete else {
+            return Ok((None, None));
+        };
+        match build_restore(&done.manifest, &self.graph) {
+            Ok(r) => return Ok((Some(Arc::new(r)), Some(done.id))),
+            Err(e) => record
+                .skipped_checkpoints
+                .push(format!("checkpoint {}: {e}", done.id)),
+        }
+        let bad = done.id;
+        if let Some(c) = &self.coord {
+            let latest = c.store.latest_valid()?;
+            for s in latest.skipped {
+                if s.id != bad {
+                    record
+                        .skipped_checkpoints
+                        .push(format!("checkpoint {}: {}", s.id, s.error));
+                }
+            }
+            if let Some(m) = latest.checkpoint.filter(|m| m.id < bad) {
+                let id = m.id;
+                let r = build_restore(&m, &self.graph)?;
+                self.last_complete = Some(Completed {
+                    id,
+                    manifest: m,
+                    written: HashMap::new(),
+                    attempt: u32::MAX,
+                });
+                return Ok((Some(Arc::new(r)), Some(id)));
+            }
+        }
+        self.last_complete = None;
+        Ok((None, None))
+    }
+}
+
+/// A sink's standing when its attempt failed.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SinkAtFailure {
+    pub(super) key: Key,
+    /// Records it had written in the failed attempt.
+    pub(super) written: u64,
+    /// Records it had written at the barrier of the restored checkpoint
+    /// (0 when the checkpoint is from another attempt, or there is none).
+    pub(super) at_restore: u64,
+    /// Whether its output is committed per checkpoint (then a replay's
+    /// repeats are discarded with the uncommitted epochs).
+    pub(super) transactional: bool,
+    /// Whether the restored checkpoint says it had already finished.
+    pub(super) finished: bool,
+}
+
+/// Where each sink of the restarted attempt counts itself caught up (the
+/// records it redoes; 0 for one that had finished), and how many records
+/// non-transactional sinks will emit a second time.
+pub(super) fn sink_targets(sinks: &[SinkAtFailure]) -> (HashMap<Key, u64>, u64) {
+    let mut targets = HashMap::new();
+    let mut duplicates = 0;
+    for s in sinks {
+        let redo = s.written.saturating_sub(s.at_restore);
+        if !s.transactional {
+            duplicates += redo;
+        }
+        targets.insert(s.key, if s.finished { 0 } else { redo });
+    }
+    (targets, duplicates)
+}
+
+/// Inputs a source replays: from its restored position (its start without
+/// one) up to where it had read.
+pub(super) fn replayed(read: u64, restored_from: Option<u64>) -> u64 {
+    read.saturating_sub(restored_from.unwrap_or(0))
+}
+
+/// Reads what `path` names: a savepoint directory, a manifest file, or a
+/// checkpoint directory (its newest valid checkpoint).
+/// Also returns the newer checkpoints passed over, and why.
+pub(super) fn load_restore_point(path: &Path) -> Result<(Manifest, Vec<String>), JobError> {
+    if path.is_file() {
+        let m = Manifest::load(path)?;
+        return Ok((m, Vec::new()));
+    }
+    if path.join("manifest.json").is_file() {
+        return Ok((checkpoint::open_savepoint(path)?, Vec::new()));
+    }
+    // A checkpoint directory: read it without starting a writer on it.
+    let mut ids: Vec<_> = checkpoint::list(path)?
+        .into_iter()
+        .filter(|l| l.kind == checkpoint::SnapshotKind::Checkpoint)
+        .collect();
+    ids.sort_by_key(|l| std::cmp::Reverse(l.id));
+    let mut errors = Vec::new();
+    for l in ids {
+        match Manifest::load(&l.manifest_path).and_then(|m| m.verify().map(|()| m)) {
+            Ok(m) => return Ok((m, errors)),
+            Err(e) => errors.push(format!("checkpoint {}: {e}", l.id)),
+        }
+    }
+    Err(JobError::Incompatible {
+        id: 0,
+        reason: format!(
+            "{} holds no valid checkpoint{}",
+            path.display(),
+            if errors.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", errors.join("; "))
+            }
+        ),
+    })
+}
+
+/// Maps and verifies every file of `m` and matches it to the job's
+/// operators.
+pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobError> {
+    let node_of: HashMap<&str, usize> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (&*n.name, i))
+        .collect();
+    let mut r = Restore {
+        checkpoint: m.id,
+        instances: HashMap::new(),
+    };
+    let locate = |e: &FileEntry| -> Result<Key, JobError> {
+        let Some(&node) = node_of.get(e.operator.as_str()) else {
+            return Err(JobError::Incompatible {
+                id: m.id,
+                reason: format!(
+                    "it has state of operator `{}`, which the job lacks",
+                    e.operator
+                ),
+            });
+        };
+        let p = graph.nodes[node].parallelism;
+        if e.instance as usize >= p {
+            return Err(JobError::Incompatible {
+                id: m.id,
+                reason: format!(
+                    "it has instance {} of `{}`, which runs with parallelism {p} (rescaling is not supported)",
+                    e.instance, e.operator
+                ),
+            });
+        }
+        Ok((node, e.instance as usize))
+    };
+    for e in &m.files {
+        let file = m.open(e)?;
+        if e.operator == JOB_META {
+            let list = checkpoint::access::<Vec<(String, u32)>>(file.payload())?;
+            for item in list.iter() {
+                let fe = FileEntry {
+                    operator: item.0.to_string(),
+                    instance: item.1.to_native(),
+                    ..e.clone()
+                };
+                let k = locate(&fe)?;
+                r.instances.entry(k).or_default().finished = true;
+            }
+            continue;
+        }
+        let k = locate(e)?;
+        let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
+        slot.position = e.positions.first().map(|p| p.next_seq);
+        if file.header().payload_len > 0 {
+            slot.state = Some(Arc::new(file));
+        }
+    }
+    Ok(r)
+}
+
+/// A stand-in for the attempt field before the first attempt starts.
+pub(super) fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
+    JobShared {
+        origin,
+        names: Vec::new(),
+        metrics: Arc::new(JobMetrics::new(&[])),
+        dead_letters: Arc::new(DeadLetters::new("", None)),
+        attempt: 0,
+        cancel: AtomicBool::new(true),
+        error: Mutex::new(None),
+        failed_at: AtomicU64::new(0),
+        fault_tuple: Mutex::new(None),
+        stalls: Mutex::new(Vec::new()),
+        signals: Vec::new(),
+        finished_at: AtomicU64::new(0),
+        events: tx.clone(),
+        trigger: AtomicU64::new(0),
+        exactly_once: true,
+        restore: None,
+        beats: Vec::new(),
+        released_at: Vec::new(),
+        workers: Vec::new(),
+        next_key: AtomicU64::new(0),
+        sinks: HashMap::new(),
+        pacing_start: Arc::new(OnceLock::new()),
+        standby: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(
+        n: usize,
+        written: u64,
+        at_restore: u64,
+        transactional: bool,
+        finished: bool,
+    ) -> SinkAtFailure {
+        SinkAtFailure {
+            key: (n, 0),
+            written,
+            at_restore,
+            transactional,
+            finished,
+        }
+    }
+
+    #[test]
+    fn a_plain_sink_counts_what_it_redoes_as_duplicates() {
+        let (t, d) = sink_targets(&[sink(1, 100, 40, false, false)]);
+        assert_eq!(t[&(1, 0)], 60);
+        assert_eq!(d, 60);
+    }
+
+    #[test]
+    fn a_transactional_sink_redoes_without_duplicates() {
+        let (t, d) = sink_targets(&[sink(1, 100, 40, true, false), sink(2, 7, 0, false, false)]);
+        assert_eq!(t[&(1, 0)], 60);
+        assert_eq!(t[&(2, 0)], 7);
+        assert_eq!(d, 7);
+    }
+
+    #[test]
+    fn a_finished_sink_is_caught_up_at_once_and_never_behind_its_checkpoint() {
+        let (t, d) = sink_targets(&[
+            sink(1, 100, 100, false, true),
+            sink(2, 10, 30, false, false),
+        ]);
+        assert_eq!(t[&(1, 0)], 0);
+        // Counts below the checkpoint's (another attempt's) never underflow.
+        assert_eq!(t[&(2, 0)], 0);
+        assert_eq!(d, 0);
+    }
+
+    #[test]
+    fn a_source_replays_from_its_restored_position_or_its_start() {
+        assert_eq!(replayed(500, Some(200)), 300);
+        assert_eq!(replayed(500, None), 500);
+        assert_eq!(replayed(100, Some(200)), 0);
+    }
+}

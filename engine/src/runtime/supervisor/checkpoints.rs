@@ -1,0 +1,481 @@
+//! The checkpoint coordinator.
+//!
+//! Every `interval` (one checkpoint in flight at a time, at least
+//! `min_pause` after the previous one ended) the supervisor stores the next
+//! checkpoint id in the attempt's `trigger`; every source partition injects
+//! a barrier with that id into its chain at its next poll and acknowledges
+//! with its position. Barriers flow with the records; operators align them
+//! (`channel::RingInput`, the co-operator hops), snapshot their state, and
+//! acknowledge; sinks pre-commit. Once every operator instance has
+//! acknowledged — or had finished before the barrier could reach it — the
+//! snapshots go to the [`SnapshotStore`]'s I/O thread, which writes them
+//! through io_uring while the data path runs on; when the manifest is
+//! durable, the supervisor commits the sinks' staged output (phase two).
+
+use super::{Key, Supervisor, JOB_META};
+use crate::checkpoint::{
+    self, Manifest, OperatorSnapshot, Pending, Position, SnapshotBytes, SnapshotStore,
+};
+use crate::error::JobError;
+use crate::metrics::CheckpointStats;
+use crate::operator::{Committer, FINAL_EPOCH};
+use crate::recovery::interval::{adaptive_interval, IntervalInputs};
+use crate::runtime::CheckpointMode;
+use crate::runtime::RuntimeConfig;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+pub(super) struct Acked {
+    pub(super) state: Option<SnapshotBytes>,
+    pub(super) position: Option<u64>,
+    pub(super) written: Option<u64>,
+}
+
+pub(super) struct InFlight {
+    pub(super) id: u64,
+    pub(super) savepoint: bool,
+    pub(super) started: Instant,
+    pub(super) acks: HashMap<Key, Acked>,
+}
+
+pub(super) struct Writing {
+    pub(super) id: u64,
+    pub(super) pending: Pending,
+    pub(super) finished: HashSet<Key>,
+    pub(super) written: HashMap<Key, u64>,
+    pub(super) savepoint: bool,
+}
+
+/// The last checkpoint known complete: what a restart restores.
+pub(super) struct Completed {
+    pub(super) id: u64,
+    pub(super) manifest: Manifest,
+    /// Sink counts at its barrier, valid in `attempt` only.
+    pub(super) written: HashMap<Key, u64>,
+    pub(super) attempt: u32,
+}
+
+/// The checkpoint coordinator's state.
+pub(super) struct Coordinator {
+    pub(super) store: SnapshotStore,
+    /// A directory the engine created (removed when the job succeeds).
+    pub(super) temp_dir: Option<PathBuf>,
+    pub(super) mode: CheckpointMode,
+    pub(super) interval: Duration,
+    pub(super) adaptive: Option<(Duration, Duration)>,
+    pub(super) timeout: Duration,
+    pub(super) min_pause: Duration,
+    pub(super) tolerable: u32,
+    pub(super) next_id: u64,
+    pub(super) in_flight: Option<InFlight>,
+    pub(super) writing: Option<Writing>,
+    pub(super) last_trigger: Option<Instant>,
+    pub(super) last_end: Option<Instant>,
+    pub(super) consecutive_failures: u32,
+    pub(super) savepoint_waiters: Vec<mpsc::Sender<Result<PathBuf, JobError>>>,
+    pub(super) stats: CheckpointStats,
+    pub(super) write_secs: f64,
+}
+
+impl Supervisor {
+    /// After a failure: the checkpoint in flight is abandoned; one being
+    /// written is complete, so it lands, its output is committed and it
+    /// becomes what the restart restores.
+    pub(super) fn land_checkpoint_being_written(&mut self) -> Result<(), JobError> {
+        let Some(c) = &mut self.coord else {
+            return Ok(());
+        };
+        c.in_flight = None;
+        let Some(w) = c.writing.take() else {
+            return Ok(());
+        };
+        let id = w.id;
+        match w.pending.wait() {
+            Ok(p) => {
+                c.published(id, &p);
+                commit_all(&mut self.committers, &self.names, id, &w.finished)?;
+                self.last_complete = Some(Completed {
+                    id,
+                    manifest: p.manifest,
+                    written: w.written,
+                    attempt: self.attempt.number,
+                });
+            }
+            Err(e) => c.failed(format!("checkpoint {id}: {e}")),
+        }
+        Ok(())
+    }
+
+    /// The coordinator's periodic work: land a durable checkpoint, submit
+    /// or time out the one in flight, start the next when it is due.
+    pub(super) fn coordinate(&mut self) -> Result<(), JobError> {
+        if self.coord.is_none() {
+            return Ok(());
+        }
+        self.land_durable()?;
+        if !self.complete_in_flight()? {
+            // Phase one is not durable everywhere yet: look again at the
+            // next tick — never block the loop.
+            return Ok(());
+        }
+        let c = self.coord.as_mut().expect("checked above");
+        if c.consecutive_failures > c.tolerable {
+            return Err(JobError::CheckpointsFailing {
+                failures: c.consecutive_failures,
+                last: c.stats.last_failure.clone().unwrap_or_default(),
+            });
+        }
+        self.trigger_when_due();
+        Ok(())
+    }
+
+    /// A checkpoint whose files and manifest are durable: publish the
+    /// outcome (savepoint waiters, the adaptive interval) and commit the
+    /// sinks.
+    fn land_durable(&mut self) -> Result<(), JobError> {
+        let Some(c) = &mut self.coord else {
+            return Ok(());
+        };
+        let Some(r) = c.writing.as_mut().and_then(|w| w.pending.try_wait()) else {
+            return Ok(());
+        };
+        let w = c.writing.take().expect("checked above");
+        match r {
+            Ok(p) => {
+                let secs = p.write_time.as_secs_f64();
+                let bytes = p.manifest.payload_bytes();
+                c.published(w.id, &p);
+                c.consecutive_failures = 0;
+                c.last_end = Some(Instant::now());
+                if let Some((min, max)) = c.adaptive {
+                    let observed = self.origin.elapsed();
+                    c.interval = adaptive_interval(
+                        &IntervalInputs {
+                            state_bytes: bytes,
+                            write_bytes_per_sec: bytes as f64 / secs.max(1e-9),
+                            failures: self.failures.len() as u32,
+                            observed,
+                        },
+                        min,
+                        max,
+                    );
+                }
+                if w.savepoint {
+                    let dir = p.manifest.dir.clone();
+                    for r in c.savepoint_waiters.drain(..) {
+                        let _ = r.send(Ok(dir.clone()));
+                    }
+                }
+                commit_all(&mut self.committers, &self.names, w.id, &w.finished)?;
+                self.last_complete = Some(Completed {
+                    id: w.id,
+                    manifest: p.manifest,
+                    written: w.written,
+                    attempt: self.attempt.number,
+                });
+            }
+            Err(e) => {
+                if w.savepoint {
+                    for r in c.savepoint_waiters.drain(..) {
+                        let _ = r.send(Err(JobError::Checkpoint(
+                            checkpoint::CheckpointError::WriterGone,
+                        )));
+                    }
+                }
+                c.failed(format!("checkpoint {}: {e}", w.id));
+            }
+        }
+        Ok(())
+    }
+
+    /// The checkpoint in flight: submitted once every instance acknowledged
+    /// (or had finished) and every sink's phase one is durable, failed past
+    /// its timeout. `false` while sinks are still staging.
+    fn complete_in_flight(&mut self) -> Result<bool, JobError> {
+        let Some(c) = &mut self.coord else {
+            return Ok(true);
+        };
+        let Some(f) = &c.in_flight else {
+            return Ok(true);
+        };
+        if !all_acknowledged(&self.all, &f.acks, &self.attempt.finished) {
+            if f.started.elapsed() > c.timeout {
+                let id = f.id;
+                c.in_flight = None;
+                c.failed(format!(
+                    "checkpoint {id} timed out after {} ms",
+                    c.timeout.as_millis()
+                ));
+            }
+            return Ok(true);
+        }
+        // Phase one must be durable everywhere before the checkpoint can be
+        // published (a sink may stage asynchronously).
+        let id = f.id;
+        let mut all_prepared = true;
+        for (&(node, instance), cm) in self.committers.iter_mut() {
+            let ready = cm.prepared(id).map_err(|source| JobError::Io {
+                operator: self.names[node].to_string(),
+                instance,
+                context: format!("staging the output of checkpoint {id}"),
+                path: None,
+                source,
+            })?;
+            all_prepared &= ready;
+        }
+        if !all_prepared {
+            return Ok(false);
+        }
+        let f = c.in_flight.take().expect("checked above");
+        c.submit(
+            f,
+            &self.all,
+            &self.attempt.finished,
+            &self.names,
+            &self.sources,
+        );
+        Ok(true)
+    }
+
+    /// Starts the next checkpoint when it is due (or a savepoint is
+    /// asked for), none is in flight or being written, every worker has
+    /// built its tasks and a source still runs.
+    fn trigger_when_due(&mut self) {
+        let Some(c) = &mut self.coord else { return };
+        let sources_live = self
+            .sources
+            .iter()
+            .any(|k| !self.attempt.finished.contains(k));
+        let all_built = self.attempt.built == self.attempt.exited.len();
+        if c.in_flight.is_none()
+            && c.writing.is_none()
+            && all_built
+            && sources_live
+            && (c.until_due().is_zero() || !c.savepoint_waiters.is_empty())
+        {
+            let id = c.next_id;
+            c.next_id += 1;
+            c.last_trigger = Some(Instant::now());
+            c.in_flight = Some(InFlight {
+                id,
+                savepoint: !c.savepoint_waiters.is_empty(),
+                started: Instant::now(),
+                acks: HashMap::new(),
+            });
+            self.attempt.shared.trigger.store(id, Ordering::Release);
+        }
+    }
+}
+
+/// Whether checkpoint acknowledgements `acks` cover every instance in
+/// `all` that had not `finished` before the barrier could reach it.
+pub(super) fn all_acknowledged<V>(
+    all: &[Key],
+    acks: &HashMap<Key, V>,
+    finished: &HashSet<Key>,
+) -> bool {
+    all.iter()
+        .all(|k| acks.contains_key(k) || finished.contains(k))
+}
+
+/// Phase two for checkpoint `id`: every sink's output staged under it, and
+/// the final epoch of the sinks in `finished`.
+pub(super) fn commit_all(
+    committers: &mut HashMap<Key, Box<dyn Committer>>,
+    names: &[Arc<str>],
+    id: u64,
+    finished: &HashSet<Key>,
+) -> Result<(), JobError> {
+    for (&(node, instance), c) in committers.iter_mut() {
+        let mut r = c.commit(id);
+        if r.is_ok() && id != FINAL_EPOCH && finished.contains(&(node, instance)) {
+            r = c.commit(FINAL_EPOCH);
+        }
+        r.map_err(|source| JobError::Io {
+            operator: names[node].to_string(),
+            instance,
+            context: format!("committing the output of checkpoint {id}"),
+            path: None,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+impl Coordinator {
+    pub(super) fn open(
+        c: &crate::runtime::CheckpointConfig,
+        config: &RuntimeConfig,
+        job: &str,
+    ) -> Result<Self, JobError> {
+        let (dir, temp_dir) = match (&c.dir, &config.run_dir) {
+            (Some(d), _) => (d.clone(), None),
+            (None, Some(r)) => (r.join("checkpoints"), None),
+            (None, None) => {
+                let stamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let safe: String = job
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                let t = std::env::temp_dir().join(format!(
+                    "tandem-{safe}-{}-{stamp}-checkpoints",
+                    std::process::id()
+                ));
+                (t.clone(), Some(t))
+            }
+        };
+        let store = SnapshotStore::open(&dir, c.retain)?;
+        let next_id = store.list()?.iter().map(|l| l.id).max().unwrap_or(0) + 1;
+        let interval = match c.adaptive {
+            Some((_, max)) => max,
+            None => c.interval,
+        };
+        Ok(Coordinator {
+            store,
+            temp_dir,
+            mode: c.mode,
+            interval,
+            adaptive: c.adaptive,
+            timeout: c.timeout,
+            min_pause: c.min_pause,
+            tolerable: c.tolerable_failures,
+            next_id,
+            in_flight: None,
+            writing: None,
+            // The first checkpoint comes an interval after the start.
+            last_trigger: Some(Instant::now()),
+            last_end: None,
+            consecutive_failures: 0,
+            savepoint_waiters: Vec::new(),
+            stats: CheckpointStats::default(),
+            write_secs: 0.0,
+        })
+    }
+
+    /// Time until the next checkpoint may start.
+    pub(super) fn until_due(&self) -> Duration {
+        let now = Instant::now();
+        let mut due = self.last_trigger.map_or(now, |t| t + self.interval);
+        if let Some(e) = self.last_end {
+            due = due.max(e + self.min_pause);
+        }
+        due.saturating_duration_since(now)
+    }
+
+    /// Counts checkpoint `id`, now durable and published.
+    pub(super) fn published(&mut self, id: u64, p: &checkpoint::Published) {
+        self.stats.completed += 1;
+        self.stats.bytes += p.manifest.payload_bytes();
+        self.write_secs += p.write_time.as_secs_f64();
+        self.stats.write_mbps = self.stats.bytes as f64 / 1e6 / self.write_secs.max(1e-9);
+        self.stats.last_completed = Some(id);
+    }
+
+    pub(super) fn failed(&mut self, why: String) {
+        self.consecutive_failures += 1;
+        self.stats.failed += 1;
+        self.stats.last_failure = Some(why);
+        self.last_end = Some(Instant::now());
+    }
+
+    /// All acknowledged: hand the snapshots to the I/O thread.
+    pub(super) fn submit(
+        &mut self,
+        mut f: InFlight,
+        all: &[Key],
+        finished_now: &HashSet<Key>,
+        names: &[Arc<str>],
+        sources: &[Key],
+    ) {
+        let mut snapshots = Vec::new();
+        let mut finished = HashSet::new();
+        let mut written = HashMap::new();
+        let is_source: HashSet<Key> = sources.iter().copied().collect();
+        for &k in all {
+            let (node, instance) = k;
+            match f.acks.remove(&k) {
+                Some(a) => {
+                    if let Some(w) = a.written {
+                        written.insert(k, w);
+                    }
+                    let positions: Vec<Position> = a
+                        .position
+                        .map(|p| Position {
+                            partition: instance as u32,
+                            next_seq: p,
+                        })
+                        .into_iter()
+                        .collect();
+                    if a.state.is_some() || is_source.contains(&k) {
+                        snapshots.push(OperatorSnapshot {
+                            operator: names[node].to_string(),
+                            instance: instance as u32,
+                            positions,
+                            bytes: a.state.unwrap_or_default(),
+                        });
+                    }
+                }
+                None => {
+                    debug_assert!(finished_now.contains(&k));
+                    finished.insert(k);
+                }
+            }
+        }
+        let mut list: Vec<(String, u32)> = finished
+            .iter()
+            .map(|&(n, i)| (names[n].to_string(), i as u32))
+            .collect();
+        list.sort();
+        match checkpoint::serialize(&list, 64 + 32 * list.len()) {
+            Ok(bytes) => snapshots.push(OperatorSnapshot {
+                operator: JOB_META.to_string(),
+                instance: 0,
+                positions: Vec::new(),
+                bytes,
+            }),
+            Err(e) => {
+                self.failed(format!("checkpoint {}: {e}", f.id));
+                return;
+            }
+        }
+        let pending = if f.savepoint {
+            self.store.save_savepoint(f.id, snapshots)
+        } else {
+            self.store.submit(f.id, snapshots)
+        };
+        self.writing = Some(Writing {
+            id: f.id,
+            pending,
+            finished,
+            written,
+            savepoint: f.savepoint,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_is_complete_when_every_instance_acked_or_had_finished() {
+        let all = [(0, 0), (0, 1), (1, 0)];
+        let mut acks = HashMap::new();
+        let mut finished = HashSet::new();
+        acks.insert((0, 0), ());
+        assert!(!all_acknowledged(&all, &acks, &finished));
+        finished.insert((0, 1));
+        assert!(!all_acknowledged(&all, &acks, &finished));
+        acks.insert((1, 0), ());
+        assert!(all_acknowledged(&all, &acks, &finished));
+        // An acknowledgement of an instance the job lacks does not count.
+        let mut stray = HashMap::new();
+        stray.insert((9, 9), ());
+        assert!(!all_acknowledged(&all, &stray, &HashSet::new()));
+    }
+}

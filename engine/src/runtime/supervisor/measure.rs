@@ -1,0 +1,216 @@
+//! Recovery measurement: how long each recovery took, per fault —
+//! detection, restore, fault → first output at a sink, caught up — for a
+//! restart (measured here while the new attempt runs) and for a standby's
+//! takeovers (recorded by the groups, completed here at the end).
+
+use super::Supervisor;
+use crate::error::JobError;
+use crate::metrics::RecoveryRecord;
+use crate::standby::group::StandbyRun;
+use crate::TupleId;
+use std::sync::atomic::Ordering;
+
+/// A recovery being measured.
+pub(super) struct OpenRecovery {
+    pub(super) record: RecoveryRecord,
+    pub(super) failed_at: u64,
+    pub(super) detected_at: u64,
+    pub(super) attempt: u32,
+}
+
+/// What one sink's tally says after a restart (engine nanoseconds; 0 =
+/// not yet).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SinkMarks {
+    /// Its first output in the new attempt.
+    pub(super) first_at: u64,
+    /// Records it must redo before it is caught up (0: nothing to redo).
+    pub(super) target: u64,
+    /// When it had redone them.
+    pub(super) caught_at: u64,
+}
+
+/// The sinks' progress after a restart, taken together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Progress {
+    /// The earliest first output of any sink.
+    pub(super) first_output: Option<u64>,
+    /// When the last sink with something to redo had redone it (the first
+    /// output when none had anything to redo), once every one has.
+    pub(super) caught_up: Option<u64>,
+}
+
+/// Folds the sinks' marks into the recovery's progress.
+pub(super) fn sinks_after_restart(sinks: impl IntoIterator<Item = SinkMarks>) -> Progress {
+    let mut first = None::<u64>;
+    let mut caught = None::<u64>;
+    let mut all_caught = true;
+    for t in sinks {
+        if t.first_at != 0 {
+            first = Some(first.map_or(t.first_at, |f| f.min(t.first_at)));
+        }
+        if t.target > 0 {
+            if t.caught_at == 0 {
+                all_caught = false;
+            } else {
+                caught = Some(caught.map_or(t.caught_at, |c| c.max(t.caught_at)));
+            }
+        }
+    }
+    Progress {
+        first_output: first,
+        caught_up: if all_caught { caught.or(first) } else { None },
+    }
+}
+
+/// The record of a restart caused by `err`, before its figures after the
+/// restart are known.
+pub(super) fn restart_record(
+    err: &JobError,
+    tuple_id: Option<TupleId>,
+    detect_us: u64,
+) -> RecoveryRecord {
+    RecoveryRecord {
+        operator: err.operator().unwrap_or("").to_string(),
+        instance: error_instance(err),
+        cause: err.to_string(),
+        tuple_id,
+        detect_us,
+        restore_us: None,
+        first_output_us: None,
+        caught_up_us: None,
+        replayed_tuples: 0,
+        restored_checkpoint: None,
+        skipped_checkpoints: Vec::new(),
+        unprovoked: false,
+        evidence: None,
+    }
+}
+
+/// The operator instance an error names (0 when it names none).
+fn error_instance(e: &JobError) -> usize {
+    match e {
+        JobError::OperatorPanicked { instance, .. }
+        | JobError::Io { instance, .. }
+        | JobError::ChannelCut { instance, .. }
+        | JobError::Stalled { instance, .. }
+        | JobError::Restore { instance, .. }
+        | JobError::SourceSeek { instance, .. } => *instance,
+        _ => 0,
+    }
+}
+
+impl Supervisor {
+    pub(super) fn measure_recovery(&mut self, now: u64) {
+        let Some(o) = &mut self.open else { return };
+        if o.attempt != self.attempt.number {
+            return;
+        }
+        let shared = &self.attempt.shared;
+        if o.record.restore_us.is_none() && self.attempt.built == self.attempt.exited.len() {
+            o.record.restore_us = Some(now.saturating_sub(o.detected_at) / 1000);
+        }
+        let progress = sinks_after_restart(shared.sinks.values().map(|t| SinkMarks {
+            first_at: t.first_at.load(Ordering::Relaxed),
+            target: t.target.load(Ordering::Relaxed),
+            caught_at: t.caught_at.load(Ordering::Relaxed),
+        }));
+        if o.record.first_output_us.is_none() {
+            if let Some(first) = progress.first_output {
+                o.record.first_output_us = Some(first.saturating_sub(o.failed_at) / 1000);
+            }
+        }
+        if o.record.first_output_us.is_some() {
+            if let Some(at) = progress.caught_up {
+                o.record.caught_up_us = Some(at.saturating_sub(o.failed_at) / 1000);
+            }
+        }
+        if o.record.restore_us.is_some()
+            && o.record.first_output_us.is_some()
+            && o.record.caught_up_us.is_some()
+        {
+            let o = self.open.take().expect("checked above");
+            self.recovery.push(o.record);
+        }
+    }
+
+    /// A standby run's takeovers, in the order of their faults, become
+    /// recovery records (figures measured from the fault), and its counts
+    /// the report's standby figures.
+    pub(super) fn record_takeovers(&mut self, sb: &StandbyRun) {
+        let mut takeovers = std::mem::take(&mut *sb.log.lock());
+        takeovers.sort_by_key(|t| t.fault_at);
+        let stats = self.standby_stats.get_or_insert_with(Default::default);
+        stats.groups = sb.groups.len();
+        stats.takeovers += takeovers.len() as u64;
+        stats.standby_failures += sb.log.standby_failures.load(Ordering::Relaxed);
+        for g in sb.groups.values() {
+            stats.queue_bytes_peak = stats
+                .queue_bytes_peak
+                .max(g.queue_peak.load(Ordering::Relaxed));
+            stats.snapshots_published += g.snapshots.load(Ordering::Relaxed);
+        }
+        for t in takeovers {
+            let mut r = t.record;
+            let since = |at: u64| at.saturating_sub(t.fault_at) / 1000;
+            r.first_output_us = t.sink_at.or(t.accepted_at).map(since);
+            r.caught_up_us = t.caught_up_at.map(since);
+            self.recovery.push(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marks(first_at: u64, target: u64, caught_at: u64) -> SinkMarks {
+        SinkMarks {
+            first_at,
+            target,
+            caught_at,
+        }
+    }
+
+    #[test]
+    fn a_restart_record_names_the_failed_instance_and_its_record() {
+        let err = JobError::OperatorPanicked {
+            operator: "keyed".into(),
+            instance: 3,
+            message: "boom".into(),
+        };
+        let r = restart_record(&err, Some(TupleId(42)), 17);
+        assert_eq!((r.operator.as_str(), r.instance), ("keyed", 3));
+        assert_eq!(r.tuple_id, Some(TupleId(42)));
+        assert_eq!(r.detect_us, 17);
+        assert!(r.cause.contains("boom"));
+        assert!(!r.unprovoked && r.restore_us.is_none());
+        // An error that names no instance: instance 0.
+        assert_eq!(restart_record(&JobError::Cancelled, None, 0).instance, 0);
+    }
+
+    #[test]
+    fn first_output_is_the_earliest_sinks_and_caught_up_waits_for_the_last() {
+        let p = sinks_after_restart([marks(50, 10, 90), marks(40, 5, 0)]);
+        assert_eq!(p.first_output, Some(40));
+        assert_eq!(p.caught_up, None);
+        let p = sinks_after_restart([marks(50, 10, 90), marks(40, 5, 120)]);
+        assert_eq!(p.caught_up, Some(120));
+    }
+
+    #[test]
+    fn with_nothing_to_redo_a_restart_is_caught_up_at_its_first_output() {
+        let p = sinks_after_restart([marks(0, 0, 0), marks(70, 0, 0)]);
+        assert_eq!(
+            p,
+            Progress {
+                first_output: Some(70),
+                caught_up: Some(70)
+            }
+        );
+        // No output yet: neither.
+        let p = sinks_after_restart([marks(0, 0, 0)]);
+        assert_eq!(p.first_output, None);
+        assert_eq!(p.caught_up, None);
+    }
+}
