@@ -275,6 +275,18 @@ pub struct CheckpointStats {
     pub completed: u64,
     /// Checkpoints abandoned (timeout, declined, write error).
     pub failed: u64,
+    /// Checkpoints started (triggered at the sources). Every one of them
+    /// is `completed`, `failed` or `pending`: none goes missing.
+    pub started: u64,
+    /// Checkpoints neither complete nor failed when they stopped mattering:
+    /// in flight when a failure stopped the attempt, or when the job ended.
+    pub pending: u64,
+    /// Completed checkpoints that took longer than the interval from their
+    /// trigger to their durable manifest, so the next one started late.
+    pub late: u64,
+    /// Each completed checkpoint's duration, trigger → durable manifest,
+    /// in microseconds, in the order they completed.
+    pub durations_us: Vec<u64>,
     /// Payload bytes written.
     pub bytes: u64,
     /// Payload bytes over the time the I/O thread spent writing them.
@@ -288,6 +300,20 @@ pub struct CheckpointStats {
     pub dir: Option<std::path::PathBuf>,
 }
 
+impl CheckpointStats {
+    /// The `q`-quantile (0.0–1.0) of the completed checkpoints' durations
+    /// in microseconds (nearest rank; `None` without any).
+    pub fn duration_quantile_us(&self, q: f64) -> Option<u64> {
+        let mut d = self.durations_us.clone();
+        if d.is_empty() {
+            return None;
+        }
+        d.sort_unstable();
+        let rank = (q.clamp(0.0, 1.0) * d.len() as f64).ceil() as usize;
+        Some(d[rank.saturating_sub(1).min(d.len() - 1)])
+    }
+}
+
 impl JobReport {
     /// Stats of the operator called `name`.
     pub fn operator(&self, name: &str) -> Option<&OperatorStats> {
@@ -298,6 +324,18 @@ impl JobReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoint_duration_quantiles_are_nearest_rank() {
+        let s = CheckpointStats {
+            durations_us: vec![50, 10, 40, 20, 30],
+            ..Default::default()
+        };
+        assert_eq!(s.duration_quantile_us(0.5), Some(30));
+        assert_eq!(s.duration_quantile_us(0.99), Some(50));
+        assert_eq!(s.duration_quantile_us(0.0), Some(10));
+        assert_eq!(CheckpointStats::default().duration_quantile_us(0.5), None);
+    }
 
     #[test]
     fn merged_histogram_holds_samples_of_both() {

@@ -550,3 +550,53 @@ fn a_corrupted_newest_checkpoint_is_reported_and_the_previous_one_used() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn every_checkpoint_started_under_disk_pressure_is_reported_completed_failed_or_pending() {
+    let _serial = serial();
+    let clean = clean_output();
+    // The checkpoints go to the temp dir (a disk here) while another
+    // writer keeps that disk busy with large fsynced writes.
+    let dir = tempdir("pressure");
+    let out = dir.join("out");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = Arc::clone(&stop);
+        let path = dir.join("pressure.bin");
+        std::thread::spawn(move || {
+            use std::io::{Seek, Write};
+            let mut f = std::fs::File::create(&path).unwrap();
+            let chunk = vec![0x5au8; 4 << 20];
+            let mut rounds = 0;
+            while !stop.load(Ordering::Relaxed) && rounds < 200 {
+                if rounds % 8 == 0 {
+                    f.rewind().unwrap();
+                }
+                f.write_all(&chunk).unwrap();
+                f.sync_data().unwrap();
+                rounds += 1;
+            }
+        })
+    };
+    let faults = Faults::new(vec![(
+        "keyed",
+        TupleId::new(1, 9_001),
+        ProbeAction::Panic("injected".into()),
+    )]);
+    let cfg = config(&dir, CheckpointMode::ExactlyOnce).probes(Arc::new(faults.clone()));
+    let report = build(&out, true).run(&cfg).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(faults.all_fired(), "the fault fired");
+    let c = &report.checkpoints;
+    assert!(c.started >= 1, "{c:?}");
+    assert_eq!(
+        c.started,
+        c.completed + c.failed + c.pending,
+        "every checkpoint started is accounted for: {c:?}"
+    );
+    assert_eq!(c.durations_us.len() as u64, c.completed, "{c:?}");
+    assert!(c.late <= c.completed, "{c:?}");
+    assert_same(&clean, &committed_lines(&out));
+    std::fs::remove_dir_all(dir).unwrap();
+}

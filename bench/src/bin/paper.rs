@@ -232,6 +232,16 @@ struct Report {
     duplicates_emitted: u64,
     checkpoints_completed: u64,
     checkpoints_failed: u64,
+    /// Started (triggered); each is completed, failed or pending.
+    checkpoints_started: u64,
+    /// In flight when a failure stopped the attempt or the job ended.
+    checkpoints_pending: u64,
+    /// Completed later than one interval after their trigger.
+    checkpoints_late: u64,
+    /// Trigger → durable manifest over the completed ones, milliseconds.
+    checkpoint_duration_p50_ms: Option<f64>,
+    checkpoint_duration_p99_ms: Option<f64>,
+    checkpoint_duration_max_ms: Option<f64>,
     checkpoint_bytes: u64,
     checkpoint_write_mbps: f64,
     checkpoint_dir: Option<PathBuf>,
@@ -461,6 +471,12 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
         duplicates_emitted: report.duplicates_emitted,
         checkpoints_completed: report.checkpoints.completed,
         checkpoints_failed: report.checkpoints.failed,
+        checkpoints_started: report.checkpoints.started,
+        checkpoints_pending: report.checkpoints.pending,
+        checkpoints_late: report.checkpoints.late,
+        checkpoint_duration_p50_ms: ms(report.checkpoints.duration_quantile_us(0.5)),
+        checkpoint_duration_p99_ms: ms(report.checkpoints.duration_quantile_us(0.99)),
+        checkpoint_duration_max_ms: ms(report.checkpoints.duration_quantile_us(1.0)),
         checkpoint_bytes: report.checkpoints.bytes,
         checkpoint_write_mbps: report.checkpoints.write_mbps,
         checkpoint_dir: report.checkpoints.dir.clone(),
@@ -517,6 +533,11 @@ fn print_recovery(label: &str, r: &Recovery, suffix: &str) {
         opt_us(r.caught_up_us),
         r.replayed_tuples,
     );
+}
+
+/// Microseconds as milliseconds.
+fn ms(us: Option<u64>) -> Option<f64> {
+    us.map(|u| u as f64 / 1000.0)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -647,12 +668,24 @@ fn main() -> anyhow::Result<()> {
     );
     if rep.strategy == "restart-all" {
         println!(
-            "  checkpoints       {} completed, {} failed, {:.1} MB written at {:.0} MB/s",
+            "  checkpoints       {} started: {} completed ({} late), {} failed, {} pending; {:.1} MB written at {:.0} MB/s",
+            rep.checkpoints_started,
             rep.checkpoints_completed,
+            rep.checkpoints_late,
             rep.checkpoints_failed,
+            rep.checkpoints_pending,
             rep.checkpoint_bytes as f64 / 1e6,
             rep.checkpoint_write_mbps
         );
+        if let (Some(p50), Some(p99), Some(max)) = (
+            rep.checkpoint_duration_p50_ms,
+            rep.checkpoint_duration_p99_ms,
+            rep.checkpoint_duration_max_ms,
+        ) {
+            println!(
+                "  checkpoint time   p50 {p50:.2} ms  p99 {p99:.2} ms  max {max:.2} ms (trigger → durable manifest)"
+            );
+        }
         println!(
             "  restarts          {} (duplicates emitted: {})",
             rep.restarts, rep.duplicates_emitted

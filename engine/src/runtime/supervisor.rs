@@ -345,10 +345,17 @@ impl Supervisor {
         let mut dir = None;
         if let Some(c) = &mut self.coord {
             if let Some(w) = c.writing.take() {
-                if let Ok(p) = w.pending.wait() {
-                    c.published(w.id, &p);
-                    commit_all(&mut self.committers, &self.names, w.id, &w.finished)?;
+                match w.pending.wait() {
+                    Ok(p) => {
+                        c.published(w.id, w.started, &p);
+                        commit_all(&mut self.committers, &self.names, w.id, &w.finished)?;
+                    }
+                    Err(e) => c.failed(format!("checkpoint {}: {e}", w.id)),
                 }
+            }
+            // One still aligning when the input ended never completes.
+            if c.in_flight.take().is_some() {
+                c.stats.pending += 1;
             }
             stats = c.stats.clone();
             dir = Some(c.store.dir().to_path_buf());

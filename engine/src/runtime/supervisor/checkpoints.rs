@@ -42,6 +42,8 @@ pub(super) struct InFlight {
 }
 
 pub(super) struct Writing {
+    /// When its barrier was triggered.
+    pub(super) started: Instant,
     pub(super) id: u64,
     pub(super) pending: Pending,
     pub(super) finished: HashSet<Key>,
@@ -88,14 +90,16 @@ impl Supervisor {
         let Some(c) = &mut self.coord else {
             return Ok(());
         };
-        c.in_flight = None;
+        if c.in_flight.take().is_some() {
+            c.stats.pending += 1;
+        }
         let Some(w) = c.writing.take() else {
             return Ok(());
         };
         let id = w.id;
         match w.pending.wait() {
             Ok(p) => {
-                c.published(id, &p);
+                c.published(id, w.started, &p);
                 commit_all(&mut self.committers, &self.names, id, &w.finished)?;
                 self.last_complete = Some(Completed {
                     id,
@@ -147,7 +151,7 @@ impl Supervisor {
             Ok(p) => {
                 let secs = p.write_time.as_secs_f64();
                 let bytes = p.manifest.payload_bytes();
-                c.published(w.id, &p);
+                c.published(w.id, w.started, &p);
                 c.consecutive_failures = 0;
                 c.last_end = Some(Instant::now());
                 if let Some((min, max)) = c.adaptive {
@@ -258,6 +262,7 @@ impl Supervisor {
         {
             let id = c.next_id;
             c.next_id += 1;
+            c.stats.started += 1;
             c.last_trigger = Some(Instant::now());
             c.in_flight = Some(InFlight {
                 id,
@@ -367,9 +372,15 @@ impl Coordinator {
         due.saturating_duration_since(now)
     }
 
-    /// Counts checkpoint `id`, now durable and published.
-    pub(super) fn published(&mut self, id: u64, p: &checkpoint::Published) {
+    /// Counts checkpoint `id`, triggered at `started`, now durable and
+    /// published.
+    pub(super) fn published(&mut self, id: u64, started: Instant, p: &checkpoint::Published) {
+        let took = started.elapsed();
         self.stats.completed += 1;
+        self.stats.durations_us.push(took.as_micros() as u64);
+        if took > self.interval {
+            self.stats.late += 1;
+        }
         self.stats.bytes += p.manifest.payload_bytes();
         self.write_secs += p.write_time.as_secs_f64();
         self.stats.write_mbps = self.stats.bytes as f64 / 1e6 / self.write_secs.max(1e-9);
@@ -449,6 +460,7 @@ impl Coordinator {
             self.store.submit(f.id, snapshots)
         };
         self.writing = Some(Writing {
+            started: f.started,
             id: f.id,
             pending,
             finished,
