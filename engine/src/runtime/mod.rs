@@ -314,7 +314,7 @@ pub(crate) struct JobShared {
     /// The pacing schedule's start, shared by partitions and attempts.
     pub(crate) pacing_start: Arc<OnceLock<Nanos>>,
     /// Standby groups of this attempt (`None`: no operator has a standby).
-    pub(crate) standby: Option<Arc<crate::standby::group::StandbyRun>>,
+    pub(crate) standby: Option<Arc<crate::standby::run::StandbyRun>>,
 }
 
 impl JobShared {

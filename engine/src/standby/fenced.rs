@@ -4,7 +4,8 @@
 //! checking that the replay repeats it exactly.
 
 use super::decide::{Closing, Diverged, Tracker};
-use super::group::{Group, NONE, WATCH_IDS};
+use super::group::{Group, NONE};
+use super::run::WATCH_IDS;
 use crate::error::JobError;
 use crate::job::graph::{downcast, AnyBox};
 use crate::operator::Collector;

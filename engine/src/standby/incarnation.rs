@@ -7,10 +7,12 @@
 //! standby follow the entries already there.
 
 use super::codec::Codec;
+use super::config::StandbyMode;
 use super::decide::{Detector, Evidence, Observation, Verdict, WorkerAt};
 use super::detlog::{fenced_append, Appended, Det};
-use super::group::{Doing, Fault, Group, Point, StandbyMode, Takeover, NONE};
+use super::group::{Doing, Fault, Group, Point, NONE};
 use super::kit::{decode, is_end, ChainBuild, Entry};
+use super::run::Takeover;
 use crate::checkpoint::SnapshotBytes;
 use crate::error::JobError;
 use crate::job::graph::downcast;
@@ -523,7 +525,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.over()
     }
 
-    fn standby_log(&self) -> &super::group::StandbyLog {
+    fn standby_log(&self) -> &super::run::StandbyLog {
         &self
             .log_of()
             .standby

@@ -33,6 +33,7 @@
 
 pub mod bq;
 pub mod codec;
+pub(crate) mod config;
 pub mod decide;
 pub mod detlog;
 pub mod epoch;
@@ -41,7 +42,8 @@ pub(crate) mod fenced;
 pub(crate) mod group;
 pub(crate) mod incarnation;
 pub(crate) mod kit;
+pub(crate) mod run;
 pub(crate) mod sender;
 
 pub use codec::{Codec, CodecError};
-pub use group::{StandbyConfig, StandbyMode};
+pub use config::{StandbyConfig, StandbyMode};

@@ -6,7 +6,7 @@
 use super::Supervisor;
 use crate::error::JobError;
 use crate::metrics::RecoveryRecord;
-use crate::standby::group::StandbyRun;
+use crate::standby::run::StandbyRun;
 use crate::TupleId;
 use std::sync::atomic::Ordering;
 

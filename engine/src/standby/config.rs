@@ -1,0 +1,52 @@
+//! How a job's standbys are configured.
+
+use std::time::Duration;
+
+/// How a standby keeps up with its primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StandbyMode {
+    /// The standby waits; the primary publishes recovery points (snapshots
+    /// of its state) at an interval; on takeover the standby restores the
+    /// newest and replays the log from there.
+    #[default]
+    Warm,
+    /// The standby follows the determinant log into its own state with its
+    /// output suppressed (up to what every consumer acknowledged); on
+    /// takeover it only replays the few chunks in between.
+    Hot,
+}
+
+/// Active standby (BQBS) for the operators built after
+/// [`crate::Stream::standby`].
+#[derive(Clone, Debug)]
+pub struct StandbyConfig {
+    /// Warm or hot.
+    pub mode: StandbyMode,
+    /// A primary that shows no sign of life for this long, while its
+    /// thread is stuck (not merely descheduled), has stalled. The standby
+    /// may wait longer on a machine whose scheduling it has seen to be
+    /// noisier (at most 8 × this).
+    pub heartbeat_timeout: Duration,
+    /// How often the primary of a stateful operator publishes a recovery
+    /// point (a snapshot of its state); a stateless one publishes its
+    /// position every millisecond or at this interval, whichever is
+    /// shorter.
+    pub snapshot_interval: Duration,
+    /// Bytes of each buffer queue (one per upstream instance and operator
+    /// instance); a full queue backpressures its upstream. Queues live in
+    /// `<run dir>/standby-<attempt>/`, or without a run directory under
+    /// `/dev/shm` (memory-backed: a disk-backed mapping pays for the
+    /// kernel's writeback of its dirty pages in latency).
+    pub queue_memory: u64,
+}
+
+impl Default for StandbyConfig {
+    fn default() -> Self {
+        StandbyConfig {
+            mode: StandbyMode::Warm,
+            heartbeat_timeout: Duration::from_millis(5),
+            snapshot_interval: Duration::from_millis(200),
+            queue_memory: 16 << 20,
+        }
+    }
+}
