@@ -1,0 +1,329 @@
+//! The standby's side of an incarnation: watching the primary (the
+//! detector), following the determinant log when hot, and the takeover —
+//! claiming the epoch, taking the role under the group's lock, going live —
+//! with the fault it answers.
+
+use super::{Incarnation, Phase};
+use crate::metrics::RecoveryRecord;
+use crate::record::Nanos;
+use crate::runtime::task::Poll;
+use crate::standby::codec::Codec;
+use crate::standby::config::StandbyMode;
+use crate::standby::decide::{Evidence, Observation, Verdict, WorkerAt};
+use crate::standby::group::{Doing, Fault, Point, NONE};
+use crate::standby::run::Takeover;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+impl<T: crate::Data + Codec> Incarnation<T> {
+    pub(super) fn poll_standby(&mut self, now: Nanos, budget: usize) -> Poll {
+        let g = Arc::clone(&self.group);
+        if g.done.load(Ordering::Acquire) || g.live.current() != self.backs {
+            return self.over();
+        }
+        if g.live.failed() {
+            return self.claim(now, None);
+        }
+        let pw = g.reader_workers[0].load(Ordering::Acquire);
+        let shared = Arc::clone(&self.ctx.shared);
+        let released = shared
+            .released_at
+            .get(pw)
+            .map_or(0, |r| r.load(Ordering::Acquire));
+        let progress = g.progress.load(Ordering::Acquire);
+        let o = Observation {
+            now,
+            beat: g.live.last_beat(),
+            // A zombie's counting is no sign of the current primary's life.
+            progress: if progress >> 40 == self.backs & 0xff_ffff {
+                progress
+            } else {
+                0
+            },
+            long_step: released == u64::MAX || now.saturating_sub(released) <= g.timeout_ns,
+        };
+        let verdict = self.detector.observe(o, || {
+            let Some(w) = shared.workers.get(pw) else {
+                return (WorkerAt::Between { since: 0 }, None);
+            };
+            let polling = w.polling.load(Ordering::Acquire);
+            let since = w.since.load(Ordering::Acquire);
+            let at = if polling == 0 {
+                WorkerAt::Between { since }
+            } else if polling == g.primary_task.load(Ordering::Acquire) {
+                WorkerAt::Primary { since }
+            } else {
+                WorkerAt::Other { since }
+            };
+            let tid = w.tid.load(Ordering::Acquire);
+            (at, crate::sys::thread::sample(tid, now))
+        });
+        if let Verdict::Stalled(e) = verdict {
+            let doing = Doing::name(g.doing.load(Ordering::Relaxed));
+            return self.claim(now, Some((e, doing)));
+        }
+        let mut moved = false;
+        if g.mode == StandbyMode::Hot && !g.stateless.load(Ordering::Acquire) {
+            moved = self.follow(budget);
+        } else if self.attached || self.chain.is_some() {
+            // Started hot before the operator was known to be stateless:
+            // there is nothing to keep hot, and a cursor would hold the
+            // queues back.
+            self.detach();
+            self.drop_chain();
+        }
+        if moved {
+            Poll::Progress
+        } else {
+            Poll::Idle {
+                wake_at: Some(now + (g.timeout_ns / 8).clamp(50_000, 1_000_000)),
+            }
+        }
+    }
+
+    /// A hot standby follows the log into its own state, up to what every
+    /// consumer acknowledged (so that its state is never ahead of a
+    /// replay's start).
+    fn follow(&mut self, budget: usize) -> bool {
+        if self.chain.is_none() && !self.start_hot() {
+            return false;
+        }
+        let limit = self.group.acked_min_seq();
+        let moved = matches!(self.process(budget as u64, None, limit), Ok(n) if n > 0);
+        // Half a queue behind would soon hold the primary back (the queue
+        // cannot evict past this cursor): let go, and wait — warm — for a
+        // newer point.
+        let behind = self
+            .group
+            .queues
+            .iter()
+            .zip(&self.pos)
+            .any(|(q, &p)| q.tail().saturating_sub(p) > q.config().slots / 2);
+        if behind {
+            self.hot_after = Some(self.group.point_seq.load(Ordering::Acquire));
+            self.detach();
+            self.drop_chain();
+        }
+        moved
+    }
+
+    /// A hot standby gets its state: the newest recovery point's, if it is
+    /// newer than the one it fell behind from and near enough the queues'
+    /// ends to keep up.
+    fn start_hot(&mut self) -> bool {
+        let point = {
+            let g = self.group.lock();
+            if !g.ready || self.group.stateless.load(Ordering::Acquire) {
+                // The primary has not built its operator yet (so whether it
+                // keeps state is not known), or it keeps none.
+                return false;
+            }
+            self.group.latest_point(&g)
+        };
+        let Ok((p, state)) = point else {
+            return false;
+        };
+        if self.hot_after.is_some_and(|a| p.seq <= a) {
+            return false;
+        }
+        let near = self
+            .group
+            .queues
+            .iter()
+            .zip(&p.pos)
+            .all(|(q, &at)| q.tail().saturating_sub(at) <= q.config().slots / 4);
+        if !near {
+            return false;
+        }
+        self.place(p.seq, p.pos);
+        if !self.attach() {
+            return false;
+        }
+        self.build_chain(state);
+        true
+    }
+
+    /// Takes over: claims the next epoch (fencing the primary), starts from
+    /// the newest recovery point or its own hot state, and goes on as the
+    /// primary. `evidence`: why the primary was found stalled (`None`: it
+    /// reported a failure).
+    fn claim(&mut self, now: Nanos, evidence: Option<(Evidence, &'static str)>) -> Poll {
+        let Some((epoch, old_slot, point)) = self.take_role(now, evidence) else {
+            return self.over();
+        };
+        let (p, state) = match point {
+            Ok(p) => p,
+            Err(why) => {
+                self.fail(format!("taking over: {why}"));
+                return Poll::Progress;
+            }
+        };
+        // A hot state not older than the point is the quicker start.
+        if self.chain.is_none() || self.seq < p.seq || !self.attached {
+            if self.chain.is_some() {
+                self.drop_chain();
+            }
+            self.detach();
+            self.place(p.seq, p.pos);
+            self.group
+                .doing
+                .store(Doing::Restoring as u32, Ordering::Relaxed);
+            self.build_chain(state);
+            if !self.attach() {
+                self.fail(format!(
+                    "taking over: the buffer queues no longer hold the recovery point {:?}",
+                    self.pos
+                ));
+                return Poll::Progress;
+            }
+        }
+        self.go_live(epoch, old_slot, now);
+        Poll::Progress
+    }
+
+    /// Under the group's lock: claims the epoch after `self.backs` (unless
+    /// another standby replaced this one, or someone else claimed it),
+    /// becomes the group's primary, opens the takeover's record, and reads
+    /// the newest recovery point. Returns the epoch, the predecessor's
+    /// reader slot, and the point.
+    #[allow(clippy::type_complexity)]
+    fn take_role(
+        &mut self,
+        now: Nanos,
+        evidence: Option<(Evidence, &'static str)>,
+    ) -> Option<(u64, (u64, usize), Result<(Point, Option<Vec<u8>>), String>)> {
+        let group = Arc::clone(&self.group);
+        let mut g = group.lock();
+        if g.standby.map(|s| s.inc) != Some(self.inc) {
+            return None;
+        }
+        let epoch = group.live.claim(self.backs, now).ok()?;
+        // Pairs with the fence after a fenced primary's log append (and its
+        // copying mark): from here on, what it did is in the log.
+        fence(Ordering::SeqCst);
+        let old = (g.primary, g.primary_slot);
+        g.primary = self.inc;
+        g.primary_epoch = epoch;
+        g.primary_worker = self.ctx.worker();
+        g.primary_slot = self.slot;
+        g.standby = None;
+        g.ready = false;
+        group.standby_worker.store(NONE, Ordering::Release);
+        group.reader_workers[0].store(self.ctx.worker(), Ordering::Release);
+        group.reader_workers[1].store(NONE, Ordering::Release);
+        group.primary_slot.store(self.slot, Ordering::Release);
+        group.primary_task.store(self.ctx.key, Ordering::Release);
+        let point = group.latest_point(&g);
+        let fault = self.attribute(evidence.map(|e| e.0), now);
+        let k = self.standby_log().open(Takeover {
+            record: RecoveryRecord {
+                operator: group.name.to_string(),
+                instance: group.instance,
+                cause: fault.cause,
+                tuple_id: fault.tuple,
+                detect_us: now.saturating_sub(fault.at) / 1000,
+                unprovoked: fault.unprovoked,
+                evidence: evidence.map(|(e, doing)| format!("{e}; the primary was {doing}")),
+                ..Default::default()
+            },
+            fault_at: fault.at,
+            ..Default::default()
+        });
+        g.takeover = Some(k);
+        self.takeover = Some(k);
+        self.watch = Some((k, now));
+        Some((epoch, old, point))
+    }
+
+    /// The new primary's state is in place: it unmutes, lets the consumers
+    /// follow (its stream starts at `self.seq`), reclaims its fenced
+    /// predecessor's cursor, records what the takeover restored and
+    /// replays, and asks for a new standby.
+    fn go_live(&mut self, epoch: u64, old: (u64, usize), claimed: Nanos) {
+        let group = Arc::clone(&self.group);
+        let shared = Arc::clone(&self.ctx.shared);
+        self.ctx.muted.set(false);
+        self.ctx.epoch.set(epoch);
+        self.phase = Phase::Primary { epoch };
+        {
+            let mut g = group.lock();
+            if g.primary_epoch == epoch {
+                group.start_seq.store(self.seq, Ordering::Release);
+                g.ready = true;
+            }
+        }
+        if old.1 != self.slot {
+            self.reclaim = Some(old);
+            self.try_reclaim();
+        }
+        self.backlog = group.queues.iter().map(|q| q.tail()).collect();
+        self.caught_up = false;
+        // Inputs read again from the queues: from where the replay starts
+        // to what they held at the takeover.
+        let replayed: u64 = self
+            .pos
+            .iter()
+            .zip(&self.backlog)
+            .map(|(&p, &b)| b.saturating_sub(p))
+            .sum();
+        let restored = self.ctx.clock.now();
+        if let Some(k) = self.takeover {
+            if let Some(t) = self.standby_log().lock().get_mut(k) {
+                t.record.restore_us = Some(restored.saturating_sub(claimed) / 1000);
+                t.record.replayed_tuples = replayed;
+            }
+        }
+        group.ensure_standby(&shared);
+        for c in &group.consumers {
+            shared.signals[c.worker].wake();
+        }
+    }
+
+    /// The fault a takeover answers: the reported failure, the injected
+    /// stall the silence overlaps, or none (unprovoked, with its evidence).
+    fn attribute(&self, evidence: Option<Evidence>, now: Nanos) -> Attributed {
+        let g = &self.group;
+        let Some(e) = evidence else {
+            let f = g
+                .faults
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .fault
+                .take()
+                .unwrap_or(Fault {
+                    at: now,
+                    cause: "reported failure".into(),
+                    tuple: None,
+                });
+            return Attributed {
+                at: f.at,
+                cause: f.cause,
+                tuple: f.tuple,
+                unprovoked: false,
+            };
+        };
+        let beat = now.saturating_sub(e.silence_ns);
+        let cause = format!("operator `{}` instance {} stalled: {e}", g.name, g.instance);
+        match self.ctx.shared.take_stall(g.node, g.instance, beat, now) {
+            Some(n) => Attributed {
+                at: beat.max(n.at),
+                cause,
+                tuple: Some(n.tuple),
+                unprovoked: false,
+            },
+            None => Attributed {
+                at: beat,
+                cause,
+                tuple: None,
+                unprovoked: true,
+            },
+        }
+    }
+}
+
+struct Attributed {
+    at: Nanos,
+    cause: String,
+    tuple: Option<crate::record::TupleId>,
+    unprovoked: bool,
+}
