@@ -245,6 +245,10 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.ctx.muted.set(false);
         self.ctx.epoch.set(epoch);
         self.phase = Phase::Primary { epoch };
+        // Its life as the primary starts now, after the restore: the
+        // standby started next judges its silence from here, not from the
+        // claim (whose beat is as old as the restore is long).
+        let _ = group.live.beat(epoch, self.ctx.clock.now());
         {
             let mut g = group.lock();
             if g.primary_epoch == epoch {
