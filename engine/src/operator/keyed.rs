@@ -120,7 +120,11 @@ where
         if !self.finished {
             let prev = self.ctx.enter(self.slot.op);
             let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
-            for (k, s) in self.state.iter_mut() {
+            // Placing the keys in insertion order is one pass over the
+            // whole map (a millisecond for a large state) before the first
+            // key ends: a long step, not a stall.
+            let keys = self.ctx.long(|| self.state.iter_mut());
+            for (k, s) in keys {
                 self.op.on_end(k, s, &mut out);
                 // Ending many keys takes a while: each is progress.
                 self.ctx.tick();

@@ -223,13 +223,25 @@ impl<T: Clone + 'static> RingSender<T> {
         self.send(lane, Msg::Data(rec));
     }
 
+    /// Queues `msg` behind a full ring. Growing a large overflow copies
+    /// it (milliseconds for the end-of-stream output of a large keyed
+    /// state): a long step, not a stall.
+    fn overflow(&mut self, lane: usize, msg: Msg<T>) {
+        let ctx = &self.ctx;
+        let o = &mut self.lanes[lane].overflow;
+        if o.len() == o.capacity() {
+            ctx.long(|| o.reserve(o.len().max(64)));
+        }
+        o.push_back(msg);
+    }
+
     #[inline]
     fn send(&mut self, lane: usize, msg: Msg<T>) {
-        let l = &mut self.lanes[lane];
-        if !l.overflow.is_empty() {
-            l.overflow.push_back(msg);
+        if !self.lanes[lane].overflow.is_empty() {
+            self.overflow(lane, msg);
             return;
         }
+        let l = &mut self.lanes[lane];
         match l.tx.stage(msg) {
             Ok(()) => {
                 if l.tx.staged() >= self.batch {
@@ -242,8 +254,8 @@ impl<T: Clone + 'static> RingSender<T> {
                     l.signal.notify();
                 }
                 if let Err(Full(msg)) = l.tx.stage(msg) {
-                    l.overflow.push_back(msg);
                     self.ctx.blocked.set(self.ctx.blocked.get() + 1);
+                    self.overflow(lane, msg);
                 }
             }
         }
