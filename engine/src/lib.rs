@@ -89,8 +89,8 @@ pub use error::{BuildError, JobError, RuntimeError};
 pub use job::source::{IterSource, Source, SourcePoll};
 pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};
 pub use metrics::{
-    CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryRecord,
-    StandbyStats,
+    CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryKind,
+    RecoveryRecord, StandbyStats,
 };
 pub use operator::{
     CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Restored, Sink, FINAL_EPOCH,

@@ -235,6 +235,8 @@ pub struct StandbyStats {
 /// snapshot).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryRecord {
+    /// Which recovery ran: a standby's takeover, or restart-all.
+    pub kind: RecoveryKind,
     /// The failed operator (for a stall without a probe: the operators of
     /// the stalled worker, joined by `+`).
     pub operator: String,
@@ -266,6 +268,27 @@ pub struct RecoveryRecord {
     /// For a takeover after a stall: what the standby saw (silence,
     /// threshold, where the worker was, what its thread did).
     pub evidence: Option<String>,
+}
+
+/// Which recovery answered a fault.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecoveryKind {
+    /// Every worker stopped; the job restarted from its last complete
+    /// checkpoint (or from the start).
+    #[default]
+    RestartAll,
+    /// The failed operator's standby took over; nothing else stopped.
+    Takeover,
+}
+
+impl RecoveryKind {
+    /// `restart-all` or `takeover`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryKind::RestartAll => "restart-all",
+            RecoveryKind::Takeover => "takeover",
+        }
+    }
 }
 
 /// Checkpoint figures of a run.

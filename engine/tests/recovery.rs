@@ -7,16 +7,17 @@
 //! faults land between checkpoints and recovery has to restore state,
 //! rewind sources and discard uncommitted output.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::*;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tandem::runtime::probe::{ProbeAction, ProbeFactory, RecordProbe};
-use tandem::sinks::transactional::TransactionalFile;
+use tandem::runtime::probe::ProbeAction;
 use tandem::{
-    CheckpointConfig, CheckpointMode, Committer, IterSource, JobBuilder, JobError, KeyedProcess,
-    OperatorInfo, Output, Record, RestartStrategy, RuntimeConfig, Sink, TupleId,
+    CheckpointConfig, CheckpointMode, IterSource, JobBuilder, JobError, RestartStrategy,
+    RuntimeConfig, TupleId,
 };
 
 /// Recovery runs are timed by heartbeats: run them one at a time, so that
@@ -25,103 +26,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn cores() -> usize {
-    tandem::sys::affinity::available_cores().len().min(2)
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "tandem-recovery-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Line {
-    Rec(u64, u64),
-    Summary(u32, u64, u64),
-}
-
-struct PerKey;
-impl KeyedProcess<u32, (u32, u64), Line> for PerKey {
-    type State = (u64, u64);
-    fn process(
-        &mut self,
-        _k: &u32,
-        s: &mut (u64, u64),
-        r: Record<(u32, u64)>,
-        out: &mut Output<'_, Line>,
-    ) {
-        s.0 += 1;
-        s.1 += r.value.1;
-        out.emit(Line::Rec(r.value.0 as u64, r.value.1));
-    }
-    fn on_end(&mut self, k: &u32, s: &mut (u64, u64), out: &mut Output<'_, Line>) {
-        out.emit(Line::Summary(*k, s.0, s.1));
-    }
-}
-
-/// Writes one text line per record: transactionally, or straight to a file.
-struct LineSink {
-    tx: Option<TransactionalFile>,
-    direct: Option<std::fs::File>,
-}
-
-impl LineSink {
-    fn new(dir: &Path, info: &OperatorInfo, transactional: bool) -> Self {
-        if transactional {
-            LineSink {
-                tx: Some(
-                    TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
-                        .unwrap(),
-                ),
-                direct: None,
-            }
-        } else {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(format!("direct-{}.txt", info.instance)))
-                .unwrap();
-            LineSink {
-                tx: None,
-                direct: Some(f),
-            }
-        }
-    }
-}
-
-impl Sink<Line> for LineSink {
-    fn write(&mut self, r: Record<Line>) -> std::io::Result<()> {
-        let line = match r.value {
-            Line::Rec(k, v) => format!("r {k} {v}\n"),
-            Line::Summary(k, c, s) => format!("s {k} {c} {s}\n"),
-        };
-        match (&mut self.tx, &mut self.direct) {
-            (Some(t), _) => t.write(line.as_bytes()),
-            (_, Some(f)) => std::io::Write::write_all(f, line.as_bytes()),
-            _ => Ok(()),
-        }
-    }
-    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
-        match &mut self.tx {
-            Some(t) => t.pre_commit(checkpoint),
-            None => Ok(()),
-        }
-    }
-    fn committer(&self) -> Option<Box<dyn Committer>> {
-        self.tx
-            .as_ref()
-            .map(|t| Box::new(t.committer()) as Box<dyn Committer>)
-    }
 }
 
 const N: u64 = 30_000;
@@ -146,45 +50,6 @@ fn build(out: &Path, transactional: bool) -> tandem::Job {
     job.build().unwrap()
 }
 
-/// One fault: `(operator, tuple, action)`.
-type FaultSpec<'a> = (&'a str, TupleId, ProbeAction);
-
-/// One-shot faults: `(operator, tuple, action)`.
-#[derive(Clone)]
-struct Faults(Arc<Vec<(String, TupleId, ProbeAction, AtomicBool)>>);
-
-impl Faults {
-    fn new(specs: Vec<FaultSpec>) -> Self {
-        Faults(Arc::new(
-            specs
-                .into_iter()
-                .map(|(o, t, a)| (o.to_string(), t, a, AtomicBool::new(false)))
-                .collect(),
-        ))
-    }
-    fn all_fired(&self) -> bool {
-        self.0.iter().all(|f| f.3.load(Ordering::SeqCst))
-    }
-}
-
-struct FaultProbe(Faults, String);
-impl RecordProbe for FaultProbe {
-    fn before(&mut self, id: TupleId) -> ProbeAction {
-        for (op, t, a, fired) in self.0 .0.iter() {
-            if *op == self.1 && *t == id && !fired.swap(true, Ordering::SeqCst) {
-                return a.clone();
-            }
-        }
-        ProbeAction::Continue
-    }
-}
-
-impl ProbeFactory for Faults {
-    fn probe(&self, operator: &str, _instance: usize) -> Option<Box<dyn RecordProbe>> {
-        Some(Box::new(FaultProbe(self.clone(), operator.to_string())))
-    }
-}
-
 fn config(dir: &Path, mode: CheckpointMode) -> RuntimeConfig {
     let mut cp = CheckpointConfig::every(Duration::from_millis(10));
     cp.mode = mode;
@@ -198,22 +63,6 @@ fn config(dir: &Path, mode: CheckpointMode) -> RuntimeConfig {
             delay: Duration::ZERO,
         })
         .heartbeat_timeout(Duration::from_millis(100))
-}
-
-fn committed_lines(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = TransactionalFile::committed_files(dir)
-        .unwrap()
-        .iter()
-        .flat_map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 fn clean_output() -> Vec<String> {
@@ -242,17 +91,6 @@ fn faulted_output(faults: Faults, mode: CheckpointMode) -> (Vec<String>, tandem:
     let lines = committed_lines(&out);
     std::fs::remove_dir_all(dir).unwrap();
     (lines, report)
-}
-
-fn assert_same(clean: &[String], faulted: &[String]) {
-    let dupes: BTreeMap<&String, usize> = faulted.iter().fold(BTreeMap::new(), |mut m, l| {
-        *m.entry(l).or_default() += 1;
-        m
-    });
-    let repeated: Vec<_> = dupes.iter().filter(|(_, &c)| c > 1).take(5).collect();
-    assert!(repeated.is_empty(), "duplicated lines: {repeated:?}");
-    assert_eq!(clean.len(), faulted.len(), "line count");
-    assert!(clean == faulted, "the outputs differ");
 }
 
 #[test]

@@ -540,21 +540,6 @@ fn without_a_standby_config_the_marked_operator_runs_plainly() {
 }
 
 #[test]
-fn standby_and_checkpoints_together_are_refused_with_a_clear_error() {
-    let job = JobBuilder::new("refused");
-    job.source("src", |_| IterSource((0..10u64).map(|v| (v, 0))))
-        .standby()
-        .map("op", |v: u64| v)
-        .for_each("sink", |_| {});
-    let cfg = RuntimeConfig::default()
-        .cores(1)
-        .standby(StandbyConfig::default())
-        .checkpoint(tandem::CheckpointConfig::every(Duration::from_millis(10)));
-    let e = job.build().unwrap().run(&cfg).unwrap_err().to_string();
-    assert!(e.contains("op") && e.contains("checkpoints"), "{e}");
-}
-
-#[test]
 fn a_standby_on_a_sink_is_a_build_error() {
     let job = JobBuilder::new("bad");
     job.source("src", |_| IterSource((0..10u64).map(|v| (v, 0))))

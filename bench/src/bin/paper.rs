@@ -97,9 +97,12 @@ struct Args {
     /// print the throughput and p99 ratios (bqbs / none).
     #[arg(long)]
     compare_without_standby: bool,
-    /// Checkpoint interval (restart-all).
-    #[arg(long, default_value_t = 1000)]
-    checkpoint_interval_ms: u64,
+    /// Checkpoint interval. restart-all: default 1000. bqbs: checkpoints
+    /// run beside the standbys only when this is given — a failure of an
+    /// operator without a standby is then restart-all from the last
+    /// complete checkpoint, and --output is transactional.
+    #[arg(long)]
+    checkpoint_interval_ms: Option<u64>,
     /// Checkpoint directory (default: RUN_DIR/checkpoints or a temp dir
     /// removed at the end).
     #[arg(long)]
@@ -186,6 +189,8 @@ fn parse_range(s: &str) -> Result<(Duration, Duration), String> {
 
 #[derive(Serialize)]
 struct Recovery {
+    /// `takeover` (a standby took over) or `restart-all`.
+    kind: &'static str,
     operator: String,
     instance: usize,
     /// The input record (its seq) the fault fired on, when known.
@@ -292,7 +297,11 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
     let parallelism = args.parallelism.unwrap_or(cores);
     let restart_all = args.strategy == "restart-all";
     let bqbs = args.strategy == "bqbs";
-    let output_mode = args.sink_mode.unwrap_or(if restart_all {
+    // Checkpoints (and restarts from them): restart-all, or bqbs with an
+    // interval given.
+    let checkpointing = restart_all || (bqbs && args.checkpoint_interval_ms.is_some());
+    let interval_ms = args.checkpoint_interval_ms.unwrap_or(1000);
+    let output_mode = args.sink_mode.unwrap_or(if checkpointing {
         OutputMode::Transactional
     } else {
         OutputMode::Direct
@@ -317,11 +326,10 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
     if let Some(d) = &args.run_dir {
         cfg = cfg.run_dir(d);
     }
-    if restart_all {
+    if checkpointing {
         cfg = cfg.restart(args.restart.clone());
         if checkpoints {
-            let mut cp =
-                CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
+            let mut cp = CheckpointConfig::every(Duration::from_millis(interval_ms));
             cp.mode = args.checkpoint_mode;
             cp.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
             cp.tolerable_failures = args.tolerable_checkpoint_failures;
@@ -447,11 +455,12 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
         seed: args.seed,
         input_pregenerated: true,
         strategy: args.strategy.clone(),
-        checkpoint_interval_ms: (restart_all && checkpoints).then_some(args.checkpoint_interval_ms),
+        checkpoint_interval_ms: (checkpointing && checkpoints).then_some(interval_ms),
         recovery: report
             .recovery
             .iter()
             .map(|r| Recovery {
+                kind: r.kind.name(),
                 operator: r.operator.clone(),
                 instance: r.instance,
                 tuple_id: r.tuple_id.map(seq_of),
@@ -493,6 +502,7 @@ fn run(args: &Args, input: &Arc<Input>, checkpoints: bool) -> anyhow::Result<Rep
                     report
                         .recovery
                         .iter()
+                        .filter(|r| r.kind == tandem::RecoveryKind::Takeover)
                         .filter(|r| r.tuple_id.is_some() && !r.unprovoked)
                         .filter_map(f)
                         .collect(),
@@ -559,8 +569,12 @@ fn main() -> anyhow::Result<()> {
         "--rate must be ≥ 0"
     );
     anyhow::ensure!(
-        args.checkpoint_interval_ms > 0,
+        args.checkpoint_interval_ms != Some(0),
         "--checkpoint-interval-ms must be positive"
+    );
+    anyhow::ensure!(
+        args.checkpoint_interval_ms.is_none() || args.strategy != "none",
+        "--checkpoint-interval-ms needs --strategy restart-all or bqbs"
     );
     anyhow::ensure!(
         !args.compare_without_checkpoints || args.strategy == "restart-all",
@@ -666,7 +680,7 @@ fn main() -> anyhow::Result<()> {
         rep.input_bytes as f64 / 1048576.0,
         rep.engine_memory_bytes as f64 / 1048576.0
     );
-    if rep.strategy == "restart-all" {
+    if rep.checkpoint_interval_ms.is_some() {
         println!(
             "  checkpoints       {} started: {} completed ({} late), {} failed, {} pending; {:.1} MB written at {:.0} MB/s",
             rep.checkpoints_started,
@@ -690,16 +704,6 @@ fn main() -> anyhow::Result<()> {
             "  restarts          {} (duplicates emitted: {})",
             rep.restarts, rep.duplicates_emitted
         );
-        for (i, r) in rep.recovery.iter().enumerate() {
-            let from = r
-                .restored_checkpoint
-                .map_or("none".into(), |c| c.to_string());
-            print_recovery(
-                &format!("recovery {}", i + 1),
-                r,
-                &format!(" (from checkpoint {from})"),
-            );
-        }
     }
     if let Some(s) = &rep.standby {
         println!(
@@ -724,19 +728,25 @@ fn main() -> anyhow::Result<()> {
                     opt_us(Some(v[2]))
                 )
             };
-            println!("  over the injected faults:");
+            println!("  over the takeovers of injected faults:");
             println!("  detect            {}", f(s.detect_us));
             println!("  first output      {}", f(s.first_output_us));
             println!("  caught up         {}", f(s.caught_up_us));
         }
-        for (i, r) in rep.recovery.iter().enumerate() {
-            let why = match (&r.evidence, r.unprovoked) {
-                (Some(e), true) => format!(" — unprovoked: {e}"),
-                (Some(e), false) => format!(" — {e}"),
-                (None, _) => String::new(),
-            };
-            print_recovery(&format!("takeover {}", i + 1), r, &why);
-        }
+    }
+    // Every recovery, in order, with the kind that ran.
+    for (i, r) in rep.recovery.iter().enumerate() {
+        let why = match (r.kind, &r.evidence, r.unprovoked) {
+            ("restart-all", _, _) => format!(
+                " (from checkpoint {})",
+                r.restored_checkpoint
+                    .map_or("none".into(), |c| c.to_string())
+            ),
+            (_, Some(e), true) => format!(" — unprovoked: {e}"),
+            (_, Some(e), false) => format!(" — {e}"),
+            _ => String::new(),
+        };
+        print_recovery(&format!("{} {}", r.kind, i + 1), r, &why);
     }
     if let Some(path) = &args.report {
         write_json(path, &rep)?;

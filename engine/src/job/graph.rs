@@ -61,7 +61,9 @@ impl BuildCx {
                     source,
                 });
             }
-            return false;
+            // An instance the attempt's checkpoint restored as finished
+            // stays finished whichever incarnation runs it.
+            return self.restore.as_ref().is_some_and(|r| r.finished);
         }
         let Some(r) = &self.restore else {
             return false;

@@ -148,9 +148,16 @@ where
     }
 
     fn barrier(&mut self, id: u64) {
+        if !self.ctx.snapshots_barriers() {
+            self.down.barrier(id);
+            return;
+        }
         // The synchronous part of the checkpoint: one linear pass archiving
-        // the map; the bytes go to disk on the snapshot I/O thread.
-        match (self.codec.snapshot)(&self.state) {
+        // the map; the bytes go to disk on the snapshot I/O thread. A long
+        // step for a large state: a standby watching this primary does not
+        // take it for stalled meanwhile.
+        let (codec, state) = (&self.codec, &self.state);
+        match self.ctx.long(|| (codec.snapshot)(state)) {
             Ok(bytes) => self.ctx.ack(self.slot.op, id, Some(bytes), None, None),
             Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
         }

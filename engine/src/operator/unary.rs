@@ -89,8 +89,13 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
     }
 
     fn barrier(&mut self, id: u64) {
+        if !self.ctx.snapshots_barriers() {
+            self.down.barrier(id);
+            return;
+        }
         let prev = self.ctx.enter(self.slot.op);
-        let state = self.op.snapshot_state();
+        let op = &mut self.op;
+        let state = self.ctx.long(|| op.snapshot_state());
         self.ctx.leave(prev);
         match state {
             Ok(state) => self.ctx.ack(self.slot.op, id, state, None, None),

@@ -9,6 +9,10 @@
 //!   exponential backoff, failure rate, or never (Flink's strategies).
 //! - [`interval`] — an adaptive checkpoint interval from the observed failure
 //!   rate and the cost of a checkpoint.
+//! - [`compose`] — standbys beside checkpoints: which recovery a failure
+//!   gets (takeover or restart-all), and whether a checkpoint may complete
+//!   across a takeover.
 
+pub mod compose;
 pub mod interval;
 pub mod restart;

@@ -12,6 +12,7 @@
 //! takes them with one acquire load and publishes the freed slots once per
 //! chunk.
 
+use super::align::Alignment;
 use super::task::{Gate, Poll, Port, TaskCtx};
 use crate::operator::Collector;
 use crate::queue::spsc::{Consumer, Full, Producer};
@@ -314,7 +315,8 @@ impl<T: Clone + 'static> Collector<T> for RingSender<T> {
     }
 
     fn barrier(&mut self, id: u64) {
-        if self.ended {
+        // A hot standby's barriers are its primary's to send.
+        if self.ended || self.muted() {
             return;
         }
         // Every lane gets the barrier, published at once so that alignment
@@ -358,7 +360,7 @@ const CHUNK: usize = 64;
 /// The consumer side of an edge: drains one ring per upstream instance into
 /// the chain, and ends the chain once every upstream instance has ended.
 ///
-/// Barrier alignment: when lane `i` delivers barrier `n`, the barrier is
+/// Barrier alignment ([`super::align`]): when lane `i` delivers barrier `n`, the barrier is
 /// forwarded into the chain once every lane has delivered `n` or ended. In
 /// exactly-once mode lane `i` is not read meanwhile (its records after the
 /// barrier belong to the next checkpoint and wait in their ring — bounded,
@@ -377,14 +379,7 @@ pub(crate) struct RingInput<T> {
     target: Box<dyn Collector<T>>,
     gate: Option<Rc<Gate>>,
     ctx: Rc<TaskCtx>,
-    /// The barrier being aligned (0: none).
-    aligning: u64,
-    /// Per ring: delivered the barrier being aligned.
-    seen: Vec<bool>,
-    /// Per ring: not read until the alignment completes (exactly-once).
-    blocked: Vec<bool>,
-    /// The newest barrier forwarded.
-    forwarded: u64,
+    align: Alignment,
 }
 
 impl<T> RingInput<T> {
@@ -405,38 +400,18 @@ impl<T> RingInput<T> {
             target,
             gate,
             ctx,
-            aligning: 0,
-            seen: vec![false; n],
-            blocked: vec![false; n],
-            forwarded: 0,
+            align: Alignment::new(n),
         }
     }
 
     fn on_barrier(&mut self, lane: usize, id: u64) {
-        if id <= self.forwarded || id < self.aligning {
-            return; // stale: an abandoned checkpoint
+        if let Some(id) = self.align.on_barrier(lane, id, &self.ended) {
+            self.target.barrier(id);
         }
-        if id > self.aligning {
-            self.aligning = id;
-            self.seen.fill(false);
-            self.blocked.fill(false);
-        }
-        self.seen[lane] = true;
-        if self.ctx.exactly_once() {
-            self.blocked[lane] = true;
-        }
-        self.try_complete();
     }
 
     fn try_complete(&mut self) {
-        if self.aligning == 0 {
-            return;
-        }
-        if self.seen.iter().zip(&self.ended).all(|(s, e)| *s || *e) {
-            let id = std::mem::replace(&mut self.aligning, 0);
-            self.forwarded = id;
-            self.seen.fill(false);
-            self.blocked.fill(false);
+        if let Some(id) = self.align.try_complete(&self.ended) {
             self.target.barrier(id);
         }
     }
@@ -463,7 +438,7 @@ impl<T> Port for RingInput<T> {
             }
             let i = self.next;
             self.next = (i + 1) % n;
-            if self.ended[i] || self.blocked[i] {
+            if self.ended[i] || (self.ctx.exactly_once() && self.align.holds(i)) {
                 idle_rounds += 1;
                 continue;
             }

@@ -29,6 +29,9 @@ pub(crate) enum Event {
         position: Option<u64>,
         /// Records consumed in this attempt (sinks).
         written: Option<u64>,
+        /// The epoch of the standby group's primary that acknowledged (0:
+        /// an operator without a standby).
+        epoch: u64,
     },
     /// An operator instance could not snapshot its state for `id`.
     Decline {

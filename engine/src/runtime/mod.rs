@@ -25,6 +25,7 @@
 //! stops every worker, restores the last complete checkpoint and starts
 //! the next attempt — or ends the job, as the [`RestartStrategy`] decides.
 
+pub(crate) mod align;
 pub(crate) mod channel;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;

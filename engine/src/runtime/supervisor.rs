@@ -240,15 +240,23 @@ impl Supervisor {
                 state,
                 position,
                 written,
+                epoch,
             } if attempt == current => {
                 if let Some(f) = self.coord.as_mut().and_then(|c| c.in_flight.as_mut()) {
-                    if f.id == id {
+                    // A fenced primary of a standby group that wakes up late
+                    // never replaces its successor's acknowledgement.
+                    let newer = f
+                        .acks
+                        .get(&(node, instance))
+                        .is_some_and(|a| a.epoch > epoch);
+                    if f.id == id && !newer {
                         f.acks.insert(
                             (node, instance),
                             Acked {
                                 state,
                                 position,
                                 written,
+                                epoch,
                             },
                         );
                     }

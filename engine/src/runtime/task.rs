@@ -234,6 +234,9 @@ impl TaskCtx {
         position: Option<u64>,
         written: Option<u64>,
     ) {
+        if !self.snapshots_barriers() {
+            return;
+        }
         // A send fails only once the supervisor is gone (the job is over).
         let _ = self.shared.events.send(Event::Ack {
             attempt: self.shared.attempt,
@@ -243,7 +246,16 @@ impl TaskCtx {
             state,
             position,
             written,
+            epoch: self.epoch.get(),
         });
+    }
+
+    /// Whether a barrier passing this task is snapshotted and acknowledged
+    /// here: not in a hot standby, which follows its primary with its
+    /// output suppressed (the primary acknowledges).
+    #[inline]
+    pub(crate) fn snapshots_barriers(&self) -> bool {
+        !self.muted.get()
     }
 
     /// Declines checkpoint `id`: `op` could not snapshot its state.

@@ -168,10 +168,21 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             }
             match r {
                 Ok(Poll::Done) => {
-                    if *tid != usize::MAX && !task.ctx.fenced.get() {
+                    // A standby group's primary that finished — the first
+                    // one or a standby that took over — ends the plan's
+                    // task of its instance; a standby that never took over
+                    // and a fenced primary end nothing.
+                    let plan_task = match &task.group {
+                        Some((g, _)) if task.ctx.epoch.get() != 0 => {
+                            w.plan.task_of(g.node, g.instance)
+                        }
+                        Some(_) => None,
+                        None => Some(*tid),
+                    };
+                    if let Some(t) = plan_task.filter(|_| !task.ctx.fenced.get()) {
                         shared.send(super::coord::Event::TaskDone {
                             attempt: shared.attempt,
-                            task: *tid,
+                            task: t,
                         });
                     }
                     // Dropping a finished task may wait for its sinks' last

@@ -11,8 +11,9 @@
 //! primary replaying after a takeover, a hot standby following along —
 //! takes the lanes in exactly the logged order.
 //!
-//! One entry per *chunk*: "the next `n` inputs of lane `l`", or "the end
-//! entry of lane `l`". Chunks of one lane are contiguous in its queue, so a
+//! One entry per *chunk*: "the next `n` inputs of lane `l`", "the end
+//! entry of lane `l`", or "the checkpoint barrier entry at the head of
+//! lane `l`". Chunks of one lane are contiguous in its queue, so a
 //! reader that knows where each lane stood at some log position (a snapshot
 //! records it) knows where every later chunk starts. Entry `s` is the
 //! chunk with *sequence number* `s`; consumers see the same numbers in the
@@ -33,9 +34,12 @@
 //! ```text
 //!  63         40 39        24  23   22              0
 //! +-------------+------------+-----+-----------------+
-//! |  lap tag    |    lane    | end |        n        |
+//! |  lap tag    |    lane    | ctl |        n        |
 //! +-------------+------------+-----+-----------------+
 //! ```
+//!
+//! `ctl` set: a control entry taking one queue position — `n` = 1 the
+//! lane's end, `n` = 2 a checkpoint barrier.
 //!
 //! The lap tag is `(s / capacity) mod (2^24 − 1) + 1`: never zero (a fresh
 //! file reads as empty), and different for consecutive laps, so a reader
@@ -82,13 +86,18 @@ pub enum Det {
         /// The input lane.
         lane: u32,
     },
+    /// The checkpoint barrier entry at the head of `lane`.
+    Barrier {
+        /// The input lane.
+        lane: u32,
+    },
 }
 
 impl Det {
     /// The lane the entry takes from.
     pub fn lane(&self) -> usize {
         match *self {
-            Det::Chunk { lane, .. } | Det::End { lane } => lane as usize,
+            Det::Chunk { lane, .. } | Det::End { lane } | Det::Barrier { lane } => lane as usize,
         }
     }
 
@@ -96,7 +105,7 @@ impl Det {
     pub fn len(&self) -> u64 {
         match *self {
             Det::Chunk { n, .. } => n as u64,
-            Det::End { .. } => 1,
+            Det::End { .. } | Det::Barrier { .. } => 1,
         }
     }
 
@@ -125,6 +134,7 @@ pub fn encode(seq: u64, log2_cap: u32, det: Det) -> u64 {
     let (lane, end, n) = match det {
         Det::Chunk { lane, n } => (lane, 0u64, n),
         Det::End { lane } => (lane, 1, 1),
+        Det::Barrier { lane } => (lane, 1, 2),
     };
     debug_assert!(lane <= MAX_LANE && (1..=MAX_CHUNK).contains(&n));
     lap_tag(seq, log2_cap) << TAG_SHIFT | (lane as u64) << 24 | end << 23 | n as u64
@@ -140,7 +150,11 @@ pub fn decode(word: u64, seq: u64, log2_cap: u32) -> Option<Det> {
     let lane = ((word >> 24) & 0xffff) as u32;
     let n = (word & MAX_CHUNK as u64) as u32;
     Some(if word & 1 << 23 != 0 {
-        Det::End { lane }
+        if n == 2 {
+            Det::Barrier { lane }
+        } else {
+            Det::End { lane }
+        }
     } else {
         Det::Chunk { lane, n }
     })
@@ -417,6 +431,8 @@ mod tests {
                 },
             ),
             (1 << 30, Det::End { lane: MAX_LANE }),
+            (7, Det::Barrier { lane: 2 }),
+            (9, Det::Barrier { lane: MAX_LANE }),
         ] {
             let w = encode(seq, 4, det);
             assert_eq!(decode(w, seq, 4), Some(det));

@@ -2,6 +2,11 @@
 //! current primary, follows its marks with a [`Tracker`], and after a
 //! takeover drops what the new primary replays of what it already has —
 //! checking that the replay repeats it exactly.
+//!
+//! Checkpoint barriers are aligned over the groups as over rings
+//! ([`crate::runtime::align`]). A new primary repeats the barriers of the
+//! chunks it replays; the alignment takes a repeated barrier as stale, so
+//! barriers need no deduplication of their own.
 
 use super::decide::{Closing, Diverged, Tracker};
 use super::group::{Group, NONE};
@@ -11,6 +16,7 @@ use crate::job::graph::{downcast, AnyBox};
 use crate::operator::Collector;
 use crate::queue::spsc::Consumer;
 use crate::record::TupleId;
+use crate::runtime::align::Alignment;
 use crate::runtime::channel::Msg;
 use crate::runtime::task::{Gate, Poll, Port, TaskCtx};
 use std::rc::Rc;
@@ -37,6 +43,7 @@ struct Source<U> {
 pub(crate) struct FencedInput<U> {
     srcs: Vec<Source<U>>,
     live: usize,
+    align: Alignment,
     next: usize,
     target: BoxCollector<U>,
     gate: Option<Rc<Gate>>,
@@ -65,6 +72,7 @@ impl<U: 'static> FencedInput<U> {
             .collect();
         FencedInput {
             live: srcs.len(),
+            align: Alignment::new(srcs.len()),
             srcs,
             next: 0,
             target: downcast::<BoxCollector<U>>(target, "fenced input target"),
@@ -144,6 +152,10 @@ impl<U: 'static> Port for FencedInput<U> {
             }
             let i = self.next;
             self.next = (i + 1) % n;
+            if self.ctx.exactly_once() && self.align.holds(i) {
+                idle_rounds += 1;
+                continue;
+            }
             let s = &mut self.srcs[i];
             let Some(ring) = s.ring.as_mut().filter(|_| !s.ended) else {
                 idle_rounds += 1;
@@ -153,6 +165,7 @@ impl<U: 'static> Port for FencedInput<U> {
             let tracker = &mut s.tracker;
             let consumer = &s.group.consumers[s.ci];
             let mut got_end = false;
+            let mut barrier = None;
             let mut accepted: Option<TupleId> = None;
             let mut err: Option<Diverged> = None;
             let watching = s.watch > 0 && s.takeover.is_some();
@@ -186,7 +199,10 @@ impl<U: 'static> Port for FencedInput<U> {
                         got_end = true;
                         return false;
                     }
-                    Msg::Barrier(_) => Ok(()),
+                    Msg::Barrier(id) => {
+                        barrier = Some(id);
+                        return false;
+                    }
                 };
                 match r {
                     Ok(()) => true,
@@ -215,6 +231,16 @@ impl<U: 'static> Port for FencedInput<U> {
                     consumer.ended.store(true, Ordering::Release);
                     s.ended = true;
                     self.live -= 1;
+                }
+            }
+            if barrier.is_some() || got_end {
+                let ended: Vec<bool> = self.srcs.iter().map(|s| s.ended).collect();
+                let forward = match barrier {
+                    Some(id) => self.align.on_barrier(i, id, &ended),
+                    None => self.align.try_complete(&ended),
+                };
+                if let Some(id) = forward {
+                    self.target.barrier(id);
                 }
             }
             if let Some(d) = err {

@@ -121,6 +121,8 @@ use super::exchange::SnapshotExchange;
 use crate::error::JobError;
 use crate::job::graph::AnySend;
 use crate::record::{Nanos, TupleId};
+use crate::recovery::compose::{recovery_for, Failure, Recovery};
+use crate::runtime::align::Alignment;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -172,6 +174,9 @@ pub(crate) struct Point {
     pub(crate) pos: Vec<u64>,
     /// The snapshot exchange's publication holding the state (0: none).
     pub(crate) xseq: u64,
+    /// Checkpoint barriers over the lanes at the point: a replay that
+    /// starts here while one was aligning knows which lanes delivered it.
+    pub(crate) align: Alignment,
 }
 
 /// The standby incarnation of a group.
@@ -206,6 +211,8 @@ pub(crate) struct Inner {
     exchanges_made: u32,
     /// Index into the job's standby log of the newest takeover.
     pub(crate) takeover: Option<usize>,
+    /// Standbys of this group that failed.
+    standby_failures: u32,
 }
 
 /// A standby group (see the module docs).
@@ -262,7 +269,17 @@ pub(crate) struct Group {
     pub(crate) snapshots: AtomicU64,
     /// The primary's end marker is in every ring: nothing is owed.
     pub(crate) done: AtomicBool,
+    /// A new primary is replaying what its predecessor had processed (set
+    /// at the claim, cleared once it caught up with the queues).
+    pub(crate) replaying: AtomicBool,
+    /// Standbys kept failing ([`MAX_STANDBY_FAILURES`]): none is started
+    /// any more, and a failure of the primary is restart-all.
+    pub(crate) standbys_gone: AtomicBool,
 }
+
+/// Standby failures in one group (one attempt) after which it runs on
+/// without a standby.
+pub(crate) const MAX_STANDBY_FAILURES: u32 = 3;
 
 /// No worker.
 pub(crate) const NONE: usize = usize::MAX;
@@ -393,12 +410,16 @@ impl Group {
                     seq: 0,
                     pos: vec![0; lanes],
                     xseq: 0,
+                    align: Alignment::new(lanes),
                 },
                 exchange: None,
                 exchanges_made: 0,
                 takeover: None,
+                standby_failures: 0,
             }),
             done: AtomicBool::new(false),
+            replaying: AtomicBool::new(false),
+            standbys_gone: AtomicBool::new(false),
             queues,
             log,
             upstream,
@@ -450,6 +471,7 @@ impl Group {
         epoch: u64,
         seq: u64,
         pos: &[u64],
+        align: &Alignment,
         state: Option<&[u8]>,
     ) -> std::io::Result<bool> {
         let mut g = self.lock();
@@ -489,6 +511,7 @@ impl Group {
             seq,
             pos: pos.to_vec(),
             xseq,
+            align: align.clone(),
         };
         for (a, &p) in self.point_pos.iter().zip(pos) {
             a.store(p, Ordering::Release);
@@ -548,7 +571,10 @@ impl Group {
     /// Starts a standby if the group lacks one and is not done.
     pub(crate) fn ensure_standby(&self, shared: &crate::runtime::JobShared) {
         let mut g = self.lock();
-        if g.standby.is_some() || self.done.load(Ordering::Acquire) {
+        if g.standby.is_some()
+            || self.done.load(Ordering::Acquire)
+            || self.standbys_gone.load(Ordering::Acquire)
+        {
             return;
         }
         if let Some((inc, w)) = self.next_standby(&mut g) {
@@ -602,6 +628,7 @@ impl Group {
         if self.live.current() != epoch || g.primary_epoch != epoch {
             return false;
         }
+        self.replaying.store(false, Ordering::Release);
         if !self.done.swap(true, Ordering::AcqRel) {
             drop(g);
             if let Some(sb) = &shared.standby {
@@ -619,9 +646,10 @@ impl Group {
     /// standby to take over. Called from the panic hook before anything
     /// is printed (`wait` false: it never blocks, and leaves what it cannot
     /// do at once to the second call) and by the worker that caught the
-    /// failure; the second call for an epoch changes nothing. A record that
-    /// fails two primaries in a row is not a fault a standby can mask: the
-    /// attempt fails with it.
+    /// failure; the second call for an epoch changes nothing. A failure a
+    /// standby cannot mask ([`recovery_for`]: a record that fails two
+    /// primaries in a row, a group whose standbys are gone) fails the
+    /// attempt instead: restart-all.
     pub(crate) fn primary_failed(
         &self,
         shared: &crate::runtime::JobShared,
@@ -646,8 +674,14 @@ impl Group {
             return;
         }
         f.reported = epoch;
-        if tuple.is_some() && tuple == f.last_tuple {
+        let failure = Failure {
+            backed_up: true,
+            standby_left: !self.standbys_gone.load(Ordering::Acquire),
+            repeats_last_record: tuple.is_some() && tuple == f.last_tuple,
+        };
+        if let Recovery::RestartAll(_) = recovery_for(&failure) {
             drop(f);
+            shared.note_fault_tuple(tuple);
             shared.fail(e);
             return;
         }
@@ -694,6 +728,12 @@ impl Group {
             }
             g.standby = None;
             self.standby_worker.store(NONE, Ordering::Release);
+            g.standby_failures += 1;
+            if g.standby_failures >= MAX_STANDBY_FAILURES {
+                // A failure of the primary is restart-all from now on.
+                self.standbys_gone.store(true, Ordering::Release);
+                return;
+            }
             drop(g);
             self.ensure_standby(shared);
         }
@@ -820,12 +860,13 @@ mod tests {
         let (g, dir) = group("fence");
         assert_eq!(g.live.claim(1, 5), Ok(2));
         // Epoch 1's primary was fenced by the claim.
-        assert!(!g.publish_point(1, 10, &[3, 4], None).unwrap());
+        let a = Alignment::new(2);
+        assert!(!g.publish_point(1, 10, &[3, 4], &a, None).unwrap());
         assert_eq!(g.point_seq.load(Ordering::Acquire), 0);
-        assert!(g.publish_point(2, 10, &[3, 4], None).unwrap());
+        assert!(g.publish_point(2, 10, &[3, 4], &a, None).unwrap());
         assert_eq!((g.covered(0), g.covered(1)), (3, 4));
         // Points never go back.
-        assert!(!g.publish_point(2, 9, &[2, 4], None).unwrap());
+        assert!(!g.publish_point(2, 9, &[2, 4], &a, None).unwrap());
         g.remove_files();
         std::fs::remove_dir_all(dir).unwrap();
     }

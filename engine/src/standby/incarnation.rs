@@ -13,12 +13,13 @@ use super::codec::Codec;
 use super::decide::Detector;
 use super::detlog::{fenced_append, Appended, Det};
 use super::group::{Doing, Group, NONE};
-use super::kit::{decode, is_end, ChainBuild, Entry};
+use super::kit::{control_kind, decode, ChainBuild, Entry, KIND_END};
 use crate::checkpoint::SnapshotBytes;
 use crate::error::JobError;
 use crate::job::graph::downcast;
 use crate::operator::Collector;
 use crate::record::{Nanos, Record};
+use crate::runtime::align::Alignment;
 use crate::runtime::channel::ChunkId;
 use crate::runtime::task::{Poll, Port, TaskCtx};
 use std::rc::Rc;
@@ -58,6 +59,7 @@ enum Stop {
 struct Pending {
     seq: u64,
     pos: Vec<u64>,
+    align: Alignment,
     state: Option<SnapshotBytes>,
 }
 
@@ -77,6 +79,10 @@ pub(crate) struct Incarnation<T> {
     pos: Vec<u64>,
     ended: Vec<bool>,
     live: usize,
+    /// Checkpoint barriers over the lanes, as of entry `seq`.
+    align: Alignment,
+    /// The id of the barrier entry copied out last.
+    barrier: u64,
     attached: bool,
     rr: usize,
     buf: Vec<Record<T>>,
@@ -116,6 +122,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             pos: vec![0; lanes],
             ended: vec![false; lanes],
             live: lanes,
+            align: Alignment::new(lanes),
+            barrier: 0,
             attached: false,
             rr: 0,
             buf: Vec::with_capacity(CHUNK as usize),
@@ -201,11 +209,13 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         }
     }
 
-    /// Takes position `pos` of every lane (a recovery point's or its own):
-    /// lanes whose end entry lies before it have ended.
-    fn place(&mut self, seq: u64, pos: Vec<u64>) {
+    /// Takes position `pos` of every lane and the barrier alignment there
+    /// (a recovery point's): lanes whose end entry lies before it have
+    /// ended.
+    fn place(&mut self, seq: u64, pos: Vec<u64>, align: Alignment) {
         self.seq = seq;
         self.pos = pos;
+        self.align = align;
         self.live = self.pos.len();
         for l in 0..self.pos.len() {
             self.ended[l] = self.group.end_pos[l].load(Ordering::Acquire) < self.pos[l];
@@ -261,12 +271,15 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     }
 
     /// A live primary's next chunk: the next lane (round robin) with input,
-    /// up to `max` of its data entries, or its end entry.
+    /// up to `max` of its data entries, or its end or barrier entry. A lane
+    /// that delivered the barrier being aligned is not read meanwhile
+    /// (exactly-once).
     fn choose(&mut self, max: u64, epoch: u64) -> Result<Option<Det>, Stop> {
         let lanes = self.pos.len();
+        let exactly_once = self.ctx.exactly_once();
         for k in 0..lanes {
             let l = (self.rr + k) % lanes;
-            if self.ended[l] {
+            if self.ended[l] || (exactly_once && self.align.holds(l)) {
                 continue;
             }
             let first = self.pos[l];
@@ -275,20 +288,22 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 let mut n = 0;
                 while n < avail {
                     match q.get(first + n) {
-                        Some(e) if is_end(e.bytes) => break,
+                        Some(e) if control_kind(e.bytes).is_some() => break,
                         Some(_) => n += 1,
                         None => break,
                     }
                 }
-                if n == 0 && avail > 0 && q.get(first).is_some_and(|e| is_end(e.bytes)) {
-                    Some(Det::End { lane: l as u32 })
-                } else if n > 0 {
-                    Some(Det::Chunk {
-                        lane: l as u32,
-                        n: n as u32,
-                    })
-                } else {
-                    None
+                let lane = l as u32;
+                if n > 0 {
+                    return Some(Det::Chunk { lane, n: n as u32 });
+                }
+                if avail == 0 {
+                    return None;
+                }
+                match q.get(first).and_then(|e| control_kind(e.bytes)) {
+                    Some(KIND_END) => Some(Det::End { lane }),
+                    Some(_) => Some(Det::Barrier { lane }),
+                    None => None,
                 }
             });
             match peek {
@@ -370,9 +385,9 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.doing(Doing::Copying);
         let (l, n, seq) = (det.lane(), det.len(), self.seq);
         let first = self.pos[l];
-        let end = matches!(det, Det::End { .. });
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
+        let mut barrier = 0;
         let copied = self.reading(l, epoch, |q| {
             for p in first..first + n {
                 let Some(e) = q.get(p) else {
@@ -384,16 +399,17 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                         q.tail()
                     ));
                 };
-                match decode::<T>(e.tuple_id, e.bytes) {
-                    Ok(Entry::Data(r)) if !end => buf.push(r),
-                    Ok(Entry::End) if end => {}
-                    Ok(_) => {
+                match (decode::<T>(e.tuple_id, e.bytes), det) {
+                    (Ok(Entry::Data(r)), Det::Chunk { .. }) => buf.push(r),
+                    (Ok(Entry::End), Det::End { .. }) => {}
+                    (Ok(Entry::Barrier(id)), Det::Barrier { .. }) => barrier = id,
+                    (Ok(_), _) => {
                         return Err(format!(
                             "determinant log entry {seq} ({det:?}) disagrees with position {p} of {}",
                             q.path().display()
                         ))
                     }
-                    Err(why) => {
+                    (Err(why), _) => {
                         return Err(format!(
                             "buffer queue {} position {p}: {why}",
                             q.path().display()
@@ -404,6 +420,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             Ok(())
         });
         self.buf = buf;
+        self.barrier = barrier;
         match copied {
             None => Err(Stop::Fenced),
             Some(Err(why)) => {
@@ -415,8 +432,10 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     }
 
     /// Runs the copied chunk `det` through the chain between its marks
-    /// (the end entry of the last lane ends the operator); returns the
-    /// inputs it consumed.
+    /// (the end entry of the last lane ends the operator; a barrier entry
+    /// that completes an alignment passes the barrier down the chain, where
+    /// the operator snapshots and acknowledges it); returns the inputs it
+    /// consumed.
     fn run_chunk(&mut self, det: Det) -> Result<u64, Stop> {
         self.doing(Doing::Operator);
         let (l, n, seq) = (det.lane(), det.len(), self.seq);
@@ -445,14 +464,26 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.pos[l] = first + n;
         self.group.queues[l].advance(self.slot, first + n);
         self.seq += 1;
-        if matches!(det, Det::End { .. }) {
-            self.ended[l] = true;
-            self.live -= 1;
-            if self.live == 0 {
-                // Its end-of-stream outputs, the last chunk's mark, the end.
-                chain.end();
-                return Ok(n);
+        match det {
+            Det::Barrier { .. } => {
+                if let Some(id) = self.align.on_barrier(l, self.barrier, &self.ended) {
+                    chain.barrier(id);
+                }
             }
+            Det::End { .. } => {
+                self.ended[l] = true;
+                self.live -= 1;
+                if let Some(id) = self.align.try_complete(&self.ended) {
+                    chain.barrier(id);
+                }
+                if self.live == 0 {
+                    // Its end-of-stream outputs, the last chunk's mark, the
+                    // end.
+                    chain.end();
+                    return Ok(n);
+                }
+            }
+            Det::Chunk { .. } => {}
         }
         chain.close_chunk();
         Ok(n)
@@ -486,6 +517,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 .all(|((p, b), e)| p >= b || *e)
         {
             self.caught_up = true;
+            self.group.replaying.store(false, Ordering::Release);
             if let Some(k) = self.takeover {
                 if let Some(t) = self.standby_log().lock().get_mut(k) {
                     t.caught_up_at = Some(now);
@@ -577,6 +609,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             self.pending = Some(Pending {
                 seq: self.seq,
                 pos: self.pos.clone(),
+                align: self.align.clone(),
                 state,
             });
         }
@@ -592,6 +625,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                     epoch,
                     p.seq,
                     &p.pos,
+                    &p.align,
                     p.state.as_ref().map(|s| s.payload()),
                 )
             });
@@ -637,7 +671,7 @@ impl<T: crate::Data + Codec> Port for Incarnation<T> {
 
     fn debug(&self) -> String {
         format!(
-            "incarnation {} of {}[{}]: {:?} seq {} (log point {}) pos {:?} ended {:?} blocked {} acked_min {} queues {:?}",
+            "incarnation {} of {}[{}]: {:?} seq {} (log point {}) pos {:?} ended {:?} aligning {} blocked {} acked_min {} queues {:?}",
             self.inc,
             self.group.name,
             self.group.instance,
@@ -646,6 +680,7 @@ impl<T: crate::Data + Codec> Port for Incarnation<T> {
             self.group.point_seq.load(Ordering::Acquire),
             self.pos,
             self.ended,
+            self.align.aligning(),
             self.ctx.blocked.get(),
             self.group.acked_min_seq(),
             self.group

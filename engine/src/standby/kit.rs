@@ -12,8 +12,11 @@ use std::sync::Arc;
 
 pub(crate) const KIND_DATA: u8 = 0;
 pub(crate) const KIND_END: u8 = 1;
+pub(crate) const KIND_BARRIER: u8 = 2;
 /// The tuple ID of an end-of-input entry.
 pub(crate) const END_ID: u64 = u64::MAX;
+/// The tuple ID of a checkpoint barrier entry.
+pub(crate) const BARRIER_ID: u64 = u64::MAX - 1;
 
 /// A queue entry's bytes: kind, event time, ingest stamp, the value.
 pub(crate) fn encode<T: Codec>(buf: &mut Vec<u8>, rec: &Record<T>) {
@@ -24,20 +27,37 @@ pub(crate) fn encode<T: Codec>(buf: &mut Vec<u8>, rec: &Record<T>) {
     rec.value.encode(buf);
 }
 
+/// A checkpoint barrier entry's bytes: kind, checkpoint id.
+pub(crate) fn encode_barrier(buf: &mut Vec<u8>, id: u64) {
+    buf.clear();
+    buf.push(KIND_BARRIER);
+    buf.extend_from_slice(&id.to_le_bytes());
+}
+
 /// A decoded queue entry.
 pub(crate) enum Entry<T> {
     Data(Record<T>),
     End,
+    /// Checkpoint barrier `id`: every input of the lane before it belongs
+    /// to checkpoint `id`, none after it.
+    Barrier(u64),
 }
 
-/// Whether an entry's bytes are an end-of-input entry.
-pub(crate) fn is_end(bytes: &[u8]) -> bool {
-    bytes.first() == Some(&KIND_END)
+/// What a queue entry is, by its first byte: `None` for a record, else
+/// the log entry that takes it alone (its lane filled in by the caller).
+pub(crate) fn control_kind(bytes: &[u8]) -> Option<u8> {
+    match bytes.first() {
+        Some(&k) if k == KIND_END || k == KIND_BARRIER => Some(k),
+        _ => None,
+    }
 }
 
 pub(crate) fn decode<T: Codec>(id: u64, bytes: &[u8]) -> Result<Entry<T>, String> {
     match bytes.first() {
         Some(&KIND_END) => Ok(Entry::End),
+        Some(&KIND_BARRIER) if bytes.len() == 9 => Ok(Entry::Barrier(u64::from_le_bytes(
+            bytes[1..9].try_into().expect("8 bytes"),
+        ))),
         Some(&KIND_DATA) if bytes.len() >= 17 => {
             let u = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
             let (value, rest) = T::decode(&bytes[17..]).map_err(|e| e.to_string())?;

@@ -4,7 +4,7 @@
 
 use super::codec::Codec;
 use super::group::{Group, NONE};
-use super::kit::{encode, END_ID, KIND_END};
+use super::kit::{encode, encode_barrier, BARRIER_ID, END_ID, KIND_END};
 use crate::job::graph::AnyBox;
 use crate::operator::Collector;
 use crate::record::Record;
@@ -199,7 +199,17 @@ impl<T: Codec + Clone + 'static> Collector<T> for BqSender<T> {
         self.flush();
     }
 
-    fn barrier(&mut self, _id: u64) {
-        // Checkpoints and standbys are not combined (refused at start).
+    fn barrier(&mut self, id: u64) {
+        if self.ended {
+            return;
+        }
+        // In order with the records, on every lane (the group's primary
+        // aligns them, and logs each as a chunk of its own), published at
+        // once so that alignment does not wait for a batch to fill.
+        encode_barrier(&mut self.buf, id);
+        for lane in 0..self.lanes.len() {
+            self.send_bytes(lane, BARRIER_ID);
+        }
+        self.flush();
     }
 }

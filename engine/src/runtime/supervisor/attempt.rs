@@ -235,6 +235,11 @@ impl Supervisor {
         if self.cancelled || matches!(err, JobError::Cancelled) {
             return Err(JobError::Cancelled);
         }
+        // The takeovers of the stopped attempt are recoveries of their own,
+        // before this restart.
+        if let Some(sb) = shared.standby.clone() {
+            self.record_takeovers(&sb);
+        }
         let failed_at = match shared.failed_at.load(Ordering::SeqCst) {
             0 => detected_at,
             t => t,

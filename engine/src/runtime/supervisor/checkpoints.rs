@@ -19,6 +19,7 @@ use crate::checkpoint::{
 use crate::error::JobError;
 use crate::metrics::CheckpointStats;
 use crate::operator::{Committer, FINAL_EPOCH};
+use crate::recovery::compose::{across_takeover, AcrossTakeover, GroupAtCheckpoint};
 use crate::recovery::interval::{adaptive_interval, IntervalInputs};
 use crate::runtime::CheckpointMode;
 use crate::runtime::RuntimeConfig;
@@ -32,6 +33,9 @@ pub(super) struct Acked {
     pub(super) state: Option<SnapshotBytes>,
     pub(super) position: Option<u64>,
     pub(super) written: Option<u64>,
+    /// The epoch of the standby group's primary that acknowledged (0: no
+    /// standby).
+    pub(super) epoch: u64,
 }
 
 pub(super) struct InFlight {
@@ -39,6 +43,9 @@ pub(super) struct InFlight {
     pub(super) savepoint: bool,
     pub(super) started: Instant,
     pub(super) acks: HashMap<Key, Acked>,
+    /// The last look found a standby group's acknowledgement from a
+    /// replaced primary (declined if the next look agrees).
+    pub(super) declining: bool,
 }
 
 pub(super) struct Writing {
@@ -202,10 +209,66 @@ impl Supervisor {
         let Some(c) = &mut self.coord else {
             return Ok(true);
         };
-        let Some(f) = &c.in_flight else {
+        let Some(f) = &mut c.in_flight else {
             return Ok(true);
         };
-        if !all_acknowledged(&self.all, &f.acks, &self.attempt.finished) {
+        // Standby groups whose output ended count as finished: a new
+        // primary's task is not the one the plan placed.
+        let mut finished = self.attempt.finished.clone();
+        let groups = self.attempt.shared.standby.clone();
+        if let Some(sb) = &groups {
+            for (&k, g) in &sb.groups {
+                if g.done.load(Ordering::Acquire) {
+                    finished.insert(k);
+                }
+            }
+        }
+        let mut complete = all_acknowledged(&self.all, &f.acks, &finished);
+        if complete {
+            if let Some(sb) = &groups {
+                let mut keys: Vec<Key> = sb.groups.keys().copied().collect();
+                keys.sort_unstable();
+                let seen: Vec<GroupAtCheckpoint> = keys
+                    .iter()
+                    .map(|k| {
+                        let g = &sb.groups[k];
+                        let replaying = g.replaying.load(Ordering::Acquire);
+                        let done = g.done.load(Ordering::Acquire);
+                        GroupAtCheckpoint {
+                            acked_epoch: f.acks.get(k).map(|a| a.epoch),
+                            current_epoch: g.live.current(),
+                            replaying,
+                            done,
+                        }
+                    })
+                    .collect();
+                let verdict = across_takeover(&seen);
+                let confirmed = std::mem::replace(
+                    &mut f.declining,
+                    matches!(verdict, AcrossTakeover::Decline(_)),
+                );
+                match verdict {
+                    AcrossTakeover::Complete => {}
+                    AcrossTakeover::Wait => complete = false,
+                    // An acknowledgement the new primary sent before it
+                    // caught up is in the channel by the next tick (the
+                    // loop drains it first): decline only if the verdict
+                    // stands then.
+                    AcrossTakeover::Decline(_) if !confirmed => complete = false,
+                    AcrossTakeover::Decline(i) => {
+                        let (node, instance) = keys[i];
+                        let id = f.id;
+                        c.in_flight = None;
+                        c.failed(format!(
+                            "checkpoint {id}: declined — `{}` instance {instance} acknowledged it, then its standby took over from past the barrier",
+                            self.names[node]
+                        ));
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        if !complete {
             if f.started.elapsed() > c.timeout {
                 let id = f.id;
                 c.in_flight = None;
@@ -234,13 +297,7 @@ impl Supervisor {
             return Ok(false);
         }
         let f = c.in_flight.take().expect("checked above");
-        c.submit(
-            f,
-            &self.all,
-            &self.attempt.finished,
-            &self.names,
-            &self.sources,
-        );
+        c.submit(f, &self.all, &finished, &self.names, &self.sources);
         Ok(true)
     }
 
@@ -269,6 +326,7 @@ impl Supervisor {
                 savepoint: !c.savepoint_waiters.is_empty(),
                 started: Instant::now(),
                 acks: HashMap::new(),
+                declining: false,
             });
             self.attempt.shared.trigger.store(id, Ordering::Release);
         }

@@ -5,7 +5,7 @@
 
 use super::Supervisor;
 use crate::error::JobError;
-use crate::metrics::RecoveryRecord;
+use crate::metrics::{RecoveryKind, RecoveryRecord};
 use crate::standby::run::StandbyRun;
 use crate::TupleId;
 use std::sync::atomic::Ordering;
@@ -71,6 +71,7 @@ pub(super) fn restart_record(
     detect_us: u64,
 ) -> RecoveryRecord {
     RecoveryRecord {
+        kind: RecoveryKind::RestartAll,
         operator: err.operator().unwrap_or("").to_string(),
         instance: error_instance(err),
         cause: err.to_string(),

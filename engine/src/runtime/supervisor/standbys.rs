@@ -172,12 +172,6 @@ pub(super) fn validate_standby(graph: &Graph, config: &RuntimeConfig) -> Result<
         if !has(n) {
             continue;
         }
-        if config.checkpoint.is_some() {
-            return Err(err(
-                n,
-                "checkpoints and standbys are not combined yet: use one strategy",
-            ));
-        }
         if !matches!(node.kind, NodeKind::Unary(_)) {
             return Err(err(n, "only one-input operators can have a standby"));
         }

@@ -4,7 +4,7 @@
 //! with the fault it answers.
 
 use super::{Incarnation, Phase};
-use crate::metrics::RecoveryRecord;
+use crate::metrics::{RecoveryKind, RecoveryRecord};
 use crate::record::Nanos;
 use crate::runtime::task::Poll;
 use crate::standby::codec::Codec;
@@ -135,7 +135,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         if !near {
             return false;
         }
-        self.place(p.seq, p.pos);
+        self.place(p.seq, p.pos, p.align);
         if !self.attach() {
             return false;
         }
@@ -164,7 +164,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 self.drop_chain();
             }
             self.detach();
-            self.place(p.seq, p.pos);
+            self.place(p.seq, p.pos, p.align);
             self.group
                 .doing
                 .store(Doing::Restoring as u32, Ordering::Relaxed);
@@ -208,6 +208,9 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         g.primary_slot = self.slot;
         g.standby = None;
         g.ready = false;
+        // Until it has caught up, the new primary may still repeat (and
+        // acknowledge again) a checkpoint barrier its predecessor passed.
+        group.replaying.store(true, Ordering::Release);
         group.standby_worker.store(NONE, Ordering::Release);
         group.reader_workers[0].store(self.ctx.worker(), Ordering::Release);
         group.reader_workers[1].store(NONE, Ordering::Release);
@@ -217,6 +220,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         let fault = self.attribute(evidence.map(|e| e.0), now);
         let k = self.standby_log().open(Takeover {
             record: RecoveryRecord {
+                kind: RecoveryKind::Takeover,
                 operator: group.name.to_string(),
                 instance: group.instance,
                 cause: fault.cause,

@@ -1,0 +1,197 @@
+//! What the end-to-end recovery tests share: a keyed operator with
+//! end-of-stream summaries, a line sink (two-phase-commit or direct), its
+//! committed output, one-shot injected faults, and the comparison with a
+//! clean run.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tandem::runtime::probe::{ProbeAction, ProbeFactory, RecordProbe};
+use tandem::sinks::transactional::TransactionalFile;
+use tandem::{Committer, KeyedProcess, OperatorInfo, Output, Record, Sink, TupleId};
+
+/// Injected panics print one line, not a backtrace (the default hook with
+/// `RUST_BACKTRACE` set symbolizes for tens of milliseconds first).
+pub fn quiet_injected_panics() {
+    static QUIET: std::sync::Once = std::sync::Once::new();
+    QUIET.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let p = info.payload();
+            let m = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied());
+            match m {
+                Some(m) if m.starts_with("injected") => {}
+                _ => previous(info),
+            }
+        }));
+    });
+}
+
+pub fn cores() -> usize {
+    tandem::sys::affinity::available_cores().len().min(2)
+}
+
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tandem-recovery-{tag}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Line {
+    Rec(u64, u64),
+    Summary(u32, u64, u64),
+}
+
+pub struct PerKey;
+impl KeyedProcess<u32, (u32, u64), Line> for PerKey {
+    type State = (u64, u64);
+    fn process(
+        &mut self,
+        _k: &u32,
+        s: &mut (u64, u64),
+        r: Record<(u32, u64)>,
+        out: &mut Output<'_, Line>,
+    ) {
+        s.0 += 1;
+        s.1 += r.value.1;
+        out.emit(Line::Rec(r.value.0 as u64, r.value.1));
+    }
+    fn on_end(&mut self, k: &u32, s: &mut (u64, u64), out: &mut Output<'_, Line>) {
+        out.emit(Line::Summary(*k, s.0, s.1));
+    }
+}
+
+/// Writes one text line per record: transactionally, or straight to a file.
+pub struct LineSink {
+    tx: Option<TransactionalFile>,
+    direct: Option<std::fs::File>,
+}
+
+impl LineSink {
+    pub fn new(dir: &Path, info: &OperatorInfo, transactional: bool) -> Self {
+        if transactional {
+            LineSink {
+                tx: Some(
+                    TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
+                        .unwrap(),
+                ),
+                direct: None,
+            }
+        } else {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(format!("direct-{}.txt", info.instance)))
+                .unwrap();
+            LineSink {
+                tx: None,
+                direct: Some(f),
+            }
+        }
+    }
+}
+
+impl Sink<Line> for LineSink {
+    fn write(&mut self, r: Record<Line>) -> std::io::Result<()> {
+        let line = match r.value {
+            Line::Rec(k, v) => format!("r {k} {v}\n"),
+            Line::Summary(k, c, s) => format!("s {k} {c} {s}\n"),
+        };
+        match (&mut self.tx, &mut self.direct) {
+            (Some(t), _) => t.write(line.as_bytes()),
+            (_, Some(f)) => std::io::Write::write_all(f, line.as_bytes()),
+            _ => Ok(()),
+        }
+    }
+    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        match &mut self.tx {
+            Some(t) => t.pre_commit(checkpoint),
+            None => Ok(()),
+        }
+    }
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        self.tx
+            .as_ref()
+            .map(|t| Box::new(t.committer()) as Box<dyn Committer>)
+    }
+}
+
+/// One fault: `(operator, tuple, action)`.
+pub type FaultSpec<'a> = (&'a str, TupleId, ProbeAction);
+
+/// One-shot faults: `(operator, tuple, action)`.
+#[derive(Clone)]
+pub struct Faults(pub Arc<Vec<(String, TupleId, ProbeAction, AtomicBool)>>);
+
+impl Faults {
+    pub fn new(specs: Vec<FaultSpec>) -> Self {
+        Faults(Arc::new(
+            specs
+                .into_iter()
+                .map(|(o, t, a)| (o.to_string(), t, a, AtomicBool::new(false)))
+                .collect(),
+        ))
+    }
+    pub fn all_fired(&self) -> bool {
+        self.0.iter().all(|f| f.3.load(Ordering::SeqCst))
+    }
+}
+
+pub struct FaultProbe(Faults, String);
+impl RecordProbe for FaultProbe {
+    fn before(&mut self, id: TupleId) -> ProbeAction {
+        for (op, t, a, fired) in self.0 .0.iter() {
+            if *op == self.1 && *t == id && !fired.swap(true, Ordering::SeqCst) {
+                return a.clone();
+            }
+        }
+        ProbeAction::Continue
+    }
+}
+
+impl ProbeFactory for Faults {
+    fn probe(&self, operator: &str, _instance: usize) -> Option<Box<dyn RecordProbe>> {
+        Some(Box::new(FaultProbe(self.clone(), operator.to_string())))
+    }
+}
+
+pub fn committed_lines(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = TransactionalFile::committed_files(dir)
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn assert_same(clean: &[String], faulted: &[String]) {
+    let dupes: BTreeMap<&String, usize> = faulted.iter().fold(BTreeMap::new(), |mut m, l| {
+        *m.entry(l).or_default() += 1;
+        m
+    });
+    let repeated: Vec<_> = dupes.iter().filter(|(_, &c)| c > 1).take(5).collect();
+    assert!(repeated.is_empty(), "duplicated lines: {repeated:?}");
+    assert_eq!(clean.len(), faulted.len(), "line count");
+    assert!(clean == faulted, "the outputs differ");
+}
