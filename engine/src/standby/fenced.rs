@@ -135,7 +135,7 @@ impl<U: 'static> Port for FencedInput<U> {
         for s in &mut self.srcs {
             if !s.ended {
                 Self::follow(s);
-                s.tracker.trim(s.group.floor_seq());
+                s.tracker.trim(s.group.floor_seq(s.epoch));
             }
         }
         let n = self.srcs.len();

@@ -443,13 +443,26 @@ impl Group {
         self.point_pos[l].load(Ordering::Acquire)
     }
 
-    /// Below this no replay starts: the newest recovery point, or the
-    /// current primary's start if that is older.
-    pub(crate) fn floor_seq(&self) -> u64 {
-        // The start first: a takeover between the two loads raises the
-        // start to at least the point read after it.
+    /// Below this no stream a consumer reading the primary of `epoch` has
+    /// still to see starts: the newest recovery point (every later
+    /// takeover starts at the newest point or after it) — and, for a
+    /// consumer still reading an older primary, the current primary's
+    /// start if that is older (its stream repeats from there).
+    ///
+    /// Only the current primary's consumers may forget below the point: a
+    /// consumer that took the first primary's start (0) for its floor
+    /// would keep the count of every chunk of that primary's life, and
+    /// pay for forgetting them all at once when it follows the next one.
+    pub(crate) fn floor_seq(&self, epoch: u64) -> u64 {
+        // The start and the point before the epoch: a takeover after the
+        // epoch's load starts at least at the point read before it.
         let start = self.start_seq.load(Ordering::Acquire);
-        self.point_seq.load(Ordering::Acquire).min(start)
+        let point = self.point_seq.load(Ordering::Acquire);
+        if self.live.current() == epoch {
+            point
+        } else {
+            point.min(start)
+        }
     }
 
     /// Chunks every live consumer has all outputs of.
@@ -851,6 +864,25 @@ mod tests {
         c.ended.store(false, Ordering::Release);
         let e = g.check_complete(&names).unwrap_err().to_string();
         assert!(e.contains("never received the end"), "{e}");
+        g.remove_files();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_current_primarys_consumers_forget_below_the_point_and_lagging_ones_below_its_start() {
+        let (g, dir) = group("floor");
+        let a = Alignment::new(2);
+        assert!(g.publish_point(1, 40, &[3, 4], &a, None).unwrap());
+        // The first primary's stream starts at 0: its consumers need not
+        // remember anything below the point.
+        assert_eq!(g.floor_seq(1), 40);
+        // A takeover: the new primary's stream starts at 40; a consumer
+        // still reading epoch 1 keeps from there too.
+        assert_eq!(g.live.claim(1, 5), Ok(2));
+        g.start_seq.store(40, Ordering::Release);
+        assert!(g.publish_point(2, 90, &[5, 6], &a, None).unwrap());
+        assert_eq!(g.floor_seq(2), 90);
+        assert_eq!(g.floor_seq(1), 40);
         g.remove_files();
         std::fs::remove_dir_all(dir).unwrap();
     }
