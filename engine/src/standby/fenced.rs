@@ -135,7 +135,8 @@ impl<U: 'static> Port for FencedInput<U> {
         for s in &mut self.srcs {
             if !s.ended {
                 Self::follow(s);
-                s.tracker.trim(s.group.floor_seq(s.epoch));
+                s.tracker
+                    .trim(s.group.floor_seq(s.epoch, s.tracker.streaming()));
             }
         }
         let n = self.srcs.len();

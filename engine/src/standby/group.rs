@@ -443,22 +443,26 @@ impl Group {
         self.point_pos[l].load(Ordering::Acquire)
     }
 
-    /// Below this no stream a consumer reading the primary of `epoch` has
-    /// still to see starts: the newest recovery point (every later
-    /// takeover starts at the newest point or after it) — and, for a
-    /// consumer still reading an older primary, the current primary's
-    /// start if that is older (its stream repeats from there).
+    /// Below this no stream a consumer has still to see starts, for a
+    /// consumer that follows the primary of `epoch` and is (`streaming`)
+    /// or is not yet inside its stream: the newest recovery point (every
+    /// later takeover starts at the newest point or after it) — and, for a
+    /// consumer that has not started reading the current primary's stream
+    /// (it still reads an older one, or has not received the stream's
+    /// resume mark yet), the current primary's start if that is older
+    /// (the stream repeats from there).
     ///
-    /// Only the current primary's consumers may forget below the point: a
-    /// consumer that took the first primary's start (0) for its floor
-    /// would keep the count of every chunk of that primary's life, and
-    /// pay for forgetting them all at once when it follows the next one.
-    pub(crate) fn floor_seq(&self, epoch: u64) -> u64 {
+    /// Only a consumer inside the current primary's stream may forget
+    /// below the point: one that took the first primary's start (0) for
+    /// its floor would keep the count of every chunk of that primary's
+    /// life, and pay for forgetting them all at once when it follows the
+    /// next one.
+    pub(crate) fn floor_seq(&self, epoch: u64, streaming: bool) -> u64 {
         // The start and the point before the epoch: a takeover after the
         // epoch's load starts at least at the point read before it.
         let start = self.start_seq.load(Ordering::Acquire);
         let point = self.point_seq.load(Ordering::Acquire);
-        if self.live.current() == epoch {
+        if streaming && self.live.current() == epoch {
             point
         } else {
             point.min(start)
@@ -874,15 +878,18 @@ mod tests {
         let a = Alignment::new(2);
         assert!(g.publish_point(1, 40, &[3, 4], &a, None).unwrap());
         // The first primary's stream starts at 0: its consumers need not
-        // remember anything below the point.
-        assert_eq!(g.floor_seq(1), 40);
+        // remember anything below the point once they are inside it.
+        assert_eq!(g.floor_seq(1, true), 40);
+        assert_eq!(g.floor_seq(1, false), 0);
         // A takeover: the new primary's stream starts at 40; a consumer
-        // still reading epoch 1 keeps from there too.
+        // still reading epoch 1 keeps from there, and so does one that
+        // follows epoch 2 but has not received its resume mark yet.
         assert_eq!(g.live.claim(1, 5), Ok(2));
         g.start_seq.store(40, Ordering::Release);
         assert!(g.publish_point(2, 90, &[5, 6], &a, None).unwrap());
-        assert_eq!(g.floor_seq(2), 90);
-        assert_eq!(g.floor_seq(1), 40);
+        assert_eq!(g.floor_seq(2, true), 90);
+        assert_eq!(g.floor_seq(2, false), 40);
+        assert_eq!(g.floor_seq(1, true), 40);
         g.remove_files();
         std::fs::remove_dir_all(dir).unwrap();
     }

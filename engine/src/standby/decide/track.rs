@@ -251,6 +251,12 @@ impl Tracker {
         }
     }
 
+    /// Whether a stream has started (its resume mark was received) and
+    /// not been cut.
+    pub fn streaming(&self) -> bool {
+        self.cur.is_some()
+    }
+
     /// Forgets the counts of chunks below `floor` (no replay starts before
     /// the producer's newest recovery point), but never of chunks the
     /// current stream has still to repeat.
