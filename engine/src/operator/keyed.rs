@@ -148,7 +148,7 @@ where
     }
 
     fn barrier(&mut self, id: u64) {
-        if !self.ctx.snapshots_barriers() {
+        if !self.ctx.wants_snapshot(id) {
             self.down.barrier(id);
             return;
         }

@@ -89,7 +89,7 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
     }
 
     fn barrier(&mut self, id: u64) {
-        if !self.ctx.snapshots_barriers() {
+        if !self.ctx.wants_snapshot(id) {
             self.down.barrier(id);
             return;
         }

@@ -258,6 +258,17 @@ impl TaskCtx {
         !self.muted.get()
     }
 
+    /// Whether barrier `id` reaching an operator here is still wanted: it
+    /// acknowledges only in a task that snapshots barriers, and only the
+    /// checkpoint in flight — the newest triggered (one at a time). An
+    /// older one is over (completed, or abandoned): a new primary of a
+    /// standby group replaying past it, or a barrier of an abandoned
+    /// checkpoint, passes on without a snapshot nobody would read.
+    #[inline]
+    pub(crate) fn wants_snapshot(&self, id: u64) -> bool {
+        self.snapshots_barriers() && id >= self.shared.trigger.load(Ordering::Acquire)
+    }
+
     /// Declines checkpoint `id`: `op` could not snapshot its state.
     pub(crate) fn decline(&self, op: usize, id: u64, reason: String) {
         let _ = self.shared.events.send(Event::Decline {
