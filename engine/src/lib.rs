@@ -33,7 +33,8 @@
 //! ```text
 //! job/         the typed builder (sources, operators, sinks)
 //! runtime/     workers, placement, rings between tasks, supervision, probes
-//! recovery/    pure decisions: restart strategies, adaptive checkpoint interval
+//! recovery/    pure decisions: restart strategies, adaptive checkpoint interval,
+//!              takeover or restart-all, a checkpoint across a takeover
 //! operator/    user-facing operator traits and their chain wrappers
 //! sinks/       ready-made sinks (two-phase-commit files)
 //! checkpoint/  durable snapshots: files, manifests, retention, restore

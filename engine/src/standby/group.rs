@@ -72,6 +72,23 @@
 //! can be taken over, and after it the standby stops watching — a done
 //! primary is never taken over for its silence.
 //!
+//! ## Checkpoint barriers
+//!
+//! With checkpoints on (`recovery::compose` has the whole composition),
+//! upstream writes a barrier into every lane's queue in order with the
+//! records. The primary takes a barrier entry as a chunk of its own
+//! (logged, so every replay repeats it), aligns the barriers of its lanes
+//! like any operator — in exactly-once mode a lane that delivered one is
+//! not read until every lane has — and when the alignment completes passes
+//! the barrier down its chain inside that chunk: the operator snapshots
+//! and acknowledges (with its epoch), the ring senders put the barrier on
+//! every ring before the chunk's mark. Recovery points keep the alignment
+//! in progress, so a replay from one knows which lanes had delivered the
+//! barrier. A hot standby aligns along but neither snapshots nor sends; a
+//! new primary that replays a barrier acknowledges it again (if it is
+//! still in flight) and sends it again — consumers align over the groups'
+//! rings and take a barrier at or below the last they forwarded as stale.
+//!
 //! ## Every wait ends
 //!
 //! - *Upstream waits for queue space* (the queue holds `window` entries the
@@ -82,6 +99,11 @@
 //!   the consumer — sent right after the chunk's outputs and published at
 //!   the end of the primary's poll, never waiting for more input. If the
 //!   primary is gone, its successor reads from the point on.
+//! - *A lane is held for a barrier's alignment* (exactly-once): the other
+//!   lanes deliver it — every upstream instance writes each barrier into
+//!   every lane — or end; meanwhile the held lane's upstream is
+//!   backpressured as behind a full ring, and points are still taken (they
+//!   keep the alignment), so queues of the lanes being read still evict.
 //! - *A pending point waits for acknowledgements*: consumers read their
 //!   rings whenever they are polled (a sink always drains), so the
 //!   acknowledgements come; a consumer that ended no longer counts.
