@@ -91,16 +91,29 @@ fn a_panic_is_reported_as_a_panic_even_while_the_hook_prints_a_backtrace() {
         let (got, rep) = run(true, cfg);
         let want: Vec<u64> = (0..N).map(|v| v * 2).collect();
         assert_eq!(got, want, "round {round}: the standby's output");
-        let r = &rep.recovery[0];
+        // The panic's takeover is the panic's, attributed to its record.
+        // (A 5 ms heartbeat on a shared VM may also see a primary silent
+        // for a few ms for reasons of the host's — such a takeover is
+        // marked unprovoked with its evidence, never blamed on the panic:
+        // that is what this test is about, not the host's timing.)
+        let at = TupleId::new(1, N / 4);
+        let answered: Vec<_> = rep
+            .recovery
+            .iter()
+            .filter(|r| r.tuple_id == Some(at))
+            .collect();
         assert!(
-            r.cause.contains("panicked")
-                && r.tuple_id == Some(TupleId::new(1, N / 4))
-                && !r.unprovoked,
+            answered.len() == 1
+                && answered[0].cause.contains("panicked")
+                && !answered[0].unprovoked,
             "round {round}, standby: {:?}",
             rep.recovery
         );
         assert!(
-            rep.recovery.iter().all(|r| !r.unprovoked),
+            rep.recovery
+                .iter()
+                .filter(|r| r.tuple_id != Some(at))
+                .all(|r| r.unprovoked && r.evidence.is_some()),
             "round {round}: {:?}",
             rep.recovery
         );
