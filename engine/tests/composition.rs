@@ -83,10 +83,22 @@ fn run(
     probes: Option<Arc<dyn ProbeFactory>>,
     factory: impl Fn(&OperatorInfo) -> PerKey + Send + Sync + 'static,
 ) -> (Vec<String>, JobReport) {
+    run_in(tag, mode, every, |_| probes, factory)
+}
+
+/// As [`run`], with probes that may look at the run's checkpoint
+/// directory.
+fn run_in(
+    tag: &str,
+    mode: StandbyMode,
+    every: Duration,
+    probes: impl FnOnce(&Path) -> Option<Arc<dyn ProbeFactory>>,
+    factory: impl Fn(&OperatorInfo) -> PerKey + Send + Sync + 'static,
+) -> (Vec<String>, JobReport) {
     let dir = tempdir(tag);
     let out = dir.join("out");
     let mut cfg = config(&dir, mode, every);
-    if let Some(p) = probes {
+    if let Some(p) = probes(&dir.join("checkpoints")) {
         cfg = cfg.probes(p);
     }
     let report = build(&out, factory)
@@ -127,16 +139,20 @@ fn panic_in(op: &'static str, partition: u32, seq: u64) -> FaultSpec<'static> {
     )
 }
 
-/// The recoveries of `report` of `kind` on `operator`.
+/// The recoveries of `report` of `kind` on `operator` that answer a
+/// failure (a takeover the standby made for a silence of the host's, on a
+/// loaded machine, is marked unprovoked and not counted).
 fn count(report: &JobReport, kind: RecoveryKind, operator: &str) -> usize {
     report
         .recovery
         .iter()
-        .filter(|r| r.kind == kind && r.operator == operator)
+        .filter(|r| r.kind == kind && r.operator == operator && !r.unprovoked)
         .count()
 }
 
-/// Every checkpoint started is accounted for.
+/// Every checkpoint started is accounted for (how many complete is the
+/// machine's business: on a loaded one every checkpoint of a short run may
+/// overlap a takeover and be declined).
 fn assert_checkpoints_accounted(report: &JobReport, what: &str) {
     let c = &report.checkpoints;
     eprintln!(
@@ -157,7 +173,50 @@ fn assert_checkpoints_accounted(report: &JobReport, what: &str) {
         c.completed + c.failed + c.pending,
         "{what}: {c:?}"
     );
-    assert!(c.completed > 0, "{what}: no checkpoint completed");
+}
+
+/// `mid` panics once, on a record of partition 1 from `from` on, once a
+/// checkpoint is complete in `dir` — so that the restart restores one,
+/// however slow the machine (it looks every 250 records).
+struct MidAfterCheckpoint {
+    dir: std::path::PathBuf,
+    from: u64,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RecordProbe for MidAfterCheckpoint {
+    fn before(&mut self, id: TupleId) -> ProbeAction {
+        let due = id.partition() == 1 && id.seq() >= self.from && id.seq() % 250 == 0;
+        if due
+            && !self.fired.load(Ordering::SeqCst)
+            && tandem::checkpoint::list(&self.dir).is_ok_and(|l| !l.is_empty())
+            && !self.fired.swap(true, Ordering::SeqCst)
+        {
+            return ProbeAction::Panic("injected in mid after a checkpoint".into());
+        }
+        ProbeAction::Continue
+    }
+}
+
+/// `faults` in every operator, and `mid`'s [`MidAfterCheckpoint`].
+struct WithMid {
+    faults: Faults,
+    dir: std::path::PathBuf,
+    from: u64,
+    fired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ProbeFactory for WithMid {
+    fn probe(&self, operator: &str, instance: usize) -> Option<Box<dyn RecordProbe>> {
+        if operator == "mid" {
+            return Some(Box::new(MidAfterCheckpoint {
+                dir: self.dir.clone(),
+                from: self.from,
+                fired: Arc::clone(&self.fired),
+            }));
+        }
+        self.faults.probe(operator, instance)
+    }
 }
 
 #[test]
@@ -165,20 +224,28 @@ fn takeover_then_restart_all_then_takeover_commit_exactly_the_clean_output() {
     let _g = serial();
     let clean = clean();
     for mode in [StandbyMode::Warm, StandbyMode::Hot] {
-        let faults = Faults::new(vec![
-            panic_in("fm", 0, 4_000),
-            panic_in("mid", 1, 9_000),
-            panic_in("keyed", 0, 14_000),
-        ]);
-        let (got, report) = run(
+        let faults = Faults::new(vec![panic_in("fm", 0, 4_000), panic_in("keyed", 0, 14_000)]);
+        let mid = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (f2, m2) = (faults.clone(), Arc::clone(&mid));
+        let (got, report) = run_in(
             "mix",
             mode,
             Duration::from_millis(10),
-            Some(Arc::new(faults.clone())),
+            move |dir| {
+                Some(Arc::new(WithMid {
+                    faults: f2,
+                    dir: dir.to_path_buf(),
+                    from: 9_000,
+                    fired: m2,
+                }) as Arc<dyn ProbeFactory>)
+            },
             |_| PerKey,
         );
         let what = format!("{mode:?}");
-        assert!(faults.all_fired(), "{what}: every fault fired");
+        assert!(
+            faults.all_fired() && mid.load(Ordering::SeqCst),
+            "{what}: every fault fired"
+        );
         assert_same(&clean, &got);
         assert_eq!(
             count(&report, RecoveryKind::Takeover, "fm"),
@@ -197,8 +264,8 @@ fn takeover_then_restart_all_then_takeover_commit_exactly_the_clean_output() {
             "{what}: {:?}",
             report.recovery
         );
-        // The restart restored a checkpoint (it came ~60 ms in, with 10 ms
-        // checkpoints): the groups were rebuilt from it.
+        // The restart restored a checkpoint (`mid` failed only once one was
+        // complete): the groups were rebuilt from it.
         assert!(
             report
                 .recovery
@@ -239,9 +306,9 @@ fn takeovers_while_checkpoints_align_end_with_the_clean_output() {
         let takeovers = report
             .recovery
             .iter()
-            .filter(|r| r.kind == RecoveryKind::Takeover)
+            .filter(|r| r.kind == RecoveryKind::Takeover && !r.unprovoked)
             .count();
-        assert!(takeovers >= 5, "{what}: {:?}", report.recovery);
+        assert_eq!(takeovers, 5, "{what}: {:?}", report.recovery);
         assert_checkpoints_accounted(&report, &what);
     }
 }
