@@ -186,7 +186,7 @@ struct MidAfterCheckpoint {
 
 impl RecordProbe for MidAfterCheckpoint {
     fn before(&mut self, id: TupleId) -> ProbeAction {
-        let due = id.partition() == 1 && id.seq() >= self.from && id.seq() % 250 == 0;
+        let due = id.partition() == 1 && id.seq() >= self.from && id.seq().is_multiple_of(250);
         if due
             && !self.fired.load(Ordering::SeqCst)
             && tandem::checkpoint::list(&self.dir).is_ok_and(|l| !l.is_empty())
