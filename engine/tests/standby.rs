@@ -9,6 +9,9 @@
 //! outputs depend on the order in which its two input lanes interleave.
 //! Runs where timing matters are repeated.
 
+mod common;
+
+use common::cores;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,28 +26,8 @@ use tandem::{
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    // Injected panics print one line: the default hook (with
-    // RUST_BACKTRACE set) symbolizes for tens of milliseconds first.
-    static QUIET: std::sync::Once = std::sync::Once::new();
-    QUIET.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let p = info.payload();
-            let m = p
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| p.downcast_ref::<&str>().copied());
-            match m {
-                Some(m) if m.starts_with("injected") => {}
-                _ => previous(info),
-            }
-        }));
-    });
+    common::quiet_injected_panics();
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn cores() -> usize {
-    tandem::sys::affinity::available_cores().len().min(2)
 }
 
 const KEYS: u64 = 97;
