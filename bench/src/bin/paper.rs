@@ -42,9 +42,12 @@ struct Args {
     #[arg(long)]
     output: Option<PathBuf>,
     /// How the sink writes --output: transactional (committed per
-    /// checkpoint, exactly once) or direct (at once; a restart writes the
-    /// replayed records again, and the report counts them). Default:
-    /// transactional with --strategy restart-all, else direct.
+    /// checkpoint, exactly once) or direct (into part files through a
+    /// 64 KiB buffer drained at every barrier; a restart writes the
+    /// replayed records again, and the report counts them — an upper
+    /// bound: lines still buffered when an attempt failed are written
+    /// once). Default: transactional with checkpoints (--strategy
+    /// restart-all, or bqbs with --checkpoint-interval-ms), else direct.
     #[arg(long, value_parser = parse_output_mode)]
     sink_mode: Option<OutputMode>,
     /// Write a JSON report here.

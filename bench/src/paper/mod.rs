@@ -561,9 +561,11 @@ impl Sink<PaperOut> for PaperSink {
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
-        if let SinkOut::Transactional(_) = self.out {
-            self.drain()?;
-        }
+        // Everything before the barrier leaves the buffer: staged under the
+        // checkpoint (transactional), or in the part file (direct) — a
+        // restart from this checkpoint does not produce it again, so a
+        // direct sink that kept it buffered would lose it with the attempt.
+        self.drain()?;
         match &mut self.out {
             SinkOut::Transactional(t) => t.pre_commit(checkpoint),
             _ => Ok(()),

@@ -265,7 +265,11 @@ pub trait Sink<T>: 'static {
     /// The handle that performs phase two, off the data path, when a
     /// checkpoint completes. `None` (the default): the sink is not
     /// transactional; what it writes is visible at once, and records it
-    /// writes again after a restart are counted as duplicates.
+    /// writes again after a restart are counted as duplicates. Such a
+    /// sink must still have handed every record before the barrier to its
+    /// destination when [`pre_commit`](Self::pre_commit) returns: a restart
+    /// from that checkpoint does not produce them again, so records it
+    /// still buffered there would be lost with the failed attempt.
     fn committer(&self) -> Option<Box<dyn Committer>> {
         None
     }
