@@ -142,9 +142,12 @@ use super::epoch::Liveness;
 use super::exchange::SnapshotExchange;
 use crate::error::JobError;
 use crate::job::graph::AnySend;
-use crate::record::{Nanos, TupleId};
-use crate::recovery::compose::{recovery_for, Failure, Recovery};
+use crate::record::Nanos;
 use crate::runtime::align::Alignment;
+
+mod failures;
+
+pub(crate) use failures::{Fault, Faults};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -166,25 +169,6 @@ pub(crate) struct ConsumerLane {
     pub(crate) acked_seq: AtomicU64,
     /// It received the end of the group's output.
     pub(crate) ended: AtomicBool,
-}
-
-/// What a new primary learns about the failure it replaces.
-#[derive(Clone, Debug)]
-pub(crate) struct Fault {
-    pub(crate) at: Nanos,
-    pub(crate) cause: String,
-    pub(crate) tuple: Option<TupleId>,
-}
-
-/// What the group knows of its primaries' failures.
-#[derive(Default)]
-pub(crate) struct Faults {
-    /// The newest epoch whose failure was reported.
-    reported: u64,
-    /// The failure the next takeover answers.
-    pub(crate) fault: Option<Fault>,
-    /// The record the last failed primary failed on.
-    last_tuple: Option<TupleId>,
 }
 
 /// Where a replay may start (see the module docs).
@@ -294,14 +278,10 @@ pub(crate) struct Group {
     /// A new primary is replaying what its predecessor had processed (set
     /// at the claim, cleared once it caught up with the queues).
     pub(crate) replaying: AtomicBool,
-    /// Standbys kept failing ([`MAX_STANDBY_FAILURES`]): none is started
+    /// Standbys kept failing ([`failures::MAX_STANDBY_FAILURES`]): none is started
     /// any more, and a failure of the primary is restart-all.
     pub(crate) standbys_gone: AtomicBool,
 }
-
-/// Standby failures in one group (one attempt) after which it runs on
-/// without a standby.
-pub(crate) const MAX_STANDBY_FAILURES: u32 = 3;
 
 /// No worker.
 pub(crate) const NONE: usize = usize::MAX;
@@ -678,104 +658,6 @@ impl Group {
             }
         }
         true
-    }
-
-    /// The primary of `epoch` failed with `e` at `at` (on record `tuple`,
-    /// when known): notes why and marks the epoch failed, which wakes the
-    /// standby to take over. Called from the panic hook before anything
-    /// is printed (`wait` false: it never blocks, and leaves what it cannot
-    /// do at once to the second call) and by the worker that caught the
-    /// failure; the second call for an epoch changes nothing. A failure a
-    /// standby cannot mask ([`recovery_for`]: a record that fails two
-    /// primaries in a row, a group whose standbys are gone) fails the
-    /// attempt instead: restart-all.
-    pub(crate) fn primary_failed(
-        &self,
-        shared: &crate::runtime::JobShared,
-        epoch: u64,
-        e: JobError,
-        tuple: Option<TupleId>,
-        at: Nanos,
-        wait: bool,
-    ) {
-        if self.done.load(Ordering::Acquire) || self.live.current() != epoch {
-            return;
-        }
-        let mut f = if wait {
-            self.faults.lock().unwrap_or_else(|p| p.into_inner())
-        } else {
-            match self.faults.try_lock() {
-                Ok(f) => f,
-                Err(_) => return,
-            }
-        };
-        if f.reported >= epoch {
-            return;
-        }
-        f.reported = epoch;
-        let failure = Failure {
-            backed_up: true,
-            standby_left: !self.standbys_gone.load(Ordering::Acquire),
-            repeats_last_record: tuple.is_some() && tuple == f.last_tuple,
-        };
-        if let Recovery::RestartAll(_) = recovery_for(&failure) {
-            drop(f);
-            shared.note_fault_tuple(tuple);
-            shared.fail(e);
-            return;
-        }
-        f.last_tuple = tuple;
-        f.fault = Some(Fault {
-            at,
-            cause: e.to_string(),
-            tuple,
-        });
-        drop(f);
-        if self.live.report_failure(epoch) {
-            let w = self.standby_worker.load(Ordering::Acquire);
-            if w != NONE {
-                shared.signals[w].wake();
-            } else if wait {
-                self.ensure_standby(shared);
-            }
-        }
-    }
-
-    /// Incarnation `inc`, primary of `epoch` (0: a standby), failed with `e`
-    /// at `now`. A primary: see [`Group::primary_failed`]. A standby: a new
-    /// one is started. A fenced old primary: nothing.
-    pub(crate) fn incarnation_failed(
-        &self,
-        shared: &crate::runtime::JobShared,
-        inc: u64,
-        epoch: u64,
-        e: JobError,
-        tuple: Option<TupleId>,
-        now: Nanos,
-    ) {
-        if self.done.load(Ordering::Acquire) {
-            return;
-        }
-        if epoch != 0 {
-            self.primary_failed(shared, epoch, e, tuple, now, true);
-            return;
-        }
-        let mut g = self.lock();
-        if g.standby.is_some_and(|s| s.inc == inc) {
-            if let Some(sb) = &shared.standby {
-                sb.log.standby_failures.fetch_add(1, Ordering::Relaxed);
-            }
-            g.standby = None;
-            self.standby_worker.store(NONE, Ordering::Release);
-            g.standby_failures += 1;
-            if g.standby_failures >= MAX_STANDBY_FAILURES {
-                // A failure of the primary is restart-all from now on.
-                self.standbys_gone.store(true, Ordering::Release);
-                return;
-            }
-            drop(g);
-            self.ensure_standby(shared);
-        }
     }
 
     /// The end-of-run check (see the module docs): every consumer received
