@@ -19,24 +19,24 @@
 
 pub mod gen;
 pub mod json;
+mod output;
 
 use compact_str::CompactString;
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tandem::checkpoint::{CheckpointError, SnapshotBytes};
 use tandem::sinks::transactional::TransactionalFile;
 use tandem::standby::{Codec, CodecError};
 use tandem::{
-    CoProcess, Committer, Job, JobBuilder, KeyedProcess, OperatorInfo, Output, Record, Sink,
-    Source, SourcePoll,
+    CoProcess, Job, JobBuilder, KeyedProcess, OperatorInfo, Output, Record, Source, SourcePoll,
 };
 
 pub use gen::Input;
+pub use output::{merge_output, part_path, txn_dir, write_line, OutputMode, SinkCounts};
+use output::{PaperSink, SinkOut};
 
 /// Operator names, as used in reports and fault specs.
 pub mod names {
@@ -443,188 +443,6 @@ impl KeyedProcess<u32, Levelled, PaperOut> for PerUser {
     }
 }
 
-/// Appends the JSONL line of `o` (stable field order) to `buf`.
-pub fn write_line(buf: &mut Vec<u8>, o: &PaperOut) {
-    let mut n = itoa::Buffer::new();
-    let mut field = |buf: &mut Vec<u8>, name: &str, v: u64| {
-        buf.extend_from_slice(b",\"");
-        buf.extend_from_slice(name.as_bytes());
-        buf.extend_from_slice(b"\":");
-        buf.extend_from_slice(n.format(v).as_bytes());
-    };
-    match o {
-        PaperOut::Record(l) => {
-            let f = &l.flat;
-            buf.extend_from_slice(b"{\"type\":\"record\"");
-            field(buf, "seq", f.seq);
-            field(buf, "ts", f.ts);
-            field(buf, "answer_id", f.answer_id);
-            field(buf, "user_id", f.user_id as u64);
-            buf.extend_from_slice(b",\"user_name\":");
-            tandem::runtime::json_str(buf, &f.user_name);
-            field(buf, "reputation", f.reputation as u64);
-            field(buf, "likes", f.likes as u64);
-            field(buf, "favorites", f.favorites as u64);
-            field(buf, "comments", f.comments as u64);
-            field(buf, "text_len", f.text_len as u64);
-            field(buf, "word_count", f.word_count as u64);
-            field(buf, "score", f.score);
-            field(buf, "level", l.level as u64);
-        }
-        PaperOut::Summary {
-            user_id,
-            count,
-            likes_sum,
-        } => {
-            buf.extend_from_slice(b"{\"type\":\"summary\"");
-            field(buf, "user_id", *user_id as u64);
-            field(buf, "count", *count);
-            field(buf, "likes_sum", *likes_sum);
-        }
-    }
-    buf.extend_from_slice(b"}\n");
-}
-
-/// Counts the sinks publish when they finish.
-#[derive(Default, Debug)]
-pub struct SinkCounts {
-    /// Record lines.
-    pub records: AtomicU64,
-    /// Summary lines.
-    pub summaries: AtomicU64,
-}
-
-/// Where the sink's JSONL goes.
-enum SinkOut {
-    /// Count only.
-    None,
-    /// Straight into the instance's part file (visible at once; after a
-    /// restart the replayed records are written again).
-    Direct(File),
-    /// Two-phase commit per checkpoint.
-    Transactional(TransactionalFile),
-}
-
-/// The sink: counts, and with an output path writes JSONL, directly to its
-/// own part file (`<output>.part-<instance>`) or transactionally (into
-/// `<output>.txn/`); [`merge_output`] assembles the output afterwards.
-struct PaperSink {
-    out: SinkOut,
-    buf: Vec<u8>,
-    records: u64,
-    summaries: u64,
-    counts: Arc<SinkCounts>,
-}
-
-const FLUSH_AT: usize = 1 << 16;
-
-impl PaperSink {
-    fn drain(&mut self) -> std::io::Result<()> {
-        match &mut self.out {
-            SinkOut::None => {}
-            SinkOut::Direct(f) => f.write_all(&self.buf)?,
-            SinkOut::Transactional(t) => t.write(&self.buf)?,
-        }
-        self.buf.clear();
-        Ok(())
-    }
-}
-
-impl Sink<PaperOut> for PaperSink {
-    #[inline]
-    fn write(&mut self, rec: Record<PaperOut>) -> std::io::Result<()> {
-        match &rec.value {
-            PaperOut::Record(_) => self.records += 1,
-            PaperOut::Summary { .. } => self.summaries += 1,
-        }
-        if !matches!(self.out, SinkOut::None) {
-            write_line(&mut self.buf, &rec.value);
-            if self.buf.len() >= FLUSH_AT {
-                self.drain()?;
-            }
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self) -> std::io::Result<()> {
-        self.drain()?;
-        if let SinkOut::Direct(f) = &mut self.out {
-            f.sync_data()?;
-        }
-        self.counts
-            .records
-            .fetch_add(self.records, Ordering::Relaxed);
-        self.counts
-            .summaries
-            .fetch_add(self.summaries, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
-        // Everything before the barrier leaves the buffer: staged under the
-        // checkpoint (transactional), or in the part file (direct) — a
-        // restart from this checkpoint does not produce it again, so a
-        // direct sink that kept it buffered would lose it with the attempt.
-        self.drain()?;
-        match &mut self.out {
-            SinkOut::Transactional(t) => t.pre_commit(checkpoint),
-            _ => Ok(()),
-        }
-    }
-
-    fn committer(&self) -> Option<Box<dyn Committer>> {
-        match &self.out {
-            SinkOut::Transactional(t) => Some(Box::new(t.committer())),
-            _ => None,
-        }
-    }
-}
-
-/// The part file of sink instance `i` for `output` (direct mode).
-pub fn part_path(output: &Path, i: usize) -> PathBuf {
-    let mut s = output.as_os_str().to_owned();
-    s.push(format!(".part-{i}"));
-    PathBuf::from(s)
-}
-
-/// The directory of committed epochs for `output` (transactional mode).
-pub fn txn_dir(output: &Path) -> PathBuf {
-    let mut s = output.as_os_str().to_owned();
-    s.push(".txn");
-    PathBuf::from(s)
-}
-
-/// Assembles `output` from what the sinks left (part files, or committed
-/// epochs in order) and removes those.
-pub fn merge_output(output: &Path, parts: usize, mode: OutputMode) -> std::io::Result<u64> {
-    let files: Vec<PathBuf> = match mode {
-        OutputMode::Direct => (0..parts).map(|i| part_path(output, i)).collect(),
-        OutputMode::Transactional => TransactionalFile::committed_files(&txn_dir(output))?,
-    };
-    let mut out = std::io::BufWriter::new(File::create(output)?);
-    let mut bytes = 0;
-    for p in &files {
-        let mut f = File::open(p)?;
-        bytes += std::io::copy(&mut f, &mut out)?;
-    }
-    out.flush()?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    match mode {
-        OutputMode::Direct => files.iter().try_for_each(std::fs::remove_file)?,
-        OutputMode::Transactional => std::fs::remove_dir_all(txn_dir(output))?,
-    }
-    Ok(bytes)
-}
-
-/// How the sink writes its output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutputMode {
-    /// Written at once; a restart writes replayed records again.
-    Direct,
-    /// Committed per checkpoint (exactly once).
-    Transactional,
-}
-
 /// How to build the pipeline.
 #[derive(Clone, Debug)]
 pub struct PaperOptions {
@@ -735,13 +553,7 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
     mapped
         .key_by(|l: &Levelled| l.flat.user_id)
         .process(KEYED, |_| PerUser)
-        .sink(SINK, move |info| PaperSink {
-            out: open(info),
-            buf: Vec::with_capacity(FLUSH_AT + 4096),
-            records: 0,
-            summaries: 0,
-            counts: Arc::clone(&c),
-        });
+        .sink(SINK, move |info| PaperSink::new(open(info), Arc::clone(&c)));
     Ok((job.build()?, counts))
 }
 

@@ -1,0 +1,204 @@
+//! The pipeline's sink and its output: JSONL lines, written directly to a
+//! part file per instance or transactionally per checkpoint, and merged
+//! into one file at the end.
+
+use super::PaperOut;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tandem::sinks::transactional::TransactionalFile;
+use tandem::{Committer, Record, Sink};
+
+/// Appends the JSONL line of `o` (stable field order) to `buf`.
+pub fn write_line(buf: &mut Vec<u8>, o: &PaperOut) {
+    let mut n = itoa::Buffer::new();
+    let mut field = |buf: &mut Vec<u8>, name: &str, v: u64| {
+        buf.extend_from_slice(b",\"");
+        buf.extend_from_slice(name.as_bytes());
+        buf.extend_from_slice(b"\":");
+        buf.extend_from_slice(n.format(v).as_bytes());
+    };
+    match o {
+        PaperOut::Record(l) => {
+            let f = &l.flat;
+            buf.extend_from_slice(b"{\"type\":\"record\"");
+            field(buf, "seq", f.seq);
+            field(buf, "ts", f.ts);
+            field(buf, "answer_id", f.answer_id);
+            field(buf, "user_id", f.user_id as u64);
+            buf.extend_from_slice(b",\"user_name\":");
+            tandem::runtime::json_str(buf, &f.user_name);
+            field(buf, "reputation", f.reputation as u64);
+            field(buf, "likes", f.likes as u64);
+            field(buf, "favorites", f.favorites as u64);
+            field(buf, "comments", f.comments as u64);
+            field(buf, "text_len", f.text_len as u64);
+            field(buf, "word_count", f.word_count as u64);
+            field(buf, "score", f.score);
+            field(buf, "level", l.level as u64);
+        }
+        PaperOut::Summary {
+            user_id,
+            count,
+            likes_sum,
+        } => {
+            buf.extend_from_slice(b"{\"type\":\"summary\"");
+            field(buf, "user_id", *user_id as u64);
+            field(buf, "count", *count);
+            field(buf, "likes_sum", *likes_sum);
+        }
+    }
+    buf.extend_from_slice(b"}\n");
+}
+
+/// Counts the sinks publish when they finish.
+#[derive(Default, Debug)]
+pub struct SinkCounts {
+    /// Record lines.
+    pub records: AtomicU64,
+    /// Summary lines.
+    pub summaries: AtomicU64,
+}
+
+/// Where the sink's JSONL goes.
+pub(super) enum SinkOut {
+    /// Count only.
+    None,
+    /// Straight into the instance's part file (visible at once; after a
+    /// restart the replayed records are written again).
+    Direct(File),
+    /// Two-phase commit per checkpoint.
+    Transactional(TransactionalFile),
+}
+
+/// The sink: counts, and with an output path writes JSONL, directly to its
+/// own part file (`<output>.part-<instance>`) or transactionally (into
+/// `<output>.txn/`); [`merge_output`] assembles the output afterwards.
+pub(super) struct PaperSink {
+    out: SinkOut,
+    buf: Vec<u8>,
+    records: u64,
+    summaries: u64,
+    counts: Arc<SinkCounts>,
+}
+
+const FLUSH_AT: usize = 1 << 16;
+
+impl PaperSink {
+    pub(super) fn new(out: SinkOut, counts: Arc<SinkCounts>) -> Self {
+        PaperSink {
+            out,
+            buf: Vec::with_capacity(FLUSH_AT + 4096),
+            records: 0,
+            summaries: 0,
+            counts,
+        }
+    }
+
+    fn drain(&mut self) -> std::io::Result<()> {
+        match &mut self.out {
+            SinkOut::None => {}
+            SinkOut::Direct(f) => f.write_all(&self.buf)?,
+            SinkOut::Transactional(t) => t.write(&self.buf)?,
+        }
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl Sink<PaperOut> for PaperSink {
+    #[inline]
+    fn write(&mut self, rec: Record<PaperOut>) -> std::io::Result<()> {
+        match &rec.value {
+            PaperOut::Record(_) => self.records += 1,
+            PaperOut::Summary { .. } => self.summaries += 1,
+        }
+        if !matches!(self.out, SinkOut::None) {
+            write_line(&mut self.buf, &rec.value);
+            if self.buf.len() >= FLUSH_AT {
+                self.drain()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.drain()?;
+        if let SinkOut::Direct(f) = &mut self.out {
+            f.sync_data()?;
+        }
+        self.counts
+            .records
+            .fetch_add(self.records, Ordering::Relaxed);
+        self.counts
+            .summaries
+            .fetch_add(self.summaries, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        // Everything before the barrier leaves the buffer: staged under the
+        // checkpoint (transactional), or in the part file (direct) — a
+        // restart from this checkpoint does not produce it again, so a
+        // direct sink that kept it buffered would lose it with the attempt.
+        self.drain()?;
+        match &mut self.out {
+            SinkOut::Transactional(t) => t.pre_commit(checkpoint),
+            _ => Ok(()),
+        }
+    }
+
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        match &self.out {
+            SinkOut::Transactional(t) => Some(Box::new(t.committer())),
+            _ => None,
+        }
+    }
+}
+
+/// The part file of sink instance `i` for `output` (direct mode).
+pub fn part_path(output: &Path, i: usize) -> PathBuf {
+    let mut s = output.as_os_str().to_owned();
+    s.push(format!(".part-{i}"));
+    PathBuf::from(s)
+}
+
+/// The directory of committed epochs for `output` (transactional mode).
+pub fn txn_dir(output: &Path) -> PathBuf {
+    let mut s = output.as_os_str().to_owned();
+    s.push(".txn");
+    PathBuf::from(s)
+}
+
+/// Assembles `output` from what the sinks left (part files, or committed
+/// epochs in order) and removes those.
+pub fn merge_output(output: &Path, parts: usize, mode: OutputMode) -> std::io::Result<u64> {
+    let files: Vec<PathBuf> = match mode {
+        OutputMode::Direct => (0..parts).map(|i| part_path(output, i)).collect(),
+        OutputMode::Transactional => TransactionalFile::committed_files(&txn_dir(output))?,
+    };
+    let mut out = std::io::BufWriter::new(File::create(output)?);
+    let mut bytes = 0;
+    for p in &files {
+        let mut f = File::open(p)?;
+        bytes += std::io::copy(&mut f, &mut out)?;
+    }
+    out.flush()?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    match mode {
+        OutputMode::Direct => files.iter().try_for_each(std::fs::remove_file)?,
+        OutputMode::Transactional => std::fs::remove_dir_all(txn_dir(output))?,
+    }
+    Ok(bytes)
+}
+
+/// How the sink writes its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputMode {
+    /// Written at once; a restart writes replayed records again.
+    Direct,
+    /// Committed per checkpoint (exactly once).
+    Transactional,
+}
