@@ -1,6 +1,9 @@
 //! End-to-end properties of the runtime: placement-independent results,
 //! backpressure without loss, end-of-stream, panics, dead letters, connect.
 
+mod common;
+
+use common::tempdir;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -401,17 +404,4 @@ fn a_rate_limited_source_is_not_faster_than_its_rate() {
         report.elapsed
     );
     assert_eq!(report.latency.len(), 2000);
-}
-
-fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "tandem-test-{tag}-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

@@ -214,12 +214,14 @@ impl Supervisor {
         };
         // Standby groups whose output ended count as finished: a new
         // primary's task is not the one the plan placed.
-        let mut finished = self.attempt.finished.clone();
+        // (A copy only when a group has ended: this runs every tick while
+        // a checkpoint is in flight.)
         let groups = self.attempt.shared.standby.clone();
+        let mut finished = std::borrow::Cow::Borrowed(&self.attempt.finished);
         if let Some(sb) = &groups {
             for (&k, g) in &sb.groups {
-                if g.done.load(Ordering::Acquire) {
-                    finished.insert(k);
+                if g.done.load(Ordering::Acquire) && !finished.contains(&k) {
+                    finished.to_mut().insert(k);
                 }
             }
         }
