@@ -380,6 +380,10 @@ impl Supervisor {
                 source,
             })?;
         }
+        // A restarted attempt can finish between two ticks (a short replay
+        // at full rate): its figures are read once more before the record
+        // closes, so it never ends with none.
+        self.measure_recovery(now_ns(self.origin));
         if let Some(o) = self.open.take() {
             self.recovery.push(o.record);
         }
