@@ -88,7 +88,7 @@ fn flip(path: &Path, offset: u64) {
 fn round_trip<K, S>(entries: Vec<(K, S)>, dir: &Path)
 where
     K: std::hash::Hash + Eq + Clone + std::fmt::Debug + rkyv::Archive,
-    S: Default + PartialEq + std::fmt::Debug + rkyv::Archive,
+    S: Default + Clone + PartialEq + std::fmt::Debug + rkyv::Archive,
     KeyedState<K, S>: rkyv::Archive<Archived = ArchivedKeyedState<K, S>>
         + for<'a> rkyv::Serialize<tandem::checkpoint::format::SnapshotSerializer<'a>>,
     ArchivedKeyedState<K, S>: rkyv::Portable

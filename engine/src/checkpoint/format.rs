@@ -279,6 +279,50 @@ impl<E> Writer<E> for SnapshotBytes {
     }
 }
 
+/// An archive made a slice at a time (a keyed state's, from its
+/// copy-on-write freeze: [`crate::state`]), so that whoever drives it
+/// decides how long each slice may hold its core.
+pub trait ArchiveSteps: Send {
+    /// Archives about `entries` more entries (at least one); the archive
+    /// once complete — `Some` exactly once, `None` before and after.
+    fn step(&mut self, entries: usize) -> Result<Option<SnapshotBytes>, CheckpointError>;
+}
+
+/// An operator's state as it hands it over at a barrier or a recovery
+/// point: archived already, or frozen and archived in steps by whoever
+/// takes it — a standby primary between its records, the snapshot I/O
+/// thread for a checkpoint — so that the operator's core does not stop for
+/// the milliseconds a large state takes.
+pub enum StateCapture {
+    /// Archived on the operator's core.
+    Bytes(SnapshotBytes),
+    /// To be archived in steps, on any thread.
+    Steps(Box<dyn ArchiveSteps>),
+}
+
+impl StateCapture {
+    /// The archive (running every remaining step now, on this thread).
+    pub fn archive(self) -> Result<SnapshotBytes, CheckpointError> {
+        match self {
+            StateCapture::Bytes(b) => Ok(b),
+            StateCapture::Steps(mut s) => loop {
+                if let Some(b) = s.step(usize::MAX)? {
+                    return Ok(b);
+                }
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for StateCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateCapture::Bytes(b) => write!(f, "StateCapture::Bytes({} bytes)", b.payload().len()),
+            StateCapture::Steps(_) => f.write_str("StateCapture::Steps"),
+        }
+    }
+}
+
 /// The rkyv serializer snapshot payloads are written with.
 pub type SnapshotSerializer<'a> = HighSerializer<SnapshotBytes, ArenaHandle<'a>, rancor::Error>;
 

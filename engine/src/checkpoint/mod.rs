@@ -122,7 +122,7 @@ pub mod restore;
 pub mod store;
 
 pub use error::CheckpointError;
-pub use format::{serialize, Position, SnapshotBytes, SnapshotHeader};
+pub use format::{serialize, ArchiveSteps, Position, SnapshotBytes, SnapshotHeader, StateCapture};
 pub use restore::SnapshotFile;
 
 use rkyv::{api::high::HighValidator, bytecheck::CheckBytes, rancor, Archive, Portable};

@@ -584,7 +584,7 @@ where
     /// ```
     pub fn aggregate<S, U, F>(&self, name: &str, f: F) -> Stream<U>
     where
-        S: Default + 'static,
+        S: Default + Clone + 'static,
         U: Data,
         F: Fn(&mut S, &T) -> U + Send + Sync + 'static,
         KeyedState<K, S>: StateSnapshot,
@@ -612,7 +612,7 @@ struct Aggregate<F, S>(Arc<F>, PhantomData<fn() -> S>);
 
 impl<K, T, U, S, F> KeyedProcess<K, T, U> for Aggregate<F, S>
 where
-    S: Default + 'static,
+    S: Default + Clone + 'static,
     F: Fn(&mut S, &T) -> U + 'static,
 {
     type State = S;

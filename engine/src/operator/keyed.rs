@@ -5,7 +5,7 @@
 //! its state never crosses a core.
 
 use super::{run_probe, Collector, KeyedProcess, Output};
-use crate::checkpoint::{CheckpointError, SnapshotBytes};
+use crate::checkpoint::{CheckpointError, StateCapture};
 use crate::job::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// How a keyed operator's state goes to and comes from a snapshot (the
 /// [`StateSnapshot`] functions, captured where the types are known).
 pub(crate) struct StateCodec<K, S> {
-    pub(crate) snapshot: fn(&KeyedState<K, S>) -> Result<SnapshotBytes, CheckpointError>,
+    pub(crate) capture: fn(&KeyedState<K, S>) -> Result<StateCapture, CheckpointError>,
     pub(crate) restore: RestoreFn<K, S>,
 }
 
@@ -29,7 +29,7 @@ where
 {
     pub(crate) fn of() -> Self {
         StateCodec {
-            snapshot: <KeyedState<K, S> as StateSnapshot>::snapshot,
+            capture: <KeyedState<K, S> as StateSnapshot>::capture,
             restore: <KeyedState<K, S> as StateSnapshot>::restore,
         }
     }
@@ -143,8 +143,8 @@ where
         self.down.close_chunk();
     }
 
-    fn snapshot(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
-        (self.codec.snapshot)(&self.state).map(Some)
+    fn snapshot(&mut self) -> Result<Option<StateCapture>, CheckpointError> {
+        (self.codec.capture)(&self.state).map(Some)
     }
 
     fn barrier(&mut self, id: u64) {
@@ -152,13 +152,12 @@ where
             self.down.barrier(id);
             return;
         }
-        // The synchronous part of the checkpoint: one linear pass archiving
-        // the map; the bytes go to disk on the snapshot I/O thread. A long
-        // step for a large state: a standby watching this primary does not
-        // take it for stalled meanwhile.
-        let (codec, state) = (&self.codec, &self.state);
-        match self.ctx.long(|| (codec.snapshot)(state)) {
-            Ok(bytes) => self.ctx.ack(self.slot.op, id, Some(bytes), None, None),
+        // The synchronous part of the checkpoint: freezing the state (one
+        // reference count per chunk of keys); this worker archives the
+        // frozen copy between its polls and acknowledges then
+        // (`runtime::background`), the snapshot I/O thread writes it.
+        match (self.codec.capture)(&self.state) {
+            Ok(state) => self.ctx.ack(self.slot.op, id, Some(state), None, None),
             Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
         }
         self.down.barrier(id);

@@ -39,7 +39,7 @@ pub(crate) use sink::SinkOp;
 pub(crate) use tee::{Null, Tee};
 pub(crate) use unary::ProcessOp;
 
-use crate::checkpoint::{CheckpointError, SnapshotBytes};
+use crate::checkpoint::{CheckpointError, SnapshotBytes, StateCapture};
 use crate::record::{Nanos, Record, TupleId};
 use crate::runtime::probe::ProbeAction;
 use crate::runtime::task::TaskCtx;
@@ -133,7 +133,7 @@ pub(crate) trait Collector<T> {
     fn close_chunk(&mut self) {}
     /// The state of the operator at the head of a standby chain, for the
     /// standby (warm mode); `None` for a stateless operator.
-    fn snapshot(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
+    fn snapshot(&mut self) -> Result<Option<StateCapture>, CheckpointError> {
         Ok(None)
     }
 }
@@ -194,7 +194,11 @@ pub trait Process<I, O>: 'static {
 /// ```
 pub trait KeyedProcess<K, T, O>: 'static {
     /// Per-key state, created with `Default` on a key's first record.
-    type State: Default + 'static;
+    /// `Clone`: a snapshot freezes the state copy-on-write and the first
+    /// write to a frozen part copies it (see [`crate::state`]); a
+    /// checkpointed state is also `Send + Sync` (it is archived on another
+    /// thread; [`crate::StateSnapshot`]).
+    type State: Default + Clone + 'static;
     /// Handles one record of `key`.
     fn process(
         &mut self,

@@ -81,11 +81,11 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
 
     fn snapshot(
         &mut self,
-    ) -> Result<Option<crate::checkpoint::SnapshotBytes>, crate::checkpoint::CheckpointError> {
+    ) -> Result<Option<crate::checkpoint::StateCapture>, crate::checkpoint::CheckpointError> {
         let prev = self.ctx.enter(self.slot.op);
         let state = self.op.snapshot_state();
         self.ctx.leave(prev);
-        state
+        state.map(|s| s.map(crate::checkpoint::StateCapture::Bytes))
     }
 
     fn barrier(&mut self, id: u64) {
@@ -98,7 +98,13 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         let state = self.ctx.long(|| op.snapshot_state());
         self.ctx.leave(prev);
         match state {
-            Ok(state) => self.ctx.ack(self.slot.op, id, state, None, None),
+            Ok(state) => self.ctx.ack(
+                self.slot.op,
+                id,
+                state.map(crate::checkpoint::StateCapture::Bytes),
+                None,
+                None,
+            ),
             Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
         }
         self.down.barrier(id);

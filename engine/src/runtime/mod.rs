@@ -26,6 +26,7 @@
 //! the next attempt — or ends the job, as the [`RestartStrategy`] decides.
 
 pub(crate) mod align;
+mod background;
 pub(crate) mod channel;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;

@@ -12,12 +12,14 @@
 //! therefore bounded by what one input chunk can produce, and a full ring
 //! stops its producer — nothing is dropped and nothing grows without bound.
 
+use super::background::Background;
 use super::coord::Event;
 use super::JobShared;
-use crate::checkpoint::SnapshotBytes;
+use crate::checkpoint::StateCapture;
 use crate::error::JobError;
 use crate::record::{Nanos, TupleId};
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -86,6 +88,8 @@ pub(crate) struct TaskCtx {
     pub(crate) key: u64,
     /// Steps of progress (inputs processed, keys ended) as a primary.
     ticks: Cell<u64>,
+    /// The worker's background work (archiving checkpointed state).
+    background: Rc<Background>,
 }
 
 impl TaskCtx {
@@ -94,8 +98,10 @@ impl TaskCtx {
         head_op: usize,
         worker: usize,
         shared: Arc<JobShared>,
+        background: Rc<Background>,
     ) -> Self {
         TaskCtx {
+            background,
             key: shared.next_key.fetch_add(1, Ordering::Relaxed) + 1,
             ticks: Cell::new(0),
             group: std::cell::OnceCell::new(),
@@ -112,6 +118,11 @@ impl TaskCtx {
             incarnation: Cell::new(0),
             epoch: Cell::new(0),
         }
+    }
+
+    /// The worker's background work.
+    pub(crate) fn background(&self) -> Rc<Background> {
+        Rc::clone(&self.background)
     }
 
     /// The worker running the task.
@@ -230,15 +241,19 @@ impl TaskCtx {
         &self,
         op: usize,
         id: u64,
-        state: Option<SnapshotBytes>,
+        state: Option<StateCapture>,
         position: Option<u64>,
         written: Option<u64>,
     ) {
         if !self.snapshots_barriers() {
             return;
         }
-        // A send fails only once the supervisor is gone (the job is over).
-        let _ = self.shared.events.send(Event::Ack {
+        let (state, steps) = match state {
+            None => (None, None),
+            Some(StateCapture::Bytes(b)) => (Some(b), None),
+            Some(StateCapture::Steps(s)) => (None, Some(s)),
+        };
+        let ack = Event::Ack {
             attempt: self.shared.attempt,
             id,
             node: op,
@@ -247,7 +262,16 @@ impl TaskCtx {
             position,
             written,
             epoch: self.epoch.get(),
-        });
+        };
+        match steps {
+            // Archived between this worker's polls; acknowledged after.
+            Some(steps) => self.background.push(steps, ack),
+            // A send fails only once the supervisor is gone (the job is
+            // over).
+            None => {
+                let _ = self.shared.events.send(ack);
+            }
+        }
     }
 
     /// Whether a barrier passing this task is snapshotted and acknowledged

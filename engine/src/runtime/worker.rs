@@ -1,5 +1,6 @@
 //! A worker: one thread, pinned to one core, building and polling its tasks.
 
+use super::background::Background;
 use super::task::{Gate, Poll, Task, TaskCtx};
 use super::Wiring;
 use crate::error::JobError;
@@ -45,6 +46,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
     let beat = &shared.beats[index];
     let clock = super::task::Clock::new(shared.origin);
 
+    let bg = Rc::new(Background::default());
     let mut tasks: Vec<(usize, Task)> = Vec::new();
     for (t, _) in w
         .plan
@@ -59,6 +61,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             tp.head,
             index,
             Arc::clone(&shared),
+            Rc::clone(&bg),
         ));
         match catch_unwind(AssertUnwindSafe(|| build_task(&w, index, t, &ctx))) {
             Ok(task) => {
@@ -88,7 +91,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             .collect();
         mine.sort_unstable();
         for (node, inst) in mine {
-            add_standby(&w, index, node, inst, 1, &mut tasks);
+            add_standby(&w, index, &bg, node, inst, 1, &mut tasks);
         }
     }
     beat.store(clock.now().max(1), Ordering::Relaxed);
@@ -112,7 +115,9 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             .as_ref()
             .is_some_and(|s| s.live.load(Ordering::Acquire) > 0)
     };
-    while !tasks.is_empty() || standby_live() {
+    // Checkpointed state still being archived keeps the worker going: its
+    // acknowledgement is owed (see `background`).
+    while !tasks.is_empty() || standby_live() || bg.busy() {
         if shared.cancelled() {
             break;
         }
@@ -121,7 +126,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                 let reqs =
                     std::mem::take(&mut *sb.inbox[index].lock().unwrap_or_else(|p| p.into_inner()));
                 for (node, inst, inc) in reqs {
-                    add_standby(&w, index, node, inst, inc, &mut tasks);
+                    add_standby(&w, index, &bg, node, inst, inc, &mut tasks);
                 }
             }
         }
@@ -206,6 +211,9 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             }
             i += 1;
         }
+        if bg.slice(&shared, || clock.now()) {
+            progress = true;
+        }
         let now = clock.now();
         beat.store(now, Ordering::Relaxed);
         // A worker going round its loop (even with no task left to poll)
@@ -259,13 +267,14 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
 fn add_standby(
     w: &Arc<Wiring>,
     index: usize,
+    bg: &Rc<Background>,
     node: usize,
     inst: usize,
     inc: u64,
     tasks: &mut Vec<(usize, Task)>,
 ) {
     let built = catch_unwind(AssertUnwindSafe(|| {
-        build_incarnation(w, index, node, inst, inc, false)
+        build_incarnation(w, index, bg, node, inst, inc, false)
     }));
     match built {
         Ok(t) => tasks.push((usize::MAX, t)),
@@ -333,6 +342,7 @@ fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> Buil
 fn build_incarnation(
     w: &Arc<Wiring>,
     index: usize,
+    bg: &Rc<Background>,
     node: usize,
     inst: usize,
     inc: u64,
@@ -345,7 +355,13 @@ fn build_incarnation(
             .and_then(|s| s.group(node, inst))
             .expect("engine bug: a standby operator without its group"),
     );
-    let ctx = Rc::new(TaskCtx::new(inst, node, index, Arc::clone(&w.shared)));
+    let ctx = Rc::new(TaskCtx::new(
+        inst,
+        node,
+        index,
+        Arc::clone(&w.shared),
+        Rc::clone(bg),
+    ));
     ctx.incarnation.set(inc);
     let _ = ctx.group.set(Arc::clone(&group));
     let (w2, c2) = (Arc::clone(w), Rc::clone(&ctx));
@@ -390,7 +406,7 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
         .as_ref()
         .is_some_and(|s| s.group(head, inst).is_some())
     {
-        return build_incarnation(w, index, head, inst, 0, true);
+        return build_incarnation(w, index, &ctx.background(), head, inst, 0, true);
     }
     let node = &w.graph.nodes[head];
     let in_edge = |port: usize| {

@@ -10,15 +10,21 @@
 //!         16  slot bytes (u64, multiple of 4096)
 //!         64  published (atomic u64) = seq << 2 | slot   (0: nothing yet)
 //!        128 + 64·i  slot i: length, covered position, XXH3-64 of the
-//!                    bytes, pins (atomic u64 each)
+//!                    bytes, pins, reserved (atomic u64 each)
 //! 4096 + i·slot_bytes   slot i's bytes (i = 0, 1, 2)
 //! ```
 //!
-//! Three slots, one writer, readers that pin: the writer fills a slot that
-//! is neither the published one nor pinned by a reader — with one standby
-//! pinning at most one slot, one of the three is always free — and then
-//! publishes it with a release store that also bumps a sequence number. A
-//! reader loads `published`, pins that slot, and re-checks `published`
+//! Three slots, writers that reserve, readers that pin: a writer reserves
+//! a slot that is neither the published one nor pinned by a reader nor
+//! reserved by another writer ([`SnapshotExchange::reserve`]), fills it a
+//! piece at a time ([`Staging::write`] — the primary copies a large state
+//! over several polls, so no record waits behind the whole copy), and
+//! publishes it ([`Staged::commit`]) with a compare-and-swap that also
+//! bumps a sequence number. A slot dropped unpublished is released. With
+//! one reader pinning at most one slot and one writer staging, one of the
+//! three is always free; otherwise reserving says [`PublishError::Busy`]
+//! and the point is skipped (a fenced primary that still stages holds at
+//! most one more). A reader loads `published`, pins that slot, and re-checks `published`
 //! (both sequentially consistent, against the writer's publish and its
 //! read of the pins): if it changed, the writer may have chosen the slot
 //! before the pin, so the reader unpins and tries again; if not, the slot
@@ -29,6 +35,8 @@
 use memmap2::{MmapMut, MmapOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use xxhash_rust::xxh3::Xxh3;
 
 use super::bq::BqError;
 
@@ -71,6 +79,115 @@ pub struct Pinned<'a> {
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         self.exchange.pins(self.slot).fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A slot reserved by [`SnapshotExchange::reserve`] and being filled a
+/// piece at a time ([`Staging::write`]); released if dropped unfinished.
+pub struct Staging {
+    slot: Slot,
+    len: usize,
+    written: usize,
+    sum: Xxh3,
+}
+
+/// A filled slot, not yet published ([`Staged::commit`]); released if
+/// dropped unpublished.
+#[derive(Debug)]
+pub struct Staged {
+    slot: Slot,
+}
+
+/// A slot this writer holds reserved; the reservation ends on drop.
+#[derive(Debug)]
+struct Slot {
+    exchange: Arc<SnapshotExchange>,
+    slot: usize,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.exchange.reserved(self.slot).store(0, Ordering::SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Staging {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staging")
+            .field("slot", &self.slot)
+            .field("len", &self.len)
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl Staging {
+    /// Bytes still to write.
+    pub fn remaining(&self) -> usize {
+        self.len - self.written
+    }
+
+    /// Appends the next `bytes` of the archive (at most
+    /// [`remaining`](Self::remaining); the rest is ignored).
+    pub fn write(&mut self, bytes: &[u8]) {
+        let bytes = &bytes[..bytes.len().min(self.remaining())];
+        let x = &self.slot.exchange;
+        let start = HEADER + self.slot.slot * x.slot_bytes + self.written;
+        // SAFETY: the slot is reserved by this writer (no other writer
+        // fills it) and is not current: it was neither published nor
+        // pinned when reserved, only this writer's commit makes it current,
+        // and a reader pins only a current slot (it re-checks `published`
+        // after pinning). The range is inside the slot: `written +
+        // bytes.len() <= len <= slot_bytes` (checked in `reserve`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), x.base.add(start), bytes.len());
+        }
+        self.sum.update(bytes);
+        self.written += bytes.len();
+    }
+
+    /// The filled slot, for an archive covering buffer-queue positions
+    /// below `covered`; `None` if fewer bytes were written than reserved.
+    pub fn finish(self, covered: u64) -> Option<Staged> {
+        if self.written != self.len {
+            return None;
+        }
+        let (x, slot) = (&self.slot.exchange, self.slot.slot);
+        x.meta(slot, 0).store(self.len as u64, Ordering::Relaxed);
+        x.meta(slot, 1).store(covered, Ordering::Relaxed);
+        x.meta(slot, 2).store(self.sum.digest(), Ordering::Relaxed);
+        Some(Staged { slot: self.slot })
+    }
+}
+
+impl Staged {
+    /// The exchange the slot is in.
+    pub fn exchange(&self) -> &Arc<SnapshotExchange> {
+        &self.slot.exchange
+    }
+
+    /// Publishes the slot: readers see it from now on (the bytes and meta
+    /// were written before this SeqCst update). Returns the publication's
+    /// sequence number (1, 2, …; one more than the newest before it,
+    /// whichever writer published that).
+    pub fn commit(self) -> u64 {
+        let x = &self.slot.exchange;
+        let published = x.atomic(OFF_PUBLISHED);
+        let mut cur = published.load(Ordering::SeqCst);
+        loop {
+            let next = (cur >> 2) + 1;
+            match published.compare_exchange(
+                cur,
+                next << 2 | self.slot.slot as u64,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                // Dropping `self.slot` ends the reservation; the slot is
+                // current now, so no writer takes it until another is.
+                Ok(_) => return next,
+                Err(now) => cur = now,
+            }
+        }
     }
 }
 
@@ -150,40 +267,60 @@ impl SnapshotExchange {
         self.meta(slot, 3)
     }
 
+    fn reserved(&self, slot: usize) -> &AtomicU64 {
+        self.meta(slot, 4)
+    }
+
     /// Writer: publishes `bytes` (an archive covering buffer-queue positions
-    /// below `covered`). Returns the publication's sequence number.
-    pub fn publish(&self, bytes: &[u8], covered: u64) -> Result<u64, PublishError> {
-        if bytes.len() > self.slot_bytes {
+    /// below `covered`) at once — [`reserve`](Self::reserve), one
+    /// [`write`](Staging::write), [`commit`](Staged::commit). Returns the
+    /// publication's sequence number.
+    pub fn publish(self: &Arc<Self>, bytes: &[u8], covered: u64) -> Result<u64, PublishError> {
+        let mut staging = self.reserve(bytes.len())?;
+        staging.write(bytes);
+        Ok(staging
+            .finish(covered)
+            .expect("every reserved byte written")
+            .commit())
+    }
+
+    /// Writer: reserves a slot for an archive of `len` bytes, to be filled
+    /// a piece at a time (so a large state's copy need not stop the
+    /// primary's core for long) and then published. The slot is neither
+    /// the published one nor pinned by a reader nor reserved by another
+    /// writer.
+    pub fn reserve(self: &Arc<Self>, len: usize) -> Result<Staging, PublishError> {
+        if len > self.slot_bytes {
             return Err(PublishError::TooLarge {
-                len: bytes.len(),
+                len,
                 slot: self.slot_bytes,
             });
         }
-        let published = self.atomic(OFF_PUBLISHED).load(Ordering::SeqCst);
-        let (seq, current) = (published >> 2, (published & 3) as usize);
-        let slot = (0..SLOTS)
-            .find(|&s| (published == 0 || s != current) && self.pins(s).load(Ordering::SeqCst) == 0)
-            .ok_or(PublishError::Busy)?;
-        let start = HEADER + slot * self.slot_bytes;
-        // SAFETY: `slot` is not the published one and was not pinned when
-        // checked; a reader that pins it afterwards re-checks `published`,
-        // finds it unchanged only if this writer has not published since —
-        // and then `slot` is not current, so the reader retries. The range
-        // is inside the map (`bytes.len() <= slot_bytes`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(start), bytes.len());
+        for s in 0..SLOTS {
+            if self
+                .reserved(s)
+                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            // Reserved from here on: dropped, it is released again.
+            let slot = Slot {
+                exchange: Arc::clone(self),
+                slot: s,
+            };
+            let published = self.atomic(OFF_PUBLISHED).load(Ordering::SeqCst);
+            let current = (published & 3) as usize;
+            if (published == 0 || s != current) && self.pins(s).load(Ordering::SeqCst) == 0 {
+                return Ok(Staging {
+                    slot,
+                    len,
+                    written: 0,
+                    sum: Xxh3::new(),
+                });
+            }
         }
-        self.meta(slot, 0)
-            .store(bytes.len() as u64, Ordering::Relaxed);
-        self.meta(slot, 1).store(covered, Ordering::Relaxed);
-        self.meta(slot, 2).store(
-            crate::checkpoint::format::checksum(bytes),
-            Ordering::Relaxed,
-        );
-        let next = seq + 1;
-        self.atomic(OFF_PUBLISHED)
-            .store(next << 2 | slot as u64, Ordering::SeqCst);
-        Ok(next)
+        Err(PublishError::Busy)
     }
 
     /// Reader: the newest published snapshot, pinned, its checksum verified;
@@ -245,7 +382,7 @@ mod tests {
     #[test]
     fn the_newest_publication_is_read_in_place() {
         let p = tmp("basic");
-        let x = SnapshotExchange::create(&p, 100).unwrap();
+        let x = Arc::new(SnapshotExchange::create(&p, 100).unwrap());
         assert!(x.latest().is_none());
         assert_eq!(x.publish(b"one", 10), Ok(1));
         assert_eq!(x.publish(b"two", 20), Ok(2));
@@ -266,7 +403,7 @@ mod tests {
     #[test]
     fn a_pinned_snapshot_is_never_overwritten() {
         let p = tmp("pin");
-        let x = SnapshotExchange::create(&p, 4096).unwrap();
+        let x = Arc::new(SnapshotExchange::create(&p, 4096).unwrap());
         x.publish(b"held", 1).unwrap();
         let held = x.latest().unwrap();
         for i in 0..10u8 {
@@ -280,6 +417,35 @@ mod tests {
         assert_eq!(x.publish(b"again", 21), Err(PublishError::Busy));
         drop((held, a));
         assert!(x.publish(b"again", 21).is_ok());
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_slot_filled_piece_by_piece_is_seen_only_once_committed() {
+        let p = tmp("staged");
+        let x = Arc::new(SnapshotExchange::create(&p, 4096).unwrap());
+        x.publish(b"old", 1).unwrap();
+        let bytes: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let mut staging = x.reserve(bytes.len()).unwrap();
+        for piece in bytes.chunks(700) {
+            staging.write(piece);
+            assert_eq!(x.latest().unwrap().bytes, b"old", "not before the commit");
+        }
+        assert_eq!(staging.remaining(), 0);
+        let staged = staging.finish(9).unwrap();
+        assert_eq!(x.latest().unwrap().bytes, b"old");
+        assert_eq!(staged.commit(), 2);
+        let s = x.latest().unwrap();
+        assert_eq!((s.bytes, s.covered, s.seq), (&bytes[..], 9, 2));
+        drop(s);
+        // A short copy is refused; dropped reservations free their slots.
+        let mut short = x.reserve(10).unwrap();
+        short.write(b"abc");
+        assert!(short.finish(3).is_none());
+        let (a, b) = (x.reserve(1).unwrap(), x.reserve(1).unwrap());
+        assert_eq!(x.reserve(1).err(), Some(PublishError::Busy));
+        drop((a, b));
+        assert!(x.reserve(1).is_ok());
         std::fs::remove_file(p).unwrap();
     }
 

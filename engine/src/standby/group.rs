@@ -139,7 +139,7 @@ use super::bq::{BqConfig, BufferQueue, MAX_READERS};
 use super::config::{StandbyConfig, StandbyMode};
 use super::detlog::DetLog;
 use super::epoch::Liveness;
-use super::exchange::SnapshotExchange;
+use super::exchange::{PublishError, SnapshotExchange, Staged, Staging};
 use crate::error::JobError;
 use crate::job::graph::AnySend;
 use crate::record::Nanos;
@@ -214,6 +214,8 @@ pub(crate) struct Inner {
     /// publication and replaced by a larger one when the state outgrows
     /// its slots.
     exchange: Option<Arc<SnapshotExchange>>,
+    /// A larger exchange made for a state staged but not yet published.
+    spare: Option<Arc<SnapshotExchange>>,
     exchanges_made: u32,
     /// Index into the job's standby log of the newest takeover.
     pub(crate) takeover: Option<usize>,
@@ -415,6 +417,7 @@ impl Group {
                     align: Alignment::new(lanes),
                 },
                 exchange: None,
+                spare: None,
                 exchanges_made: 0,
                 takeover: None,
                 standby_failures: 0,
@@ -481,17 +484,58 @@ impl Group {
             .unwrap_or(u64::MAX)
     }
 
-    /// Publishes a recovery point for the primary of `epoch` (refused —
-    /// `Ok(false)` — once that epoch is over, or when the exchange's slots
-    /// are all pinned). The caller has checked that every consumer
-    /// acknowledged every chunk below `seq`.
+    /// Reserves a slot of the snapshot exchange for a state archive of
+    /// `len` bytes, to be filled over the primary's polls and published
+    /// with its point ([`Self::publish_point`]). A state larger than the
+    /// exchange's slots gets a new exchange, twice its size, installed when
+    /// that point is published (the current point names a publication of
+    /// the current one). `Ok(None)`: every slot is busy; skip this point.
+    pub(crate) fn stage_state(&self, len: usize) -> std::io::Result<Option<Staging>> {
+        let x = {
+            let mut g = self.lock();
+            let fits = |x: &Option<Arc<SnapshotExchange>>| {
+                x.as_ref().is_some_and(|x| x.slot_bytes() >= len)
+            };
+            if fits(&g.exchange) {
+                Arc::clone(g.exchange.as_ref().expect("fits"))
+            } else if fits(&g.spare) {
+                Arc::clone(g.spare.as_ref().expect("fits"))
+            } else {
+                g.exchanges_made += 1;
+                let path = self.dir.join(format!(
+                    "{}-{}-state-{}.sx",
+                    self.name, self.instance, g.exchanges_made
+                ));
+                let x = Arc::new(
+                    SnapshotExchange::create(&path, (len * 2).max(64 << 10))
+                        .map_err(std::io::Error::other)?,
+                );
+                if let Some(old) = g.spare.replace(Arc::clone(&x)) {
+                    let _ = std::fs::remove_file(old.path());
+                }
+                x
+            }
+        };
+        match x.reserve(len) {
+            Ok(s) => Ok(Some(s)),
+            // Readers pin the other slots: skip this one.
+            Err(PublishError::Busy) => Ok(None),
+            Err(e) => Err(std::io::Error::other(format!("{e:?}"))),
+        }
+    }
+
+    /// Publishes a recovery point for the primary of `epoch`, with its
+    /// state staged in the exchange (`None`: stateless) — refused
+    /// (`Ok(false)`, the staged slot released) once that epoch is over or
+    /// when a newer point is published. The caller has checked that every
+    /// consumer acknowledged every chunk below `seq`.
     pub(crate) fn publish_point(
         &self,
         epoch: u64,
         seq: u64,
         pos: &[u64],
         align: &Alignment,
-        state: Option<&[u8]>,
+        state: Option<Staged>,
     ) -> std::io::Result<bool> {
         let mut g = self.lock();
         // Under the lock: a new primary reads the point under it after its
@@ -500,30 +544,19 @@ impl Group {
             return Ok(false);
         }
         let mut xseq = 0;
-        if let Some(state) = state {
-            let fits = g
-                .exchange
-                .as_ref()
-                .is_some_and(|x| x.slot_bytes() >= state.len());
-            if !fits {
-                g.exchanges_made += 1;
-                let path = self.dir.join(format!(
-                    "{}-{}-state-{}.sx",
-                    self.name, self.instance, g.exchanges_made
-                ));
-                let x = SnapshotExchange::create(&path, (state.len() * 2).max(64 << 10))
-                    .map_err(std::io::Error::other)?;
-                if let Some(old) = g.exchange.replace(Arc::new(x)) {
+        if let Some(staged) = state {
+            let x = staged.exchange();
+            if !g.exchange.as_ref().is_some_and(|c| Arc::ptr_eq(c, x)) {
+                // Staged in the new, larger exchange: it is the current one
+                // from this point on.
+                if g.spare.as_ref().is_some_and(|s| Arc::ptr_eq(s, x)) {
+                    g.spare = None;
+                }
+                if let Some(old) = g.exchange.replace(Arc::clone(x)) {
                     let _ = std::fs::remove_file(old.path());
                 }
             }
-            let x = g.exchange.as_ref().expect("created above");
-            match x.publish(state, seq) {
-                Ok(s) => xseq = s,
-                // Two readers pin the two other slots: skip this one.
-                Err(super::exchange::PublishError::Busy) => return Ok(false),
-                Err(e) => return Err(std::io::Error::other(format!("{e:?}"))),
-            }
+            xseq = staged.commit();
             self.snapshots.fetch_add(1, Ordering::Relaxed);
         }
         g.point = Point {
@@ -710,7 +743,8 @@ impl Group {
             let _ = std::fs::remove_file(q.path());
         }
         let _ = std::fs::remove_file(self.log.path());
-        if let Some(x) = &self.lock().exchange {
+        let g = self.lock();
+        for x in g.exchange.iter().chain(&g.spare) {
             let _ = std::fs::remove_file(x.path());
         }
     }

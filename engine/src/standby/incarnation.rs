@@ -6,15 +6,16 @@
 //! appends entries when it reaches the log's end, a new primary and a hot
 //! standby follow the entries already there.
 //!
-//! This module has the chunk loop and the primary's side (recovery points,
-//! the end); [`standby`] the standby's side and the takeover.
+//! This module has the chunk loop and the primary's end; [`point`] the
+//! primary's recovery points; [`standby`] the standby's side and the
+//! takeover.
 
 use super::codec::Codec;
 use super::decide::Detector;
 use super::detlog::{fenced_append, Appended, Det};
 use super::group::{Doing, Group, NONE};
 use super::kit::{control_kind, decode, ChainBuild, Entry, KIND_END};
-use crate::checkpoint::SnapshotBytes;
+use crate::checkpoint::StateCapture;
 use crate::error::JobError;
 use crate::job::graph::downcast;
 use crate::operator::Collector;
@@ -26,6 +27,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+mod point;
 mod standby;
 
 type BoxCollector<T> = Box<dyn Collector<T>>;
@@ -60,7 +62,7 @@ struct Pending {
     seq: u64,
     pos: Vec<u64>,
     align: Alignment,
-    state: Option<SnapshotBytes>,
+    build: point::Build,
 }
 
 /// The port of one incarnation (see the module docs).
@@ -177,7 +179,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     }
 
     /// The chain's state now (`None`: stateless), reporting a failure.
-    fn chain_snapshot(&self, chain: &mut BoxCollector<T>) -> Option<SnapshotBytes> {
+    fn chain_snapshot(&self, chain: &mut BoxCollector<T>) -> Option<StateCapture> {
         match chain.snapshot() {
             Ok(s) => s,
             Err(e) => {
@@ -536,7 +538,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             self.phase = Phase::Ending { epoch };
             return self.poll_ending(epoch);
         }
-        if moved > 0 {
+        if moved > 0 || self.building() {
             Poll::Progress
         } else {
             Poll::Idle { wake_at: None }
@@ -566,73 +568,6 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             .as_ref()
             .expect("a standby group runs in a standby run")
             .log
-    }
-
-    /// Recovery points: taken at the interval (or when a queue asks), and
-    /// published once every consumer acknowledged the chunks before them.
-    fn points(&mut self, now: Nanos, epoch: u64) {
-        if self.live == 0 {
-            // Never a point at or past the end: the end-of-stream outputs
-            // must stay replayable.
-            return;
-        }
-        let stateless = self.group.stateless.load(Ordering::Acquire);
-        let wanted = self.group.point_wanted.load(Ordering::Acquire);
-        if self.pending.is_none()
-            && (now >= self.next_point || wanted)
-            && self.seq > self.group.point_seq.load(Ordering::Acquire)
-        {
-            self.group.point_wanted.store(false, Ordering::Release);
-            let every = if stateless {
-                self.group
-                    .point_every
-                    .min(std::time::Duration::from_millis(1))
-            } else {
-                self.group.point_every
-            };
-            self.next_point = now + every.as_nanos() as u64;
-            let state = if stateless {
-                None
-            } else {
-                // Synchronous (milliseconds for a large keyed state): not a
-                // stall.
-                self.doing(Doing::Snapshot);
-                let mut chain = self.chain.take().expect("a primary has its chain");
-                let ctx = Rc::clone(&self.ctx);
-                let s = ctx.long(|| self.chain_snapshot(&mut chain));
-                self.chain = Some(chain);
-                if s.is_none() {
-                    return;
-                }
-                s
-            };
-            self.pending = Some(Pending {
-                seq: self.seq,
-                pos: self.pos.clone(),
-                align: self.align.clone(),
-                state,
-            });
-        }
-        let ready = self
-            .pending
-            .as_ref()
-            .is_some_and(|p| self.group.acked_min_seq() >= p.seq);
-        if ready {
-            self.doing(Doing::Publishing);
-            let p = self.pending.take().expect("checked");
-            let published = self.ctx.long(|| {
-                self.group.publish_point(
-                    epoch,
-                    p.seq,
-                    &p.pos,
-                    &p.align,
-                    p.state.as_ref().map(|s| s.payload()),
-                )
-            });
-            if let Err(e) = published {
-                self.fail(format!("publishing a recovery point: {e}"));
-            }
-        }
     }
 
     fn try_reclaim(&mut self) {

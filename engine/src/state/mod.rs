@@ -14,19 +14,31 @@
 //! was taken from; a standby that replays the primary's input after
 //! restoring must emit the same outputs in the same order (the consumers
 //! drop what they already have by counting), so the order has to survive a
-//! snapshot. Each entry carries its insertion number beside its state (the
-//! map itself stays a plain FxHash map: one probe per record); iteration
-//! and snapshots place entries by that number (one linear pass), and a
-//! restore inserts them in that order. Keys are never removed, so the
-//! numbers stay dense.
+//! snapshot. The entries themselves live in insertion order, in chunks of
+//! [`CHUNK`]; a hash index maps each key to its insertion number (one probe
+//! per record, then one array access). Keys are never removed.
 //!
-//! ## Snapshots
+//! ## Snapshots off the data path
+//!
+//! A snapshot must not stop the core that owns the state: archiving a
+//! large state takes milliseconds, and every record queued behind it waits
+//! that long. So the chunks are shared copy-on-write (`Arc`):
+//! [`KeyedState::freeze`] takes the state as it is in O(keys / [`CHUNK`])
+//! (one reference count per chunk, no entry copied), and the frozen copy is
+//! archived a slice at a time ([`StateSnapshot::capture`], `archive.rs`)
+//! by the worker that owns the state, between its records — not by a
+//! thread of its own, which would take the core from a pinned worker for
+//! as long. Meanwhile the live state goes on, and the first write to a
+//! chunk the frozen copy still holds copies that chunk once (`CHUNK`
+//! clones, a few microseconds). Hence the bounds on [`StateSnapshot`]:
+//! keys and states are `Clone`, and `Send` and `Sync` (a capture is a
+//! value that may cross threads, though the engine archives it on the
+//! owner's).
 //!
 //! [`KeyedState::to_snapshot_bytes`] archives the state with rkyv as a
 //! vector of `(key, state)` entries in insertion order — linear passes, no
-//! sorting, no hash index to build, so a data-path core spends as little
-//! time as possible serializing. The archive is [`ArchivedKeyedState`];
-//! looking a key up in it is a linear scan, so restoring rebuilds the map
+//! sorting, no hash index to build. The archive is [`ArchivedKeyedState`];
+//! looking a key up in it is a linear scan, so restoring rebuilds the state
 //! with [`KeyedState::from_archived`]. The same state always produces the
 //! same bytes. (The archived layout is the one earlier builds wrote for a
 //! hash map's entries, so their snapshots still restore.)
@@ -42,100 +54,104 @@ use rkyv::{
 };
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
+use std::sync::Arc;
 
-use crate::checkpoint::{self, CheckpointError, SnapshotBytes};
+use crate::checkpoint::{self, CheckpointError, SnapshotBytes, StateCapture};
+
+mod archive;
+
+/// Entries per copy-on-write chunk: what the first write to a chunk after
+/// a [`KeyedState::freeze`] copies.
+pub const CHUNK: usize = 256;
 
 /// One value of type `S` per key, iterated in insertion order (see the
 /// module docs).
 #[derive(Archive, Serialize, Deserialize)]
 pub struct KeyedState<K, S> {
     #[rkyv(with = InsertionOrder)]
-    map: FxHashMap<K, Slot<S>>,
+    map: Table<K, S>,
 }
 
-/// A key's state and its insertion number.
-pub struct Slot<S> {
-    seq: u64,
-    state: S,
+/// The entries in insertion order, in shared chunks, and the index from a
+/// key to its insertion number. A frozen copy has chunks but no index.
+pub struct Table<K, S> {
+    index: FxHashMap<K, usize>,
+    chunks: Vec<Arc<Vec<(K, S)>>>,
+    len: usize,
+    /// Where the archived entries already stand in the output (set only on
+    /// a frozen copy whose entries [`archive::Steps`] wrote): serializing
+    /// the table then writes nothing more.
+    presolved: Option<usize>,
 }
 
 impl<K, S> Default for KeyedState<K, S> {
     fn default() -> Self {
         KeyedState {
-            map: FxHashMap::default(),
+            map: Table {
+                index: FxHashMap::default(),
+                chunks: Vec::new(),
+                len: 0,
+                presolved: None,
+            },
         }
     }
 }
 
-/// The entries of `map` placed by insertion number (`None` where a number
-/// is missing, which only a broken invariant leaves).
-fn in_order<K, S>(map: &FxHashMap<K, Slot<S>>) -> Vec<Option<(&K, &S)>> {
-    let mut v: Vec<Option<(&K, &S)>> = Vec::new();
-    v.resize_with(map.len(), || None);
-    for (k, s) in map {
-        if let Some(place) = v.get_mut(s.seq as usize) {
-            *place = Some((k, &s.state));
-        }
+impl<K, S> Table<K, S> {
+    fn entries(&self) -> impl Iterator<Item = &(K, S)> {
+        self.chunks.iter().flat_map(|c| c.iter())
     }
-    v
 }
 
-/// rkyv wrapper: the map archived as the vector of its `(key, state)`
-/// entries in insertion order, and rebuilt by inserting them in that
-/// order (numbering them again from 0).
+/// rkyv wrapper: the table archived as the vector of its `(key, state)`
+/// entries in insertion order, and rebuilt by inserting them in that order.
 pub struct InsertionOrder;
 
-impl<K: Archive, V: Archive, H> ArchiveWith<std::collections::HashMap<K, Slot<V>, H>>
-    for InsertionOrder
-{
+impl<K: Archive, V: Archive> ArchiveWith<Table<K, V>> for InsertionOrder {
     type Archived = ArchivedVec<Entry<K::Archived, V::Archived>>;
     type Resolver = VecResolver;
 
-    fn resolve_with(
-        field: &std::collections::HashMap<K, Slot<V>, H>,
-        resolver: VecResolver,
-        out: Place<Self::Archived>,
-    ) {
-        ArchivedVec::resolve_from_len(field.len(), resolver, out);
+    fn resolve_with(field: &Table<K, V>, resolver: VecResolver, out: Place<Self::Archived>) {
+        ArchivedVec::resolve_from_len(field.len, resolver, out);
     }
 }
 
-impl<K, V, S> SerializeWith<FxHashMap<K, Slot<V>>, S> for InsertionOrder
+impl<K, V, S> SerializeWith<Table<K, V>, S> for InsertionOrder
 where
     K: Serialize<S>,
     V: Serialize<S>,
     S: Fallible + Allocator + Writer + ?Sized,
     S::Error: rancor::Source,
 {
-    fn serialize_with(
-        field: &FxHashMap<K, Slot<V>>,
-        serializer: &mut S,
-    ) -> Result<VecResolver, S::Error> {
-        let order = in_order(field);
-        if order.iter().any(Option::is_none) {
+    fn serialize_with(field: &Table<K, V>, serializer: &mut S) -> Result<VecResolver, S::Error> {
+        if let Some(pos) = field.presolved {
+            return Ok(VecResolver::from_pos(pos));
+        }
+        // rkyv walks the entries twice (their out-of-line parts, then the
+        // entries): an exact-size, cloneable iterator.
+        let order: Vec<&(K, V)> = field.entries().collect();
+        if order.len() != field.len {
             return Err(<S::Error as rancor::Source>::new(BrokenOrder));
         }
         ArchivedVec::serialize_from_iter(
-            order.iter().map(|e| {
-                let (key, value) = e.expect("every place is filled (checked above)");
-                EntryAdapter::<_, _, K, V>::new(key, value)
-            }),
+            order
+                .iter()
+                .map(|(key, value)| EntryAdapter::<_, _, K, V>::new(key, value)),
             serializer,
         )
     }
 }
 
-/// The insertion numbers of a keyed state are not `0..len` (an engine
-/// bug): its snapshot is refused rather than written out of order.
+/// The chunks of a keyed state do not hold its length in entries (an
+/// engine bug): its snapshot is refused rather than written short.
 #[derive(Debug, thiserror::Error)]
-#[error("keyed state: insertion numbers are not dense")]
+#[error("keyed state: the entries do not match the state's length")]
 struct BrokenOrder;
 
-impl<K, V, D>
-    DeserializeWith<ArchivedVec<Entry<K::Archived, V::Archived>>, FxHashMap<K, Slot<V>>, D>
+impl<K, V, D> DeserializeWith<ArchivedVec<Entry<K::Archived, V::Archived>>, Table<K, V>, D>
     for InsertionOrder
 where
-    K: Archive + Hash + Eq,
+    K: Archive + Hash + Eq + Clone,
     V: Archive,
     K::Archived: Deserialize<K, D>,
     V::Archived: Deserialize<V, D>,
@@ -144,35 +160,62 @@ where
     fn deserialize_with(
         field: &ArchivedVec<Entry<K::Archived, V::Archived>>,
         deserializer: &mut D,
-    ) -> Result<FxHashMap<K, Slot<V>>, D::Error> {
-        let mut map = FxHashMap::with_capacity_and_hasher(field.len(), rustc_hash::FxBuildHasher);
+    ) -> Result<Table<K, V>, D::Error> {
+        let mut index = FxHashMap::with_capacity_and_hasher(field.len(), rustc_hash::FxBuildHasher);
+        let mut chunks = Vec::with_capacity(field.len().div_ceil(CHUNK));
+        let mut chunk = Vec::with_capacity(CHUNK);
         for (i, e) in field.iter().enumerate() {
-            map.insert(
-                e.key.deserialize(deserializer)?,
-                Slot {
-                    seq: i as u64,
-                    state: e.value.deserialize(deserializer)?,
-                },
-            );
+            let key: K = e.key.deserialize(deserializer)?;
+            index.insert(key.clone(), i);
+            chunk.push((key, e.value.deserialize(deserializer)?));
+            if chunk.len() == CHUNK {
+                chunks.push(Arc::new(std::mem::replace(
+                    &mut chunk,
+                    Vec::with_capacity(CHUNK),
+                )));
+            }
         }
-        Ok(map)
+        if !chunk.is_empty() {
+            chunks.push(Arc::new(chunk));
+        }
+        Ok(Table {
+            len: field.len(),
+            index,
+            chunks,
+            presolved: None,
+        })
     }
 }
 
-impl<K: Hash + Eq + Clone, S: Default> KeyedState<K, S> {
+impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// The state of `key`, created with `S::default()` on first use.
     #[inline]
     pub fn get_or_default(&mut self, key: &K) -> &mut S {
-        // One hash and one probe; keys are small (cloning is a copy).
-        let seq = self.map.len() as u64;
-        &mut self
-            .map
-            .entry(key.clone())
-            .or_insert_with(|| Slot {
-                seq,
-                state: S::default(),
-            })
-            .state
+        let t = &mut self.map;
+        let n = match t.index.get(key) {
+            Some(&n) => n,
+            None => {
+                let n = t.len;
+                t.index.insert(key.clone(), n);
+                if n.is_multiple_of(CHUNK) {
+                    t.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+                }
+                let last = t.chunks.last_mut().expect("a chunk with room");
+                Arc::make_mut(last).push((key.clone(), S::default()));
+                t.len += 1;
+                n
+            }
+        };
+        // Copies the chunk only if a frozen copy still holds it.
+        &mut Arc::make_mut(&mut t.chunks[n / CHUNK])[n % CHUNK].1
+    }
+
+    /// Every key and its state, in insertion order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
+        self.map
+            .chunks
+            .iter_mut()
+            .flat_map(|c| Arc::make_mut(c).iter_mut().map(|(k, s)| (&*k, s)))
     }
 }
 
@@ -182,50 +225,53 @@ impl<K, S> KeyedState<K, S> {
     where
         K: Hash + Eq,
     {
-        self.map.get(key).map(|s| &s.state)
+        let n = *self.map.index.get(key)?;
+        self.map.chunks.get(n / CHUNK)?.get(n % CHUNK).map(|e| &e.1)
     }
 
-    /// Whether inserting one more key would grow (rehash) the map — a
+    /// Whether inserting one more key would grow (rehash) the index — a
     /// pause of milliseconds for a large state.
     #[inline]
     pub fn full(&self) -> bool {
-        self.map.len() == self.map.capacity()
+        self.map.index.len() == self.map.index.capacity()
     }
 
-    /// Grows the map ahead of an insert (doubling it).
+    /// Grows the index ahead of an insert (doubling it).
     pub fn grow(&mut self)
     where
         K: Hash + Eq,
     {
-        self.map.reserve(self.map.len().max(16));
+        self.map.index.reserve(self.map.len.max(16));
     }
 
     /// Number of keys with state.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.len
     }
 
     /// Whether no key has state.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len == 0
     }
 
-    /// Every key and its state, in insertion order.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
-        let mut v: Vec<Option<(&K, &mut S)>> = Vec::new();
-        v.resize_with(self.map.len(), || None);
-        let mut stray = Vec::new();
-        for (k, s) in self.map.iter_mut() {
-            match v.get_mut(s.seq as usize) {
-                Some(place @ None) => *place = Some((k, &mut s.state)),
-                // Cannot happen (numbers are dense and unique); never lose
-                // an entry if it did.
-                _ => stray.push((k, &mut s.state)),
-            }
-        }
-        v.into_iter().flatten().chain(stray)
+    /// The state as it is now, for archiving elsewhere, in O(keys /
+    /// [`CHUNK`]): the copy shares every chunk (see the module docs). It
+    /// has no index: it can be archived, not looked into.
+    pub fn freeze(&self) -> FrozenState<K, S> {
+        FrozenState(KeyedState {
+            map: Table {
+                index: FxHashMap::default(),
+                chunks: self.map.chunks.clone(),
+                len: self.map.len,
+                presolved: None,
+            },
+        })
     }
 }
+
+/// A keyed state as [`KeyedState::freeze`] took it: archived a slice at a
+/// time ([`StateSnapshot::capture`]) while the live state goes on.
+pub struct FrozenState<K, S>(KeyedState<K, S>);
 
 impl<K: Archive, S: Archive> KeyedState<K, S> {
     /// Archives every key and its state into a snapshot payload (entries in
@@ -234,8 +280,8 @@ impl<K: Archive, S: Archive> KeyedState<K, S> {
     where
         Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     {
-        let entry = std::mem::size_of::<Archived<K>>() + std::mem::size_of::<Archived<S>>();
-        checkpoint::serialize(self, 64 + self.map.len() * entry)
+        let entry = std::mem::size_of::<rkyv::collections::util::Entry<Archived<K>, Archived<S>>>();
+        checkpoint::serialize(self, 64 + self.map.len * entry)
     }
 
     /// Rebuilds the state from its archive.
@@ -252,10 +298,17 @@ impl<K: Archive, S: Archive> KeyedState<K, S> {
 /// State the engine can checkpoint and restore: implemented for every
 /// [`KeyedState`] whose key and value types rkyv can archive, validate and
 /// deserialize (integers, strings, tuples, `Option`, `Vec`, and types that
-/// derive `rkyv::Archive, Serialize, Deserialize`).
+/// derive `rkyv::Archive, Serialize, Deserialize`) and that are `Clone +
+/// Send + Sync`, so that a snapshot is archived on another thread while the
+/// state goes on (see the module docs).
 pub trait StateSnapshot: Sized + 'static {
     /// Archives the state (see [`KeyedState::to_snapshot_bytes`]).
     fn snapshot(&self) -> Result<SnapshotBytes, CheckpointError>;
+    /// The state as it is now, archived later by whoever takes the capture
+    /// (the default archives it at once).
+    fn capture(&self) -> Result<StateCapture, CheckpointError> {
+        self.snapshot().map(StateCapture::Bytes)
+    }
     /// Validates an archive with rkyv's checked access and rebuilds the
     /// state from it.
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError>;
@@ -263,8 +316,12 @@ pub trait StateSnapshot: Sized + 'static {
 
 impl<K, S> StateSnapshot for KeyedState<K, S>
 where
-    K: Archive + Hash + Eq + 'static,
-    S: Archive + 'static,
+    K: Archive + Hash + Eq + Clone + Send + Sync + 'static,
+    S: Archive + Clone + Send + Sync + 'static,
+    K: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
+    S: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
+    K::Resolver: Send,
+    S::Resolver: Send,
     Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     <Self as Archive>::Archived: Deserialize<Self, HighDeserializer<rancor::Error>>
         + rkyv::Portable
@@ -272,6 +329,12 @@ where
 {
     fn snapshot(&self) -> Result<SnapshotBytes, CheckpointError> {
         self.to_snapshot_bytes()
+    }
+
+    fn capture(&self) -> Result<StateCapture, CheckpointError> {
+        Ok(StateCapture::Steps(Box::new(archive::Steps::new(
+            self.freeze(),
+        ))))
     }
 
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError> {

@@ -1,0 +1,219 @@
+//! A primary's recovery points: taken at the interval (or when a queue
+//! asks), built a slice per poll, published once every consumer has
+//! acknowledged the chunks before them.
+//!
+//! Building a point of a stateful chain means archiving its state and
+//! copying the archive into the group's snapshot exchange — milliseconds
+//! for a large keyed state. None of it may stop the primary's core for
+//! long: the state is frozen copy-on-write at the point (microseconds),
+//! then archived ([`ArchiveSteps`]) and copied ([`Staging`]) in slices of
+//! about [`SLICE`] of the primary's polls, with its records in between.
+//! The point stands for the chain as it was at the freeze, whatever the
+//! primary processes meanwhile.
+//!
+//! Every wait here ends without more input: a point under way makes the
+//! primary's poll report progress, so its worker keeps polling it (never
+//! parks), and each poll does one more slice; acknowledgements come from
+//! consumers' polls of outputs already sent.
+
+use super::{Incarnation, Pending};
+use crate::checkpoint::{ArchiveSteps, SnapshotBytes, StateCapture};
+use crate::record::Nanos;
+use crate::standby::codec::Codec;
+use crate::standby::exchange::{Staged, Staging};
+use crate::standby::group::Doing;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+/// How long one poll may spend building a point.
+pub(super) const SLICE: Nanos = 20_000;
+/// Entries archived (or 64 KiB copied) between two looks at the clock.
+const STEP_ENTRIES: usize = 64;
+const STEP_BYTES: usize = 64 << 10;
+
+/// A point's state on its way into the exchange.
+pub(super) enum Build {
+    /// A stateless chain: nothing to build.
+    Stateless,
+    /// The frozen state, being archived.
+    Archiving(Box<dyn ArchiveSteps>),
+    /// The archive, being copied into a reserved slot of the exchange.
+    Copying(Box<(SnapshotBytes, Staging)>),
+    /// In its slot, to be published with the point.
+    Ready(Staged),
+}
+
+impl Build {
+    fn ready(&self) -> bool {
+        matches!(self, Build::Stateless | Build::Ready(_))
+    }
+}
+
+/// What one slice of building came to.
+enum Slice {
+    /// Go on at the next poll (or: built).
+    Going,
+    /// Every slot of the exchange is busy: the point is skipped.
+    Skip,
+    /// A failure, said in words.
+    Failed(String),
+}
+
+impl<T: crate::Data + Codec> Incarnation<T> {
+    /// Takes, builds and publishes recovery points (see the module docs).
+    pub(super) fn points(&mut self, now: Nanos, epoch: u64) {
+        if self.live == 0 {
+            // Never a point at or past the end: the end-of-stream outputs
+            // must stay replayable.
+            return;
+        }
+        if self.pending.is_none() && !self.take_point(now) {
+            return;
+        }
+        if self.building() {
+            self.doing(Doing::Snapshot);
+            let p = self.pending.as_mut().expect("building");
+            match build_slice(&self.group, &mut p.build, p.seq, &self.ctx.clock) {
+                Slice::Going => {}
+                Slice::Skip => {
+                    self.pending = None;
+                    return;
+                }
+                Slice::Failed(e) => {
+                    self.pending = None;
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+        let Some(p) = &self.pending else {
+            return;
+        };
+        if p.build.ready() && self.group.acked_min_seq() >= p.seq {
+            self.doing(Doing::Publishing);
+            let p = self.pending.take().expect("checked");
+            let state = match p.build {
+                Build::Ready(staged) => Some(staged),
+                _ => None,
+            };
+            let published = self
+                .group
+                .publish_point(epoch, p.seq, &p.pos, &p.align, state);
+            if let Err(e) = published {
+                self.fail(format!("publishing a recovery point: {e}"));
+            }
+        }
+    }
+
+    /// Whether a point is under way (its poll is progress).
+    pub(super) fn building(&self) -> bool {
+        self.pending.as_ref().is_some_and(|p| !p.build.ready())
+    }
+
+    /// Takes a point now if one is due: freezes the chain's state at entry
+    /// `seq`. `false` if none was taken.
+    fn take_point(&mut self, now: Nanos) -> bool {
+        let wanted = self.group.point_wanted.load(Ordering::Acquire);
+        if !((now >= self.next_point || wanted)
+            && self.seq > self.group.point_seq.load(Ordering::Acquire))
+        {
+            return false;
+        }
+        let stateless = self.group.stateless.load(Ordering::Acquire);
+        self.group.point_wanted.store(false, Ordering::Release);
+        let every = if stateless {
+            self.group
+                .point_every
+                .min(std::time::Duration::from_millis(1))
+        } else {
+            self.group.point_every
+        };
+        self.next_point = now + every.as_nanos() as u64;
+        let build = if stateless {
+            Build::Stateless
+        } else {
+            // A freeze for a keyed state (one reference count per chunk of
+            // keys); an operator's own `snapshot_state` archives at once,
+            // which may be long: not a stall.
+            self.doing(Doing::Snapshot);
+            let mut chain = self.chain.take().expect("a primary has its chain");
+            let ctx = Rc::clone(&self.ctx);
+            let s = ctx.long(|| self.chain_snapshot(&mut chain));
+            self.chain = Some(chain);
+            match s {
+                Some(StateCapture::Steps(steps)) => Build::Archiving(steps),
+                Some(StateCapture::Bytes(bytes)) => match stage(&self.group, bytes) {
+                    Ok(Some(b)) => b,
+                    Ok(None) => return false,
+                    Err(e) => {
+                        self.fail(e);
+                        return false;
+                    }
+                },
+                None => return false,
+            }
+        };
+        self.pending = Some(Pending {
+            seq: self.seq,
+            pos: self.pos.clone(),
+            align: self.align.clone(),
+            build,
+        });
+        true
+    }
+}
+
+/// The archive, with a slot of its size reserved (`None`: every slot is
+/// busy).
+fn stage(
+    group: &crate::standby::group::Group,
+    bytes: SnapshotBytes,
+) -> Result<Option<Build>, String> {
+    match group.stage_state(bytes.len()) {
+        Ok(Some(staging)) => Ok(Some(Build::Copying(Box::new((bytes, staging))))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!("reserving the snapshot exchange: {e}")),
+    }
+}
+
+/// One slice of building `build` (see the module docs).
+fn build_slice(
+    group: &crate::standby::group::Group,
+    build: &mut Build,
+    seq: u64,
+    clock: &crate::runtime::task::Clock,
+) -> Slice {
+    let until = clock.now() + SLICE;
+    loop {
+        match build {
+            Build::Stateless | Build::Ready(_) => return Slice::Going,
+            Build::Archiving(steps) => match steps.step(STEP_ENTRIES) {
+                Ok(None) => {}
+                Ok(Some(bytes)) => match stage(group, bytes) {
+                    Ok(Some(b)) => *build = b,
+                    Ok(None) => return Slice::Skip,
+                    Err(e) => return Slice::Failed(e),
+                },
+                Err(e) => return Slice::Failed(format!("standby snapshot: {e}")),
+            },
+            Build::Copying(c) => {
+                let (bytes, staging) = &mut **c;
+                let at = bytes.len() - staging.remaining();
+                let end = (at + STEP_BYTES).min(bytes.len());
+                staging.write(&bytes.payload()[at..end]);
+                if staging.remaining() == 0 {
+                    let Build::Copying(c) = std::mem::replace(build, Build::Stateless) else {
+                        unreachable!("matched above")
+                    };
+                    match c.1.finish(seq) {
+                        Some(staged) => *build = Build::Ready(staged),
+                        None => return Slice::Failed("standby snapshot: a short copy".into()),
+                    }
+                }
+            }
+        }
+        if clock.now() >= until {
+            return Slice::Going;
+        }
+    }
+}
