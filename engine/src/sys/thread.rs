@@ -25,14 +25,39 @@ pub fn sample(tid: i32, at: u64) -> Option<ThreadSample> {
     }
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
     let sched = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    parse(&stat, &sched, at)
+    let mut s = parse(&stat, &sched, at)?;
+    if s.cpu != u32::MAX {
+        if let Ok(all) = std::fs::read_to_string("/proc/stat") {
+            s.steal_ns = steal_of(&all, s.cpu).unwrap_or(0);
+        }
+    }
+    Some(s)
+}
+
+/// The steal time of `cpu` in `/proc/stat` (the eighth figure of its
+/// `cpuN` line, in clock ticks of 10 ms), in nanoseconds.
+fn steal_of(proc_stat: &str, cpu: u32) -> Option<u64> {
+    let tag = format!("cpu{cpu}");
+    let line = proc_stat
+        .lines()
+        .find(|l| l.split_ascii_whitespace().next() == Some(tag.as_str()))?;
+    let ticks: u64 = line.split_ascii_whitespace().nth(8)?.parse().ok()?;
+    // USER_HZ is 100 on every Linux architecture's /proc interface.
+    Some(ticks * 10_000_000)
 }
 
 /// Parses the two files (pure, for tests).
 fn parse(stat: &str, sched: &str, at: u64) -> Option<ThreadSample> {
     // "tid (comm) S …": the command may hold spaces and parentheses; the
     // state follows the last ')'.
-    let state = *stat.rsplit_once(')')?.1.trim_start().as_bytes().first()?;
+    let after = stat.rsplit_once(')')?.1;
+    let state = *after.trim_start().as_bytes().first()?;
+    // Field 39 of the whole line ("processor"), 37th after the command.
+    let cpu = after
+        .split_ascii_whitespace()
+        .nth(36)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(u32::MAX);
     let mut f = sched.split_ascii_whitespace();
     let cpu_ns = f.next()?.parse().ok()?;
     let wait_ns = f.next()?.parse().ok()?;
@@ -43,6 +68,8 @@ fn parse(stat: &str, sched: &str, at: u64) -> Option<ThreadSample> {
         cpu_ns,
         wait_ns,
         slices,
+        cpu,
+        steal_ns: 0,
     })
 }
 
@@ -57,8 +84,27 @@ mod tests {
             (s.state, s.cpu_ns, s.wait_ns, s.slices, s.at),
             (b'R', 1000, 250, 7, 9)
         );
+        assert_eq!(s.cpu, u32::MAX, "a short line has no processor field");
+        let long = format!(
+            "42 (w) R {} 3 0",
+            (4..=38)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert_eq!(parse(&long, "1 2 3", 0).unwrap().cpu, 3);
         assert!(parse("garbage", "1 2 3", 0).is_none());
         assert!(parse("1 (x) S", "", 0).is_none());
+    }
+
+    #[test]
+    fn steal_is_read_from_the_cpus_own_line() {
+        let stat =
+            "cpu  9 0 9 9 9 0 9 700 0 0\ncpu0 1 0 1 1 1 0 1 300 0 0\ncpu1 1 0 1 1 1 0 1 400 0 0\n";
+        assert_eq!(steal_of(stat, 1), Some(4_000_000_000));
+        assert_eq!(steal_of(stat, 0), Some(3_000_000_000));
+        assert_eq!(steal_of(stat, 2), None);
+        assert_eq!(steal_of("cpu1 1 2", 1), None);
     }
 
     #[test]
@@ -67,6 +113,7 @@ mod tests {
         if std::path::Path::new("/proc/self/task").exists() {
             let s = s.expect("a sample of a live thread");
             assert_eq!(s.state, b'R', "the sampling thread is running");
+            assert_ne!(s.cpu, u32::MAX, "the CPU it runs on is known");
         }
     }
 }

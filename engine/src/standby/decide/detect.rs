@@ -18,6 +18,12 @@ pub struct ThreadSample {
     pub wait_ns: u64,
     /// Times it was put on a CPU.
     pub slices: u64,
+    /// The CPU it last ran on (`u32::MAX`: unknown).
+    pub cpu: u32,
+    /// Time the host took that CPU from this virtual machine ("steal"),
+    /// as the guest kernel counts it (in 10 ms steps); 0 where there is
+    /// none or it is unknown.
+    pub steal_ns: u64,
 }
 
 /// What a thread did between two samples.
@@ -40,8 +46,15 @@ pub fn activity(a: &ThreadSample, b: &ThreadSample) -> Activity {
     let elapsed = b.at.saturating_sub(a.at).max(1);
     let cpu = b.cpu_ns.saturating_sub(a.cpu_ns);
     let wait = b.wait_ns.saturating_sub(a.wait_ns);
+    // The host ran something else on this virtual CPU meanwhile: the guest
+    // counts that time as the thread's own running, so "busy" proves
+    // nothing (a thread that is really stuck is found busy again in the
+    // next interval without steal).
+    let stolen = a.cpu == b.cpu && a.cpu != u32::MAX && b.steal_ns > a.steal_ns;
     if a.state != b'R' && b.state != b'R' && b.slices == a.slices {
         Activity::Blocked
+    } else if stolen {
+        Activity::Runnable
     } else if b.state == b'R' && 10 * cpu >= 8 * elapsed && 10 * wait < elapsed {
         Activity::Busy
     } else {
@@ -308,6 +321,8 @@ mod tests {
             cpu_ns: cpu,
             wait_ns: 0,
             slices: 0,
+            cpu: 1,
+            steal_ns: 0,
         }
     }
 
@@ -333,6 +348,17 @@ mod tests {
             ..sample(10, b'R', 5)
         };
         assert_eq!(activity(&r, &shared), Activity::Runnable);
+        // Ran all the time by the guest's count, but the host stole its
+        // CPU meanwhile: no proof either. Steal on another CPU than the one
+        // it ran on says nothing.
+        let stolen = ThreadSample {
+            steal_ns: 10_000_000,
+            ..sample(10, b'R', 9)
+        };
+        assert_eq!(activity(&r, &stolen), Activity::Runnable);
+        // Counters of two different CPUs are not comparable.
+        let elsewhere = ThreadSample { cpu: 0, ..stolen };
+        assert_eq!(activity(&r, &elsewhere), Activity::Busy);
     }
 
     const MS: u64 = 1_000_000;
