@@ -71,7 +71,8 @@ fn salt_of(store: &SnapshotStore, m: &Manifest) -> u64 {
     let f = store.restore(m, &m.files[0]).unwrap();
     let a = f.access::<KeyedState<u64, (u64, u64)>>().unwrap();
     let back = KeyedState::from_archived(a).unwrap();
-    back.get(&0).unwrap().1
+    let salt = back.get(&0).unwrap().1;
+    salt
 }
 
 fn flip(path: &Path, offset: u64) {
@@ -119,9 +120,9 @@ where
         KeyedState::<K, S>::from_archived(file.access::<KeyedState<K, S>>().unwrap()).unwrap();
     assert_eq!(back.len(), s.len());
     let mut s = s;
-    for (k, v) in s.iter_mut() {
-        assert_eq!(back.get(k), Some(&*v), "key {k:?}");
-    }
+    s.for_each_mut(|k, v| {
+        assert_eq!(back.get(k).as_deref(), Some(&*v), "key {k:?}");
+    });
 }
 
 proptest! {

@@ -282,7 +282,7 @@ impl<E> Writer<E> for SnapshotBytes {
 /// An archive made a slice at a time (a keyed state's, from its
 /// copy-on-write freeze: [`crate::state`]), so that whoever drives it
 /// decides how long each slice may hold its core.
-pub trait ArchiveSteps: Send {
+pub trait ArchiveSteps {
     /// Archives about `entries` more entries (at least one); the archive
     /// once complete — `Some` exactly once, `None` before and after.
     fn step(&mut self, entries: usize) -> Result<Option<SnapshotBytes>, CheckpointError>;

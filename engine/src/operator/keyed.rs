@@ -104,10 +104,10 @@ where
             let ctx = Rc::clone(&self.ctx);
             ctx.long(|| self.state.grow());
         }
-        let state = self.state.get_or_default(&key);
+        let mut state = self.state.get_or_default(&key);
         let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op)
             .with_envelope(&rec);
-        self.op.process(&key, state, rec, &mut out);
+        self.op.process(&key, &mut state, rec, &mut out);
         self.ctx.leave(prev);
     }
 
@@ -120,15 +120,12 @@ where
         if !self.finished {
             let prev = self.ctx.enter(self.slot.op);
             let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
-            // Placing the keys in insertion order is one pass over the
-            // whole map (a millisecond for a large state) before the first
-            // key ends: a long step, not a stall.
-            let keys = self.ctx.long(|| self.state.iter_mut());
-            for (k, s) in keys {
-                self.op.on_end(k, s, &mut out);
+            let (op, ctx) = (&mut self.op, &self.ctx);
+            self.state.for_each_mut(|k, s| {
+                op.on_end(k, s, &mut out);
                 // Ending many keys takes a while: each is progress.
-                self.ctx.tick();
-            }
+                ctx.tick();
+            });
             self.ctx.leave(prev);
         }
         self.slot.publish(self.seen, self.emitted);

@@ -195,9 +195,7 @@ pub trait Process<I, O>: 'static {
 pub trait KeyedProcess<K, T, O>: 'static {
     /// Per-key state, created with `Default` on a key's first record.
     /// `Clone`: a snapshot freezes the state copy-on-write and the first
-    /// write to a frozen part copies it (see [`crate::state`]); a
-    /// checkpointed state is also `Send + Sync` (it is archived on another
-    /// thread; [`crate::StateSnapshot`]).
+    /// write to a frozen part copies it (see [`crate::state`]).
     type State: Default + Clone + 'static;
     /// Handles one record of `key`.
     fn process(

@@ -9,22 +9,22 @@
 //! on the 2-core reference machine with a warm standby on the paper's keyed
 //! stage at 200 k records/s, both cost the same p99 (1.2–2.8 ms against
 //! 0.15–0.3 ms with no state archived). So the owner archives the state
-//! itself, a slice of entries between its records, from a copy-on-write
-//! freeze ([`super::KeyedState::freeze`]) that the live state goes on from.
+//! itself, a slice of entries between its records, from a freeze
+//! ([`super::KeyedState`]'s module docs) that the live state goes on from.
 //!
 //! The bytes are exactly those of [`super::KeyedState::to_snapshot_bytes`]
-//! (same format, same checked access, same restore). rkyv writes a vector
-//! of entries as (1) every entry's out-of-line parts, in order, (2) the
-//! array of the entries themselves, (3) the root that points at the array.
-//! [`Steps`] makes the same writes in the same order: (1) and (2) a slice
-//! of entries per call, each call with a fresh serializer over the same
-//! output (rkyv's positions are the output's own, so they carry over from
-//! call to call), keeping the entries' resolvers from (1) for (2); each
-//! slice of (2) is checked to start where the previous one ended (one
-//! contiguous array); (3) serializes the frozen state with its table marked
-//! as written, which then writes the root only.
+//! at the freeze (same format, same checked access, same restore). rkyv
+//! writes a vector of entries as (1) every entry's out-of-line parts, in
+//! order, (2) the array of the entries themselves, (3) the root that points
+//! at the array. [`Steps`] makes the same writes in the same order: (1) and
+//! (2) a slice of entries per call, each call with a fresh serializer over
+//! the same output (rkyv's positions are the output's own, so they carry
+//! over from call to call), keeping the entries' resolvers from (1) for
+//! (2); each slice of (2) is checked to start where the previous one ended
+//! (one contiguous array); (3) serializes a stand-in state marked as
+//! written, which then writes the root only.
 
-use super::{BrokenOrder, FrozenState, CHUNK};
+use super::{BrokenOrder, Frozen, KeyedState, Table};
 use crate::checkpoint::format::{ArchiveSteps, SnapshotSerializer};
 use crate::checkpoint::{CheckpointError, SnapshotBytes};
 use rkyv::{
@@ -34,12 +34,17 @@ use rkyv::{
     vec::ArchivedVec,
     Archive, Archived, Place, Serialize,
 };
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::hash::Hash;
+use std::rc::Rc;
 
 /// An archive of a frozen state under way (see the module docs).
 pub(crate) struct Steps<K: Archive, S: Archive> {
-    frozen: FrozenState<K, S>,
+    /// The freeze (`None` once the archive is whole: the freeze is over).
+    frozen: Option<Frozen<K, S>>,
+    /// Entries at the freeze.
+    len: usize,
     /// The output (`None` only inside a call, and once it is handed out).
     out: Option<SnapshotBytes>,
     /// Resolvers of the entries whose parts are written and whose entry is
@@ -57,18 +62,20 @@ enum Phase {
     /// (2) the entries; the array starts at `start` (known after the
     /// first slice).
     Entries { start: Option<usize> },
-    /// (3) the root.
-    Root,
+    /// (3) the root of the array at `start`.
+    Root { start: usize },
     /// Handed out.
     Done,
 }
 
 impl<K: Archive, S: Archive> Steps<K, S> {
-    pub(crate) fn new(frozen: FrozenState<K, S>) -> Self {
-        let entry = std::mem::size_of::<rkyv::collections::util::Entry<Archived<K>, Archived<S>>>();
-        let hint = 64 + frozen.0.map.len * entry;
+    pub(crate) fn new(frozen: Frozen<K, S>) -> Self {
+        let entry = std::mem::size_of::<Entry<Archived<K>, Archived<S>>>();
+        let len = frozen.len;
+        let hint = 64 + len * entry;
         Steps {
-            frozen,
+            frozen: Some(frozen),
+            len,
             out: Some(SnapshotBytes::with_capacity(hint)),
             resolvers: VecDeque::new(),
             phase: Phase::Parts,
@@ -77,8 +84,28 @@ impl<K: Archive, S: Archive> Steps<K, S> {
     }
 }
 
-fn entry<K, S>(chunks: &[std::sync::Arc<Vec<(K, S)>>], i: usize) -> &(K, S) {
-    &chunks[i / CHUNK][i % CHUNK]
+/// The table of `frozen`, borrowed for one slice (an engine bug if it is
+/// borrowed already: an error, not a panic).
+fn borrow<K, S>(
+    frozen: &Option<Frozen<K, S>>,
+) -> Result<(std::cell::Ref<'_, Table<K, S>>, u32), CheckpointError> {
+    let broken = || CheckpointError::Serialize {
+        source: <rancor::Error as rancor::Source>::new(BrokenOrder),
+    };
+    let f = frozen.as_ref().ok_or_else(broken)?;
+    let t = f.table.try_borrow().map_err(|_| broken())?;
+    Ok((t, f.epoch))
+}
+
+/// Entry `i` as the freeze `epoch` of `t` saw it.
+fn entry<K: Hash + Eq, S>(
+    t: &Table<K, S>,
+    epoch: u32,
+    i: usize,
+) -> Result<(&K, &S), rancor::Error> {
+    t.freeze(epoch)
+        .and_then(|f| t.entry_at(i, Some(f)))
+        .ok_or_else(|| <rancor::Error as rancor::Source>::new(BrokenOrder))
 }
 
 /// Runs `f` with a serializer over `out` (a fresh arena and sharing table:
@@ -130,23 +157,21 @@ where
 
 impl<K, S> ArchiveSteps for Steps<K, S>
 where
-    K: Archive + Send + Sync + for<'a> Serialize<SnapshotSerializer<'a>>,
-    S: Archive + Send + Sync + for<'a> Serialize<SnapshotSerializer<'a>>,
-    K::Resolver: Send,
-    S::Resolver: Send,
-    super::KeyedState<K, S>: for<'a> Serialize<SnapshotSerializer<'a>>,
+    K: Archive + Hash + Eq + for<'a> Serialize<SnapshotSerializer<'a>>,
+    S: Archive + for<'a> Serialize<SnapshotSerializer<'a>>,
+    KeyedState<K, S>: for<'a> Serialize<SnapshotSerializer<'a>>,
 {
     fn step(&mut self, entries: usize) -> Result<Option<SnapshotBytes>, CheckpointError> {
-        let len = self.frozen.0.map.len;
+        let len = self.len;
         let entries = entries.max(1);
         match self.phase {
             Phase::Parts => {
                 let end = (self.next + entries).min(len);
-                let (chunks, resolvers, from) =
-                    (&self.frozen.0.map.chunks, &mut self.resolvers, self.next);
+                let (t, epoch) = borrow(&self.frozen)?;
+                let (resolvers, from) = (&mut self.resolvers, self.next);
                 with_serializer(&mut self.out, |ser| {
                     for i in from..end {
-                        let (k, s) = entry(chunks, i);
+                        let (k, s) = entry(&t, epoch, i)?;
                         resolvers.push_back(EntryAdapter::<_, _, K, S>::new(k, s).serialize(ser)?);
                     }
                     Ok(())
@@ -159,18 +184,19 @@ where
             }
             Phase::Entries { start } => {
                 let end = (self.next + entries).min(len);
-                let (chunks, resolvers, next) =
-                    (&self.frozen.0.map.chunks, &mut self.resolvers, self.next);
-                let items: Vec<Presolved<'_, K, S>> = (next..end)
+                let (t, epoch) = borrow(&self.frozen)?;
+                let (resolvers, next) = (&mut self.resolvers, self.next);
+                let items = (next..end)
                     .map(|i| {
-                        let (key, value) = entry(chunks, i);
-                        Presolved {
+                        let (key, value) = entry(&t, epoch, i)?;
+                        Ok(Presolved {
                             key,
                             value,
                             resolver: Cell::new(resolvers.pop_front()),
-                        }
+                        })
                     })
-                    .collect();
+                    .collect::<Result<Vec<Presolved<'_, K, S>>, rancor::Error>>()
+                    .map_err(|source| CheckpointError::Serialize { source })?;
                 let size = std::mem::size_of::<Entry<K::Archived, S::Archived>>();
                 let at = with_serializer(&mut self.out, |ser| {
                     let at = ser.align_for::<Entry<K::Archived, S::Archived>>()?;
@@ -185,27 +211,32 @@ where
                     Ok(at)
                 });
                 drop(items);
+                drop(t);
                 let at = at?;
                 let start = start.unwrap_or(at);
                 self.next = end;
                 self.phase = if end == len {
-                    self.frozen.0.map.presolved = Some(start);
-                    Phase::Root
+                    Phase::Root { start }
                 } else {
                     Phase::Entries { start: Some(start) }
                 };
                 Ok(None)
             }
-            Phase::Root => {
-                let frozen = &self.frozen.0;
+            Phase::Root { start } => {
+                // The freeze is over: the live state saves no more
+                // pre-images.
+                self.frozen = None;
+                let stand_in: KeyedState<K, S> = KeyedState {
+                    map: Rc::new(RefCell::new(Table {
+                        presolved: Some((start, len)),
+                        ..Table::default()
+                    })),
+                };
                 let r = with_serializer(&mut self.out, |ser| {
-                    rkyv::api::serialize_using(frozen, ser).map(|_| ())
+                    rkyv::api::serialize_using(&stand_in, ser).map(|_| ())
                 });
                 self.phase = Phase::Done;
                 r?;
-                // The frozen chunks go back to the live state (no more
-                // copies on its writes).
-                self.frozen.0.map.chunks = Vec::new();
                 Ok(self.out.take())
             }
             Phase::Done => Ok(None),
@@ -282,9 +313,13 @@ mod tests {
             }
         };
         assert_eq!(got.payload(), expect.payload());
-        assert_eq!(s.get(&5), Some(&1_000_005));
+        assert_eq!(s.get(&5).as_deref(), Some(&1_000_005));
         assert_eq!(s.len() as u64, 2_000 + k);
         let back = <KeyedState<u64, u64> as crate::StateSnapshot>::restore(got.payload()).unwrap();
-        assert_eq!((back.len(), back.get(&5)), (2_000, Some(&5)));
+        assert_eq!((back.len(), back.get(&5).as_deref()), (2_000, Some(&5)));
+        assert!(
+            s.map.borrow().freezes.is_empty(),
+            "the freeze ended with its archive"
+        );
     }
 }

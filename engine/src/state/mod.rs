@@ -14,34 +14,40 @@
 //! was taken from; a standby that replays the primary's input after
 //! restoring must emit the same outputs in the same order (the consumers
 //! drop what they already have by counting), so the order has to survive a
-//! snapshot. The entries themselves live in insertion order, in chunks of
-//! [`CHUNK`]; a hash index maps each key to its insertion number (one probe
-//! per record, then one array access). Keys are never removed.
+//! snapshot. Each entry of the hash map carries its insertion number beside
+//! its state (one probe per record, the state in the same bucket), and the
+//! keys are also kept in insertion order; keys are never removed.
 //!
 //! ## Snapshots off the data path
 //!
 //! A snapshot must not stop the core that owns the state: archiving a
 //! large state takes milliseconds, and every record queued behind it waits
-//! that long. So the chunks are shared copy-on-write (`Arc`):
-//! [`KeyedState::freeze`] takes the state as it is in O(keys / [`CHUNK`])
-//! (one reference count per chunk, no entry copied), and the frozen copy is
-//! archived a slice at a time ([`StateSnapshot::capture`], `archive.rs`)
-//! by the worker that owns the state, between its records — not by a
-//! thread of its own, which would take the core from a pinned worker for
-//! as long. Meanwhile the live state goes on, and the first write to a
-//! chunk the frozen copy still holds copies that chunk once (`CHUNK`
-//! clones, a few microseconds). Hence the bounds on [`StateSnapshot`]:
-//! keys and states are `Clone`, and `Send` and `Sync` (a capture is a
-//! value that may cross threads, though the engine archives it on the
-//! owner's).
+//! that long. So a snapshot is a **freeze** ([`StateSnapshot::capture`]),
+//! O(1): it notes the number of keys and an epoch, and from then on the
+//! first write to an entry that existed at the freeze saves the entry's
+//! state as it was (its *pre-image*) in the freeze's undo log — one
+//! comparison in the bucket the record touches anyway, and a clone of one
+//! state the first time. The frozen state is then archived a slice at a
+//! time (`archive.rs`) by the worker that owns the state, between its
+//! records: each entry below the frozen count, in insertion order, from
+//! its pre-image if it has one, else from the live map. Not by a thread of
+//! its own, which would take the core from a pinned worker for as long.
+//! When the archive is whole the freeze ends and its undo log is dropped.
+//! The state lives behind an `Rc<RefCell<…>>` shared with the archive
+//! under way (never across threads: a keyed state is not `Send`); it is
+//! borrowed for one record or one slice at a time.
+//!
+//! (An earlier layout kept the entries in copy-on-write chunks behind a
+//! separate key → number index: two cache misses per record instead of
+//! one, which cost the paper pipeline ~17 % of its throughput.)
 //!
 //! [`KeyedState::to_snapshot_bytes`] archives the state with rkyv as a
-//! vector of `(key, state)` entries in insertion order — linear passes, no
-//! sorting, no hash index to build. The archive is [`ArchivedKeyedState`];
-//! looking a key up in it is a linear scan, so restoring rebuilds the state
-//! with [`KeyedState::from_archived`]. The same state always produces the
-//! same bytes. (The archived layout is the one earlier builds wrote for a
-//! hash map's entries, so their snapshots still restore.)
+//! vector of `(key, state)` entries in insertion order. The archive is
+//! [`ArchivedKeyedState`]; looking a key up in it is a linear scan, so
+//! restoring rebuilds the state with [`KeyedState::from_archived`]. The
+//! same state always produces the same bytes, whole or in slices. (The
+//! archived layout is the one earlier builds wrote for a hash map's
+//! entries, so their snapshots still restore.)
 
 use rkyv::{
     api::high::HighDeserializer,
@@ -53,102 +59,176 @@ use rkyv::{
     Archive, Archived, Deserialize, Place, Serialize,
 };
 use rustc_hash::FxHashMap;
+use std::cell::{Ref, RefCell, RefMut};
 use std::hash::Hash;
-use std::sync::Arc;
+use std::rc::Rc;
 
 use crate::checkpoint::{self, CheckpointError, SnapshotBytes, StateCapture};
 
 mod archive;
-
-/// Entries per copy-on-write chunk: what the first write to a chunk after
-/// a [`KeyedState::freeze`] copies.
-pub const CHUNK: usize = 256;
 
 /// One value of type `S` per key, iterated in insertion order (see the
 /// module docs).
 #[derive(Archive, Serialize, Deserialize)]
 pub struct KeyedState<K, S> {
     #[rkyv(with = InsertionOrder)]
-    map: Table<K, S>,
+    map: Rc<RefCell<Table<K, S>>>,
 }
 
-/// The entries in insertion order, in shared chunks, and the index from a
-/// key to its insertion number. A frozen copy has chunks but no index.
+/// The entries, their keys in insertion order, and the freezes under way.
 pub struct Table<K, S> {
-    index: FxHashMap<K, usize>,
-    chunks: Vec<Arc<Vec<(K, S)>>>,
+    map: FxHashMap<K, Slot<S>>,
+    /// Every key, by insertion number.
+    order: Vec<K>,
+    /// Freezes whose archive is under way, oldest first.
+    freezes: Vec<Freeze<S>>,
+    /// The epoch the next freeze gets (1, 2, …).
+    next_epoch: u32,
+    /// Set only on the stand-in an archive made in slices writes its root
+    /// from: where its entries stand in the output, and how many.
+    presolved: Option<(usize, usize)>,
+}
+
+/// A key's state, its insertion number, and the newest freeze its
+/// pre-image was saved for (0: none).
+pub struct Slot<S> {
+    seq: u32,
+    touched: u32,
+    state: S,
+}
+
+/// One freeze under way: the entries below `len` as they were at it.
+struct Freeze<S> {
+    epoch: u32,
     len: usize,
-    /// Where the archived entries already stand in the output (set only on
-    /// a frozen copy whose entries [`archive::Steps`] wrote): serializing
-    /// the table then writes nothing more.
-    presolved: Option<usize>,
+    /// Pre-images of the entries written since, by insertion number.
+    undo: FxHashMap<u32, S>,
+}
+
+impl<K, S> Default for Table<K, S> {
+    fn default() -> Self {
+        Table {
+            map: FxHashMap::default(),
+            order: Vec::new(),
+            freezes: Vec::new(),
+            next_epoch: 1,
+            presolved: None,
+        }
+    }
 }
 
 impl<K, S> Default for KeyedState<K, S> {
     fn default() -> Self {
         KeyedState {
-            map: Table {
-                index: FxHashMap::default(),
-                chunks: Vec::new(),
-                len: 0,
-                presolved: None,
-            },
+            map: Rc::new(RefCell::new(Table::default())),
         }
     }
 }
 
-impl<K, S> Table<K, S> {
-    fn entries(&self) -> impl Iterator<Item = &(K, S)> {
-        self.chunks.iter().flat_map(|c| c.iter())
+impl<K: Hash + Eq, S> Table<K, S> {
+    /// Entry `i` (by insertion number) as freeze `f` saw it, or as it is
+    /// now (`f` = `None`).
+    fn entry_at<'a>(&'a self, i: usize, f: Option<&'a Freeze<S>>) -> Option<(&'a K, &'a S)> {
+        let key = self.order.get(i)?;
+        let pre = f.and_then(|f| f.undo.get(&(i as u32)));
+        let state = match pre {
+            Some(s) => s,
+            None => &self.map.get(key)?.state,
+        };
+        Some((key, state))
     }
+
+    fn freeze(&self, epoch: u32) -> Option<&Freeze<S>> {
+        self.freezes.iter().find(|f| f.epoch == epoch)
+    }
+}
+
+/// Before a write to `slot`: saves its pre-image for every freeze under
+/// way that has none of it yet and that it existed at.
+#[inline]
+fn touch<S: Clone>(freezes: &mut [Freeze<S>], slot: &mut Slot<S>) {
+    let Some(newest) = freezes.last().map(|f| f.epoch) else {
+        return;
+    };
+    if slot.touched >= newest {
+        return;
+    }
+    for f in freezes.iter_mut() {
+        // Not written since this freeze (else `touched` would be at least
+        // its epoch): its state now is its state then.
+        if f.epoch > slot.touched && (slot.seq as usize) < f.len {
+            f.undo.insert(slot.seq, slot.state.clone());
+        }
+    }
+    slot.touched = newest;
 }
 
 /// rkyv wrapper: the table archived as the vector of its `(key, state)`
 /// entries in insertion order, and rebuilt by inserting them in that order.
 pub struct InsertionOrder;
 
-impl<K: Archive, V: Archive> ArchiveWith<Table<K, V>> for InsertionOrder {
+impl<K: Archive, V: Archive> ArchiveWith<Rc<RefCell<Table<K, V>>>> for InsertionOrder {
     type Archived = ArchivedVec<Entry<K::Archived, V::Archived>>;
     type Resolver = VecResolver;
 
-    fn resolve_with(field: &Table<K, V>, resolver: VecResolver, out: Place<Self::Archived>) {
-        ArchivedVec::resolve_from_len(field.len, resolver, out);
+    fn resolve_with(
+        field: &Rc<RefCell<Table<K, V>>>,
+        resolver: VecResolver,
+        out: Place<Self::Archived>,
+    ) {
+        // Serializing borrowed the table already (and failed if it could
+        // not); nothing writes it between the two calls.
+        let len = field
+            .try_borrow()
+            .map_or(0, |t| t.presolved.map_or(t.order.len(), |(_, len)| len));
+        ArchivedVec::resolve_from_len(len, resolver, out);
     }
 }
 
-impl<K, V, S> SerializeWith<Table<K, V>, S> for InsertionOrder
+impl<K, V, S> SerializeWith<Rc<RefCell<Table<K, V>>>, S> for InsertionOrder
 where
-    K: Serialize<S>,
+    K: Serialize<S> + Hash + Eq,
     V: Serialize<S>,
     S: Fallible + Allocator + Writer + ?Sized,
     S::Error: rancor::Source,
 {
-    fn serialize_with(field: &Table<K, V>, serializer: &mut S) -> Result<VecResolver, S::Error> {
-        if let Some(pos) = field.presolved {
+    fn serialize_with(
+        field: &Rc<RefCell<Table<K, V>>>,
+        serializer: &mut S,
+    ) -> Result<VecResolver, S::Error> {
+        let t = field
+            .try_borrow()
+            .map_err(|_| <S::Error as rancor::Source>::new(BrokenOrder))?;
+        if let Some((pos, _)) = t.presolved {
             return Ok(VecResolver::from_pos(pos));
         }
         // rkyv walks the entries twice (their out-of-line parts, then the
         // entries): an exact-size, cloneable iterator.
-        let order: Vec<&(K, V)> = field.entries().collect();
-        if order.len() != field.len {
+        let entries: Vec<(&K, &V)> = (0..t.order.len())
+            .map_while(|i| t.entry_at(i, None))
+            .collect();
+        if entries.len() != t.order.len() || t.order.len() != t.map.len() {
             return Err(<S::Error as rancor::Source>::new(BrokenOrder));
         }
         ArchivedVec::serialize_from_iter(
-            order
+            entries
                 .iter()
-                .map(|(key, value)| EntryAdapter::<_, _, K, V>::new(key, value)),
+                .map(|(key, value)| EntryAdapter::<_, _, K, V>::new(*key, *value)),
             serializer,
         )
     }
 }
 
-/// The chunks of a keyed state do not hold its length in entries (an
-/// engine bug): its snapshot is refused rather than written short.
+/// The keys and entries of a keyed state disagree (an engine bug), or its
+/// table is in use: its snapshot is refused rather than written wrong.
 #[derive(Debug, thiserror::Error)]
-#[error("keyed state: the entries do not match the state's length")]
+#[error(
+    "keyed state: the entries do not match the keys in insertion order, or the state is in use"
+)]
 struct BrokenOrder;
 
-impl<K, V, D> DeserializeWith<ArchivedVec<Entry<K::Archived, V::Archived>>, Table<K, V>, D>
+impl<K, V, D>
+    DeserializeWith<ArchivedVec<Entry<K::Archived, V::Archived>>, Rc<RefCell<Table<K, V>>>, D>
     for InsertionOrder
 where
     K: Archive + Hash + Eq + Clone,
@@ -156,122 +236,170 @@ where
     K::Archived: Deserialize<K, D>,
     V::Archived: Deserialize<V, D>,
     D: Fallible + ?Sized,
+    D::Error: rancor::Source,
 {
     fn deserialize_with(
         field: &ArchivedVec<Entry<K::Archived, V::Archived>>,
         deserializer: &mut D,
-    ) -> Result<Table<K, V>, D::Error> {
-        let mut index = FxHashMap::with_capacity_and_hasher(field.len(), rustc_hash::FxBuildHasher);
-        let mut chunks = Vec::with_capacity(field.len().div_ceil(CHUNK));
-        let mut chunk = Vec::with_capacity(CHUNK);
+    ) -> Result<Rc<RefCell<Table<K, V>>>, D::Error> {
+        let n = field.len();
+        let mut t = Table {
+            map: FxHashMap::with_capacity_and_hasher(n, rustc_hash::FxBuildHasher),
+            order: Vec::with_capacity(n),
+            ..Table::default()
+        };
         for (i, e) in field.iter().enumerate() {
             let key: K = e.key.deserialize(deserializer)?;
-            index.insert(key.clone(), i);
-            chunk.push((key, e.value.deserialize(deserializer)?));
-            if chunk.len() == CHUNK {
-                chunks.push(Arc::new(std::mem::replace(
-                    &mut chunk,
-                    Vec::with_capacity(CHUNK),
-                )));
+            let seq =
+                u32::try_from(i).map_err(|_| <D::Error as rancor::Source>::new(BrokenOrder))?;
+            let slot = Slot {
+                seq,
+                touched: 0,
+                state: e.value.deserialize(deserializer)?,
+            };
+            if t.map.insert(key.clone(), slot).is_some() {
+                // The same key twice: not an archive this engine wrote.
+                return Err(<D::Error as rancor::Source>::new(BrokenOrder));
             }
+            t.order.push(key);
         }
-        if !chunk.is_empty() {
-            chunks.push(Arc::new(chunk));
-        }
-        Ok(Table {
-            len: field.len(),
-            index,
-            chunks,
-            presolved: None,
-        })
+        Ok(Rc::new(RefCell::new(t)))
     }
 }
 
 impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// The state of `key`, created with `S::default()` on first use.
+    ///
+    /// # Panics
+    ///
+    /// With more than 2³² keys in one instance, and if the state is
+    /// borrowed already (an engine bug: it is borrowed for one record or
+    /// one archive slice at a time).
     #[inline]
-    pub fn get_or_default(&mut self, key: &K) -> &mut S {
-        let t = &mut self.map;
-        let n = match t.index.get(key) {
-            Some(&n) => n,
-            None => {
-                let n = t.len;
-                t.index.insert(key.clone(), n);
-                if n.is_multiple_of(CHUNK) {
-                    t.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+    pub fn get_or_default(&mut self, key: &K) -> RefMut<'_, S> {
+        RefMut::map(self.map.borrow_mut(), |t| {
+            let Table {
+                map,
+                order,
+                freezes,
+                ..
+            } = t;
+            // One hash and one probe; keys are small (cloning is a copy).
+            let slot = map.entry(key.clone()).or_insert_with(|| {
+                let seq = u32::try_from(order.len()).expect("at most 2^32 keys per keyed state");
+                order.push(key.clone());
+                Slot {
+                    seq,
+                    touched: 0,
+                    state: S::default(),
                 }
-                let last = t.chunks.last_mut().expect("a chunk with room");
-                Arc::make_mut(last).push((key.clone(), S::default()));
-                t.len += 1;
-                n
-            }
-        };
-        // Copies the chunk only if a frozen copy still holds it.
-        &mut Arc::make_mut(&mut t.chunks[n / CHUNK])[n % CHUNK].1
+            });
+            touch(freezes, slot);
+            &mut slot.state
+        })
     }
 
-    /// Every key and its state, in insertion order.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
-        self.map
-            .chunks
-            .iter_mut()
-            .flat_map(|c| Arc::make_mut(c).iter_mut().map(|(k, s)| (&*k, s)))
+    /// Calls `f` with every key and its state, in insertion order.
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut S)) {
+        let mut t = self.map.borrow_mut();
+        let Table {
+            map,
+            order,
+            freezes,
+            ..
+        } = &mut *t;
+        for key in order.iter() {
+            if let Some(slot) = map.get_mut(key) {
+                touch(freezes, slot);
+                f(key, &mut slot.state);
+            }
+        }
     }
 }
 
 impl<K, S> KeyedState<K, S> {
-    /// The state of `key`, if it has any.
-    pub fn get(&self, key: &K) -> Option<&S>
+    /// The state of `key`, if it has one.
+    pub fn get(&self, key: &K) -> Option<Ref<'_, S>>
     where
         K: Hash + Eq,
     {
-        let n = *self.map.index.get(key)?;
-        self.map.chunks.get(n / CHUNK)?.get(n % CHUNK).map(|e| &e.1)
+        Ref::filter_map(self.map.borrow(), |t| t.map.get(key).map(|s| &s.state)).ok()
     }
 
-    /// Whether inserting one more key would grow (rehash) the index — a
+    /// Whether inserting one more key would grow (rehash) the map — a
     /// pause of milliseconds for a large state.
     #[inline]
     pub fn full(&self) -> bool {
-        self.map.index.len() == self.map.index.capacity()
+        let t = self.map.borrow();
+        t.map.len() == t.map.capacity()
     }
 
-    /// Grows the index ahead of an insert (doubling it).
+    /// Grows the map ahead of an insert (doubling it).
     pub fn grow(&mut self)
     where
         K: Hash + Eq,
     {
-        self.map.index.reserve(self.map.len.max(16));
+        let mut t = self.map.borrow_mut();
+        let n = t.map.len().max(16);
+        t.map.reserve(n);
+        t.order.reserve(n);
     }
 
     /// Number of keys with state.
     pub fn len(&self) -> usize {
-        self.map.len
+        self.map.borrow().order.len()
     }
 
     /// Whether no key has state.
     pub fn is_empty(&self) -> bool {
-        self.map.len == 0
+        self.len() == 0
     }
 
-    /// The state as it is now, for archiving elsewhere, in O(keys /
-    /// [`CHUNK`]): the copy shares every chunk (see the module docs). It
-    /// has no index: it can be archived, not looked into.
-    pub fn freeze(&self) -> FrozenState<K, S> {
-        FrozenState(KeyedState {
-            map: Table {
-                index: FxHashMap::default(),
-                chunks: self.map.chunks.clone(),
-                len: self.map.len,
-                presolved: None,
-            },
-        })
+    /// Freezes the state as it is now, in O(1) (see the module docs): until
+    /// the returned handle is dropped, the first write to an entry saves its
+    /// pre-image for it.
+    fn freeze(&self) -> Frozen<K, S> {
+        let mut t = self.map.borrow_mut();
+        if t.next_epoch == u32::MAX && t.freezes.is_empty() {
+            // Once in 4 G freezes: numbering starts again.
+            t.map.values_mut().for_each(|s| s.touched = 0);
+            t.next_epoch = 1;
+        }
+        let epoch = t.next_epoch;
+        t.next_epoch = t.next_epoch.saturating_add(1);
+        let len = t.order.len();
+        t.freezes.push(Freeze {
+            epoch,
+            len,
+            undo: FxHashMap::default(),
+        });
+        Frozen {
+            table: Rc::clone(&self.map),
+            epoch,
+            len,
+        }
     }
 }
 
-/// A keyed state as [`KeyedState::freeze`] took it: archived a slice at a
-/// time ([`StateSnapshot::capture`]) while the live state goes on.
-pub struct FrozenState<K, S>(KeyedState<K, S>);
+/// A freeze of a keyed state under way ([`KeyedState::freeze`]); dropping
+/// it ends the freeze.
+pub(crate) struct Frozen<K, S> {
+    table: Rc<RefCell<Table<K, S>>>,
+    epoch: u32,
+    len: usize,
+}
+
+impl<K, S> Drop for Frozen<K, S> {
+    fn drop(&mut self) {
+        // Never borrowed while a handle drops (one record or one slice at a
+        // time, on one thread); if it were, the freeze would only live on
+        // and keep saving pre-images.
+        if let Ok(mut t) = self.table.try_borrow_mut() {
+            let epoch = self.epoch;
+            t.freezes.retain(|f| f.epoch != epoch);
+        }
+    }
+}
 
 impl<K: Archive, S: Archive> KeyedState<K, S> {
     /// Archives every key and its state into a snapshot payload (entries in
@@ -281,7 +409,7 @@ impl<K: Archive, S: Archive> KeyedState<K, S> {
         Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     {
         let entry = std::mem::size_of::<rkyv::collections::util::Entry<Archived<K>, Archived<S>>>();
-        checkpoint::serialize(self, 64 + self.map.len * entry)
+        checkpoint::serialize(self, 64 + self.len() * entry)
     }
 
     /// Rebuilds the state from its archive.
@@ -298,9 +426,9 @@ impl<K: Archive, S: Archive> KeyedState<K, S> {
 /// State the engine can checkpoint and restore: implemented for every
 /// [`KeyedState`] whose key and value types rkyv can archive, validate and
 /// deserialize (integers, strings, tuples, `Option`, `Vec`, and types that
-/// derive `rkyv::Archive, Serialize, Deserialize`) and that are `Clone +
-/// Send + Sync`, so that a snapshot is archived on another thread while the
-/// state goes on (see the module docs).
+/// derive `rkyv::Archive, Serialize, Deserialize`) and that are `Clone`
+/// (a snapshot keeps the pre-images of the entries written while it is
+/// archived; see the module docs).
 pub trait StateSnapshot: Sized + 'static {
     /// Archives the state (see [`KeyedState::to_snapshot_bytes`]).
     fn snapshot(&self) -> Result<SnapshotBytes, CheckpointError>;
@@ -316,12 +444,10 @@ pub trait StateSnapshot: Sized + 'static {
 
 impl<K, S> StateSnapshot for KeyedState<K, S>
 where
-    K: Archive + Hash + Eq + Clone + Send + Sync + 'static,
-    S: Archive + Clone + Send + Sync + 'static,
+    K: Archive + Hash + Eq + Clone + 'static,
+    S: Archive + Clone + 'static,
     K: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     S: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
-    K::Resolver: Send,
-    S::Resolver: Send,
     Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     <Self as Archive>::Archived: Deserialize<Self, HighDeserializer<rancor::Error>>
         + rkyv::Portable
@@ -375,8 +501,9 @@ mod tests {
         *s.get_or_default(&1) += 5;
         *s.get_or_default(&1) += 2;
         *s.get_or_default(&2) += 1;
-        assert_eq!(s.get(&1), Some(&7));
-        assert_eq!(s.get(&2), Some(&1));
+        assert_eq!(s.get(&1).as_deref(), Some(&7));
+        assert_eq!(s.get(&2).as_deref(), Some(&1));
+        assert_eq!(s.get(&3).as_deref(), None);
         assert_eq!(s.len(), 2);
     }
 
@@ -393,7 +520,7 @@ mod tests {
         assert_eq!(archived.len(), 100);
         let back = KeyedState::<String, (u64, u64)>::from_archived(archived).unwrap();
         assert_eq!(back.len(), 100);
-        assert_eq!(back.get(&"k7".to_string()), Some(&(7, 49)));
+        assert_eq!(back.get(&"k7".to_string()).as_deref(), Some(&(7, 49)));
     }
 
     #[test]
@@ -405,7 +532,8 @@ mod tests {
         for (i, k) in keys.iter().enumerate() {
             *s.get_or_default(k) = i as u64;
         }
-        let order: Vec<u64> = s.iter_mut().map(|(k, _)| *k).collect();
+        let mut order = Vec::new();
+        s.for_each_mut(|k, _| order.push(*k));
         assert_eq!(order, keys);
         let restored = <KeyedState<u64, u64> as StateSnapshot>::restore(
             StateSnapshot::snapshot(&s).unwrap().payload(),
@@ -414,8 +542,52 @@ mod tests {
         let mut restored = restored;
         *restored.get_or_default(&u64::MAX) = 1;
         *s.get_or_default(&u64::MAX) = 1;
-        let a: Vec<(u64, u64)> = s.iter_mut().map(|(k, v)| (*k, *v)).collect();
-        let b: Vec<(u64, u64)> = restored.iter_mut().map(|(k, v)| (*k, *v)).collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        s.for_each_mut(|k, v| a.push((*k, *v)));
+        restored.for_each_mut(|k, v| b.push((*k, *v)));
         assert_eq!(a, b, "a restored state iterates as the live one");
+    }
+
+    /// The entries below a freeze's count as that freeze saw them.
+    fn frozen_view(s: &KeyedState<u64, u64>, f: &Frozen<u64, u64>) -> Vec<(u64, u64)> {
+        let t = s.map.borrow();
+        let fr = t.freeze(f.epoch).expect("under way");
+        (0..f.len)
+            .map(|i| {
+                let (k, v) = t.entry_at(i, Some(fr)).unwrap();
+                (*k, *v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn overlapping_freezes_each_see_the_state_as_it_was_at_them() {
+        let mut s: KeyedState<u64, u64> = KeyedState::default();
+        for k in 0..100 {
+            *s.get_or_default(&k) = k;
+        }
+        let at_a: Vec<(u64, u64)> = (0..100).map(|k| (k, k)).collect();
+        let a = s.freeze();
+        for k in (0..100).step_by(3) {
+            *s.get_or_default(&k) += 1_000;
+        }
+        *s.get_or_default(&500) = 5;
+        let mut at_b = Vec::new();
+        s.for_each_mut(|k, v| at_b.push((*k, *v)));
+        let b = s.freeze();
+        for k in 0..101 {
+            *s.get_or_default(&k) += 7;
+        }
+        s.for_each_mut(|_, v| *v += 1);
+        assert_eq!(frozen_view(&s, &a), at_a);
+        assert_eq!(frozen_view(&s, &b), at_b);
+        // Ending a freeze keeps the other; once none is under way, writes
+        // save nothing.
+        drop(a);
+        assert_eq!(frozen_view(&s, &b), at_b);
+        drop(b);
+        *s.get_or_default(&1) += 1;
+        assert!(s.map.borrow().freezes.is_empty());
+        assert_eq!(s.get(&1).as_deref(), Some(&(1 + 7 + 1 + 1)));
     }
 }
