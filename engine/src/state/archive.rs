@@ -53,6 +53,9 @@ pub(crate) struct Steps<K: Archive, S: Archive> {
     phase: Phase,
     /// The next entry of the phase.
     next: usize,
+    /// Keys and states have zero-sized resolvers (no out-of-line parts):
+    /// phase (1) is skipped.
+    inline: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -80,6 +83,8 @@ impl<K: Archive, S: Archive> Steps<K, S> {
             resolvers: VecDeque::new(),
             phase: Phase::Parts,
             next: 0,
+            inline: std::mem::size_of::<K::Resolver>() == 0
+                && std::mem::size_of::<S::Resolver>() == 0,
         }
     }
 }
@@ -127,11 +132,15 @@ fn with_serializer<R>(
 }
 
 /// An entry whose parts are written: serializing it hands back their
-/// resolver (writing nothing), resolving it writes the entry.
+/// resolver (writing nothing), resolving it writes the entry. Without a
+/// resolver kept (`inline`: types whose resolvers are zero-sized, which
+/// have no out-of-line parts to point at) it serializes itself then — and
+/// writes nothing either, which the caller checks.
 struct Presolved<'a, K: Archive, S: Archive> {
     key: &'a K,
     value: &'a S,
     resolver: Cell<Option<EntryResolver<K::Resolver, S::Resolver>>>,
+    inline: bool,
 }
 
 impl<K: Archive, S: Archive> Archive for Presolved<'_, K, S> {
@@ -143,12 +152,17 @@ impl<K: Archive, S: Archive> Archive for Presolved<'_, K, S> {
     }
 }
 
-impl<K: Archive, S: Archive, D> Serialize<D> for Presolved<'_, K, S>
+impl<K, S, D> Serialize<D> for Presolved<'_, K, S>
 where
+    K: Archive + Serialize<D>,
+    S: Archive + Serialize<D>,
     D: Fallible + ?Sized,
     D::Error: rancor::Source,
 {
-    fn serialize(&self, _: &mut D) -> Result<Self::Resolver, D::Error> {
+    fn serialize(&self, d: &mut D) -> Result<Self::Resolver, D::Error> {
+        if self.inline {
+            return EntryAdapter::<_, _, K, S>::new(self.key, self.value).serialize(d);
+        }
         self.resolver
             .take()
             .ok_or_else(|| <D::Error as rancor::Source>::new(BrokenOrder))
@@ -165,6 +179,11 @@ where
         let len = self.len;
         let entries = entries.max(1);
         match self.phase {
+            Phase::Parts if self.inline => {
+                // Nothing to write before the entries: straight to them.
+                (self.phase, self.next) = (Phase::Entries { start: None }, 0);
+                self.step(entries)
+            }
             Phase::Parts => {
                 let end = (self.next + entries).min(len);
                 let (t, epoch) = borrow(&self.frozen)?;
@@ -185,14 +204,15 @@ where
             Phase::Entries { start } => {
                 let end = (self.next + entries).min(len);
                 let (t, epoch) = borrow(&self.frozen)?;
-                let (resolvers, next) = (&mut self.resolvers, self.next);
+                let (resolvers, next, inline) = (&mut self.resolvers, self.next, self.inline);
                 let items = (next..end)
                     .map(|i| {
                         let (key, value) = entry(&t, epoch, i)?;
                         Ok(Presolved {
                             key,
                             value,
-                            resolver: Cell::new(resolvers.pop_front()),
+                            resolver: Cell::new(if inline { None } else { resolvers.pop_front() }),
+                            inline,
                         })
                     })
                     .collect::<Result<Vec<Presolved<'_, K, S>>, rancor::Error>>()
@@ -208,6 +228,10 @@ where
                         _,
                         _,
                     >(items.iter(), ser)?;
+                    // One contiguous array: nothing but the entries written.
+                    if rkyv::ser::Positional::pos(ser) != at + (end - next) * size {
+                        return Err(<rancor::Error as rancor::Source>::new(BrokenOrder));
+                    }
                     Ok(at)
                 });
                 drop(items);
