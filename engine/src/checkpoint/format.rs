@@ -279,8 +279,8 @@ impl<E> Writer<E> for SnapshotBytes {
     }
 }
 
-/// An archive made a slice at a time (a keyed state's, from its
-/// copy-on-write freeze: [`crate::state`]), so that whoever drives it
+/// An archive made a slice at a time (a keyed state's, from its freeze:
+/// [`crate::state`]), so that whoever drives it
 /// decides how long each slice may hold its core.
 pub trait ArchiveSteps {
     /// Archives about `entries` more entries (at least one); the archive
@@ -311,6 +311,12 @@ impl StateCapture {
                 }
             },
         }
+    }
+}
+
+impl From<SnapshotBytes> for StateCapture {
+    fn from(b: SnapshotBytes) -> Self {
+        StateCapture::Bytes(b)
     }
 }
 

@@ -84,13 +84,9 @@ impl<A, B, O, P: CoProcess<A, B, O>> Core<A, B, O, P> {
         let state = self.op.snapshot_state();
         self.ctx.leave(prev);
         match state {
-            Ok(state) => self.ctx.ack(
-                self.slot.op,
-                id,
-                state.map(crate::checkpoint::StateCapture::Bytes),
-                None,
-                None,
-            ),
+            Ok(state) => self
+                .ctx
+                .ack(self.slot.op, id, state.map(Into::into), None, None),
             Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
         }
         self.down.barrier(id);

@@ -149,9 +149,9 @@ where
             self.down.barrier(id);
             return;
         }
-        // The synchronous part of the checkpoint: freezing the state (one
-        // reference count per chunk of keys); this worker archives the
-        // frozen copy between its polls and acknowledges then
+        // The synchronous part of the checkpoint: freezing the state (it
+        // notes the key count and an epoch); this worker archives the
+        // frozen view between its polls and acknowledges then
         // (`runtime::background`), the snapshot I/O thread writes it.
         match (self.codec.capture)(&self.state) {
             Ok(state) => self.ctx.ack(self.slot.op, id, Some(state), None, None),

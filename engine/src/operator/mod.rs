@@ -194,8 +194,8 @@ pub trait Process<I, O>: 'static {
 /// ```
 pub trait KeyedProcess<K, T, O>: 'static {
     /// Per-key state, created with `Default` on a key's first record.
-    /// `Clone`: a snapshot freezes the state copy-on-write and the first
-    /// write to a frozen part copies it (see [`crate::state`]).
+    /// `Clone`: while a snapshot of the state is archived, the first write
+    /// to a key keeps a copy of its old state (see [`crate::state`]).
     type State: Default + Clone + 'static;
     /// Handles one record of `key`.
     fn process(

@@ -85,7 +85,7 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         let prev = self.ctx.enter(self.slot.op);
         let state = self.op.snapshot_state();
         self.ctx.leave(prev);
-        state.map(|s| s.map(crate::checkpoint::StateCapture::Bytes))
+        state.map(|s| s.map(Into::into))
     }
 
     fn barrier(&mut self, id: u64) {
@@ -98,13 +98,9 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         let state = self.ctx.long(|| op.snapshot_state());
         self.ctx.leave(prev);
         match state {
-            Ok(state) => self.ctx.ack(
-                self.slot.op,
-                id,
-                state.map(crate::checkpoint::StateCapture::Bytes),
-                None,
-                None,
-            ),
+            Ok(state) => self
+                .ctx
+                .ack(self.slot.op, id, state.map(Into::into), None, None),
             Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
         }
         self.down.barrier(id);

@@ -2,8 +2,8 @@
 //! checkpoint barrier, a slice per turn of the worker's loop, and sending
 //! each acknowledgement once its archive is whole.
 //!
-//! A keyed operator at a barrier only freezes its state (copy-on-write,
-//! [`crate::state`]) and goes on; archiving it takes milliseconds for a
+//! A keyed operator at a barrier only freezes its state
+//! ([`crate::state`]) and goes on; archiving it takes milliseconds for a
 //! large state, and done at the barrier — or on a thread of its own, which
 //! takes a core from one of the pinned workers for as long — every record
 //! behind it waits that long. So the archive is made here, on the

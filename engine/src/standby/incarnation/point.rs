@@ -5,7 +5,7 @@
 //! Building a point of a stateful chain means archiving its state and
 //! copying the archive into the group's snapshot exchange — milliseconds
 //! for a large keyed state. None of it may stop the primary's core for
-//! long: the state is frozen copy-on-write at the point (microseconds),
+//! long: the state is frozen at the point (a count and an epoch),
 //! then archived ([`ArchiveSteps`]) and copied ([`Staging`]) in slices of
 //! about [`SLICE`] of the primary's polls, with its records in between.
 //! The point stands for the chain as it was at the freeze, whatever the
@@ -132,8 +132,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         let build = if stateless {
             Build::Stateless
         } else {
-            // A freeze for a keyed state (one reference count per chunk of
-            // keys); an operator's own `snapshot_state` archives at once,
+            // A freeze for a keyed state (a count and an epoch); an
+            // operator's own `snapshot_state` archives at once,
             // which may be long: not a stall.
             self.doing(Doing::Snapshot);
             let mut chain = self.chain.take().expect("a primary has its chain");
