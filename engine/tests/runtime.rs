@@ -302,6 +302,85 @@ fn connect_gating(chaining: Chaining) {
     );
 }
 
+/// Side source that is pending for its first `ms` milliseconds, then sends
+/// one offset.
+struct SlowSide {
+    start: Option<std::time::Instant>,
+    ms: u64,
+    sent: bool,
+}
+impl Source<u64> for SlowSide {
+    fn poll_next(&mut self) -> SourcePoll<u64> {
+        let start = *self.start.get_or_insert_with(std::time::Instant::now);
+        if start.elapsed() < std::time::Duration::from_millis(self.ms) {
+            SourcePoll::Pending
+        } else if !self.sent {
+            self.sent = true;
+            SourcePoll::Ready {
+                value: 1000,
+                event_time: 0,
+            }
+        } else {
+            SourcePoll::End
+        }
+    }
+}
+
+#[test]
+fn connect_waiting_for_its_side_input_does_not_stall_exactly_once_checkpoints() {
+    // Checkpoints are triggered while the side source is still pending, so
+    // its barrier reaches the co-operator before the offset it needs. When
+    // the first input comes over a ring, its records ahead of its own
+    // barrier wait for that offset: the side input must not be held at the
+    // barrier (that was a deadlock), and no checkpoint may complete with a
+    // cut the side input was read past.
+    for chaining in [Chaining::Never, Chaining::Always, Chaining::Auto] {
+        let dir = tempdir("connect-checkpoints");
+        let sum = Arc::new(AtomicU64::new(0));
+        let s = Arc::clone(&sum);
+        let job = JobBuilder::new("connect");
+        job.default_parallelism(2);
+        let main = job.source("main", |i| {
+            let p = i.instance as u64;
+            IterSource((0..20_000u64).filter(move |x| x % 2 == p).map(|x| (x, x)))
+        });
+        let side = job
+            .source("side", |_| SlowSide {
+                start: None,
+                ms: 40,
+                sent: false,
+            })
+            .parallelism(1);
+        main.connect(&side.broadcast())
+            .process("offset", |_| AddOffset(None))
+            .for_each("sink", move |r| {
+                s.fetch_add(r.value, Ordering::Relaxed);
+            });
+        let mut cp = tandem::CheckpointConfig::every(std::time::Duration::from_millis(2));
+        cp.dir = Some(dir.join("checkpoints"));
+        let report = job
+            .build()
+            .unwrap()
+            .run(
+                &RuntimeConfig::default()
+                    .cores(cores())
+                    .chaining(chaining)
+                    .ring_capacity(16)
+                    .checkpoint(cp),
+            )
+            .unwrap();
+        assert_eq!(report.operator("sink").unwrap().records, 20_000);
+        assert_eq!(
+            sum.load(Ordering::Relaxed),
+            (0..20_000u64).sum::<u64>() + 20_000 * 1000
+        );
+        let c = &report.checkpoints;
+        assert!(c.started > 0, "{chaining:?}: no checkpoint was triggered");
+        assert_eq!(c.started, c.completed + c.failed + c.pending, "{c:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
 #[test]
 fn broadcast_delivers_every_record_to_every_instance() {
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -8,6 +8,16 @@
 //! ended. In exactly-once mode the input that delivered first is *held*: a
 //! flag the ports feeding it check, so its records after the barrier wait
 //! upstream until the other input catches up.
+//!
+//! One exception: while the operator is not ready for its first input
+//! ([`CoProcess::first_ready`]), the second input is never held. The
+//! first input's records ahead of its barrier may be waiting for exactly
+//! the side records behind the second input's barrier — holding it would
+//! stall the job until the checkpoint timed out. The second input is read
+//! on instead, and if a record comes past its barrier before the first
+//! input's barrier arrives, the checkpoint is declined (its cut would
+//! include side records the sources' positions do not) and its barrier
+//! forwarded, so the operators downstream align on without it.
 
 use super::{run_probe, CoProcess, Collector, Output};
 use crate::job::graph::{BuildCx, Probe};
@@ -31,6 +41,9 @@ struct Core<A, B, O, P> {
     /// The barrier being aligned (0: none) and which inputs delivered it.
     aligning: u64,
     delivered: [bool; 2],
+    /// The second input delivered the barrier being aligned while the
+    /// operator was not ready for its first input, and was not held.
+    side_unheld: bool,
     forwarded: u64,
     holds: [Hold; 2],
     _in: PhantomData<fn(A, B)>,
@@ -65,21 +78,50 @@ impl<A, B, O, P: CoProcess<A, B, O>> Core<A, B, O, P> {
         if id > self.aligning {
             self.aligning = id;
             self.delivered = [false, false];
+            self.side_unheld = false;
             self.holds.iter().for_each(|h| h.set(false));
         }
         self.delivered[port] = true;
         if self.delivered[1 - port] || self.ended[1 - port] {
             self.complete();
         } else if self.ctx.exactly_once() {
-            self.holds[port].set(true);
+            if port == 1 && !self.op.first_ready() {
+                self.side_unheld = true;
+            } else {
+                self.holds[port].set(true);
+            }
         }
     }
 
-    fn complete(&mut self) {
+    /// A record of the second input arrived: if it came past the barrier
+    /// being aligned on an input that was not held, the checkpoint cannot
+    /// be consistent here (see the module docs).
+    fn side_record(&mut self) {
+        if self.side_unheld && self.aligning != 0 {
+            let id = self.reset_alignment();
+            self.ctx.decline(
+                self.slot.op,
+                id,
+                "a co-operator not yet ready for its first input read its side input past \
+                 the barrier"
+                    .to_string(),
+            );
+            self.down.barrier(id);
+        }
+    }
+
+    /// Ends the alignment in progress; returns its barrier.
+    fn reset_alignment(&mut self) -> u64 {
         let id = std::mem::replace(&mut self.aligning, 0);
         self.forwarded = id;
         self.delivered = [false, false];
+        self.side_unheld = false;
         self.holds.iter().for_each(|h| h.set(false));
+        id
+    }
+
+    fn complete(&mut self) {
+        let id = self.reset_alignment();
         let prev = self.ctx.enter(self.slot.op);
         let state = self.op.snapshot_state();
         self.ctx.leave(prev);
@@ -129,6 +171,7 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<A> for First<A, B, O, P> {
 impl<A, B, O, P: CoProcess<A, B, O>> Collector<B> for Second<A, B, O, P> {
     fn collect(&mut self, rec: Record<B>) {
         let core = &mut *self.0.borrow_mut();
+        core.side_record();
         core.seen += 1;
         let prev = core.ctx.enter(core.slot.op);
         let mut out = Output::new(&mut *core.down, &mut core.emitted, &core.ctx, core.slot.op)
@@ -181,6 +224,7 @@ where
         finished,
         aligning: 0,
         delivered: [false, false],
+        side_unheld: false,
         forwarded: 0,
         holds: holds.clone(),
         _in: PhantomData,
