@@ -236,6 +236,14 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                     eprintln!("tandem debug: worker {index}: {}", p.debug());
                 }
             }
+            if let Some(sb) = &shared.standby {
+                for ((n, i), g) in &sb.groups {
+                    eprintln!(
+                        "tandem debug: worker {index}: group {n}/{i}: {}",
+                        g.debug_state()
+                    );
+                }
+            }
             idle_since = Some(now);
         }
         let idle = Duration::from_nanos(now - since);

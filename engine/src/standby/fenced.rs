@@ -286,8 +286,10 @@ impl<U: 'static> Port for FencedInput<U> {
             })
             .collect();
         format!(
-            "fenced input (blocked {}): {}",
+            "fenced input (blocked {}, gate {:?}, holds {:?}): {}",
             self.ctx.blocked.get(),
+            self.gate.as_ref().map(|g| g.is_open()),
+            self.align,
             v.join("; ")
         )
     }

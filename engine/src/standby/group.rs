@@ -737,6 +737,26 @@ impl Group {
         self.queue_peak.fetch_max(b, Ordering::Relaxed);
     }
 
+    /// Where the group stands (for a diagnostic dump).
+    pub(crate) fn debug_state(&self) -> String {
+        let g = self.lock();
+        format!(
+            "done {} epoch {} failed {} primary inc {} epoch {} worker {} ready {} standby {:?} want {} owners {:?} point seq {} standby failures {}",
+                        self.done.load(Ordering::Acquire),
+            self.live.current(),
+            self.live.failed(),
+            g.primary,
+            g.primary_epoch,
+            g.primary_worker,
+            g.ready,
+            g.standby,
+            g.want_standby,
+            g.owners,
+            g.point.seq,
+            g.standby_failures
+        )
+    }
+
     /// Removes the group's files.
     pub(crate) fn remove_files(&self) {
         for q in &self.queues {
