@@ -17,11 +17,11 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{
-    format::{Position, SnapshotBytes, SnapshotHeader, FORMAT_VERSION, HEADER_BLOCK},
+    format::{checksum, Position, SnapshotBytes, SnapshotHeader, FORMAT_VERSION, HEADER_BLOCK},
     restore::SnapshotFile,
     CheckpointError,
 };
-use crate::sys::uring::{Backend, FileWriter};
+use crate::sys::uring::{AlignedBuf, Backend, FileWriter, CHUNK};
 
 /// Checkpoints kept by default.
 pub const DEFAULT_RETAIN: usize = 3;
@@ -490,20 +490,32 @@ impl IoThread {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let mut files = Vec::with_capacity(snapshots.len());
+        let mut open = Vec::with_capacity(snapshots.len() + 1);
+        let mut paths = Vec::with_capacity(snapshots.len() + 1);
         let mut backend = Backend::UringDirect;
+        // Small images (one write each) are written together below.
+        let mut small = Vec::new();
         for s in snapshots {
             let name = format!("{}-{}.snap", s.operator, s.instance);
             let path = set_dir.join(&name);
-            let (entry, b) = self.write_file(&path, id, created_at_ms, s)?;
+            let (entry, file, image, b) = self.write_file(&path, id, created_at_ms, s)?;
             backend = backend.max(b);
             files.push(FileEntry {
                 path: name,
                 ..entry
             });
+            if let Some(image) = image {
+                small.push((open.len(), image));
+            }
+            open.push(file);
+            paths.push(path);
         }
-        fsync_dir(&mut self.writer, &set_dir)?;
-        let write_time = start.elapsed();
-
+        let items: Vec<(&File, &AlignedBuf)> = small.iter().map(|(i, b)| (&open[*i], b)).collect();
+        self.writer
+            .write_many(&items)
+            .map_err(|(k, e)| CheckpointError::io(&paths[small[k].0], "write")(e))?;
+        drop(items);
+        drop(small);
         let manifest_dir = manifest_path.parent().unwrap().to_path_buf();
         let mut manifest = Manifest {
             format_version: FORMAT_VERSION,
@@ -518,16 +530,40 @@ impl IoThread {
                 f.path = format!("chk-{id}/{}", f.path);
             }
         }
-        publish_manifest(&mut self.writer, &manifest, &manifest_path)?;
+        let (tmp, tmp_file) = stage_manifest(&manifest, &manifest_path)?;
+        // Every file, the set's directory and the staged manifest fsynced
+        // at once: concurrent fsyncs share journal commits, and under
+        // another process's heavy writeback each commit can wait tens of
+        // milliseconds — one per file made a dozen small snapshots wait
+        // for a dozen of them.
+        open.push(File::open(&set_dir).map_err(CheckpointError::io(&set_dir, "open dir"))?);
+        paths.push(set_dir.clone());
+        open.push(tmp_file);
+        paths.push(tmp.clone());
+        let refs: Vec<&File> = open.iter().collect();
+        self.writer
+            .fsync_many(&refs)
+            .map_err(|(i, e)| CheckpointError::io(&paths[i], "fsync")(e))?;
+        drop(refs);
+        drop(open);
+        let write_time = start.elapsed();
+        // The rename publishes it; the directory fsync makes that durable —
+        // and, for a checkpoint, the removal of the manifests retention
+        // retires, in the same journal commit.
+        fs::rename(&tmp, &manifest_path).map_err(CheckpointError::io(&manifest_path, "rename"))?;
+        let removed = match kind {
+            SnapshotKind::Checkpoint => self.retire_manifests()?,
+            SnapshotKind::Savepoint => Vec::new(),
+        };
+        fsync_dir(&mut self.writer, &manifest_dir)?;
         if kind == SnapshotKind::Savepoint {
             // The `sp-<id>` entry itself must reach the store directory.
             fsync_dir(&mut self.writer, &self.dir)?;
         }
         let publish_time = start.elapsed();
-        let removed = match kind {
-            SnapshotKind::Checkpoint => self.apply_retention()?,
-            SnapshotKind::Savepoint => Vec::new(),
-        };
+        if kind == SnapshotKind::Checkpoint {
+            self.remove_unlisted_sets()?;
+        }
         Ok(Published {
             manifest,
             manifest_path,
@@ -538,15 +574,17 @@ impl IoThread {
         })
     }
 
-    /// Writes one snapshot file: payload first (hashed while the device
-    /// works), then the header block, then fsync.
+    /// Creates one snapshot file. A large image is written here: payload
+    /// first (hashed while the device works), then the header block. A
+    /// small one (a single write) is hashed and headed and handed back for
+    /// the caller to write with the others. The caller fsyncs the file.
     fn write_file(
         &mut self,
         path: &Path,
         id: u64,
         created_at_ms: u64,
         s: OperatorSnapshot,
-    ) -> Result<(FileEntry, Backend), CheckpointError> {
+    ) -> Result<(FileEntry, File, Option<AlignedBuf>, Backend), CheckpointError> {
         let payload_len = s.bytes.len();
         let mut image = s.bytes.into_image();
         image.pad_to_block();
@@ -554,31 +592,36 @@ impl IoThread {
             .writer
             .create(path)
             .map_err(CheckpointError::io(path, "create"))?;
-        let mut hasher = Xxh3::new();
-        let mut left = payload_len;
-        self.writer
-            .write_range(&file, &image, HEADER_BLOCK..image.len(), |piece| {
-                let n = piece.len().min(left);
-                hasher.update(&piece[..n]);
-                left -= n;
-            })
-            .map_err(CheckpointError::io(path, "write"))?;
-        let header = SnapshotHeader {
+        let mut header = SnapshotHeader {
             checkpoint_id: id,
             operator: s.operator,
             instance: s.instance,
             positions: s.positions,
             created_at_ms,
             payload_len: payload_len as u64,
-            payload_checksum: hasher.digest(),
+            payload_checksum: 0,
         };
-        header.encode(&mut image[..HEADER_BLOCK])?;
-        self.writer
-            .write_range(&file, &image, 0..HEADER_BLOCK, |_| {})
-            .map_err(CheckpointError::io(path, "write"))?;
-        self.writer
-            .fsync(&file)
-            .map_err(CheckpointError::io(path, "fsync"))?;
+        let deferred = if image.len() <= CHUNK {
+            header.payload_checksum = checksum(&image[HEADER_BLOCK..HEADER_BLOCK + payload_len]);
+            header.encode(&mut image[..HEADER_BLOCK])?;
+            Some(image)
+        } else {
+            let mut hasher = Xxh3::new();
+            let mut left = payload_len;
+            self.writer
+                .write_range(&file, &image, HEADER_BLOCK..image.len(), |piece| {
+                    let n = piece.len().min(left);
+                    hasher.update(&piece[..n]);
+                    left -= n;
+                })
+                .map_err(CheckpointError::io(path, "write"))?;
+            header.payload_checksum = hasher.digest();
+            header.encode(&mut image[..HEADER_BLOCK])?;
+            self.writer
+                .write_range(&file, &image, 0..HEADER_BLOCK, |_| {})
+                .map_err(CheckpointError::io(path, "write"))?;
+            None
+        };
         let entry = FileEntry {
             path: String::new(),
             file_len: header.file_len(),
@@ -588,30 +631,38 @@ impl IoThread {
             payload_len: header.payload_len,
             payload_checksum: header.payload_checksum,
         };
-        Ok((entry, backend))
+        Ok((entry, file, deferred, backend))
     }
 
-    /// Deletes checkpoints beyond the newest `retain`, manifest first (so no
-    /// published manifest ever names a deleted file), and unpublished
-    /// `chk-<id>` leftovers older than the newest published checkpoint.
-    fn apply_retention(&mut self) -> Result<Vec<u64>, CheckpointError> {
+    /// Removes the manifests of checkpoints beyond the newest `retain` (the
+    /// caller fsyncs the directory before any of their files go: no
+    /// published manifest ever names a deleted file). Returns their ids.
+    fn retire_manifests(&mut self) -> Result<Vec<u64>, CheckpointError> {
         let mut ids: Vec<u64> = list(&self.dir)?
             .into_iter()
             .filter(|l| l.kind == SnapshotKind::Checkpoint)
             .map(|l| l.id)
             .collect();
         ids.sort_unstable_by(|a, b| b.cmp(a));
-        let newest = ids.first().copied();
         let mut removed = Vec::new();
         for &id in ids.iter().skip(self.retain) {
             let m = self.dir.join(format!("manifest-{id}.json"));
             fs::remove_file(&m).map_err(CheckpointError::io(&m, "remove"))?;
             removed.push(id);
         }
-        if !removed.is_empty() {
-            fsync_dir(&mut self.writer, &self.dir)?;
-        }
-        let kept: HashSet<u64> = ids.iter().take(self.retain).copied().collect();
+        Ok(removed)
+    }
+
+    /// Deletes every `chk-<id>` set no manifest names that is older than the
+    /// newest published checkpoint: those retention retired (their
+    /// manifests' removal is durable by now) and unpublished leftovers.
+    fn remove_unlisted_sets(&mut self) -> Result<(), CheckpointError> {
+        let listed: HashSet<u64> = list(&self.dir)?
+            .into_iter()
+            .filter(|l| l.kind == SnapshotKind::Checkpoint)
+            .map(|l| l.id)
+            .collect();
+        let newest = listed.iter().max().copied();
         for entry in fs::read_dir(&self.dir).map_err(CheckpointError::io(&self.dir, "read_dir"))? {
             let entry = entry.map_err(CheckpointError::io(&self.dir, "read_dir"))?;
             let Some(id) = entry
@@ -622,12 +673,12 @@ impl IoThread {
             else {
                 continue;
             };
-            if !kept.contains(&id) && newest.is_some_and(|n| id < n) {
+            if !listed.contains(&id) && newest.is_some_and(|n| id < n) {
                 let p = entry.path();
                 fs::remove_dir_all(&p).map_err(CheckpointError::io(&p, "remove"))?;
             }
         }
-        Ok(removed)
+        Ok(())
     }
 }
 
@@ -656,13 +707,10 @@ fn fsync_dir(writer: &mut FileWriter, dir: &Path) -> Result<(), CheckpointError>
         .map_err(CheckpointError::io(dir, "fsync dir"))
 }
 
-/// `<manifest>.tmp` written and fsynced, renamed over `<manifest>`, and the
-/// directory fsynced: readers see the old state or the whole new manifest.
-fn publish_manifest(
-    writer: &mut FileWriter,
-    manifest: &Manifest,
-    path: &Path,
-) -> Result<(), CheckpointError> {
+/// Writes `<manifest>.tmp` (not yet fsynced): the caller fsyncs it with the
+/// snapshot files, renames it over `<manifest>` and fsyncs the directory, so
+/// readers see the old state or the whole new manifest.
+fn stage_manifest(manifest: &Manifest, path: &Path) -> Result<(PathBuf, File), CheckpointError> {
     let tmp = path.with_extension("json.tmp");
     let json = serde_json::to_vec_pretty(manifest).expect("a manifest always serializes");
     let mut f = OpenOptions::new()
@@ -674,10 +722,5 @@ fn publish_manifest(
         .map_err(CheckpointError::io(&tmp, "create"))?;
     f.write_all(&json)
         .map_err(CheckpointError::io(&tmp, "write"))?;
-    writer
-        .fsync(&f)
-        .map_err(CheckpointError::io(&tmp, "fsync"))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(CheckpointError::io(path, "rename"))?;
-    fsync_dir(writer, path.parent().unwrap())
+    Ok((tmp, f))
 }
