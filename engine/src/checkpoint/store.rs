@@ -21,7 +21,12 @@ use super::{
     restore::SnapshotFile,
     CheckpointError,
 };
-use crate::sys::uring::{AlignedBuf, Backend, FileWriter, CHUNK};
+use crate::sys::uring::{AlignedBuf, Backend, FileWriter};
+
+/// Snapshot images up to this size are hashed up front and written with the
+/// others of their set in one batch; larger ones are hashed while the
+/// device writes them, one file at a time.
+const BATCHED_IMAGE: usize = 16 << 20;
 
 /// Checkpoints kept by default.
 pub const DEFAULT_RETAIN: usize = 3;
@@ -493,7 +498,7 @@ impl IoThread {
         let mut open = Vec::with_capacity(snapshots.len() + 1);
         let mut paths = Vec::with_capacity(snapshots.len() + 1);
         let mut backend = Backend::UringDirect;
-        // Small images (one write each) are written together below.
+        // Images up to `BATCHED_IMAGE` are written together below.
         let mut small = Vec::new();
         for s in snapshots {
             let name = format!("{}-{}.snap", s.operator, s.instance);
@@ -575,9 +580,9 @@ impl IoThread {
     }
 
     /// Creates one snapshot file. A large image is written here: payload
-    /// first (hashed while the device works), then the header block. A
-    /// small one (a single write) is hashed and headed and handed back for
-    /// the caller to write with the others. The caller fsyncs the file.
+    /// first (hashed while the device works), then the header block. One up
+    /// to [`BATCHED_IMAGE`] is hashed and headed and handed back for the
+    /// caller to write with the others. The caller fsyncs the file.
     fn write_file(
         &mut self,
         path: &Path,
@@ -601,7 +606,7 @@ impl IoThread {
             payload_len: payload_len as u64,
             payload_checksum: 0,
         };
-        let deferred = if image.len() <= CHUNK {
+        let deferred = if image.len() <= BATCHED_IMAGE {
             header.payload_checksum = checksum(&image[HEADER_BLOCK..HEADER_BLOCK + payload_len]);
             header.encode(&mut image[..HEADER_BLOCK])?;
             Some(image)

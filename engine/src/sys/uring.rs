@@ -427,11 +427,12 @@ impl FileWriter {
 }
 
 impl FileWriter {
-    /// Writes each `buf` whole at offset 0 of its file, every file's write
-    /// in flight at once (up to [`DEPTH`]): a set of small files waits for
-    /// the device about once instead of once per file. For `O_DIRECT`
-    /// files every length must be a multiple of [`BLOCK`]. Returns the
-    /// index of the first item that failed with its error.
+    /// Writes each `buf` whole at offset 0 of its file, in pieces of at
+    /// most [`CHUNK`] with up to [`DEPTH`] in flight across all the files: a
+    /// set of small files waits for the device about once instead of once
+    /// per file. For `O_DIRECT` files every length must be a multiple of
+    /// [`BLOCK`]. Returns the index of the first item that failed with its
+    /// error.
     pub fn write_many(&mut self, items: &[(&File, &AlignedBuf)]) -> Result<(), (usize, io::Error)> {
         let Some(ring) = self.ring.as_mut() else {
             for (i, (f, b)) in items.iter().enumerate() {
@@ -439,38 +440,40 @@ impl FileWriter {
             }
             return Ok(());
         };
-        // Per slot: the item and the offset its write in flight starts at.
-        let mut slots = [(0usize, 0usize); DEPTH];
+        // Per slot: the item and the range of its buffer the write in
+        // flight covers.
+        let mut slots = [(0usize, 0usize, 0usize); DEPTH];
         let mut free: Vec<usize> = (0..DEPTH).rev().collect();
-        let mut next = 0;
+        // The next piece to issue: item and offset.
+        let (mut item, mut off) = (0usize, 0usize);
         let mut flight = InFlight { ring, n: 0 };
         let mut first_err: Option<(usize, io::Error)> = None;
         loop {
-            while next < items.len() && first_err.is_none() {
-                let Some(slot) = free.pop() else { break };
-                let (f, buf) = items[next];
-                if buf.is_empty() {
-                    free.push(slot);
-                    next += 1;
-                    continue;
+            while first_err.is_none() {
+                while item < items.len() && off >= items[item].1.len() {
+                    item += 1;
+                    off = 0;
                 }
-                let len = buf.len().min(CHUNK);
-                slots[slot] = (next, 0);
-                // SAFETY: `buf[0..len]` lies inside `buf`, borrowed from
+                if item == items.len() {
+                    break;
+                }
+                let Some(slot) = free.pop() else { break };
+                let (f, buf) = items[item];
+                let end = (off + CHUNK).min(buf.len());
+                slots[slot] = (item, off, end);
+                // SAFETY: `buf[off..end]` lies inside `buf`, borrowed from
                 // `items` until this function returns; `flight` waits for
                 // every pushed SQE before that (also on unwind).
-                unsafe { flight.push(types::Fd(f.as_raw_fd()), buf, 0, len, slot) }
-                    .map_err(|e| (next, e))?;
-                next += 1;
+                unsafe { flight.push(types::Fd(f.as_raw_fd()), buf, off, end - off, slot) }
+                    .map_err(|e| (item, e))?;
+                off = end;
             }
-            flight
-                .ring
-                .submit()
-                .map_err(|e| (next.saturating_sub(1), e))?;
+            let last = item.min(items.len().saturating_sub(1));
+            flight.ring.submit().map_err(|e| (last, e))?;
             if flight.n == 0 {
                 return first_err.map_or(Ok(()), Err);
             }
-            submit_and_wait(flight.ring, 1).map_err(|e| (next.saturating_sub(1), e))?;
+            submit_and_wait(flight.ring, 1).map_err(|e| (last, e))?;
             let done: Vec<(u64, i32)> = flight
                 .ring
                 .completion()
@@ -479,25 +482,33 @@ impl FileWriter {
             flight.n -= done.len();
             for (slot, res) in done {
                 let slot = slot as usize;
-                let (item, off) = slots[slot];
-                let (f, buf) = items[item];
+                let (i, start, end) = slots[slot];
                 let failed = match res {
                     r if r < 0 => Some(io::Error::from_raw_os_error(-r)),
                     0 => Some(io::ErrorKind::WriteZero.into()),
                     _ => None,
                 };
                 if let Some(e) = failed {
-                    first_err.get_or_insert((item, e));
+                    first_err.get_or_insert((i, e));
                     free.push(slot);
                     continue;
                 }
-                let end = off + res as usize;
-                if end < buf.len() && first_err.is_none() {
-                    let len = (buf.len() - end).min(CHUNK);
-                    slots[slot] = (item, end);
+                let wrote_to = start + res as usize;
+                if wrote_to < end && first_err.is_none() {
+                    // A short write: the rest of the piece, same slot.
+                    let (f, buf) = items[i];
+                    slots[slot] = (i, wrote_to, end);
                     // SAFETY: a range inside `buf`; same borrow argument.
-                    unsafe { flight.push(types::Fd(f.as_raw_fd()), buf, end, len, slot) }
-                        .map_err(|e| (item, e))?;
+                    unsafe {
+                        flight.push(
+                            types::Fd(f.as_raw_fd()),
+                            buf,
+                            wrote_to,
+                            end - wrote_to,
+                            slot,
+                        )
+                    }
+                    .map_err(|e| (i, e))?;
                 } else {
                     free.push(slot);
                 }
@@ -671,9 +682,9 @@ mod tests {
     }
 
     fn write_many_and_read_back(mut w: FileWriter, name: &str) {
-        // Sizes: empty, one block, several blocks, and over one CHUNK (its
-        // remainder goes out as the slot's next write).
-        let sizes = [0, BLOCK, 7 * BLOCK, CHUNK + 3 * BLOCK, 2 * BLOCK];
+        // Sizes: empty, one block, several blocks, and several CHUNKs (its
+        // pieces in flight at once, beside the other files').
+        let sizes = [0, BLOCK, 7 * BLOCK, 3 * CHUNK + 3 * BLOCK, 2 * BLOCK];
         let paths: Vec<_> = (0..sizes.len())
             .map(|i| tmp(&format!("{name}-many-{i}")))
             .collect();
