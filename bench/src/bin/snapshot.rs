@@ -15,6 +15,10 @@
 //!   loop (1 MiB writes, 16 in flight, the engine's settings), then
 //!   `IORING_OP_FSYNC`. Rate = bytes / (open → fsync done).
 //!
+//! Last, `--small-sets` checkpoint sets of `--small-files` 1 KB snapshots
+//! each (a small job's checkpoints) are published 200 ms apart and their
+//! publish times reported (p50/p99/max).
+//!
 //! The median of `--runs` per size is reported. Then the largest snapshot
 //! (the 500 MB one by default) is restored: `SnapshotFile::open` (map with
 //! populate, header and length checks, XXH3 of the payload) plus rkyv's
@@ -59,6 +63,13 @@ struct Args {
     /// Write the results as JSON to this file.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Then publish this many checkpoint sets of small snapshots, 200 ms
+    /// apart, and report their publish times (0: skip).
+    #[arg(long, default_value_t = 25)]
+    small_sets: usize,
+    /// Snapshots per small set (1 KB each; a job's operator instances).
+    #[arg(long, default_value_t = 12)]
+    small_files: u32,
 }
 
 type State = KeyedState<u64, (u64, u64)>;
@@ -94,6 +105,12 @@ struct Report {
     restore_validate_cold_ms: f64,
     restore_warm_ms: f64,
     sizes: Vec<SizeResult>,
+    /// Small sets: snapshots per set and publish time percentiles (ms).
+    small_files: u32,
+    small_sets: usize,
+    small_publish_p50_ms: f64,
+    small_publish_p99_ms: f64,
+    small_publish_max_ms: f64,
 }
 
 fn main() -> Result<()> {
@@ -135,7 +152,9 @@ fn run(args: &Args, dir: &Path) -> Result<Report> {
     }));
     let mut sizes = Vec::new();
     let mut backend = String::new();
-    let mut id = 0;
+    // After any checkpoint a previous run left in `--dir`: retention keeps
+    // the newest ids, so starting below them would retire every new one.
+    let mut id = store.list()?.iter().map(|l| l.id).max().unwrap_or(0);
     let mut largest: Option<(u64, tandem::checkpoint::Manifest)> = None;
     for &mb in &args.sizes_mb {
         let keys = mb * 1_000_000 / ENTRY_BYTES;
@@ -241,6 +260,7 @@ fn run(args: &Args, dir: &Path) -> Result<Report> {
     };
     let (cold, open_cold, validate_cold) = restore("cold")?;
     let (warm, _, _) = restore("warm")?;
+    let small = small_sets(&store, id, args.small_sets, args.small_files)?;
     let last = sizes.last().unwrap();
     Ok(Report {
         filesystem: fs_name,
@@ -256,7 +276,47 @@ fn run(args: &Args, dir: &Path) -> Result<Report> {
         restore_validate_cold_ms: validate_cold,
         restore_warm_ms: warm,
         sizes,
+        small_files: args.small_files,
+        small_sets: args.small_sets,
+        small_publish_p50_ms: small[0],
+        small_publish_p99_ms: small[1],
+        small_publish_max_ms: small[2],
     })
+}
+
+/// Publishes `sets` checkpoints of `files` 1 KB snapshots each, 200 ms
+/// apart (a small job's checkpoints), after checkpoint `after`; returns the
+/// publish time p50, p99 and max in ms (submit → durable manifest).
+fn small_sets(store: &SnapshotStore, after: u64, sets: usize, files: u32) -> Result<[f64; 3]> {
+    if sets == 0 {
+        return Ok([0.0; 3]);
+    }
+    let mut took = Vec::with_capacity(sets);
+    for k in 0..sets as u64 {
+        let id = after + 1 + k;
+        let snaps = (0..files)
+            .map(|i| OperatorSnapshot {
+                operator: format!("op{i}"),
+                instance: 0,
+                positions: vec![Position {
+                    partition: 0,
+                    next_seq: id,
+                }],
+                bytes: tandem::checkpoint::SnapshotBytes::from_payload(&[id as u8; 1000]),
+            })
+            .collect();
+        let published = store.submit(id, snaps).wait()?;
+        took.push(ms(published.publish_time));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    took.sort_by(f64::total_cmp);
+    let q = |p: f64| took[((took.len() - 1) as f64 * p).round() as usize];
+    let r = [q(0.5), q(0.99), took[took.len() - 1]];
+    println!(
+        "small sets: {sets} × {files} snapshots of 1 KB, 200 ms apart: publish p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+        r[0], r[1], r[2]
+    );
+    Ok(r)
 }
 
 /// The baseline: `len` bytes (rounded up to 4096) to a new `O_DIRECT` file
