@@ -80,11 +80,29 @@ fn a_panic_is_reported_as_a_panic_even_while_the_hook_prints_a_backtrace() {
             })
             .heartbeat_timeout(Duration::from_millis(20));
         let (_, rep) = run(false, cfg);
-        assert_eq!(rep.recovery.len(), 1, "round {round}: {:?}", rep.recovery);
-        let r = &rep.recovery[0];
+        // The panic is answered once, as a panic of its record (taken for a
+        // stall, it would have no record: the probe fires once). A 20 ms
+        // heartbeat on a shared VM may also see a worker silent for the
+        // host's reasons — a separate stall record naming no record, never
+        // the panic's.
+        let at = TupleId::new(1, N / 4);
+        let panics: Vec<_> = rep
+            .recovery
+            .iter()
+            .filter(|r| r.cause.contains("panicked"))
+            .collect();
         assert!(
-            r.cause.contains("panicked") && r.tuple_id == Some(TupleId::new(1, N / 4)),
-            "round {round}, restart-all: {r:?}"
+            panics.len() == 1 && panics[0].tuple_id == Some(at),
+            "round {round}, restart-all: {:?}",
+            rep.recovery
+        );
+        assert!(
+            rep.recovery
+                .iter()
+                .filter(|r| !r.cause.contains("panicked"))
+                .all(|r| r.cause.contains("stalled") && r.tuple_id.is_none()),
+            "round {round}, restart-all: {:?}",
+            rep.recovery
         );
         // A standby with a 5 ms heartbeat.
         let cfg = RuntimeConfig::default().standby(StandbyConfig::default());
