@@ -195,7 +195,7 @@ impl Codec for Flat {
         ] {
             v.encode(out);
         }
-        self.user_name.to_string().encode(out);
+        tandem::standby::encode_bytes(self.user_name.as_bytes(), out);
     }
     fn decode(b: &[u8]) -> Result<(Self, &[u8]), CodecError> {
         let (seq, b) = u64::decode(b)?;
@@ -209,7 +209,7 @@ impl Codec for Flat {
             *x = y;
             b = r;
         }
-        let (name, b) = String::decode(b)?;
+        let (name, b) = tandem::standby::decode_str(b)?;
         let [user_id, reputation, likes, favorites, comments, text_len, word_count] = v;
         Ok((
             Flat {
@@ -217,7 +217,7 @@ impl Codec for Flat {
                 ts,
                 answer_id,
                 user_id,
-                user_name: CompactString::from(name),
+                user_name: CompactString::new(name),
                 reputation,
                 likes,
                 favorites,

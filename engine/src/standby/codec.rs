@@ -62,34 +62,54 @@ impl Codec for bool {
     }
 }
 
+/// Appends `bytes` with their length, as `Vec<u8>` encodes them — for a
+/// codec whose field borrows its bytes (a small-string type, a slice)
+/// and should not allocate to encode them.
+#[inline]
+pub fn encode_bytes(bytes: &[u8], out: &mut Vec<u8>) {
+    (bytes.len() as u64).encode(out);
+    out.extend_from_slice(bytes);
+}
+
+/// Reads bytes written by [`encode_bytes`] (or a `Vec<u8>`), borrowed from
+/// `bytes`: no allocation.
+#[inline]
+pub fn decode_bytes(bytes: &[u8]) -> Result<(&[u8], &[u8]), CodecError> {
+    let (n, rest) = u64::decode(bytes)?;
+    if (rest.len() as u64) < n {
+        return Err(CodecError(format!(
+            "a {n}-byte string with {} bytes left",
+            rest.len()
+        )));
+    }
+    Ok(rest.split_at(n as usize))
+}
+
+/// Reads a string written by [`encode_bytes`] (or a `String`), borrowed
+/// from `bytes` and checked to be UTF-8: no allocation.
+#[inline]
+pub fn decode_str(bytes: &[u8]) -> Result<(&str, &[u8]), CodecError> {
+    let (v, rest) = decode_bytes(bytes)?;
+    std::str::from_utf8(v)
+        .map(|s| (s, rest))
+        .map_err(|e| CodecError(e.to_string()))
+}
+
 impl Codec for Vec<u8> {
     fn encode(&self, out: &mut Vec<u8>) {
-        (self.len() as u64).encode(out);
-        out.extend_from_slice(self);
+        encode_bytes(self, out);
     }
     fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (n, rest) = u64::decode(bytes)?;
-        if (rest.len() as u64) < n {
-            return Err(CodecError(format!(
-                "a {n}-byte string with {} bytes left",
-                rest.len()
-            )));
-        }
-        let (v, rest) = rest.split_at(n as usize);
-        Ok((v.to_vec(), rest))
+        decode_bytes(bytes).map(|(v, rest)| (v.to_vec(), rest))
     }
 }
 
 impl Codec for String {
     fn encode(&self, out: &mut Vec<u8>) {
-        (self.len() as u64).encode(out);
-        out.extend_from_slice(self.as_bytes());
+        encode_bytes(self.as_bytes(), out);
     }
     fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (v, rest) = Vec::<u8>::decode(bytes)?;
-        String::from_utf8(v)
-            .map(|s| (s, rest))
-            .map_err(|e| CodecError(e.to_string()))
+        decode_str(bytes).map(|(s, rest)| (s.to_owned(), rest))
     }
 }
 
@@ -175,5 +195,23 @@ mod tests {
         (u64::MAX).encode(&mut b);
         assert!(Vec::<u8>::decode(&b).is_err());
         assert!(String::decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe]).is_err());
+    }
+
+    #[test]
+    fn borrowed_bytes_and_strs_read_what_owned_ones_wrote_and_check_it() {
+        let mut b = Vec::new();
+        "héllo".to_string().encode(&mut b);
+        encode_bytes(b"\x00\xff", &mut b);
+        b.push(0xAB);
+        let (s, rest) = decode_str(&b).unwrap();
+        assert_eq!(s, "héllo");
+        let (v, rest) = decode_bytes(rest).unwrap();
+        assert_eq!((v, rest), (&b"\x00\xff"[..], &[0xABu8][..]));
+        // What a `String` decodes from, a borrowed str does too, and the
+        // same bytes fail both ways.
+        let (owned, _) = String::decode(&b).unwrap();
+        assert_eq!(owned, s);
+        assert!(decode_str(&[2, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe]).is_err());
+        assert!(decode_bytes(&[5, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
     }
 }

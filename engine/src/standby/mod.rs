@@ -45,5 +45,5 @@ pub(crate) mod kit;
 pub(crate) mod run;
 pub(crate) mod sender;
 
-pub use codec::{Codec, CodecError};
+pub use codec::{decode_bytes, decode_str, encode_bytes, Codec, CodecError};
 pub use config::{StandbyConfig, StandbyMode};
