@@ -133,18 +133,23 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         let mut progress = false;
         let mut wake_at: Option<u64> = None;
         let mut i = 0;
+        // One clock read per task poll: a poll ends when the next begins
+        // (what lies between is bookkeeping, and the clock is read afresh
+        // after anything longer, such as dropping a task).
+        let mut now_ns = clock.now();
         while i < tasks.len() {
             let (tid, task) = &mut tasks[i];
             // Task-poll marks: a standby judging a silent primary here sees
             // which task this worker is in, and since when; the panic hook
             // sees which task panicked.
-            let started = clock.now();
+            let started = now_ns;
             live.since.store(started, Ordering::Relaxed);
             live.polling.store(task.ctx.key, Ordering::Release);
             super::panic::enter(&task.ctx);
             let r = catch_unwind(AssertUnwindSafe(|| task.poll(started)));
             super::panic::leave();
-            live.since.store(clock.now(), Ordering::Relaxed);
+            now_ns = clock.now();
+            live.since.store(now_ns, Ordering::Relaxed);
             live.polling.store(0, Ordering::Release);
             if let Some((g, inc)) = task.group.clone() {
                 let failure = task.ctx.take_failure();
@@ -156,12 +161,13 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                     };
                     let tuple = task.ctx.fault_tuple.get();
                     let epoch = task.ctx.epoch.get();
-                    g.incarnation_failed(&shared, inc, epoch, e, tuple, clock.now());
+                    g.incarnation_failed(&shared, inc, epoch, e, tuple, now_ns);
                     let (_, dead) = tasks.remove(i);
                     let ctx = Rc::clone(&dead.ctx);
                     ctx.long(move || {
                         let _ = catch_unwind(AssertUnwindSafe(move || drop(dead)));
                     });
+                    now_ns = clock.now();
                     progress = true;
                     continue;
                 }
@@ -195,6 +201,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                     let (_, done) = tasks.remove(i);
                     let ctx = Rc::clone(&done.ctx);
                     ctx.unwatched(move || drop(done));
+                    now_ns = clock.now();
                     progress = true;
                     continue;
                 }
