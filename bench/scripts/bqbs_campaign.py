@@ -13,7 +13,8 @@ Each run draws, from its own seed (campaign seed * 1000 + run index):
   fault fires).
 
 With --checkpoints, every run also takes checkpoints (interval uniform in
-5..200 ms, the transactional sink) and its 0-3 faults may hit any operator:
+5..200 ms, the transactional sink), its buffer queues are 1, 2 or 16 MiB,
+and its 0-3 faults may hit any operator:
 a panic or cut in one without a standby (source, filter, map, keyed, sink)
 is a restart-all from the last complete checkpoint, one in a backed-up
 operator a takeover; each must be answered by one recovery record, and a
@@ -74,6 +75,7 @@ def main():
         faults = []
         injected = []
         interval = r.randint(5, 200) if a.checkpoints else None
+        queue_mib = r.choice([1, 2, 16]) if a.checkpoints else None
         backed = standby.split(',')
         targets = ['source', 'flatmap', 'filter', 'map', 'keyed', 'sink'] if a.checkpoints else backed
         for _ in range(r.choice([0, 1, 2, 3] if a.checkpoints else [0, 1, 2])):
@@ -105,7 +107,7 @@ def main():
                '--rate', str(rate), '--standby', standby, '--standby-mode', mode,
                '--standby-heartbeat-ms', str(hb), '--output', out, '--report', rep] + faults
         if interval is not None:
-            cmd += ['--checkpoint-interval-ms', str(interval)]
+            cmd += ['--checkpoint-interval-ms', str(interval), '--standby-queue-mib', str(queue_mib)]
         limit = max(10 * clean_secs, 5.0)
         rc, log, secs = run(cmd, limit)
         verdict = 'ok'
