@@ -369,15 +369,7 @@ impl FileWriter {
             if flight.n == 0 {
                 return Ok(());
             }
-            submit_and_wait(flight.ring, 1)?;
-            let done: Vec<(u64, i32)> = flight
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            // Account for every reaped CQE before acting on any: an early
-            // return must leave `n` counting only what is still in flight.
-            flight.n -= done.len();
+            let done = flight.reap()?;
             for (slot, res) in done {
                 let slot = slot as usize;
                 let (off, len) = slots[slot];
@@ -473,13 +465,7 @@ impl FileWriter {
             if flight.n == 0 {
                 return first_err.map_or(Ok(()), Err);
             }
-            submit_and_wait(flight.ring, 1).map_err(|e| (last, e))?;
-            let done: Vec<(u64, i32)> = flight
-                .ring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            flight.n -= done.len();
+            let done = flight.reap().map_err(|e| (last, e))?;
             for (slot, res) in done {
                 let slot = slot as usize;
                 let (i, start, end) = slots[slot];
@@ -613,6 +599,22 @@ impl InFlight<'_> {
             .map_err(|_| io::Error::other("io_uring submission queue full"))?;
         self.n += 1;
         Ok(())
+    }
+}
+
+impl InFlight<'_> {
+    /// Waits for at least one completion; returns every one reaped as
+    /// (user data, result), already discounted from what is in flight (an
+    /// early return must leave `n` counting only what still is).
+    fn reap(&mut self) -> io::Result<Vec<(u64, i32)>> {
+        submit_and_wait(self.ring, 1)?;
+        let done: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        self.n -= done.len();
+        Ok(done)
     }
 }
 
