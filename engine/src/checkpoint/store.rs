@@ -556,19 +556,25 @@ impl IoThread {
         // and, for a checkpoint, the removal of the manifests retention
         // retires, in the same journal commit.
         fs::rename(&tmp, &manifest_path).map_err(CheckpointError::io(&manifest_path, "rename"))?;
-        let removed = match kind {
-            SnapshotKind::Checkpoint => self.retire_manifests()?,
-            SnapshotKind::Savepoint => Vec::new(),
+        let retired = match kind {
+            SnapshotKind::Checkpoint => Some(self.retire_manifests()),
+            SnapshotKind::Savepoint => None,
         };
+        // Made durable whether retention went well or not.
         fsync_dir(&mut self.writer, &manifest_dir)?;
         if kind == SnapshotKind::Savepoint {
             // The `sp-<id>` entry itself must reach the store directory.
             fsync_dir(&mut self.writer, &self.dir)?;
         }
         let publish_time = start.elapsed();
-        if kind == SnapshotKind::Checkpoint {
-            self.remove_unlisted_sets()?;
-        }
+        let removed = match retired {
+            Some(r) => {
+                let r = r?;
+                self.remove_unlisted_sets(&r)?;
+                r.removed
+            }
+            None => Vec::new(),
+        };
         Ok(Published {
             manifest,
             manifest_path,
@@ -641,8 +647,8 @@ impl IoThread {
 
     /// Removes the manifests of checkpoints beyond the newest `retain` (the
     /// caller fsyncs the directory before any of their files go: no
-    /// published manifest ever names a deleted file). Returns their ids.
-    fn retire_manifests(&mut self) -> Result<Vec<u64>, CheckpointError> {
+    /// published manifest ever names a deleted file).
+    fn retire_manifests(&mut self) -> Result<Retired, CheckpointError> {
         let mut ids: Vec<u64> = list(&self.dir)?
             .into_iter()
             .filter(|l| l.kind == SnapshotKind::Checkpoint)
@@ -655,19 +661,17 @@ impl IoThread {
             fs::remove_file(&m).map_err(CheckpointError::io(&m, "remove"))?;
             removed.push(id);
         }
-        Ok(removed)
+        Ok(Retired {
+            newest: ids.first().copied(),
+            kept: ids.iter().take(self.retain).copied().collect(),
+            removed,
+        })
     }
 
-    /// Deletes every `chk-<id>` set no manifest names that is older than the
-    /// newest published checkpoint: those retention retired (their
+    /// Deletes every `chk-<id>` set no kept manifest names that is older
+    /// than the newest published checkpoint: those retention retired (their
     /// manifests' removal is durable by now) and unpublished leftovers.
-    fn remove_unlisted_sets(&mut self) -> Result<(), CheckpointError> {
-        let listed: HashSet<u64> = list(&self.dir)?
-            .into_iter()
-            .filter(|l| l.kind == SnapshotKind::Checkpoint)
-            .map(|l| l.id)
-            .collect();
-        let newest = listed.iter().max().copied();
+    fn remove_unlisted_sets(&mut self, r: &Retired) -> Result<(), CheckpointError> {
         for entry in fs::read_dir(&self.dir).map_err(CheckpointError::io(&self.dir, "read_dir"))? {
             let entry = entry.map_err(CheckpointError::io(&self.dir, "read_dir"))?;
             let Some(id) = entry
@@ -678,13 +682,20 @@ impl IoThread {
             else {
                 continue;
             };
-            if !listed.contains(&id) && newest.is_some_and(|n| id < n) {
+            if !r.kept.contains(&id) && r.newest.is_some_and(|n| id < n) {
                 let p = entry.path();
                 fs::remove_dir_all(&p).map_err(CheckpointError::io(&p, "remove"))?;
             }
         }
         Ok(())
     }
+}
+
+/// What a retention pass retired and kept.
+struct Retired {
+    newest: Option<u64>,
+    kept: HashSet<u64>,
+    removed: Vec<u64>,
 }
 
 fn check_name(name: &str) -> Result<(), CheckpointError> {
