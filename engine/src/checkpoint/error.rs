@@ -117,6 +117,12 @@ pub enum CheckpointError {
     /// A checkpoint or savepoint with this id is already published.
     #[error("{path}: id {id} is already published", path = path.display())]
     AlreadyPublished { id: u64, path: PathBuf },
+    /// The process "crashed" while writing checkpoint `id` — before
+    /// publishing it, or right after (an injected fault, see
+    /// [`crate::runtime::probe::StorageProbe`]): what is on disk stays as
+    /// a crash leaves it, and the attempt fails as a crash would end it.
+    #[error("checkpoint {id}: crashed {}", if *published { "right after publishing it" } else { "between writing it and publishing it" })]
+    Crashed { id: u64, published: bool },
     /// The snapshot I/O thread has stopped (it panicked); nothing more can
     /// be written through this store.
     #[error("the snapshot I/O thread has stopped")]

@@ -21,7 +21,9 @@ use super::{
     restore::SnapshotFile,
     CheckpointError,
 };
+use crate::runtime::probe::{StorageAction, StorageProbe};
 use crate::sys::uring::{AlignedBuf, Backend, FileWriter};
+use std::sync::Arc;
 
 /// Snapshot images up to this size are hashed up front and written with the
 /// others of their set in one batch; larger ones are hashed while the
@@ -323,6 +325,18 @@ impl SnapshotStore {
         retain: usize,
         writer: FileWriter,
     ) -> Result<Self, CheckpointError> {
+        Self::open_probed(dir, retain, writer, None)
+    }
+
+    /// As [`open_with`](Self::open_with), its I/O thread consulting `probe`
+    /// (fault injection: failed writes and fsyncs, crashes around the
+    /// publication, damaged files) at each step.
+    pub fn open_probed(
+        dir: impl Into<PathBuf>,
+        retain: usize,
+        writer: FileWriter,
+        probe: Option<Arc<dyn StorageProbe>>,
+    ) -> Result<Self, CheckpointError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(CheckpointError::io(&dir, "create_dir"))?;
         let retain = retain.max(1);
@@ -334,6 +348,7 @@ impl SnapshotStore {
             dir: dir.clone(),
             retain,
             writer,
+            probe,
         };
         let thread = thread::Builder::new()
             .name("tandem-snapshot-io".into())
@@ -445,6 +460,7 @@ struct IoThread {
     dir: PathBuf,
     retain: usize,
     writer: FileWriter,
+    probe: Option<Arc<dyn StorageProbe>>,
 }
 
 impl IoThread {
@@ -515,6 +531,13 @@ impl IoThread {
             open.push(file);
             paths.push(path);
         }
+        if let Some(p) = &self.probe {
+            for (i, _) in &small {
+                if let Some(e) = p.write(id, &paths[*i]) {
+                    return Err(CheckpointError::io(&paths[*i], "write")(e));
+                }
+            }
+        }
         let items: Vec<(&File, &AlignedBuf)> = small.iter().map(|(i, b)| (&open[*i], b)).collect();
         self.writer
             .write_many(&items)
@@ -545,6 +568,9 @@ impl IoThread {
         paths.push(set_dir.clone());
         open.push(tmp_file);
         paths.push(tmp.clone());
+        if let Some(e) = self.probe.as_ref().and_then(|p| p.fsync(id, &paths[0])) {
+            return Err(CheckpointError::io(&paths[0], "fsync")(e));
+        }
         let refs: Vec<&File> = open.iter().collect();
         self.writer
             .fsync_many(&refs)
@@ -555,6 +581,16 @@ impl IoThread {
         // The rename publishes it; the directory fsync makes that durable —
         // and, for a checkpoint, the removal of the manifests retention
         // retires, in the same journal commit.
+        if self
+            .probe
+            .as_ref()
+            .is_some_and(|p| p.before_publish(id) == StorageAction::Crash)
+        {
+            return Err(CheckpointError::Crashed {
+                id,
+                published: false,
+            });
+        }
         fs::rename(&tmp, &manifest_path).map_err(CheckpointError::io(&manifest_path, "rename"))?;
         let retired = match kind {
             SnapshotKind::Checkpoint => Some(self.retire_manifests()),
@@ -567,6 +603,16 @@ impl IoThread {
             fsync_dir(&mut self.writer, &self.dir)?;
         }
         let publish_time = start.elapsed();
+        if self
+            .probe
+            .as_ref()
+            .is_some_and(|p| p.published(&manifest) == StorageAction::Crash)
+        {
+            return Err(CheckpointError::Crashed {
+                id,
+                published: true,
+            });
+        }
         let removed = match retired {
             Some(r) => {
                 let r = r?;
@@ -612,6 +658,11 @@ impl IoThread {
             payload_len: payload_len as u64,
             payload_checksum: 0,
         };
+        if image.len() > BATCHED_IMAGE {
+            if let Some(e) = self.probe.as_ref().and_then(|p| p.write(id, path)) {
+                return Err(CheckpointError::io(path, "write")(e));
+            }
+        }
         let deferred = if image.len() <= BATCHED_IMAGE {
             header.payload_checksum = checksum(&image[HEADER_BLOCK..HEADER_BLOCK + payload_len]);
             header.encode(&mut image[..HEADER_BLOCK])?;

@@ -45,6 +45,7 @@ use crate::runtime::probe::ProbeAction;
 use crate::runtime::task::TaskCtx;
 use std::fmt::Display;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Runs an instance's probe (if any) before record `id`; returns whether the
 /// record may be processed.
@@ -72,6 +73,34 @@ pub(crate) fn run_probe(
             ctx.shared
                 .note_stall(op, ctx.instance, id, ctx.worker(), now, d);
             std::thread::sleep(d);
+            true
+        }
+        ProbeAction::StallForever => {
+            ctx.fault_tuple.set(Some(id));
+            let now = ctx.clock.now();
+            ctx.shared
+                .note_stall(op, ctx.instance, id, ctx.worker(), now, Duration::MAX);
+            // Until the engine gives up on this instance: a standby fenced
+            // it, or its attempt was stopped. Then, like any stalled thread
+            // that wakes up late, it goes on fenced (its output is dropped).
+            while !ctx.shared.cancelled() && !ctx.superseded() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            true
+        }
+        ProbeAction::Delay(d) => {
+            // Slow code runs: it spins on its core (sub-millisecond sleeps
+            // would oversleep by the timer slack).
+            let until = std::time::Instant::now() + d;
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            true
+        }
+        ProbeAction::MuteHeartbeat(d) => {
+            ctx.fault_tuple.set(Some(id));
+            let until = ctx.clock.now().saturating_add(d.as_nanos() as u64);
+            ctx.shared.mute(ctx.worker(), until);
             true
         }
         ProbeAction::CutInput => {

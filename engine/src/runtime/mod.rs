@@ -273,6 +273,9 @@ pub(crate) struct WorkerLive {
     pub(crate) since: AtomicU64,
     /// The worker thread's kernel id (0: not started).
     pub(crate) tid: std::sync::atomic::AtomicI32,
+    /// Engine nanoseconds until which the worker publishes no heartbeat
+    /// (an injected [`probe::ProbeAction::MuteHeartbeat`]; 0: never muted).
+    pub(crate) mute_until: AtomicU64,
 }
 
 /// What every thread of one attempt of a job shares.
@@ -317,6 +320,8 @@ pub(crate) struct JobShared {
     pub(crate) pacing_start: Arc<OnceLock<Nanos>>,
     /// Standby groups of this attempt (`None`: no operator has a standby).
     pub(crate) standby: Option<Arc<crate::standby::run::StandbyRun>>,
+    /// The job's probes (fault injection), for the seams off the data path.
+    pub(crate) probes: Option<Arc<dyn probe::ProbeFactory>>,
 }
 
 impl JobShared {
@@ -341,6 +346,22 @@ impl JobShared {
         self.send(Event::Failed {
             attempt: self.attempt,
         });
+    }
+
+    /// Whether worker `worker` publishes its heartbeats at `now` (it does
+    /// unless a probe muted them).
+    #[inline]
+    pub(crate) fn beating(&self, worker: usize, now: Nanos) -> bool {
+        self.workers
+            .get(worker)
+            .is_none_or(|w| w.mute_until.load(Ordering::Relaxed) <= now)
+    }
+
+    /// Mutes worker `worker`'s heartbeats until `until`.
+    pub(crate) fn mute(&self, worker: usize, until: Nanos) {
+        if let Some(w) = self.workers.get(worker) {
+            w.mute_until.fetch_max(until, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn take_error(&self) -> Option<JobError> {
@@ -405,7 +426,7 @@ impl JobShared {
             tuple,
             worker,
             at,
-            until: at.saturating_add(d.as_nanos() as u64),
+            until: at.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             taken: false,
         });
     }

@@ -1,14 +1,31 @@
-//! Probes: the seam through which fault injectors (and tracers) reach the
-//! data path, without the engine knowing about them.
+//! Probes: the seams through which fault injectors (and tracers) reach the
+//! engine, without the engine knowing about them.
 //!
 //! A [`ProbeFactory`] in the [`super::RuntimeConfig`] is asked, once per
 //! operator instance as it is built, for a [`RecordProbe`]. Instances that
 //! get none pay one predictable branch per record; an instance that gets one
-//! calls it before each record and obeys its [`ProbeAction`]. The
-//! `tandem-fault-inject` crate implements this trait; the engine never
+//! calls it before each record and obeys its [`ProbeAction`].
+//!
+//! Beside the data path the factory is consulted at the engine's other
+//! edges, each with a default that does nothing:
+//!
+//! - [`ProbeFactory::takeover`] — a standby at each stage of taking over
+//!   (a standby that fails before or during its takeover);
+//! - [`ProbeFactory::storage`] — the snapshot store's I/O thread, before
+//!   each write and fsync, between writing a checkpoint and publishing it,
+//!   and after publishing it ([`StorageProbe`]);
+//! - [`ProbeFactory::commit`] — the supervisor, before it commits a sink's
+//!   output of a checkpoint (phase two of the two-phase commit);
+//! - [`ProbeFactory::standby_files`] — a standby group's shared files as
+//!   they are created (the buffer queues an injector may damage).
+//!
+//! The `tandem-fault-inject` crate implements these traits; the engine never
 //! imports it.
 
+use crate::checkpoint::Manifest;
 use crate::record::TupleId;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a probe asks of the operator about to process a record.
@@ -20,9 +37,21 @@ pub enum ProbeAction {
     Panic(String),
     /// Stop the operator's thread for this long, then process the record.
     Stall(Duration),
+    /// Stop the operator's thread until the engine gives up on it: a
+    /// standby fenced it, or its attempt was stopped. A stall that never
+    /// ends on its own; only a recovery that detects stalls ends it.
+    StallForever,
+    /// Busy the operator for this long, then process the record: a slow
+    /// operator, which is no failure (it goes on beating and progressing).
+    Delay(Duration),
     /// The operator's input channel breaks: the record is not processed and
     /// the operator fails.
     CutInput,
+    /// Process the record, but from now on, for this long, the worker
+    /// running the instance publishes no heartbeat (neither the worker's
+    /// nor, for the primary of a standby group, the group's): an operator
+    /// that runs but stops beating.
+    MuteHeartbeat(Duration),
 }
 
 /// Consulted before every record of one operator instance.
@@ -31,8 +60,89 @@ pub trait RecordProbe: 'static {
     fn before(&mut self, id: TupleId) -> ProbeAction;
 }
 
-/// Hands out probes to operator instances as they are built.
+/// A stage of a standby's takeover, at which [`ProbeFactory::takeover`] is
+/// consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TakeoverStage {
+    /// The standby found its primary failed or stalled and is about to
+    /// claim the epoch: a failure here is the standby's (the primary is
+    /// still the group's).
+    Claiming,
+    /// The standby claimed the epoch and restored its state, and is about
+    /// to replay the buffer queues as the new primary: a failure here is
+    /// the new primary's, before it produced anything.
+    Replaying,
+}
+
+/// What a [`StorageProbe`] asks of the snapshot store at a publication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageAction {
+    /// Go on.
+    Continue,
+    /// The process "crashes" here: the store stops this checkpoint where
+    /// it is (what is on disk stays there), and the attempt fails as a
+    /// process crash would fail it, with the sinks' output of that
+    /// checkpoint not committed.
+    Crash,
+}
+
+/// Consulted by the snapshot store's I/O thread (see [`ProbeFactory::storage`]).
+///
+/// Every method has a default that does nothing; errors returned stand for
+/// what the device would have returned (EIO, ENOSPC …), so the engine's
+/// handling of a failed write is the one exercised — nothing is written for
+/// real past an injected error.
+pub trait StorageProbe: Send + Sync + 'static {
+    /// Before writing the snapshot file `path` of checkpoint `checkpoint`.
+    fn write(&self, _checkpoint: u64, _path: &Path) -> Option<std::io::Error> {
+        None
+    }
+    /// Before fsyncing the files of checkpoint `checkpoint` (`path` is the
+    /// first of them).
+    fn fsync(&self, _checkpoint: u64, _path: &Path) -> Option<std::io::Error> {
+        None
+    }
+    /// Every file of `checkpoint` and its staged manifest are durable; the
+    /// rename that publishes it comes next.
+    fn before_publish(&self, _checkpoint: u64) -> StorageAction {
+        StorageAction::Continue
+    }
+    /// `manifest` is published and durable (its files may be damaged here,
+    /// as a disk would damage them).
+    fn published(&self, _manifest: &Manifest) -> StorageAction {
+        StorageAction::Continue
+    }
+}
+
+/// Hands out probes to operator instances as they are built, and answers
+/// the engine's other seams (every method but [`probe`](Self::probe) has a
+/// default that does nothing).
 pub trait ProbeFactory: Send + Sync + 'static {
     /// The probe for instance `instance` of `operator`, if it needs one.
     fn probe(&self, operator: &str, instance: usize) -> Option<Box<dyn RecordProbe>>;
+
+    /// A standby of instance `instance` of `operator` is at `stage` of a
+    /// takeover. [`ProbeAction::Panic`] fails it there; the other actions
+    /// are obeyed as on the data path.
+    fn takeover(&self, _operator: &str, _instance: usize, _stage: TakeoverStage) -> ProbeAction {
+        ProbeAction::Continue
+    }
+
+    /// The probe of the snapshot store's I/O thread, if any (asked once, as
+    /// the store opens).
+    fn storage(&self) -> Option<Arc<dyn StorageProbe>> {
+        None
+    }
+
+    /// Before the supervisor commits the output instance `instance` of sink
+    /// `operator` staged for checkpoint `checkpoint` (the final epoch is
+    /// [`crate::FINAL_EPOCH`]). An error stands for the commit's own: the
+    /// attempt fails, and the commit is retried by the restore.
+    fn commit(&self, _operator: &str, _instance: usize, _checkpoint: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// The standby group of instance `instance` of `operator` created its
+    /// buffer queues, one per input lane, at `queues`.
+    fn standby_files(&self, _operator: &str, _instance: usize, _queues: &[PathBuf]) {}
 }

@@ -57,6 +57,9 @@ pub(crate) struct SourcePort<T> {
     restored_finished: bool,
     /// The newest checkpoint barrier injected.
     last_barrier: u64,
+    /// A paced partition's next record, polled but not due yet: polling
+    /// ahead finds the end of the input at once, not an interval later.
+    held: Option<(T, u64)>,
 }
 
 impl<T: 'static> SourcePort<T> {
@@ -96,6 +99,7 @@ impl<T: 'static> SourcePort<T> {
             ended: false,
             restored_finished,
             last_barrier: 0,
+            held: None,
         }
     }
 
@@ -145,12 +149,32 @@ impl<T: 'static> Port for SourcePort<T> {
         // Stop early when an output ring is full: what this poll already
         // produced waits in the (bounded) overflow until the ring drains.
         while moved < budget && self.ctx.blocked.get() == 0 {
+            let (value, event_time) = match self.held.take() {
+                Some(v) => v,
+                None => {
+                    let prev = self.ctx.enter(self.slot.op);
+                    let next = self.src.poll_next();
+                    self.ctx.leave(prev);
+                    match next {
+                        SourcePoll::Ready { value, event_time } => (value, event_time),
+                        SourcePoll::Pending => {
+                            outcome = Some(Poll::Idle { wake_at: None });
+                            break;
+                        }
+                        SourcePoll::End => return self.end(),
+                    }
+                }
+            };
             let ingest = match &mut self.pacer {
                 Some(p) => {
                     let due = p.due(self.seq, now);
                     if due > now {
                         now = self.ctx.clock.now();
                         if due > now {
+                            // Released when due; its position (`seq`) is
+                            // not taken until then, so a checkpoint before
+                            // covers it as not yet read.
+                            self.held = Some((value, event_time));
                             outcome = Some(Poll::Idle { wake_at: Some(due) });
                             break;
                         }
@@ -159,33 +183,21 @@ impl<T: 'static> Port for SourcePort<T> {
                 }
                 None => now,
             };
+            let id = TupleId::new(self.partition, self.seq);
+            self.seq += 1;
+            moved += 1;
             let prev = self.ctx.enter(self.slot.op);
-            let next = self.src.poll_next();
+            let go = run_probe(&mut self.probe, id, &self.ctx, self.slot.op);
             self.ctx.leave(prev);
-            match next {
-                SourcePoll::Ready { value, event_time } => {
-                    let id = TupleId::new(self.partition, self.seq);
-                    self.seq += 1;
-                    moved += 1;
-                    let prev = self.ctx.enter(self.slot.op);
-                    let go = run_probe(&mut self.probe, id, &self.ctx, self.slot.op);
-                    self.ctx.leave(prev);
-                    if !go {
-                        break;
-                    }
-                    self.target.collect(Record {
-                        id,
-                        event_time,
-                        ingest,
-                        value,
-                    });
-                }
-                SourcePoll::Pending => {
-                    outcome = Some(Poll::Idle { wake_at: None });
-                    break;
-                }
-                SourcePoll::End => return self.end(),
+            if !go {
+                break;
             }
+            self.target.collect(Record {
+                id,
+                event_time,
+                ingest,
+                value,
+            });
         }
         self.slot.publish(self.seq, self.seq);
         match outcome {

@@ -17,6 +17,7 @@ mod standbys;
 
 use super::coord::Event;
 use super::RuntimeConfig;
+use crate::checkpoint;
 use crate::error::JobError;
 use crate::job::graph::{Graph, NodeKind};
 use crate::metrics::{CheckpointStats, JobMetrics, JobReport, RecoveryRecord, StandbyStats};
@@ -55,6 +56,10 @@ pub(crate) struct Supervisor {
     coord: Option<Coordinator>,
     committers: HashMap<Key, Box<dyn Committer>>,
     last_complete: Option<Completed>,
+    /// The attempt "crashed" around a checkpoint's publication: the
+    /// restart reads the store, as a new process would, instead of
+    /// trusting what this one last saw complete.
+    restore_from_store: bool,
     failures: Vec<Duration>,
     recovery: Vec<RecoveryRecord>,
     open: Option<OpenRecovery>,
@@ -147,6 +152,7 @@ impl Supervisor {
             coord,
             committers: HashMap::new(),
             last_complete: None,
+            restore_from_store: false,
             failures: Vec::new(),
             recovery: Vec::new(),
             open: None,
@@ -181,9 +187,17 @@ impl Supervisor {
         let outcome = self.run_loop();
         // Whatever happened, no worker of ours outlives the job unfenced.
         self.attempt.shared.stop();
-        if let Some(c) = &mut self.coord {
+        if let Some(mut c) = self.coord.take() {
             for w in c.savepoint_waiters.drain(..) {
                 let _ = w.send(Err(JobError::Cancelled));
+            }
+            // Checkpoints in a directory of the engine's own choosing are
+            // of no use once the job is over, whether it succeeded or not
+            // (the store's thread ends first, with `c`).
+            let temp = c.temp_dir.clone();
+            drop(c);
+            if let Some(t) = temp {
+                let _ = std::fs::remove_dir_all(t);
             }
         }
         outcome
@@ -336,14 +350,18 @@ impl Supervisor {
             }
         }
         if self.attempt.exited.iter().all(|&e| e) && !self.attempt.shared.has_error() {
-            return self.on_success().map(Some);
+            return self.on_success();
         }
         self.coordinate()?;
         self.measure_recovery(now);
         Ok(None)
     }
 
-    fn on_success(&mut self) -> Result<JobReport, JobError> {
+    /// The attempt's workers all finished: lands what is left and reports.
+    /// `None` when landing failed the attempt after all (a crash around
+    /// the last checkpoint's publication, a failed commit): the next tick
+    /// restarts it.
+    fn on_success(&mut self) -> Result<Option<JobReport>, JobError> {
         for t in std::mem::take(&mut self.attempt.threads) {
             let _ = t.join();
         }
@@ -356,7 +374,31 @@ impl Supervisor {
                 match w.pending.wait() {
                     Ok(p) => {
                         c.published(w.id, w.started, &p);
-                        commit_all(&mut self.committers, &self.names, w.id, &w.finished)?;
+                        self.last_complete = Some(Completed {
+                            id: w.id,
+                            manifest: p.manifest,
+                            written: w.written,
+                            attempt: self.attempt.number,
+                        });
+                        if let Err(e) = commit_all(
+                            &mut self.committers,
+                            &self.names,
+                            self.config.probes.as_ref(),
+                            w.id,
+                            &w.finished,
+                        ) {
+                            // Retried by a restart from this checkpoint.
+                            self.attempt.shared.fail(e);
+                            return Ok(None);
+                        }
+                    }
+                    Err(checkpoint::CheckpointError::Crashed { id, published }) => {
+                        c.stats.pending += 1;
+                        self.restore_from_store = true;
+                        self.attempt.shared.fail(JobError::Checkpoint(
+                            checkpoint::CheckpointError::Crashed { id, published },
+                        ));
+                        return Ok(None);
                     }
                     Err(e) => c.failed(format!("checkpoint {}: {e}", w.id)),
                 }
@@ -416,7 +458,7 @@ impl Supervisor {
             }
         }
         stats.dir = dir;
-        Ok(JobReport {
+        Ok(Some(JobReport {
             operators: super::operator_stats(&self.graph, &self.metrics),
             latency: self.metrics.latency(),
             dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
@@ -435,6 +477,6 @@ impl Supervisor {
                 .map(|r| std::mem::take(&mut r.1))
                 .unwrap_or_default(),
             standby: self.standby_stats.take(),
-        })
+        }))
     }
 }

@@ -148,6 +148,16 @@ impl TaskCtx {
         );
     }
 
+    /// Whether a standby took over from this task's primary (or the task
+    /// was fenced otherwise): nothing it does counts any more.
+    pub(crate) fn superseded(&self) -> bool {
+        if self.fenced.get() {
+            return true;
+        }
+        let e = self.epoch.get();
+        e != 0 && self.group.get().is_some_and(|g| g.live.current() != e)
+    }
+
     /// Marks `op` as running; returns the operator to restore afterwards.
     #[inline]
     pub(crate) fn enter(&self, op: usize) -> usize {
@@ -437,7 +447,7 @@ impl Task {
                     // it was stalled) ends here, even while its output is
                     // blocked on a ring nobody reads any more.
                     self.ctx.fenced.set(true);
-                } else if now >= self.next_beat {
+                } else if now >= self.next_beat && self.ctx.shared.beating(self.ctx.worker, now) {
                     // Every poll is a sign of life — also a poll that finds
                     // the output blocked by a slow consumer. Written every
                     // 1/16 of the timeout, not every poll: the standby reads

@@ -222,7 +222,9 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             progress = true;
         }
         let now = clock.now();
-        beat.store(now, Ordering::Relaxed);
+        if shared.beating(index, now) {
+            beat.store(now, Ordering::Relaxed);
+        }
         // A worker going round its loop (even with no task left to poll)
         // is not stuck between tasks.
         live.since.store(now, Ordering::Relaxed);

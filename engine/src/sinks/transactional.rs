@@ -31,7 +31,10 @@
 //! Those are committed; every other staged or in-progress file holds output
 //! the restored job produces again, and is deleted. The committed files
 //! are then exactly the output of the records `k` covers: no loss, no
-//! duplicate. In-progress files carry the attempt number, and a committer
+//! duplicate. Committed epochs past `k` (`k` older than the newest
+//! checkpoint, which was found damaged and skipped, or no usable
+//! checkpoint at all) are output the restored job produces again: they are
+//! moved to `DIR/.retracted/` rather than left to appear twice. In-progress files carry the attempt number, and a committer
 //! commits only the epochs its own run staged (all of them up to the
 //! completed checkpoint: epochs of checkpoints abandoned before it are
 //! covered by its state too), so a stalled writer of a stopped attempt that
@@ -117,6 +120,26 @@ impl TransactionalFile {
             let Some(name) = name.to_str() else { continue };
             if name.starts_with(&in_progress) {
                 fs::remove_file(staged.join(name))?;
+            }
+        }
+        // Output committed past the checkpoint the instance restores — a
+        // newer checkpoint was found damaged and skipped, or none was
+        // usable — is output the restored job produces again: it is
+        // retracted (kept aside in `.retracted/`, out of the output), or
+        // it would be there twice. Never on a fresh job's first attempt,
+        // whose directory may hold what an earlier job committed.
+        if restored.is_some() || attempt > 0 {
+            let retracted = dir.join(".retracted");
+            for epoch in staged_epochs(&dir, instance)? {
+                let covered = restored
+                    .is_some_and(|r| epoch <= r.checkpoint || (epoch == FINAL_EPOCH && r.finished));
+                if !covered {
+                    fs::create_dir_all(&retracted)?;
+                    fs::rename(
+                        committed_path(&dir, instance, epoch),
+                        retracted.join(name(instance, epoch)),
+                    )?;
+                }
             }
         }
         for epoch in staged_epochs(&staged, instance)? {

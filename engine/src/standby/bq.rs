@@ -21,7 +21,8 @@
 //!                                    reader r copies entries out
 //! 4096   index: `slots` entries of 32 bytes
 //!          0 position (u64)  8 tuple ID (u64)  16 arena offset (u64)
-//!         24 length (u32)   28 reserved
+//!         24 length (u32)   28 checksum (u32): the low half of the
+//!            XXH3-64 of the bytes seeded with the tuple ID
 //! 4096 + 32·slots   arena: `arena` bytes; entries 8-byte aligned and never
 //!                   split: one that would cross the end starts at 0
 //! ```
@@ -162,6 +163,13 @@ impl BqConfig {
         Ok(c)
     }
 
+    /// The largest entry the queue takes: a quarter of its arena (so that
+    /// it always holds several). The upstream sender sends a larger tuple
+    /// to the dead-letter file instead.
+    pub fn max_entry(&self) -> u64 {
+        self.arena / 4
+    }
+
     fn check(&self) -> Result<(), BqError> {
         if self.slots < 2 || !self.slots.is_power_of_two() {
             return Err(BqError::Config(format!(
@@ -210,6 +218,35 @@ pub struct Entry<'a> {
     pub tuple_id: u64,
     /// The tuple's bytes.
     pub bytes: &'a [u8],
+    /// The checksum its index slot holds (see [`Entry::verify`]).
+    pub checksum: u32,
+}
+
+/// The checksum of an entry: the low half of the XXH3-64 of its bytes,
+/// seeded with its tuple ID.
+#[inline]
+pub fn entry_checksum(tuple_id: u64, bytes: &[u8]) -> u32 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, tuple_id) as u32
+}
+
+impl Entry<'_> {
+    /// Checks the entry's bytes against its slot's checksum: a damaged
+    /// entry (bytes flipped, its length or offset changed) is an error,
+    /// never a tuple.
+    pub fn verify(&self) -> Result<(), String> {
+        let computed = entry_checksum(self.tuple_id, self.bytes);
+        if computed == self.checksum {
+            Ok(())
+        } else {
+            Err(format!(
+                "entry {} (tuple {:#x}, {} bytes) is damaged: checksum {:#010x}, computed {computed:#010x}",
+                self.position,
+                self.tuple_id,
+                self.bytes.len(),
+                self.checksum
+            ))
+        }
+    }
 }
 
 /// A buffer queue over its mapped file.
@@ -402,7 +439,8 @@ impl BufferQueue {
         }
     }
 
-    /// Index slot of position `p`: (position, tuple ID, offset, length).
+    /// Index slot of position `p`: (position, tuple ID, offset, length);
+    /// its checksum is [`slot_checksum`](Self::slot_checksum).
     fn slot(&self, p: u64) -> (u64, u64, u64, u32) {
         let at = HEADER + (p & (self.cfg.slots - 1)) as usize * SLOT;
         // SAFETY: `at..at + 32` is inside the index; callers read a slot
@@ -417,6 +455,15 @@ impl BufferQueue {
             u(16),
             u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")),
         )
+    }
+
+    /// The checksum in position `p`'s index slot.
+    fn slot_checksum(&self, p: u64) -> u32 {
+        let at = HEADER + (p & (self.cfg.slots - 1)) as usize * SLOT + 28;
+        // SAFETY: as in `slot`: four bytes inside the index slot of a
+        // published position, not rewritten before it is evicted.
+        let b = unsafe { std::slice::from_raw_parts(self.base.add(at), 4) };
+        u32::from_le_bytes(b.try_into().expect("4 bytes"))
     }
 
     /// Writer: marks positions below `position` as covered by a snapshot the
@@ -501,6 +548,7 @@ impl BufferQueue {
         s[8..16].copy_from_slice(&tuple_id.to_le_bytes());
         s[16..24].copy_from_slice(&off.to_le_bytes());
         s[24..28].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+        s[28..32].copy_from_slice(&entry_checksum(tuple_id, bytes).to_le_bytes());
         // SAFETY: slot `p mod slots` is free (`p - head < slots`: its
         // previous position was evicted, so no reader reads it); it is
         // inside the index.
@@ -526,15 +574,30 @@ impl BufferQueue {
         if p != position {
             return None; // evicted and reused meanwhile
         }
-        let start = self.cfg.arena_start() + (off & (self.cfg.arena - 1)) as usize;
+        let checksum = self.slot_checksum(position);
+        let phys = off & (self.cfg.arena - 1);
+        if phys + len as u64 > self.cfg.arena {
+            // A slot damaged in the file (another process wrote it): its
+            // bytes would lie outside the arena. An entry without bytes
+            // whose checksum cannot hold says so.
+            return Some(Entry {
+                position,
+                tuple_id,
+                bytes: &[],
+                checksum: !entry_checksum(tuple_id, &[]),
+            });
+        }
+        let start = self.cfg.arena_start() + phys as usize;
         // SAFETY: the entry was published before the acquire load of `tail`
-        // above, lies inside the arena (written so by `push`), and is not
-        // rewritten while a reader's cursor keeps it (see the docs).
+        // above, lies inside the arena (checked just above; written so by
+        // `push`), and is not rewritten while a reader's cursor keeps it
+        // (see the docs).
         let bytes = unsafe { std::slice::from_raw_parts(self.base.add(start), len as usize) };
         Some(Entry {
             position,
             tuple_id,
             bytes,
+            checksum,
         })
     }
 
@@ -646,6 +709,9 @@ impl BufferQueue {
             }
             if last_id.is_some_and(|l| id <= l) {
                 return Err(bad(format!("tuple IDs do not increase at position {p}")));
+            }
+            if let Some(e) = self.get(p) {
+                e.verify().map_err(bad)?;
             }
             (last_off, last_id) = (Some(off), Some(id));
         }

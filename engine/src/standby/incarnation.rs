@@ -393,29 +393,32 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         let copied = self.reading(l, epoch, |q| {
             for p in first..first + n {
                 let Some(e) = q.get(p) else {
-                    return Err(format!(
+                    return Err((false, format!(
                         "determinant log entry {seq} takes positions {first}..{} of {}, which holds {}..{}",
                         first + n,
                         q.path().display(),
                         q.head(),
                         q.tail()
-                    ));
+                    )));
                 };
+                if let Err(why) = e.verify() {
+                    return Err((true, format!("buffer queue {}: {why}", q.path().display())));
+                }
                 match (decode::<T>(e.tuple_id, e.bytes), det) {
                     (Ok(Entry::Data(r)), Det::Chunk { .. }) => buf.push(r),
                     (Ok(Entry::End), Det::End { .. }) => {}
                     (Ok(Entry::Barrier(id)), Det::Barrier { .. }) => barrier = id,
                     (Ok(_), _) => {
-                        return Err(format!(
+                        return Err((false, format!(
                             "determinant log entry {seq} ({det:?}) disagrees with position {p} of {}",
                             q.path().display()
-                        ))
+                        )))
                     }
                     (Err(why), _) => {
-                        return Err(format!(
+                        return Err((false, format!(
                             "buffer queue {} position {p}: {why}",
                             q.path().display()
-                        ))
+                        )))
                     }
                 }
             }
@@ -425,7 +428,21 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.barrier = barrier;
         match copied {
             None => Err(Stop::Fenced),
-            Some(Err(why)) => {
+            Some(Err((true, why))) => {
+                // The group's own record of its input is damaged: no
+                // takeover can replay it (every one would read the same
+                // bytes). The attempt fails — restart-all from the last
+                // checkpoint, or the job's error naming the queue.
+                self.ctx.shared.fail(JobError::Io {
+                    operator: self.group.name.to_string(),
+                    instance: self.group.instance,
+                    context: "reading the standby's buffer queue".into(),
+                    path: None,
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
+                });
+                Err(Stop::Failed)
+            }
+            Some(Err((false, why))) => {
                 self.fail(why);
                 Err(Stop::Failed)
             }

@@ -83,6 +83,8 @@ impl QLane {
 /// `blocked`, exactly as a full ring does.
 pub(crate) struct BqSender<T> {
     lanes: Vec<QLane>,
+    /// The largest entry every lane's queue takes (bytes).
+    max_entry: usize,
     route: Route<T>,
     ctx: Rc<TaskCtx>,
     batch: usize,
@@ -100,7 +102,13 @@ impl<T: crate::Data + Codec> BqSender<T> {
         window: usize,
     ) -> AnyBox {
         let route = Route::of(partitioning, ctx.instance, lanes.len());
+        let max_entry = lanes
+            .iter()
+            .map(|(g, l)| g.queues[*l].config().max_entry())
+            .min()
+            .unwrap_or(u64::MAX) as usize;
         Box::new(Box::new(BqSender {
+            max_entry,
             lanes: lanes
                 .into_iter()
                 .map(|(group, lane)| QLane {
@@ -154,6 +162,22 @@ impl<T: Codec + Clone + 'static> Collector<T> for BqSender<T> {
     #[inline]
     fn collect(&mut self, rec: Record<T>) {
         encode(&mut self.buf, &rec);
+        if self.buf.len() > self.max_entry {
+            // Kept, with the reason, rather than a queue it cannot enter
+            // (nothing downstream ever sees it: primary and standby agree).
+            let op = self.ctx.current_op();
+            self.ctx.dead_letter(
+                op,
+                rec.id,
+                &format!(
+                    "a record of {} bytes does not fit the standby's buffer queue (entries up to {} bytes: a quarter of its arena; raise the queue's memory)",
+                    self.buf.len(),
+                    self.max_entry
+                ),
+                &self.buf,
+            );
+            return;
+        }
         match self.route.pick(&rec.value, self.lanes.len()) {
             Some(lane) => self.send_bytes(lane, rec.id.0),
             None => {

@@ -96,6 +96,7 @@ impl Supervisor {
             sinks,
             pacing_start: Arc::clone(&self.pacing_start),
             standby: standby.clone(),
+            probes: self.config.probes.clone(),
         });
         let has_standby = |n: usize| standby.as_ref().is_some_and(|s| s.group(n, 0).is_some());
         let mut producers = HashMap::new();
@@ -331,6 +332,27 @@ impl Supervisor {
         &mut self,
         record: &mut RecoveryRecord,
     ) -> Result<(Option<Arc<Restore>>, Option<u64>), JobError> {
+        if std::mem::take(&mut self.restore_from_store) {
+            if let Some(c) = &self.coord {
+                // What a new process would find: the newest valid
+                // checkpoint in the store, damaged ones skipped and said.
+                let latest = c.store.latest_valid()?;
+                for s in latest.skipped {
+                    record
+                        .skipped_checkpoints
+                        .push(format!("checkpoint {}: {}", s.id, s.error));
+                }
+                self.last_complete = match latest.checkpoint {
+                    Some(m) => Some(Completed {
+                        id: m.id,
+                        manifest: m,
+                        written: HashMap::new(),
+                        attempt: u32::MAX,
+                    }),
+                    None => None,
+                };
+            }
+        }
         let Some(done) = &self.last_complete else {
             return Ok((None, None));
         };
@@ -529,6 +551,7 @@ pub(super) fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> J
         sinks: HashMap::new(),
         pacing_start: Arc::new(OnceLock::new()),
         standby: None,
+        probes: None,
     }
 }
 

@@ -21,6 +21,7 @@ use crate::metrics::CheckpointStats;
 use crate::operator::{Committer, FINAL_EPOCH};
 use crate::recovery::compose::{across_takeover, AcrossTakeover, GroupAtCheckpoint};
 use crate::recovery::interval::{adaptive_interval, IntervalInputs};
+use crate::runtime::probe::ProbeFactory;
 use crate::runtime::CheckpointMode;
 use crate::runtime::RuntimeConfig;
 use std::collections::{HashMap, HashSet};
@@ -107,13 +108,25 @@ impl Supervisor {
         match w.pending.wait() {
             Ok(p) => {
                 c.published(id, w.started, &p);
-                commit_all(&mut self.committers, &self.names, id, &w.finished)?;
+                // A commit that fails here is retried by the restore (the
+                // sinks commit what the restored checkpoint covers).
+                let _ = commit_all(
+                    &mut self.committers,
+                    &self.names,
+                    self.config.probes.as_ref(),
+                    id,
+                    &w.finished,
+                );
                 self.last_complete = Some(Completed {
                     id,
                     manifest: p.manifest,
                     written: w.written,
                     attempt: self.attempt.number,
                 });
+            }
+            Err(checkpoint::CheckpointError::Crashed { .. }) => {
+                c.stats.pending += 1;
+                self.restore_from_store = true;
             }
             Err(e) => c.failed(format!("checkpoint {id}: {e}")),
         }
@@ -180,13 +193,35 @@ impl Supervisor {
                         let _ = r.send(Ok(dir.clone()));
                     }
                 }
-                commit_all(&mut self.committers, &self.names, w.id, &w.finished)?;
                 self.last_complete = Some(Completed {
                     id: w.id,
                     manifest: p.manifest,
                     written: w.written,
                     attempt: self.attempt.number,
                 });
+                if let Err(e) = commit_all(
+                    &mut self.committers,
+                    &self.names,
+                    self.config.probes.as_ref(),
+                    w.id,
+                    &w.finished,
+                ) {
+                    // The checkpoint is complete; its output is not
+                    // visible yet. The attempt fails, and the restart
+                    // from this checkpoint commits it (the sinks settle
+                    // what it covers as they open).
+                    self.attempt.shared.fail(e);
+                }
+            }
+            Err(checkpoint::CheckpointError::Crashed { id, published }) => {
+                // The process "crashed" around the publication: the
+                // attempt ends as a crash would end it, and the restart
+                // reads the store as a new process would.
+                c.stats.pending += 1;
+                self.restore_from_store = true;
+                self.attempt.shared.fail(JobError::Checkpoint(
+                    checkpoint::CheckpointError::Crashed { id, published },
+                ));
             }
             Err(e) => {
                 if w.savepoint {
@@ -347,15 +382,20 @@ pub(super) fn all_acknowledged<V>(
 }
 
 /// Phase two for checkpoint `id`: every sink's output staged under it, and
-/// the final epoch of the sinks in `finished`.
+/// the final epoch of the sinks in `finished`. `probes` may fail a commit
+/// (fault injection) as the sink's own commit would fail.
 pub(super) fn commit_all(
     committers: &mut HashMap<Key, Box<dyn Committer>>,
     names: &[Arc<str>],
+    probes: Option<&Arc<dyn ProbeFactory>>,
     id: u64,
     finished: &HashSet<Key>,
 ) -> Result<(), JobError> {
     for (&(node, instance), c) in committers.iter_mut() {
-        let mut r = c.commit(id);
+        let mut r = probes.map_or(Ok(()), |p| p.commit(&names[node], instance, id));
+        if r.is_ok() {
+            r = c.commit(id);
+        }
         if r.is_ok() && id != FINAL_EPOCH && finished.contains(&(node, instance)) {
             r = c.commit(FINAL_EPOCH);
         }
@@ -394,7 +434,12 @@ impl Coordinator {
                 (t.clone(), Some(t))
             }
         };
-        let store = SnapshotStore::open(&dir, c.retain)?;
+        let store = SnapshotStore::open_probed(
+            &dir,
+            c.retain,
+            crate::sys::uring::FileWriter::new(),
+            config.probes.as_ref().and_then(|p| p.storage()),
+        )?;
         let next_id = store.list()?.iter().map(|l| l.id).max().unwrap_or(0) + 1;
         let interval = match c.adaptive {
             Some((_, max)) => max,

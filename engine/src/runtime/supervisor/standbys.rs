@@ -110,6 +110,10 @@ impl Supervisor {
                     path: Some(dir.clone()),
                     source: std::io::Error::other(e.to_string()),
                 })?;
+                if let Some(p) = &self.config.probes {
+                    let files: Vec<_> = g.queues.iter().map(|q| q.path().to_path_buf()).collect();
+                    p.standby_files(&self.names[n], i, &files);
+                }
                 groups.insert((n, i), Arc::new(g));
             }
         }

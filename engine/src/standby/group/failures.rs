@@ -62,6 +62,18 @@ impl Group {
             }
         };
         if f.reported >= epoch {
+            drop(f);
+            // The first report (from the panic hook, which must not block)
+            // found no standby to wake — the primary failed before it had
+            // asked for one, e.g. right after its own takeover: the
+            // worker's report starts one, or the group waits for ever.
+            if wait
+                && self.live.current() == epoch
+                && self.live.failed()
+                && self.standby_worker.load(Ordering::Acquire) == NONE
+            {
+                self.ensure_standby(shared);
+            }
             return;
         }
         f.reported = epoch;

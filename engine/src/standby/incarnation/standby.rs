@@ -6,6 +6,7 @@
 use super::{Incarnation, Phase};
 use crate::metrics::{RecoveryKind, RecoveryRecord};
 use crate::record::Nanos;
+use crate::runtime::probe::{ProbeAction, TakeoverStage};
 use crate::runtime::task::Poll;
 use crate::standby::codec::Codec;
 use crate::standby::config::StandbyMode;
@@ -148,9 +149,14 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     /// primary. `evidence`: why the primary was found stalled (`None`: it
     /// reported a failure).
     fn claim(&mut self, now: Nanos, evidence: Option<(Evidence, &'static str)>) -> Poll {
+        self.takeover_probe(TakeoverStage::Claiming);
         let Some((epoch, old_slot, point)) = self.take_role(now, evidence) else {
             return self.over();
         };
+        // From the claim on, a failure of this incarnation is the group's
+        // primary's (another takeover), not a standby's: the group has no
+        // other primary.
+        self.ctx.epoch.set(epoch);
         let (p, state) = match point {
             Ok(p) => p,
             Err(why) => {
@@ -177,8 +183,23 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 return Poll::Progress;
             }
         }
+        self.takeover_probe(TakeoverStage::Replaying);
         self.go_live(epoch, old_slot, now);
         Poll::Progress
+    }
+
+    /// Consults the job's probes (fault injection) at `stage` of a
+    /// takeover: a faulty standby fails here, before or during it.
+    fn takeover_probe(&self, stage: TakeoverStage) {
+        let Some(p) = &self.ctx.shared.probes else {
+            return;
+        };
+        match p.takeover(&self.group.name, self.group.instance, stage) {
+            ProbeAction::Panic(message) => panic!("{message}"),
+            ProbeAction::Stall(d) => std::thread::sleep(d),
+            ProbeAction::CutInput => self.fail(format!("taking over: input cut ({stage:?})")),
+            _ => {}
+        }
     }
 
     /// Under the group's lock: claims the epoch after `self.backs` (unless
