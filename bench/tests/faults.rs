@@ -26,7 +26,7 @@ fn run(
         standby: Vec::new(),
     };
     let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
-    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n));
+    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n)).unwrap();
     let cores = tandem::sys::affinity::available_cores().len().min(2);
     let cfg = RuntimeConfig::default()
         .cores(cores)
@@ -38,7 +38,7 @@ fn run(
         }
     }
     assert!(
-        injector.status().iter().all(|(_, fired)| *fired),
+        injector.status().iter().all(|(_, fired)| *fired > 0),
         "every fault fired: {:?}",
         injector.status()
     );
@@ -119,7 +119,7 @@ fn run_recovering(
         standby: Vec::new(),
     };
     let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
-    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n));
+    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n)).unwrap();
     let cores = tandem::sys::affinity::available_cores().len().min(2);
     let mut cp = tandem::CheckpointConfig::every(Duration::from_millis(10));
     cp.dir = Some(dir.join("checkpoints"));
@@ -134,7 +134,7 @@ fn run_recovering(
         .heartbeat_timeout(Duration::from_millis(100))
         .probes(Arc::new(injector.clone()));
     let report = job.run(&cfg).unwrap();
-    assert!(injector.status().iter().all(|(_, fired)| *fired));
+    assert!(injector.status().iter().all(|(_, fired)| *fired > 0));
     paper::merge_output(&out, P, paper::OutputMode::Transactional).unwrap();
     (sorted_lines(&out), report)
 }
@@ -195,7 +195,7 @@ fn run_standby(
         standby: standby.iter().map(|s| s.to_string()).collect(),
     };
     let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
-    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n));
+    let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n)).unwrap();
     let cores = tandem::sys::affinity::available_cores().len().min(2);
     let cfg = RuntimeConfig::default()
         .cores(cores)
@@ -211,7 +211,7 @@ fn run_standby(
         .unwrap_or_else(|e| panic!("{standby:?} {mode:?} {heartbeat_ms} ms {faults:?}: {e}"));
     paper::merge_output(out, P, paper::OutputMode::Direct).unwrap();
     assert!(
-        injector.status().iter().all(|(_, fired)| *fired),
+        injector.status().iter().all(|(_, fired)| *fired > 0),
         "every fault fired: {:?}",
         injector.status()
     );

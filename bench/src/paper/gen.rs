@@ -102,20 +102,27 @@ pub fn event_time(seed: u64, seq: u64) -> u64 {
 }
 
 /// Pre-generated input: the JSON lines of records `0..len`, in chunks.
+///
+/// Or read from a file ([`Input::from_jsonl`], `super::input`): then each
+/// record remembers its line in the file, and a line over the size limit
+/// keeps only its first bytes and its length.
 pub struct Input {
-    chunks: Vec<Chunk>,
-    chunk_records: u64,
-    len: u64,
-    seed: u64,
+    pub(super) chunks: Vec<Chunk>,
+    pub(super) chunk_records: u64,
+    pub(super) len: u64,
+    pub(super) seed: u64,
+    /// Read from a file: where each record came from, and what was over
+    /// the limit.
+    pub(super) file: Option<super::input::FileOrigin>,
 }
 
-struct Chunk {
-    bytes: Vec<u8>,
+pub(super) struct Chunk {
+    pub(super) bytes: Vec<u8>,
     /// End offset of each record's line (exclusive, no newline stored).
-    ends: Vec<u32>,
+    pub(super) ends: Vec<u32>,
 }
 
-const CHUNK_RECORDS: u64 = 1 << 16;
+pub(super) const CHUNK_RECORDS: u64 = 1 << 16;
 
 impl Input {
     /// Generates `n` records from `seed` on `threads` threads.
@@ -141,6 +148,7 @@ impl Input {
             chunk_records: CHUNK_RECORDS,
             len: n,
             seed,
+            file: None,
         }
     }
 
@@ -173,7 +181,8 @@ impl Input {
         self.chunks
             .iter()
             .map(|c| (c.bytes.capacity() + c.ends.capacity() * 4) as u64)
-            .sum()
+            .sum::<u64>()
+            + self.file.as_ref().map_or(0, |f| f.memory_bytes())
     }
 }
 

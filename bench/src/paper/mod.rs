@@ -17,7 +17,9 @@
 //! summary line per user. Records that do not parse go to the dead-letter
 //! file with the parser's message.
 
+mod faults;
 pub mod gen;
+mod input;
 pub mod json;
 mod output;
 
@@ -34,7 +36,9 @@ use tandem::{
     CoProcess, Job, JobBuilder, KeyedProcess, OperatorInfo, Output, Record, Source, SourcePoll,
 };
 
+pub use faults::Protection;
 pub use gen::Input;
+pub use input::{InputError, DEFAULT_MAX_RECORD_BYTES, KEPT_OF_OVERSIZED};
 pub use output::{merge_output, part_path, txn_dir, write_line, OutputMode, SinkCounts};
 use output::{PaperSink, SinkOut};
 
@@ -485,9 +489,23 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
     }
     let parsed = source.flat_map(FLATMAP, move |line: LineRef, out: &mut Output<'_, Flat>| {
         let bytes = input.line(line.0);
+        if let Some((len, max)) = input.oversized(line.0) {
+            // Only its head was kept: it never reaches a queue.
+            return out.dead_letter(
+                format_args!(
+                    "{}: a record of {len} bytes is over the limit of {max} bytes (--max-record-bytes); its first {} bytes are kept here",
+                    input.position(line.0),
+                    bytes.len()
+                ),
+                bytes,
+            );
+        }
         match parse(bytes) {
             Ok(flat) => out.emit(flat),
-            Err(e) => out.dead_letter(format_args!("invalid answer record: {e}"), bytes),
+            Err(e) => out.dead_letter(
+                format_args!("{}: invalid answer record: {e}", input.position(line.0)),
+                bytes,
+            ),
         }
     });
     let counts = Arc::new(SinkCounts::default());

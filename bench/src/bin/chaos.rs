@@ -1,0 +1,520 @@
+//! `chaos`: many randomized fault schedules against the paper pipeline,
+//! each run's output checked against a clean run's by the independent
+//! checker (`tandem_fault_inject::check`).
+//!
+//! For each strategy — `restart-all`, `bqbs-warm`, `bqbs-hot`,
+//! `bqbs-checkpoints` — it runs `--schedules` schedules. Schedule `i` of a
+//! strategy draws, from a seed derived from `--seed`, the strategy's
+//! configuration (which operators have a standby, the heartbeat, the queue
+//! size, the checkpoint interval), full rate or a throttled rate, and 1–4
+//! faults among those the configuration recovers from
+//! (`paper::Protection::space`). The run must end successfully with
+//! exactly the clean output: a lost, duplicated or changed line, a failed
+//! or hung run, is a failure, printed with the `paper` command that
+//! reproduces it.
+
+use anyhow::Context;
+use clap::Parser;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem::{CheckpointConfig, RecoveryKind, RestartStrategy, RuntimeConfig, StandbyMode};
+use tandem_bench::paper::{self, Input, OutputMode, PaperOptions, Protection};
+use tandem_bench::report::write_json;
+use tandem_fault_inject::schedule::SplitMix64;
+use tandem_fault_inject::{Checker, FaultInjector, Schedule, ScheduleSpec};
+
+/// Runs randomized fault schedules and checks every output.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Schedules per strategy.
+    #[arg(long, default_value_t = 50)]
+    schedules: u64,
+    /// Input records of every run.
+    #[arg(long, default_value_t = 100_000)]
+    records: u64,
+    /// Seed of the input and of every schedule drawn.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Strategies to run: restart-all, bqbs-warm, bqbs-hot,
+    /// bqbs-checkpoints (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "restart-all,bqbs-warm,bqbs-hot,bqbs-checkpoints"
+    )]
+    strategies: Vec<String>,
+    /// Faults per schedule, at most (each draws 1 to this many).
+    #[arg(long, default_value_t = 4)]
+    max_faults: u64,
+    /// Cores to run on (default: all the process may use).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// A run not finished after this many seconds has hung.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+    /// Write a JSON report here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Directory for the runs' files (default: a temp dir, removed).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// No progress bar (for logs).
+    #[arg(long)]
+    quiet: bool,
+}
+
+const STRATEGIES: [&str; 4] = ["restart-all", "bqbs-warm", "bqbs-hot", "bqbs-checkpoints"];
+
+/// One schedule's configuration, drawn.
+#[derive(Clone, Debug, Serialize)]
+struct Config {
+    strategy: String,
+    standby: Vec<String>,
+    heartbeat_ms: u64,
+    queue_mib: u64,
+    checkpoint_ms: Option<u64>,
+    rate: Option<f64>,
+    schedule: String,
+}
+
+impl Config {
+    /// The `paper` command that runs the same job with the same faults.
+    fn command(&self, records: u64, seed: u64) -> String {
+        let mut c = format!("paper --records {records} --seed {seed}");
+        if let Some(r) = self.rate {
+            c += &format!(" --rate {r}");
+        }
+        match self.strategy.as_str() {
+            "restart-all" => c += " --strategy restart-all",
+            s => {
+                c += &format!(
+                    " --strategy bqbs --standby {} --standby-mode {} --standby-heartbeat-ms {} --standby-queue-mib {}",
+                    self.standby.join(","),
+                    if s == "bqbs-hot" { "hot" } else { "warm" },
+                    self.heartbeat_ms,
+                    self.queue_mib
+                );
+            }
+        }
+        if let Some(ms) = self.checkpoint_ms {
+            c += &format!(" --checkpoint-interval-ms {ms}");
+        }
+        format!(
+            "{c} --fault-schedule '{}' --output faulted.jsonl",
+            self.schedule
+        )
+    }
+}
+
+/// What one run did.
+#[derive(Clone, Debug, Default, Serialize)]
+struct RunOutcome {
+    faults_armed: u64,
+    faults_fired: u64,
+    takeovers: u64,
+    restarts: u64,
+    unprovoked: u64,
+    lost: u64,
+    duplicated: u64,
+    changed: u64,
+    /// The job's error, or "hung".
+    failure: Option<String>,
+    first_output_us: Vec<u64>,
+    secs: f64,
+}
+
+/// A strategy's totals.
+#[derive(Clone, Debug, Default, Serialize)]
+struct Totals {
+    schedules: u64,
+    faults_armed: u64,
+    faults_fired: u64,
+    takeovers: u64,
+    restarts: u64,
+    unprovoked: u64,
+    lost: u64,
+    duplicated: u64,
+    changed: u64,
+    failed: u64,
+    /// Fault → first output after the recovery, microseconds.
+    recovery_p50_us: u64,
+    recovery_p99_us: u64,
+    recovery_max_us: u64,
+    secs: f64,
+    #[serde(skip)]
+    first_output_us: Vec<u64>,
+}
+
+#[derive(Serialize)]
+struct Failing {
+    strategy: String,
+    schedule: u64,
+    what: String,
+    config: Config,
+    command: String,
+}
+
+#[derive(Serialize)]
+struct Report {
+    records: u64,
+    seed: u64,
+    schedules_per_strategy: u64,
+    elapsed_s: f64,
+    strategies: BTreeMap<String, Totals>,
+    failing: Vec<Failing>,
+}
+
+/// Draws schedule `i` of `strategy`.
+fn draw(args: &Args, strategy: &str, i: u64) -> Config {
+    let k = STRATEGIES.iter().position(|s| *s == strategy).unwrap_or(0) as u64;
+    let mut rng = SplitMix64(args.seed ^ (k << 56) ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let standby: Vec<String> = match strategy {
+        "restart-all" => vec![],
+        _ => match rng.below(4) {
+            0 => vec!["flatmap".into()],
+            1 => vec!["keyed".into()],
+            2 => vec!["filter".into()],
+            _ => vec!["flatmap".into(), "keyed".into()],
+        },
+    };
+    let checkpoint_ms = matches!(strategy, "restart-all" | "bqbs-checkpoints")
+        .then(|| [10, 20, 50, 100][rng.below(4) as usize]);
+    // Half at full rate, half throttled to 100–400 k records/s.
+    let rate = (rng.below(2) == 0).then(|| (100_000 + 50_000 * rng.below(7)) as f64);
+    let secs = args.records as f64 / rate.unwrap_or(2e6);
+    let protection = Protection {
+        standby: standby.clone(),
+        checkpoints: checkpoint_ms.is_some(),
+        restarts: checkpoint_ms.is_some(),
+        transactional: checkpoint_ms.is_some(),
+        checkpoints_expected: checkpoint_ms
+            .map_or(0, |ms| ((secs * 1e3 / ms as f64) as u64).clamp(1, 50)),
+    };
+    let spec = ScheduleSpec::Random {
+        seed: rng.next_u64(),
+        count: 1 + rng.below(args.max_faults.max(1)),
+        kinds: vec![],
+        targets: vec![],
+    };
+    let schedule = spec
+        .expand(&protection.space(args.records))
+        .expect("every strategy's space allows some fault");
+    Config {
+        strategy: strategy.to_string(),
+        standby,
+        heartbeat_ms: [2, 5, 10][rng.below(3) as usize],
+        queue_mib: [2, 16][rng.below(2) as usize],
+        checkpoint_ms,
+        rate,
+        schedule: schedule.to_string(),
+    }
+}
+
+/// Runs the pipeline once; `Ok(report)` when it completed in time.
+fn run_job(
+    args: &Args,
+    input: &Arc<Input>,
+    cfg: &Config,
+    injector: Option<&FaultInjector>,
+    out: &Path,
+    run_dir: &Path,
+) -> anyhow::Result<(tandem::JobReport, OutputMode)> {
+    let cores = args
+        .cores
+        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len());
+    let mode = if cfg.checkpoint_ms.is_some() {
+        OutputMode::Transactional
+    } else {
+        OutputMode::Direct
+    };
+    let opts = PaperOptions {
+        parallelism: cores,
+        rate: cfg.rate,
+        output: Some(out.to_path_buf()),
+        output_mode: mode,
+        standby: cfg.standby.clone(),
+    };
+    let (job, _) = paper::build_job(Arc::clone(input), &opts)?;
+    let mut rc = RuntimeConfig::default().cores(cores).run_dir(run_dir);
+    if let Some(ms) = cfg.checkpoint_ms {
+        let mut cp = CheckpointConfig::every(Duration::from_millis(ms));
+        cp.tolerable_failures = 10;
+        rc = rc.checkpoint(cp).restart(RestartStrategy::FixedDelay {
+            attempts: 100,
+            delay: Duration::ZERO,
+        });
+    }
+    if cfg.strategy.starts_with("bqbs") {
+        rc = rc.standby(tandem::StandbyConfig {
+            mode: if cfg.strategy == "bqbs-hot" {
+                StandbyMode::Hot
+            } else {
+                StandbyMode::Warm
+            },
+            heartbeat_timeout: Duration::from_millis(cfg.heartbeat_ms),
+            queue_memory: cfg.queue_mib << 20,
+            ..Default::default()
+        });
+    }
+    if let Some(i) = injector {
+        rc = rc.probes(Arc::new(i.clone()));
+    }
+    let handle = job.start(&rc)?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    while !handle.is_finished() {
+        if Instant::now() > deadline {
+            handle.cancel();
+            anyhow::bail!("hung: not finished after {} s", args.timeout_s);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = handle.join()?;
+    paper::merge_output(out, cores, mode).context("merging the output")?;
+    Ok((report, mode))
+}
+
+fn run_one(args: &Args, input: &Arc<Input>, clean: &Path, cfg: &Config, dir: &Path) -> RunOutcome {
+    let t = Instant::now();
+    let mut o = RunOutcome::default();
+    let cores = args
+        .cores
+        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len());
+    let schedule: Schedule = cfg.schedule.parse().expect("a drawn schedule parses");
+    let injector = match FaultInjector::builder(&schedule)
+        .records(args.records)
+        .resolver(move |n| paper::tuple_of(cores, n))
+        .build()
+    {
+        Ok(i) => i,
+        Err(e) => {
+            o.failure = Some(format!("arming the schedule: {e}"));
+            return o;
+        }
+    };
+    o.faults_armed = injector.armed() as u64;
+    let out = dir.join("faulted.jsonl");
+    let run_dir = dir.join("run");
+    let result = run_job(args, input, cfg, Some(&injector), &out, &run_dir);
+    o.faults_fired = injector.fired();
+    match result {
+        Err(e) => o.failure = Some(format!("{e:#}")),
+        Ok((report, _)) => {
+            for r in &report.recovery {
+                match r.kind {
+                    RecoveryKind::Takeover => o.takeovers += 1,
+                    RecoveryKind::RestartAll => o.restarts += 1,
+                }
+                o.unprovoked += u64::from(r.unprovoked);
+                if let Some(us) = r.first_output_us {
+                    o.first_output_us.push(us);
+                }
+            }
+            match Checker::default().compare_files(clean, &out) {
+                Ok(c) => {
+                    o.lost = c.lost;
+                    o.duplicated = c.duplicated;
+                    o.changed = c.changed + c.unexpected;
+                }
+                Err(e) => o.failure = Some(format!("checking the output: {e}")),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let _ = std::fs::remove_file(&out);
+    o.secs = t.elapsed().as_secs_f64();
+    o
+}
+
+fn quantiles(mut v: Vec<u64>) -> (u64, u64, u64) {
+    if v.is_empty() {
+        return (0, 0, 0);
+    }
+    v.sort_unstable();
+    let q = |f: f64| v[((v.len() as f64 * f).ceil() as usize).clamp(1, v.len()) - 1];
+    (q(0.5), q(0.99), *v.last().expect("non-empty"))
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match real_main(&args) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main(args: &Args) -> anyhow::Result<bool> {
+    tandem_fault_inject::silence_injected_panics();
+    anyhow::ensure!(args.schedules >= 1, "--schedules must be at least 1");
+    anyhow::ensure!(args.records >= 100, "--records must be at least 100");
+    anyhow::ensure!(args.max_faults >= 1, "--max-faults must be at least 1");
+    for s in &args.strategies {
+        anyhow::ensure!(
+            STRATEGIES.contains(&s.as_str()),
+            "--strategies: unknown strategy `{s}` (expected {})",
+            STRATEGIES.join(", ")
+        );
+    }
+    let available = tandem::sys::affinity::available_cores().len();
+    if let Some(c) = args.cores {
+        anyhow::ensure!(
+            (1..=available).contains(&c),
+            "--cores {c}: 1 to {available} cores are available"
+        );
+    }
+    let (dir, temp) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("tandem-chaos-{}", std::process::id())),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("--dir {}", dir.display()))?;
+    let started = Instant::now();
+    let input = Arc::new(Input::generate(args.records, args.seed, 0, available));
+    // The reference: the same job, no faults, no protection.
+    let clean = dir.join("clean.jsonl");
+    let none = Config {
+        strategy: "none".into(),
+        standby: vec![],
+        heartbeat_ms: 5,
+        queue_mib: 16,
+        checkpoint_ms: None,
+        rate: None,
+        schedule: String::new(),
+    };
+    run_job(args, &input, &none, None, &clean, &dir.join("clean-run")).context("the clean run")?;
+    let _ = std::fs::remove_dir_all(dir.join("clean-run"));
+
+    let total = args.schedules * args.strategies.len() as u64;
+    let bar = if args.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(total)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} schedules {msg}",
+        )
+        .expect("static template"),
+    );
+    let mut totals: BTreeMap<String, Totals> = BTreeMap::new();
+    let mut failing = Vec::new();
+    for strategy in &args.strategies {
+        for i in 0..args.schedules {
+            let cfg = draw(args, strategy, i);
+            bar.set_message(format!("{strategy} #{i}"));
+            let o = run_one(args, &input, &clean, &cfg, &dir);
+            let t = totals.entry(strategy.clone()).or_default();
+            t.schedules += 1;
+            t.faults_armed += o.faults_armed;
+            t.faults_fired += o.faults_fired;
+            t.takeovers += o.takeovers;
+            t.restarts += o.restarts;
+            t.unprovoked += o.unprovoked;
+            t.lost += o.lost;
+            t.duplicated += o.duplicated;
+            t.changed += o.changed;
+            t.secs += o.secs;
+            t.first_output_us.extend(&o.first_output_us);
+            let what = match &o.failure {
+                Some(f) => Some(f.clone()),
+                None if o.lost + o.duplicated + o.changed > 0 => Some(format!(
+                    "output differs: {} lost, {} duplicated, {} changed",
+                    o.lost, o.duplicated, o.changed
+                )),
+                None => None,
+            };
+            if let Some(what) = what {
+                t.failed += 1;
+                let command = cfg.command(args.records, args.seed);
+                bar.println(format!(
+                    "FAIL {strategy} #{i}: {what}\n  reproduce: {command}"
+                ));
+                failing.push(Failing {
+                    strategy: strategy.clone(),
+                    schedule: i,
+                    what,
+                    config: cfg,
+                    command,
+                });
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    for t in totals.values_mut() {
+        (t.recovery_p50_us, t.recovery_p99_us, t.recovery_max_us) =
+            quantiles(std::mem::take(&mut t.first_output_us));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "chaos: {} records, seed {}, {} schedules per strategy, {:.0} s",
+        args.records, args.seed, args.schedules, elapsed
+    );
+    println!(
+        "  {:<17} {:>9} {:>7} {:>6} {:>9} {:>8} {:>10} {:>5} {:>5} {:>7} {:>6}  recovery p50 / p99 / max",
+        "strategy", "schedules", "faults", "fired", "takeovers", "restarts", "unprovoked", "lost", "dup", "changed", "failed"
+    );
+    for (s, t) in &totals {
+        println!(
+            "  {s:<17} {:>9} {:>7} {:>6} {:>9} {:>8} {:>10} {:>5} {:>5} {:>7} {:>6}  {} / {} / {}",
+            t.schedules,
+            t.faults_armed,
+            t.faults_fired,
+            t.takeovers,
+            t.restarts,
+            t.unprovoked,
+            t.lost,
+            t.duplicated,
+            t.changed,
+            t.failed,
+            fmt_us(t.recovery_p50_us),
+            fmt_us(t.recovery_p99_us),
+            fmt_us(t.recovery_max_us),
+        );
+    }
+    let ok = failing.is_empty();
+    if !ok {
+        println!(
+            "{} failing schedule(s); each reproduces with:",
+            failing.len()
+        );
+        for f in &failing {
+            println!(
+                "  {} #{}: {}\n    {}",
+                f.strategy, f.schedule, f.what, f.command
+            );
+        }
+    }
+    if let Some(p) = &args.report {
+        write_json(
+            p,
+            &Report {
+                records: args.records,
+                seed: args.seed,
+                schedules_per_strategy: args.schedules,
+                elapsed_s: elapsed,
+                strategies: totals,
+                failing,
+            },
+        )?;
+    }
+    if temp {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        let _ = std::fs::remove_file(&clean);
+    }
+    Ok(ok)
+}
+
+fn fmt_us(us: u64) -> String {
+    tandem_bench::report::fmt_ns(us * 1000)
+}

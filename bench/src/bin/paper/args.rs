@@ -1,0 +1,197 @@
+//! The `paper` binary's flags.
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+use tandem::recovery::restart::parse_duration;
+use tandem::{Chaining, CheckpointMode, RestartStrategy};
+use tandem_bench::paper::{self, OutputMode};
+
+/// Runs the paper's pipeline and prints throughput, latency and recovery.
+#[derive(Parser, Debug, Clone)]
+#[command(version)]
+pub struct Args {
+    /// Records to generate and process.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Read the records from this JSONL file instead of generating them:
+    /// one answer record per line, in the generator's shape (see
+    /// README). Lines that are not valid records go to the dead-letter
+    /// file with their line number and the reason; blank lines are
+    /// skipped.
+    #[arg(long, conflicts_with_all = ["records", "seed", "malformed_every"])]
+    pub input: Option<PathBuf>,
+    /// The largest record --input may hold, in bytes; a longer line goes
+    /// to the dead-letter file (its first KiB kept).
+    #[arg(long, default_value_t = paper::DEFAULT_MAX_RECORD_BYTES)]
+    pub max_record_bytes: usize,
+    /// Source rate in records/s over all partitions; 0 = as fast as possible.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// Seed of the input generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Cores to run on (default: all the process may use).
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// Instances per operator (default: the number of cores).
+    #[arg(long)]
+    pub parallelism: Option<usize>,
+    /// Write one JSONL line per output record here.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// How the sink writes --output: transactional (committed per
+    /// checkpoint, exactly once) or direct (into part files through a
+    /// 64 KiB buffer drained at every barrier; a restart writes the
+    /// replayed records again, and the report counts them — an upper
+    /// bound: lines still buffered when an attempt failed are written
+    /// once). Default: transactional with checkpoints (--strategy
+    /// restart-all, or bqbs with --checkpoint-interval-ms), else direct.
+    #[arg(long, value_parser = parse_output_mode)]
+    pub sink_mode: Option<OutputMode>,
+    /// Write a JSON report here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Make every k-th input record malformed (0 = none).
+    #[arg(long, default_value_t = 0)]
+    pub malformed_every: u64,
+    /// Directory for files the run creates (dead letters, checkpoints);
+    /// default: a temp dir.
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Operator chaining: auto, always or never.
+    #[arg(long, default_value = "auto", value_parser = parse_chaining)]
+    pub chaining: Chaining,
+    /// Slots per ring between tasks.
+    #[arg(long, default_value_t = 1024)]
+    pub ring_capacity: usize,
+    /// Inject a fault, KIND@TARGET:WHEN[:ARG] (repeatable): panic, stall
+    /// (MILLIS or forever), slow (MICROS[xCOUNT]), cut, mute (MILLIS),
+    /// standby (before|during), corrupt (flip|truncate) on an operator;
+    /// commit on the sink; ioerror (eio|enospc[-write|-fsync]), crash,
+    /// corrupt on `checkpoint`. WHEN: input record N, P/S (a tuple ID),
+    /// +DUR, %K (every K-th record), N*B (a burst), ~C (C spread evenly);
+    /// a checkpoint id for commit and checkpoint faults. See README.
+    #[arg(long = "fault")]
+    pub faults: Vec<tandem_fault_inject::FaultSpec>,
+    /// Inject a schedule: SPEC,SPEC,… or random:SEED:COUNT[:KINDS[:TARGETS]]
+    /// (drawn among the faults this configuration recovers from; the run
+    /// prints the faults drawn). One KIND@OPERATOR:COUNT[:MILLIS] is the
+    /// older shorthand for COUNT faults spread evenly (KIND@OPERATOR:~COUNT).
+    #[arg(long)]
+    pub fault_schedule: Option<String>,
+    /// Recovery strategy: none (a failure ends the run), restart-all
+    /// (checkpoints; on a failure every operator restarts from the last
+    /// complete one) or bqbs (active standby for the --standby operators).
+    #[arg(long, default_value = "none", value_parser = ["none", "restart-all", "bqbs"])]
+    pub strategy: String,
+    /// Operators with a standby (bqbs): any of flatmap, filter, keyed,
+    /// comma-separated.
+    #[arg(long, default_value = "flatmap", value_delimiter = ',')]
+    pub standby: Vec<String>,
+    /// Standby mode (bqbs): warm (restores the primary's newest snapshot
+    /// and replays) or hot (computes along, output suppressed).
+    #[arg(long, default_value = "warm", value_parser = parse_standby_mode)]
+    pub standby_mode: tandem::StandbyMode,
+    /// A primary without a heartbeat for this long has stalled (bqbs).
+    #[arg(long, default_value_t = 5)]
+    pub standby_heartbeat_ms: u64,
+    /// Warm snapshot interval (bqbs, stateful operators).
+    #[arg(long, default_value_t = 200)]
+    pub standby_snapshot_ms: u64,
+    /// Bytes of each buffer queue, in MiB (bqbs).
+    #[arg(long, default_value_t = 16)]
+    pub standby_queue_mib: u64,
+    /// Also run the same job with --strategy none first (no faults) and
+    /// print the throughput and p99 ratios (bqbs / none).
+    #[arg(long)]
+    pub compare_without_standby: bool,
+    /// Checkpoint interval. restart-all: default 1000. bqbs: checkpoints
+    /// run beside the standbys only when this is given — a failure of an
+    /// operator without a standby is then restart-all from the last
+    /// complete checkpoint, and --output is transactional.
+    #[arg(long)]
+    pub checkpoint_interval_ms: Option<u64>,
+    /// Checkpoint directory (default: RUN_DIR/checkpoints or a temp dir
+    /// removed at the end).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Barrier alignment: exactly-once or at-least-once.
+    #[arg(long, default_value = "exactly-once", value_parser = parse_mode)]
+    pub checkpoint_mode: CheckpointMode,
+    /// A checkpoint not complete after this long is abandoned.
+    #[arg(long, default_value_t = 60_000)]
+    pub checkpoint_timeout_ms: u64,
+    /// Consecutive failed checkpoints tolerated before the job fails.
+    #[arg(long, default_value_t = 3)]
+    pub tolerable_checkpoint_failures: u32,
+    /// Least time between the end of a checkpoint and the next one.
+    #[arg(long, default_value_t = 0)]
+    pub min_pause_ms: u64,
+    /// Checkpoints kept.
+    #[arg(long, default_value_t = 3)]
+    pub retain: usize,
+    /// Adapt the interval to failures and checkpoint cost within MIN:MAX
+    /// (e.g. 100ms:10s).
+    #[arg(long, value_parser = parse_range)]
+    pub adaptive_interval: Option<(Duration, Duration)>,
+    /// Restart strategy: none | fixed:ATTEMPTS:DELAY |
+    /// exp:INITIAL:MAX:MULTIPLIER:JITTER:RESET | rate:FAILURES:INTERVAL:DELAY.
+    #[arg(long, default_value = "fixed:100:0ms")]
+    pub restart: RestartStrategy,
+    /// A worker without a heartbeat for this long has stalled.
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_timeout_ms: u64,
+    /// Take a savepoint this long after the start (restart-all).
+    #[arg(long)]
+    pub savepoint_after_ms: Option<u64>,
+    /// Start from a savepoint or checkpoint (an sp-ID directory, a
+    /// manifest, or a checkpoint directory).
+    #[arg(long)]
+    pub from_savepoint: Option<PathBuf>,
+    /// Also run the same job without checkpoints first, and print the
+    /// throughput ratio (checkpointed / plain).
+    #[arg(long)]
+    pub compare_without_checkpoints: bool,
+}
+
+pub fn parse_chaining(s: &str) -> Result<Chaining, String> {
+    match s {
+        "auto" => Ok(Chaining::Auto),
+        "always" => Ok(Chaining::Always),
+        "never" => Ok(Chaining::Never),
+        _ => Err(format!("expected auto, always or never, got `{s}`")),
+    }
+}
+
+pub fn parse_mode(s: &str) -> Result<CheckpointMode, String> {
+    match s {
+        "exactly-once" => Ok(CheckpointMode::ExactlyOnce),
+        "at-least-once" => Ok(CheckpointMode::AtLeastOnce),
+        _ => Err(format!("expected exactly-once or at-least-once, got `{s}`")),
+    }
+}
+
+pub fn parse_standby_mode(s: &str) -> Result<tandem::StandbyMode, String> {
+    match s {
+        "warm" => Ok(tandem::StandbyMode::Warm),
+        "hot" => Ok(tandem::StandbyMode::Hot),
+        _ => Err(format!("expected warm or hot, got `{s}`")),
+    }
+}
+
+pub fn parse_output_mode(s: &str) -> Result<OutputMode, String> {
+    match s {
+        "transactional" => Ok(OutputMode::Transactional),
+        "direct" => Ok(OutputMode::Direct),
+        _ => Err(format!("expected transactional or direct, got `{s}`")),
+    }
+}
+
+pub fn parse_range(s: &str) -> Result<(Duration, Duration), String> {
+    let (a, b) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected MIN:MAX, got `{s}`"))?;
+    let d = |x: &str| parse_duration(x).ok_or_else(|| format!("`{x}` is not a duration"));
+    Ok((d(a)?, d(b)?))
+}

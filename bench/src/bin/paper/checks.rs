@@ -1,0 +1,500 @@
+//! What `paper` checks before any work starts: every flag that cannot take
+//! effect is refused with the flag named, every path it will write is
+//! tried, every fault is checked against the job it would hit. Warnings
+//! say what will happen that the user may not expect (a fault that never
+//! fires).
+
+use crate::args::Args;
+use anyhow::{bail, ensure};
+use clap::parser::ValueSource;
+use clap::ArgMatches;
+use std::path::{Path, PathBuf};
+use tandem::RestartStrategy;
+use tandem_bench::paper::{self, names, OutputMode};
+use tandem_fault_inject::{FaultKind, FaultSpec, Schedule, ScheduleSpec, Space, When, CHECKPOINT};
+
+/// The operators of the paper pipeline, in order.
+pub const OPERATORS: [&str; 7] = [
+    names::SOURCE,
+    names::LEVELS,
+    names::FLATMAP,
+    names::FILTER,
+    names::MAP,
+    names::KEYED,
+    names::SINK,
+];
+
+/// Operators that can have a standby.
+const BACKABLE: [&str; 3] = [names::FLATMAP, names::FILTER, names::KEYED];
+
+/// What the flags resolve to.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub cores: usize,
+    pub parallelism: usize,
+    pub bqbs: bool,
+    /// Checkpoints (and restarts from them) run.
+    pub checkpointing: bool,
+    pub output_mode: OutputMode,
+    /// Where the output goes (set once the run's leftovers are known).
+    pub output: Option<PathBuf>,
+    /// Operators with a standby (empty unless bqbs).
+    pub standby: Vec<String>,
+    /// The faults as given (`--fault`, then the schedule), expanded once
+    /// the input's length is known ([`Plan::faults`]).
+    pub fault_specs: Vec<FaultSpec>,
+    pub schedule: Option<ScheduleSpec>,
+}
+
+fn given(m: &ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(ValueSource::CommandLine)
+}
+
+/// A directory the run writes into: created if missing, and tried.
+pub fn writable_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        bail!("{flag} {}: exists and is not a directory", dir.display());
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("{flag} {}: cannot create it: {e}", dir.display()))?;
+    let probe = dir.join(format!(".tandem-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .map_err(|e| anyhow::anyhow!("{flag} {}: cannot write into it: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// The output file: a regular file (or none yet) in a writable directory.
+fn output_file(out: &Path) -> anyhow::Result<()> {
+    if out.is_dir() {
+        bail!("--output {}: is a directory; name a file", out.display());
+    }
+    if out.exists() && !std::fs::metadata(out)?.is_file() {
+        bail!(
+            "--output {}: is not a regular file (the output is assembled from part files and renamed)",
+            out.display()
+        );
+    }
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    ensure!(
+        dir.is_dir(),
+        "--output {}: directory {} does not exist",
+        out.display(),
+        dir.display()
+    );
+    let probe = dir.join(format!(".tandem-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| {
+        anyhow::anyhow!(
+            "--output {}: cannot write into {}: {e}",
+            out.display(),
+            dir.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// Checks the flags; returns the plan and the warnings.
+pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)> {
+    let mut warnings = Vec::new();
+    let available = tandem::sys::affinity::available_cores().len();
+    let cores = args.cores.unwrap_or(available);
+    ensure!(cores >= 1, "--cores must be at least 1");
+    ensure!(
+        cores <= available,
+        "--cores {cores}: only {available} cores are available to this process"
+    );
+    let parallelism = args.parallelism.unwrap_or(cores);
+    ensure!(parallelism >= 1, "--parallelism must be at least 1");
+    ensure!(
+        args.rate >= 0.0 && args.rate.is_finite(),
+        "--rate must be a number ≥ 0 (0: as fast as possible)"
+    );
+    ensure!(
+        args.ring_capacity >= 2,
+        "--ring-capacity {}: a ring needs at least 2 slots",
+        args.ring_capacity
+    );
+    ensure!(
+        args.ring_capacity <= 1 << 24,
+        "--ring-capacity {}: at most {} slots",
+        args.ring_capacity,
+        1 << 24
+    );
+    if !args.ring_capacity.is_power_of_two() {
+        warnings.push(format!(
+            "--ring-capacity {} is rounded up to {} slots (a power of two)",
+            args.ring_capacity,
+            args.ring_capacity.next_power_of_two()
+        ));
+    }
+    ensure!(
+        args.max_record_bytes >= 64,
+        "--max-record-bytes {}: at least 64",
+        args.max_record_bytes
+    );
+    let restart_all = args.strategy == "restart-all";
+    let bqbs = args.strategy == "bqbs";
+    let checkpointing = restart_all || (bqbs && args.checkpoint_interval_ms.is_some());
+
+    // Flags that only take effect with a strategy, refused without it.
+    let standby_flags = [
+        "standby",
+        "standby_mode",
+        "standby_heartbeat_ms",
+        "standby_snapshot_ms",
+        "standby_queue_mib",
+        "compare_without_standby",
+    ];
+    for f in standby_flags {
+        ensure!(
+            bqbs || !given(m, f),
+            "--{} needs --strategy bqbs (this run has --strategy {})",
+            f.replace('_', "-"),
+            args.strategy
+        );
+    }
+    let checkpoint_flags = [
+        "checkpoint_dir",
+        "checkpoint_mode",
+        "checkpoint_timeout_ms",
+        "tolerable_checkpoint_failures",
+        "min_pause_ms",
+        "retain",
+        "adaptive_interval",
+        "restart",
+        "heartbeat_timeout_ms",
+        "savepoint_after_ms",
+    ];
+    ensure!(
+        args.checkpoint_interval_ms.is_none() || restart_all || bqbs,
+        "--checkpoint-interval-ms needs --strategy restart-all or bqbs"
+    );
+    for f in checkpoint_flags {
+        ensure!(
+            checkpointing || !given(m, f),
+            "--{} needs checkpoints: --strategy restart-all, or --strategy bqbs with --checkpoint-interval-ms",
+            f.replace('_', "-")
+        );
+    }
+    ensure!(
+        !args.compare_without_checkpoints || restart_all,
+        "--compare-without-checkpoints needs --strategy restart-all"
+    );
+    for (flag, v) in [
+        ("--checkpoint-interval-ms", args.checkpoint_interval_ms),
+        ("--checkpoint-timeout-ms", Some(args.checkpoint_timeout_ms)),
+        ("--heartbeat-timeout-ms", Some(args.heartbeat_timeout_ms)),
+        ("--standby-heartbeat-ms", Some(args.standby_heartbeat_ms)),
+        ("--standby-snapshot-ms", Some(args.standby_snapshot_ms)),
+        ("--standby-queue-mib", Some(args.standby_queue_mib)),
+    ] {
+        ensure!(v != Some(0), "{flag} 0: must be at least 1");
+    }
+    ensure!(
+        args.standby_queue_mib <= 1 << 20,
+        "--standby-queue-mib {}: at most {} (1 TiB)",
+        args.standby_queue_mib,
+        1 << 20
+    );
+    ensure!(args.retain >= 1, "--retain 0: keep at least 1 checkpoint");
+    if let Some((min, max)) = args.adaptive_interval {
+        ensure!(
+            !min.is_zero(),
+            "--adaptive-interval: the minimum must be above 0"
+        );
+        ensure!(
+            min <= max,
+            "--adaptive-interval {:?}:{:?}: the minimum is above the maximum",
+            min,
+            max
+        );
+    }
+
+    // Standbys.
+    let standby = if bqbs {
+        args.standby.clone()
+    } else {
+        Vec::new()
+    };
+    for (i, s) in standby.iter().enumerate() {
+        ensure!(
+            BACKABLE.contains(&s.as_str()),
+            "--standby {s}: only flatmap, filter and keyed can have a standby (map has two inputs, sources and sinks none)"
+        );
+        ensure!(!standby[..i].contains(s), "--standby: `{s}` is named twice");
+    }
+    ensure!(
+        !(standby.iter().any(|s| s == names::FLATMAP) && standby.iter().any(|s| s == names::FILTER)),
+        "--standby flatmap,filter: two adjacent operators cannot both have a standby (the first one's output is the second one's buffer queue); back up one of them"
+    );
+    if bqbs && standby.iter().any(|s| s != names::FLATMAP) {
+        // A parsed record of up to --max-record-bytes enters the queues of
+        // filter and keyed.
+        let cfg = tandem::standby::bq::BqConfig::for_memory(
+            (args.standby_queue_mib << 20).max(64 << 10),
+            64,
+            tandem::standby::bq::MAX_READERS as u32,
+        )?;
+        ensure!(
+            (args.max_record_bytes as u64) + 256 <= cfg.max_entry(),
+            "--max-record-bytes {} does not fit the standby's buffer queue of --standby-queue-mib {} (entries up to {} bytes): raise the queue or lower the limit",
+            args.max_record_bytes,
+            args.standby_queue_mib,
+            cfg.max_entry()
+        );
+    }
+
+    // Output.
+    let output_mode = args.sink_mode.unwrap_or(if checkpointing {
+        OutputMode::Transactional
+    } else {
+        OutputMode::Direct
+    });
+    ensure!(
+        args.sink_mode.is_none() || args.output.is_some(),
+        "--sink-mode needs --output (without it nothing is written)"
+    );
+    ensure!(
+        output_mode != OutputMode::Transactional || checkpointing,
+        "--sink-mode transactional commits output at checkpoints: it needs --strategy restart-all, or --strategy bqbs with --checkpoint-interval-ms"
+    );
+    if let Some(o) = &args.output {
+        output_file(o)?;
+    }
+    if let Some(d) = &args.run_dir {
+        writable_dir("--run-dir", d)?;
+    }
+    if let Some(d) = &args.checkpoint_dir {
+        writable_dir("--checkpoint-dir", d)?;
+    }
+    if let Some(p) = &args.from_savepoint {
+        ensure!(
+            p.exists(),
+            "--from-savepoint {}: no such file or directory",
+            p.display()
+        );
+    }
+    if let Some(p) = &args.input {
+        ensure!(
+            p.is_file(),
+            "--input {}: {}",
+            p.display(),
+            if p.exists() {
+                "not a regular file"
+            } else {
+                "no such file"
+            }
+        );
+    }
+
+    let plan = Plan {
+        cores,
+        parallelism,
+        bqbs,
+        checkpointing,
+        output_mode,
+        output: None,
+        standby,
+        fault_specs: args.faults.clone(),
+        schedule: match &args.fault_schedule {
+            None => None,
+            Some(s) => Some(legacy(
+                s.parse()
+                    .map_err(|e| anyhow::anyhow!("--fault-schedule: {e}"))?,
+            )),
+        },
+    };
+    for f in &plan.fault_specs {
+        plan.check_fault(args, f)
+            .map_err(|e| anyhow::anyhow!("--fault {f}: {e}"))?;
+    }
+    if let Some(ScheduleSpec::List(v)) = &plan.schedule {
+        for f in v {
+            plan.check_fault(args, f)
+                .map_err(|e| anyhow::anyhow!("--fault-schedule {f}: {e}"))?;
+        }
+    }
+    Ok((plan, warnings))
+}
+
+/// One `KIND@OPERATOR:COUNT[:MILLIS]` is the older spread shorthand.
+fn legacy(s: ScheduleSpec) -> ScheduleSpec {
+    match s {
+        ScheduleSpec::List(mut v) if v.len() == 1 && !v[0].kind.by_checkpoint() => {
+            if let When::Record(c) = v[0].when {
+                v[0].when = When::Spread(c);
+            }
+            ScheduleSpec::List(v)
+        }
+        other => other,
+    }
+}
+
+impl Plan {
+    fn backed_up(&self, op: &str) -> bool {
+        self.bqbs && self.standby.iter().any(|s| s == op)
+    }
+
+    /// Whether a stall that never ends in `op` is detected (and ends).
+    fn stall_detected(&self, args: &Args, op: &str) -> bool {
+        self.backed_up(op) || (self.checkpointing && args.restart != RestartStrategy::None)
+    }
+
+    /// Whether fault `f` can take effect in this job.
+    fn check_fault(&self, args: &Args, f: &FaultSpec) -> Result<(), String> {
+        if f.kind.on_checkpoint() {
+            if !self.checkpointing {
+                return Err("checkpoint faults need checkpoints (--strategy restart-all, or bqbs with --checkpoint-interval-ms)".into());
+            }
+            return Ok(());
+        }
+        if !OPERATORS.contains(&f.target.as_str()) {
+            return Err(format!(
+                "no operator `{}` in the paper pipeline (operators: {}; `{CHECKPOINT}` for checkpoint faults)",
+                f.target,
+                OPERATORS.join(", ")
+            ));
+        }
+        match f.kind {
+            FaultKind::Commit => {
+                if f.target != names::SINK {
+                    return Err(format!("commit faults target the sink `{}`", names::SINK));
+                }
+                if !(self.checkpointing
+                    && args.output.is_some()
+                    && self.output_mode == OutputMode::Transactional)
+                {
+                    return Err(
+                        "commit faults need a transactional --output (with checkpoints)".into(),
+                    );
+                }
+            }
+            k if k.needs_standby() && !self.backed_up(&f.target) => {
+                return Err(format!(
+                    "{} faults need `{}` to have a standby (--strategy bqbs --standby {})",
+                    k.name(),
+                    f.target,
+                    f.target
+                ));
+            }
+            FaultKind::Stall { millis: None } if !self.stall_detected(args, &f.target) => {
+                return Err(format!(
+                    "nothing would detect a stall of `{}` that never ends (it needs a standby, or checkpoints with a restart strategy): the run would hang",
+                    f.target
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The faults a random schedule may draw: those this configuration
+    /// recovers from with exactly the clean output.
+    pub fn space(&self, args: &Args, records: u64) -> Space {
+        // The checkpoints to expect: one an interval over the time the
+        // input takes at its rate (at full rate, ~2 M records/s).
+        let interval = args.checkpoint_interval_ms.unwrap_or(1000).max(1) as f64 / 1e3;
+        let secs = if args.rate > 0.0 {
+            records as f64 / args.rate
+        } else {
+            records as f64 / 2e6
+        };
+        paper::Protection {
+            standby: self.standby.clone(),
+            checkpoints: self.checkpointing,
+            restarts: args.restart != RestartStrategy::None,
+            transactional: args.output.is_some() && self.output_mode == OutputMode::Transactional,
+            checkpoints_expected: ((secs / interval) as u64).clamp(1, 1000),
+        }
+        .space(records)
+    }
+
+    /// The concrete faults of this run, once the input's length is known;
+    /// faults that can never fire are dropped with a warning.
+    pub fn faults(
+        &self,
+        args: &Args,
+        records: u64,
+        warnings: &mut Vec<String>,
+    ) -> anyhow::Result<Schedule> {
+        let mut all = self.fault_specs.clone();
+        if let Some(spec) = &self.schedule {
+            let drawn = spec
+                .expand(&self.space(args, records))
+                .map_err(|e| anyhow::anyhow!("--fault-schedule: {e}"))?;
+            if let ScheduleSpec::Random { .. } = spec {
+                warnings.push(format!("--fault-schedule {spec} drew: {drawn}"));
+                for f in &drawn.faults {
+                    self.check_fault(args, f)
+                        .map_err(|e| anyhow::anyhow!("--fault-schedule drew {f}: {e}"))?;
+                }
+            }
+            all.extend(drawn.faults);
+        }
+        let mut kept = Vec::new();
+        for f in all {
+            let past = match f.when {
+                When::Record(n) | When::Burst { first: n, .. } if !f.kind.by_checkpoint() => (n
+                    >= records)
+                    .then(|| format!("record {n} is past the input's end ({records} records)")),
+                When::Tuple { partition, .. } if partition as usize >= self.parallelism => {
+                    Some(format!("the source has partitions 0..{}", self.parallelism))
+                }
+                When::Every(k) if !f.kind.by_checkpoint() && k >= records => {
+                    Some(format!("the input has {records} records"))
+                }
+                _ => None,
+            };
+            match past {
+                Some(why) => warnings.push(format!("fault {f} never fires: {why}")),
+                None => kept.push(f),
+            }
+        }
+        Ok(Schedule { faults: kept })
+    }
+}
+
+/// Errors as people read them: the message and each cause that adds to
+/// it, once, on one line each — never a backtrace.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if out.contains(&c) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str("\n  caused by: ");
+        }
+        out.push_str(&c);
+    }
+    out
+}
+
+/// Paths a run creates that a failed run removes.
+#[derive(Default)]
+pub struct Leftovers(pub Vec<PathBuf>);
+
+impl Leftovers {
+    /// The output file and what the sink writes beside it.
+    pub fn output(out: &Path, parallelism: usize) -> Self {
+        let mut v = vec![out.to_path_buf(), paper::txn_dir(out)];
+        v.extend((0..parallelism).map(|i| paper::part_path(out, i)));
+        Leftovers(v)
+    }
+
+    /// Removes them (a failed run leaves nothing behind).
+    pub fn remove(&self) {
+        for p in &self.0 {
+            if p.is_dir() {
+                let _ = std::fs::remove_dir_all(p);
+            } else {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Which faults the paper pipeline recovers from, by configuration: what a
+//! random schedule (`paper --fault-schedule random:…`, the `chaos` binary)
+//! may draw so that the faulted run must end with exactly the clean output.
+
+use super::names;
+use tandem_fault_inject::{Space, CHECKPOINT};
+
+/// How a run of the pipeline is protected.
+#[derive(Clone, Debug, Default)]
+pub struct Protection {
+    /// Operators with a standby.
+    pub standby: Vec<String>,
+    /// Checkpoints run, and a failure restarts from the last complete one.
+    pub checkpoints: bool,
+    /// A restart strategy that restarts (not `none`): stalls are detected.
+    pub restarts: bool,
+    /// The output is written by the two-phase-commit sink (commits happen).
+    pub transactional: bool,
+    /// Checkpoint ids to expect over the run (at least 1 when
+    /// `checkpoints`).
+    pub checkpoints_expected: u64,
+}
+
+impl Protection {
+    /// Whether `op` has a standby.
+    pub fn backed_up(&self, op: &str) -> bool {
+        self.standby.iter().any(|s| s == op)
+    }
+
+    /// Whether a stall of `op` that never ends is detected (and ended).
+    pub fn stall_detected(&self, op: &str) -> bool {
+        self.backed_up(op) || (self.checkpoints && self.restarts)
+    }
+
+    /// The faults a run of `records` records recovers from, exactly:
+    /// - on every processing operator, slow records, missed heartbeats and
+    ///   stalls that end (nothing to recover: the output must not change);
+    /// - panics and cut inputs where a standby or a restart answers them;
+    /// - stalls that never end where something detects them;
+    /// - faulty standbys on backed-up operators, and damaged buffer-queue
+    ///   entries where a restart can replace the group's queues;
+    /// - with checkpoints, panics of the source, snapshot I/O errors,
+    ///   crashes around a publication, damaged snapshots, and failed
+    ///   commits of a transactional output.
+    pub fn space(&self, records: u64) -> Space {
+        let mut s = Space::new(records);
+        for op in [names::FLATMAP, names::FILTER, names::MAP, names::KEYED] {
+            let backed = self.backed_up(op);
+            for k in ["slow", "mute", "stall"] {
+                s = s.allow(k, op);
+            }
+            if backed || (self.checkpoints && self.restarts) {
+                s = s.allow("panic", op).allow("cut", op);
+            }
+            if self.stall_detected(op) {
+                s = s.allow("stall-forever", op);
+            }
+            if backed {
+                s = s.allow("standby", op);
+                if self.checkpoints && self.restarts {
+                    s = s.allow("corrupt", op);
+                }
+            }
+        }
+        if self.checkpoints && self.restarts {
+            s = s
+                .allow("panic", names::SOURCE)
+                .allow("ioerror", CHECKPOINT)
+                .allow("crash", CHECKPOINT)
+                .allow("corrupt", CHECKPOINT)
+                .checkpoints(self.checkpoints_expected.max(1));
+            if self.transactional {
+                s = s.allow("commit", names::SINK);
+            }
+        }
+        s
+    }
+}
