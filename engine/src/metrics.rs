@@ -146,10 +146,14 @@ pub struct OperatorStats {
     pub name: String,
     /// Its parallelism.
     pub parallelism: usize,
-    /// Records received (for a source: records produced).
+    /// Records received, over every attempt and incarnation (a record
+    /// replayed after a recovery counts again); for a source: its
+    /// position, the records it produced, each once.
     pub records: u64,
-    /// Records emitted downstream.
+    /// Records emitted downstream (counted as `records`).
     pub emitted: u64,
+    /// Whether it is a source.
+    pub source: bool,
 }
 
 /// A live view of a running job.
@@ -341,6 +345,26 @@ impl JobReport {
     /// Stats of the operator called `name`.
     pub fn operator(&self, name: &str) -> Option<&OperatorStats> {
         self.operators.iter().find(|o| o.name == name)
+    }
+
+    /// Input records the sources produced (each once, replays excluded).
+    pub fn source_records(&self) -> u64 {
+        self.operators
+            .iter()
+            .filter(|o| o.source)
+            .map(|o| o.records)
+            .sum()
+    }
+
+    /// Throughput: the sources' records over the job's elapsed time
+    /// (records per second; 0 for a job that took no measurable time).
+    pub fn throughput(&self) -> f64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            self.source_records() as f64 / secs
+        } else {
+            0.0
+        }
     }
 }
 

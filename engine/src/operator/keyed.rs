@@ -117,6 +117,8 @@ where
     }
 
     fn end(&mut self) {
+        // No record is being processed in the end-of-stream hooks.
+        self.ctx.record.set(None);
         if !self.finished {
             let prev = self.ctx.enter(self.slot.op);
             let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);

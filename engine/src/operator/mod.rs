@@ -56,6 +56,7 @@ pub(crate) fn run_probe(
     ctx: &TaskCtx,
     op: usize,
 ) -> bool {
+    ctx.record.set(Some(id));
     let Some(p) = probe else { return true };
     if ctx.muted.get() {
         // A hot standby's computation: faults are the primary's.
@@ -109,6 +110,30 @@ pub(crate) fn run_probe(
             false
         }
     }
+}
+
+/// The tuple ID of the record the calling operator is processing, when
+/// called from an operator's code (a `map` or `filter` closure, an
+/// `aggregate` or `reduce` function, a [`Process`] …) while it handles a
+/// record; `None` elsewhere (in `on_end`, outside a job).
+///
+/// For operators whose closures have no [`Output`] to ask
+/// ([`Output::tuple_id`]). It costs only its caller: the engine notes each
+/// record for its failure reports anyway (a panic in an operator's code is
+/// reported with the record it happened on).
+///
+/// ```
+/// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+///
+/// let job = JobBuilder::new("ids");
+/// job.source("n", |_| IterSource((0..3u64).map(|n| (n, n))))
+///     .map("with-id", |n: u64| (n, tandem::operator::current_record().map(|t| t.seq())))
+///     .for_each("check", |r| assert_eq!(r.value.1, Some(r.value.0)));
+/// job.build()?.run(&RuntimeConfig::default().cores(1))?;
+/// # Ok::<(), tandem::JobError>(())
+/// ```
+pub fn current_record() -> Option<TupleId> {
+    crate::runtime::panic::current_record()
 }
 
 /// Who an operator instance is: handed to every operator factory.

@@ -30,7 +30,7 @@ mod background;
 pub(crate) mod channel;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
-mod panic;
+pub(crate) mod panic;
 pub mod placement;
 pub mod probe;
 pub(crate) mod source;
@@ -698,6 +698,7 @@ pub(crate) fn operator_stats(graph: &Graph, metrics: &JobMetrics) -> Vec<Operato
                 parallelism: n.parallelism,
                 records,
                 emitted,
+                source: matches!(n.kind, crate::job::graph::NodeKind::Source { .. }),
             }
         })
         .collect()

@@ -38,6 +38,14 @@ pub(crate) fn leave() {
     CURRENT.with(|c| *c.borrow_mut() = None);
 }
 
+/// The record the operator running on this thread processes now, if any.
+pub(crate) fn current_record() -> Option<crate::record::TupleId> {
+    CURRENT
+        .try_with(|c| c.try_borrow().ok().and_then(|c| c.as_ref()?.record.get()))
+        .ok()
+        .flatten()
+}
+
 /// Installs the engine's panic hook (once per process).
 pub(crate) fn install_hook() {
     static ONCE: Once = Once::new();
@@ -61,7 +69,7 @@ fn report(payload: &(dyn std::any::Any + Send)) {
         instance: ctx.instance,
         message: super::worker::panic_message(payload),
     };
-    let tuple = ctx.fault_tuple.get();
+    let tuple = ctx.failing_tuple();
     match ctx.group.get() {
         Some(g) => {
             let epoch = ctx.epoch.get();

@@ -121,7 +121,7 @@ impl<T: 'static> SourcePort<T> {
         if !self.restored_finished {
             self.inject_barrier();
         }
-        self.slot.publish(self.seq, self.seq);
+        self.slot.publish_position(self.seq);
         self.target.end();
         Poll::Done
     }
@@ -199,7 +199,7 @@ impl<T: 'static> Port for SourcePort<T> {
                 value,
             });
         }
-        self.slot.publish(self.seq, self.seq);
+        self.slot.publish_position(self.seq);
         match outcome {
             Some(idle) if moved == 0 => idle,
             _ => Poll::Progress,

@@ -48,14 +48,53 @@ pub(crate) struct OpSlot {
     pub(crate) op: usize,
     pub(crate) instance: usize,
     pub(crate) shared: Arc<JobShared>,
+    /// The counts published last.
+    published: Cell<(u64, u64)>,
+    /// The task's `muted` flag: a standby's computation is not counted.
+    muted: Rc<Cell<bool>>,
 }
 
 impl OpSlot {
+    pub(crate) fn new(op: usize, instance: usize, ctx: &TaskCtx) -> Self {
+        OpSlot {
+            op,
+            instance,
+            shared: Arc::clone(&ctx.shared),
+            published: Cell::new((0, 0)),
+            muted: Rc::clone(&ctx.muted),
+        }
+    }
+
+    /// Publishes an operator instance's counts (records seen, emitted) so
+    /// far. What it adds to the job's counters is what it did since its
+    /// last publication, so the counters go on across restarts and
+    /// takeovers (a new instance starts its own counts at zero): they count
+    /// the work done, a replayed record again.
     #[inline]
     pub(crate) fn publish(&self, records: u64, emitted: u64) {
         let c = &self.shared.metrics.counters[self.op][self.instance];
-        c.records.store(records, Ordering::Relaxed);
-        c.emitted.store(emitted, Ordering::Relaxed);
+        let (r0, e0) = self.published.get();
+        if self.muted.get() {
+            // A hot standby's work: not the job's (yet).
+            self.published.set((records.max(r0), emitted.max(e0)));
+            return;
+        }
+        if records > r0 {
+            c.records.fetch_add(records - r0, Ordering::Relaxed);
+        }
+        if emitted > e0 {
+            c.emitted.fetch_add(emitted - e0, Ordering::Relaxed);
+        }
+        self.published.set((records.max(r0), emitted.max(e0)));
+    }
+
+    /// Publishes a source partition's position: records produced, each
+    /// counted once (a restored partition resumes from its checkpoint).
+    #[inline]
+    pub(crate) fn publish_position(&self, position: u64) {
+        let c = &self.shared.metrics.counters[self.op][self.instance];
+        c.records.store(position, Ordering::Relaxed);
+        c.emitted.store(position, Ordering::Relaxed);
     }
 }
 
@@ -71,6 +110,9 @@ pub(crate) struct TaskCtx {
     worker: usize,
     /// The tuple a probe acted on last (names the record of a fault).
     pub(crate) fault_tuple: Cell<Option<TupleId>>,
+    /// The record an operator of the task processes now (set before its
+    /// code runs; names the record of a failure no probe caused).
+    pub(crate) record: Cell<Option<TupleId>>,
     pub(crate) clock: Clock,
     pub(crate) shared: Arc<JobShared>,
     /// A standby's chain: its ring senders send nothing and probes are not
@@ -111,6 +153,7 @@ impl TaskCtx {
             blocked: Cell::new(0),
             failure: RefCell::new(None),
             fault_tuple: Cell::new(None),
+            record: Cell::new(None),
             clock: Clock::new(shared.origin),
             shared,
             muted: std::rc::Rc::new(Cell::new(false)),
@@ -146,6 +189,12 @@ impl TaskCtx {
             (e & 0xff_ffff) << 40 | (n & ((1 << 40) - 1)),
             Ordering::Relaxed,
         );
+    }
+
+    /// The record a failure of the task happened on: the one a probe
+    /// acted on, else the one an operator was processing.
+    pub(crate) fn failing_tuple(&self) -> Option<TupleId> {
+        self.fault_tuple.get().or(self.record.get())
     }
 
     /// Whether a standby took over from this task's primary (or the task

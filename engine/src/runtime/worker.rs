@@ -159,7 +159,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                         (None, Err(p)) => panicked(&w, &task.ctx, p.as_ref()),
                         (None, Ok(_)) => unreachable!(),
                     };
-                    let tuple = task.ctx.fault_tuple.get();
+                    let tuple = task.ctx.failing_tuple();
                     let epoch = task.ctx.epoch.get();
                     g.incarnation_failed(&shared, inc, epoch, e, tuple, now_ns);
                     let (_, dead) = tasks.remove(i);
@@ -173,7 +173,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                 }
             }
             if let Some(e) = task.ctx.take_failure() {
-                shared.note_fault_tuple(task.ctx.fault_tuple.get());
+                shared.note_fault_tuple(task.ctx.failing_tuple());
                 shared.fail(e);
                 return finish(&w, index);
             }
@@ -211,7 +211,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                 }
                 Ok(Poll::Idle { wake_at: None }) => {}
                 Err(p) => {
-                    shared.note_fault_tuple(task.ctx.fault_tuple.get());
+                    shared.note_fault_tuple(task.ctx.failing_tuple());
                     shared.fail(panicked(&w, &task.ctx, p.as_ref()));
                     return finish(&w, index);
                 }
@@ -329,11 +329,7 @@ fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> Buil
     });
     BuildCx {
         ctx: Rc::clone(ctx),
-        slot: OpSlot {
-            op: node,
-            instance,
-            shared: Arc::clone(&w.shared),
-        },
+        slot: OpSlot::new(node, instance, ctx),
         info: OperatorInfo {
             name: Arc::clone(&n.name),
             instance,
