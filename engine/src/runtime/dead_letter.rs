@@ -6,6 +6,10 @@
 //! The file is created on the first dead letter, in the run directory the
 //! user named or else in a fresh temporary directory; never in the current
 //! directory.
+//!
+//! A record goes there once per operator: a recovery that replays it (a
+//! restart from a checkpoint, a takeover, a hot standby following along)
+//! finds it there already, and neither writes nor counts it again.
 
 use crate::record::TupleId;
 use std::fs::{File, OpenOptions};
@@ -24,6 +28,8 @@ struct State {
     file: Option<BufWriter<File>>,
     path: Option<PathBuf>,
     line: Vec<u8>,
+    /// (operator, tuple ID) of every record written.
+    seen: std::collections::HashSet<(String, u64)>,
 }
 
 type WriteError = (Option<PathBuf>, std::io::Error);
@@ -71,8 +77,11 @@ impl DeadLetters {
         id: TupleId,
         reason: &str,
         payload: &[u8],
-    ) -> Result<(), WriteError> {
+    ) -> Result<bool, WriteError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if id != TupleId::NONE && !st.seen.insert((operator.to_string(), id.0)) {
+            return Ok(false);
+        }
         if st.file.is_none() {
             self.open(&mut st)?;
         }
@@ -93,7 +102,8 @@ impl DeadLetters {
         json_str(l, &String::from_utf8_lossy(payload));
         l.extend_from_slice(b"}\n");
         let f = st.file.as_mut().expect("opened above");
-        f.write_all(l).map_err(|e| (st.path.clone(), e))
+        f.write_all(l).map_err(|e| (st.path.clone(), e))?;
+        Ok(true)
     }
 
     /// Flushes the file; returns its path if any record was written.
@@ -149,8 +159,13 @@ mod tests {
     fn dead_letters_land_in_the_named_directory() {
         let dir = std::env::temp_dir().join(format!("tandem-dl-test-{}", std::process::id()));
         let dl = DeadLetters::new("t", Some(dir.clone()));
-        dl.write("parse", 1, TupleId::new(0, 5), "bad json", b"{oops")
-            .unwrap();
+        assert!(dl
+            .write("parse", 1, TupleId::new(0, 5), "bad json", b"{oops")
+            .unwrap());
+        // A replay of the record writes it no more.
+        assert!(!dl
+            .write("parse", 0, TupleId::new(0, 5), "bad json", b"{oops")
+            .unwrap());
         let path = dl.finish().unwrap().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(path.starts_with(&dir));

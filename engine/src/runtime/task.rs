@@ -373,19 +373,22 @@ impl TaskCtx {
     }
 
     pub(crate) fn dead_letter(&self, op: usize, id: TupleId, reason: &str, payload: &[u8]) {
-        if let Err((path, e)) = self.shared.dead_letters.write(
+        match self.shared.dead_letters.write(
             &self.shared.names[op],
             self.instance,
             id,
             reason,
             payload,
         ) {
-            self.fail_io(op, "dead-letter write failed", path, e);
-        } else {
-            self.shared
-                .metrics
-                .dead_letters
-                .fetch_add(1, Ordering::Relaxed);
+            Err((path, e)) => self.fail_io(op, "dead-letter write failed", path, e),
+            Ok(true) => {
+                self.shared
+                    .metrics
+                    .dead_letters
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            // A replay of a record already there.
+            Ok(false) => {}
         }
     }
 }
