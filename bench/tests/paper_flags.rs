@@ -1,0 +1,237 @@
+//! `paper` refuses what cannot take effect before any work starts, naming
+//! the flag or path; warns of what will not happen; and a failed run leaves
+//! nothing behind and prints its error once, without a backtrace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fresh(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-flags-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `paper` with `args` (2000 records unless they say otherwise) and
+/// its temp dir in `tmp`.
+fn paper(tmp: &Path, args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_paper"));
+    if !args.iter().any(|a| *a == "--records" || *a == "--input") {
+        c.args(["--records", "2000"]);
+    }
+    c.args(args)
+        .env("TMPDIR", tmp)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap()
+}
+
+fn is_empty(dir: &Path) -> bool {
+    std::fs::read_dir(dir).unwrap().next().is_none()
+}
+
+#[test]
+fn flags_that_cannot_take_effect_are_refused_naming_the_flag_and_nothing_is_left() {
+    let tmp = fresh("refused");
+    let file = tmp.join("a-file");
+    let cases: Vec<(Vec<String>, &str)> = [
+        (vec!["--fault", "panic@nope:5"], "no operator `nope`"),
+        (vec!["--fault", "panic@FLATMAP:5"], "no operator `FLATMAP`"),
+        (
+            vec!["--fault-schedule", "panic@nope:3"],
+            "no operator `nope`",
+        ),
+        (
+            vec!["--fault", "boom@flatmap:5"],
+            "unknown fault kind `boom`",
+        ),
+        (
+            vec!["--strategy", "bqbs", "--standby-heartbeat-ms", "0"],
+            "--standby-heartbeat-ms 0",
+        ),
+        (
+            vec!["--strategy", "restart-all", "--heartbeat-timeout-ms", "0"],
+            "--heartbeat-timeout-ms 0",
+        ),
+        (
+            vec!["--strategy", "restart-all", "--checkpoint-timeout-ms", "0"],
+            "--checkpoint-timeout-ms 0",
+        ),
+        (
+            vec!["--strategy", "restart-all", "--adaptive-interval", "10s:1s"],
+            "--adaptive-interval",
+        ),
+        (vec!["--ring-capacity", "0"], "--ring-capacity 0"),
+        (
+            vec!["--strategy", "bqbs", "--standby-queue-mib", "0"],
+            "--standby-queue-mib 0",
+        ),
+        (
+            vec!["--strategy", "bqbs", "--standby", "flatmap,flatmap"],
+            "named twice",
+        ),
+        (
+            vec!["--strategy", "bqbs", "--standby", "flatmap,filter"],
+            "adjacent",
+        ),
+        (
+            vec!["--standby", "keyed"],
+            "--standby needs --strategy bqbs",
+        ),
+        (
+            vec!["--strategy", "restart-all", "--standby", "keyed"],
+            "--standby needs --strategy bqbs",
+        ),
+        (
+            vec!["--standby-mode", "hot"],
+            "--standby-mode needs --strategy bqbs",
+        ),
+        (vec!["--retain", "3"], "--retain needs checkpoints"),
+        (
+            vec![
+                "--strategy",
+                "bqbs",
+                "--sink-mode",
+                "transactional",
+                "--output",
+                "OUT",
+            ],
+            "--sink-mode transactional",
+        ),
+        (vec!["--output", "TMP"], "is a directory"),
+        (vec!["--output", "/dev/full"], "not a regular file"),
+        (
+            vec!["--output", "/nonexistent/dir/out.jsonl"],
+            "does not exist",
+        ),
+        (vec!["--run-dir", "FILE"], "--run-dir"),
+        (
+            vec!["--from-savepoint", "/nonexistent/sp"],
+            "--from-savepoint",
+        ),
+        (
+            vec!["--fault", "stall@keyed:5:forever"],
+            "nothing would detect a stall",
+        ),
+        (
+            vec!["--fault", "crash@checkpoint:2"],
+            "checkpoint faults need checkpoints",
+        ),
+        (
+            vec!["--strategy", "bqbs", "--fault", "standby@keyed:5:before"],
+            "need `keyed` to have a standby",
+        ),
+        (
+            vec!["--strategy", "restart-all", "--fault", "commit@sink:2"],
+            "transactional --output",
+        ),
+        (
+            vec!["--input", "/nonexistent/in.jsonl"],
+            "--input /nonexistent/in.jsonl",
+        ),
+    ]
+    .into_iter()
+    .map(|(a, w)| {
+        let a = a
+            .into_iter()
+            .map(|x| match x {
+                "OUT" => tmp.join("out.jsonl").display().to_string(),
+                "TMP" => tmp.display().to_string(),
+                "FILE" => file.display().to_string(),
+                x => x.to_string(),
+            })
+            .collect();
+        (a, w)
+    })
+    .collect();
+    for (args, why) in cases {
+        std::fs::write(&file, b"x").unwrap();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = paper(&tmp, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} was accepted:\n{err}");
+        assert!(err.contains(why), "{args:?}: expected `{why}` in:\n{err}");
+        assert!(!err.contains("panicked"), "{args:?}:\n{err}");
+        assert!(!err.contains("stack backtrace"), "{args:?}:\n{err}");
+        assert!(
+            !err.contains("generated"),
+            "{args:?} was refused only after generating the input:\n{err}"
+        );
+        std::fs::remove_file(&file).unwrap();
+        assert!(
+            is_empty(&tmp),
+            "{args:?} left {:?}",
+            std::fs::read_dir(&tmp).unwrap().collect::<Vec<_>>()
+        );
+    }
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+#[test]
+fn a_failed_run_removes_what_it_created_and_says_why_once() {
+    let tmp = fresh("failed");
+    let out = tmp.join("out.jsonl");
+    let o = paper(
+        &tmp,
+        &[
+            "--strategy",
+            "restart-all",
+            "--restart",
+            "none",
+            "--fault",
+            "panic@keyed:1000",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(
+        err.matches("injected fault panic@keyed:1000").count(),
+        2,
+        "the injected panic's line and the error's cause, once each:\n{err}"
+    );
+    assert!(err.contains("error: the job failed"), "{err}");
+    assert!(!err.contains("stack backtrace"), "{err}");
+    assert!(
+        is_empty(&tmp),
+        "left {:?}",
+        std::fs::read_dir(&tmp).unwrap().collect::<Vec<_>>()
+    );
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+#[test]
+fn what_will_not_happen_is_a_warning_and_the_run_goes_on() {
+    let tmp = fresh("warn");
+    for (args, why) in [
+        (
+            vec!["--fault", "panic@flatmap:50000"],
+            "never fires: record 50000 is past the input's end",
+        ),
+        (
+            vec![
+                "--strategy",
+                "restart-all",
+                "--savepoint-after-ms",
+                "600000",
+            ],
+            "no savepoint was taken",
+        ),
+        (vec!["--ring-capacity", "1000"], "rounded up to 1024"),
+    ] {
+        let o = paper(&tmp, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}:\n{err}");
+        assert!(err.contains(why), "{args:?}: expected `{why}` in:\n{err}");
+    }
+    let o = paper(&tmp, &["--rate", "1", "--records", "1"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(
+        !text.contains("throughput        0 records/s"),
+        "one record at 1/s is not 0 records/s:\n{text}"
+    );
+    assert!(is_empty(&tmp));
+    std::fs::remove_dir_all(tmp).unwrap();
+}
