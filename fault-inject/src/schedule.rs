@@ -12,7 +12,7 @@
 //!
 //! A random schedule is drawn against a [`Space`] — the input's length,
 //! the checkpoints to expect and the (kind, target) pairs the workload can
-//! recover from — and [`Schedule::expand`]s to the faults it drew, which
+//! recover from — and [`ScheduleSpec::expand`] gives the faults it drew, which
 //! print as a list: that line reproduces the run exactly, whatever later
 //! versions of the generator draw.
 //!

@@ -110,9 +110,9 @@ impl Config {
     }
 }
 
-/// What one run did.
+/// What runs did: faults, recoveries, differences.
 #[derive(Clone, Debug, Default, Serialize)]
-struct RunOutcome {
+struct Counts {
     faults_armed: u64,
     faults_fired: u64,
     takeovers: u64,
@@ -121,6 +121,25 @@ struct RunOutcome {
     lost: u64,
     duplicated: u64,
     changed: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.faults_armed += o.faults_armed;
+        self.faults_fired += o.faults_fired;
+        self.takeovers += o.takeovers;
+        self.restarts += o.restarts;
+        self.unprovoked += o.unprovoked;
+        self.lost += o.lost;
+        self.duplicated += o.duplicated;
+        self.changed += o.changed;
+    }
+}
+
+/// What one run did.
+#[derive(Clone, Debug, Default)]
+struct RunOutcome {
+    counts: Counts,
     /// The job's error, or "hung".
     failure: Option<String>,
     first_output_us: Vec<u64>,
@@ -131,14 +150,8 @@ struct RunOutcome {
 #[derive(Clone, Debug, Default, Serialize)]
 struct Totals {
     schedules: u64,
-    faults_armed: u64,
-    faults_fired: u64,
-    takeovers: u64,
-    restarts: u64,
-    unprovoked: u64,
-    lost: u64,
-    duplicated: u64,
-    changed: u64,
+    #[serde(flatten)]
+    counts: Counts,
     failed: u64,
     /// Fault → first output after the recovery, microseconds.
     recovery_p50_us: u64,
@@ -295,29 +308,29 @@ fn run_one(args: &Args, input: &Arc<Input>, clean: &Path, cfg: &Config, dir: &Pa
             return o;
         }
     };
-    o.faults_armed = injector.armed() as u64;
+    o.counts.faults_armed = injector.armed() as u64;
     let out = dir.join("faulted.jsonl");
     let run_dir = dir.join("run");
     let result = run_job(args, input, cfg, Some(&injector), &out, &run_dir);
-    o.faults_fired = injector.fired();
+    o.counts.faults_fired = injector.fired();
     match result {
         Err(e) => o.failure = Some(format!("{e:#}")),
         Ok((report, _)) => {
             for r in &report.recovery {
                 match r.kind {
-                    RecoveryKind::Takeover => o.takeovers += 1,
-                    RecoveryKind::RestartAll => o.restarts += 1,
+                    RecoveryKind::Takeover => o.counts.takeovers += 1,
+                    RecoveryKind::RestartAll => o.counts.restarts += 1,
                 }
-                o.unprovoked += u64::from(r.unprovoked);
+                o.counts.unprovoked += u64::from(r.unprovoked);
                 if let Some(us) = r.first_output_us {
                     o.first_output_us.push(us);
                 }
             }
             match Checker::default().compare_files(clean, &out) {
                 Ok(c) => {
-                    o.lost = c.lost;
-                    o.duplicated = c.duplicated;
-                    o.changed = c.changed + c.unexpected;
+                    o.counts.lost = c.lost;
+                    o.counts.duplicated = c.duplicated;
+                    o.counts.changed = c.changed + c.unexpected;
                 }
                 Err(e) => o.failure = Some(format!("checking the output: {e}")),
             }
@@ -414,22 +427,17 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
             let o = run_one(args, &input, &clean, &cfg, &dir);
             let t = totals.entry(strategy.clone()).or_default();
             t.schedules += 1;
-            t.faults_armed += o.faults_armed;
-            t.faults_fired += o.faults_fired;
-            t.takeovers += o.takeovers;
-            t.restarts += o.restarts;
-            t.unprovoked += o.unprovoked;
-            t.lost += o.lost;
-            t.duplicated += o.duplicated;
-            t.changed += o.changed;
+            t.counts.add(&o.counts);
             t.secs += o.secs;
             t.first_output_us.extend(&o.first_output_us);
             let what = match &o.failure {
                 Some(f) => Some(f.clone()),
-                None if o.lost + o.duplicated + o.changed > 0 => Some(format!(
-                    "output differs: {} lost, {} duplicated, {} changed",
-                    o.lost, o.duplicated, o.changed
-                )),
+                None if o.counts.lost + o.counts.duplicated + o.counts.changed > 0 => {
+                    Some(format!(
+                        "output differs: {} lost, {} duplicated, {} changed",
+                        o.counts.lost, o.counts.duplicated, o.counts.changed
+                    ))
+                }
                 None => None,
             };
             if let Some(what) = what {
@@ -467,14 +475,14 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
         println!(
             "  {s:<17} {:>9} {:>7} {:>6} {:>9} {:>8} {:>10} {:>5} {:>5} {:>7} {:>6}  {} / {} / {}",
             t.schedules,
-            t.faults_armed,
-            t.faults_fired,
-            t.takeovers,
-            t.restarts,
-            t.unprovoked,
-            t.lost,
-            t.duplicated,
-            t.changed,
+            t.counts.faults_armed,
+            t.counts.faults_fired,
+            t.counts.takeovers,
+            t.counts.restarts,
+            t.counts.unprovoked,
+            t.counts.lost,
+            t.counts.duplicated,
+            t.counts.changed,
             t.failed,
             fmt_us(t.recovery_p50_us),
             fmt_us(t.recovery_p99_us),

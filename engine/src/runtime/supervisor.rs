@@ -27,7 +27,7 @@ use crate::runtime::placement::Plan;
 use attempt::build_restore;
 use attempt::load_restore_point;
 use attempt::{placeholder_shared, Attempt};
-use checkpoints::{commit_all, Acked, Completed, Coordinator};
+use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;
 use standbys::validate_standby;
 use std::collections::{HashMap, HashSet};
@@ -369,40 +369,28 @@ impl Supervisor {
         // sinks staged after their last barrier becomes visible.
         let mut stats = CheckpointStats::default();
         let mut dir = None;
-        if let Some(c) = &mut self.coord {
-            if let Some(w) = c.writing.take() {
-                match w.pending.wait() {
-                    Ok(p) => {
+        if let Some(w) = self.coord.as_mut().and_then(|c| c.writing.take()) {
+            match w.pending.wait() {
+                Ok(p) => {
+                    if let Some(c) = &mut self.coord {
                         c.published(w.id, w.started, &p);
-                        self.last_complete = Some(Completed {
-                            id: w.id,
-                            manifest: p.manifest,
-                            written: w.written,
-                            attempt: self.attempt.number,
-                        });
-                        if let Err(e) = commit_all(
-                            &mut self.committers,
-                            &self.names,
-                            self.config.probes.as_ref(),
-                            w.id,
-                            &w.finished,
-                        ) {
-                            // Retried by a restart from this checkpoint.
-                            self.attempt.shared.fail(e);
-                            return Ok(None);
-                        }
                     }
-                    Err(checkpoint::CheckpointError::Crashed { id, published }) => {
-                        c.stats.pending += 1;
-                        self.restore_from_store = true;
-                        self.attempt.shared.fail(JobError::Checkpoint(
-                            checkpoint::CheckpointError::Crashed { id, published },
-                        ));
+                    if !self.completed(w.id, w.written, &w.finished, p.manifest) {
                         return Ok(None);
                     }
-                    Err(e) => c.failed(format!("checkpoint {}: {e}", w.id)),
+                }
+                Err(checkpoint::CheckpointError::Crashed { id, published }) => {
+                    self.crashed(id, published);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    if let Some(c) = &mut self.coord {
+                        c.failed(format!("checkpoint {}: {e}", w.id));
+                    }
                 }
             }
+        }
+        if let Some(c) = &mut self.coord {
             // One still aligning when the input ended never completes.
             if c.in_flight.take().is_some() {
                 c.stats.pending += 1;

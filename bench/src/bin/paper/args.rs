@@ -65,19 +65,21 @@ pub struct Args {
     /// Slots per ring between tasks.
     #[arg(long, default_value_t = 1024)]
     pub ring_capacity: usize,
-    /// Inject a fault, KIND@TARGET:WHEN[:ARG] (repeatable): panic, stall
-    /// (MILLIS or forever), slow (MICROS[xCOUNT]), cut, mute (MILLIS),
-    /// standby (before|during), corrupt (flip|truncate) on an operator;
-    /// commit on the sink; ioerror (eio|enospc[-write|-fsync]), crash,
-    /// corrupt on `checkpoint`. WHEN: input record N, P/S (a tuple ID),
-    /// +DUR, %K (every K-th record), N*B (a burst), ~C (C spread evenly);
-    /// a checkpoint id for commit and checkpoint faults. See README.
+    /// Inject a fault, KIND@TARGET:WHEN or KIND@TARGET:WHEN:ARG
+    /// (repeatable): panic, stall (ARG: MILLIS or forever), slow (MICROS,
+    /// or MICROSxCOUNT), cut, mute (MILLIS), standby (before or during),
+    /// corrupt (flip or truncate) on an operator; commit on the sink;
+    /// ioerror (eio or enospc, -write or -fsync), crash, corrupt on
+    /// `checkpoint`. WHEN: input record N, P/S (a tuple ID), +DUR, %K
+    /// (every K-th record), N*B (a burst), ~C (C spread evenly); a
+    /// checkpoint id for commit and checkpoint faults. See README.
     #[arg(long = "fault")]
     pub faults: Vec<tandem_fault_inject::FaultSpec>,
-    /// Inject a schedule: SPEC,SPEC,… or random:SEED:COUNT[:KINDS[:TARGETS]]
-    /// (drawn among the faults this configuration recovers from; the run
-    /// prints the faults drawn). One KIND@OPERATOR:COUNT[:MILLIS] is the
-    /// older shorthand for COUNT faults spread evenly (KIND@OPERATOR:~COUNT).
+    /// Inject a schedule: SPEC,SPEC,… or random:SEED:COUNT, optionally
+    /// :KINDS and :TARGETS (`+`-separated), drawn among the faults this
+    /// configuration recovers from (the run prints the faults drawn). One
+    /// KIND@OPERATOR:COUNT is the older shorthand for COUNT faults spread
+    /// evenly (KIND@OPERATOR:~COUNT).
     #[arg(long)]
     pub fault_schedule: Option<String>,
     /// Recovery strategy: none (a failure ends the run), restart-all

@@ -104,33 +104,69 @@ impl Supervisor {
         let Some(w) = c.writing.take() else {
             return Ok(());
         };
-        let id = w.id;
         match w.pending.wait() {
             Ok(p) => {
-                c.published(id, w.started, &p);
+                c.published(w.id, w.started, &p);
                 // A commit that fails here is retried by the restore (the
                 // sinks commit what the restored checkpoint covers).
-                let _ = commit_all(
-                    &mut self.committers,
-                    &self.names,
-                    self.config.probes.as_ref(),
-                    id,
-                    &w.finished,
-                );
-                self.last_complete = Some(Completed {
-                    id,
-                    manifest: p.manifest,
-                    written: w.written,
-                    attempt: self.attempt.number,
-                });
+                self.completed(w.id, w.written, &w.finished, p.manifest);
             }
-            Err(checkpoint::CheckpointError::Crashed { .. }) => {
-                c.stats.pending += 1;
-                self.restore_from_store = true;
+            Err(checkpoint::CheckpointError::Crashed { id, published }) => {
+                self.crashed(id, published)
             }
-            Err(e) => c.failed(format!("checkpoint {id}: {e}")),
+            Err(e) => c.failed(format!("checkpoint {}: {e}", w.id)),
         }
         Ok(())
+    }
+
+    /// Checkpoint `id` is durable with `manifest`: it is what a restart
+    /// restores, and the sinks' output staged under it is committed.
+    /// `false` when a commit failed: the attempt fails, and the restart
+    /// from this checkpoint commits that output (the sinks settle what the
+    /// restored checkpoint covers as they open).
+    pub(super) fn completed(
+        &mut self,
+        id: u64,
+        written: HashMap<Key, u64>,
+        finished: &HashSet<Key>,
+        manifest: Manifest,
+    ) -> bool {
+        self.last_complete = Some(Completed {
+            id,
+            manifest,
+            written,
+            attempt: self.attempt.number,
+        });
+        let committed = commit_all(
+            &mut self.committers,
+            &self.names,
+            self.config.probes.as_ref(),
+            id,
+            finished,
+        );
+        match committed {
+            Ok(()) => true,
+            Err(e) => {
+                self.attempt.shared.fail(e);
+                false
+            }
+        }
+    }
+
+    /// The process "crashed" around checkpoint `id`'s publication: the
+    /// attempt ends as a crash would end it, and the restart reads the
+    /// store as a new process would.
+    pub(super) fn crashed(&mut self, id: u64, published: bool) {
+        if let Some(c) = &mut self.coord {
+            c.stats.pending += 1;
+        }
+        self.restore_from_store = true;
+        self.attempt
+            .shared
+            .fail(JobError::Checkpoint(checkpoint::CheckpointError::Crashed {
+                id,
+                published,
+            }));
     }
 
     /// The coordinator's periodic work: land a durable checkpoint, submit
@@ -193,35 +229,10 @@ impl Supervisor {
                         let _ = r.send(Ok(dir.clone()));
                     }
                 }
-                self.last_complete = Some(Completed {
-                    id: w.id,
-                    manifest: p.manifest,
-                    written: w.written,
-                    attempt: self.attempt.number,
-                });
-                if let Err(e) = commit_all(
-                    &mut self.committers,
-                    &self.names,
-                    self.config.probes.as_ref(),
-                    w.id,
-                    &w.finished,
-                ) {
-                    // The checkpoint is complete; its output is not
-                    // visible yet. The attempt fails, and the restart
-                    // from this checkpoint commits it (the sinks settle
-                    // what it covers as they open).
-                    self.attempt.shared.fail(e);
-                }
+                self.completed(w.id, w.written, &w.finished, p.manifest);
             }
             Err(checkpoint::CheckpointError::Crashed { id, published }) => {
-                // The process "crashed" around the publication: the
-                // attempt ends as a crash would end it, and the restart
-                // reads the store as a new process would.
-                c.stats.pending += 1;
-                self.restore_from_store = true;
-                self.attempt.shared.fail(JobError::Checkpoint(
-                    checkpoint::CheckpointError::Crashed { id, published },
-                ));
+                self.crashed(id, published)
             }
             Err(e) => {
                 if w.savepoint {
