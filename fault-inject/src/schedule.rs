@@ -23,7 +23,9 @@
 //! ms (`stall-forever` pairs: forever); slow adds 20–200 µs to each of
 //! 100–1000 records; mute lasts 5–60 ms; a faulty standby fails before or
 //! during its takeover, a corruption flips or truncates, an I/O error is
-//! EIO or ENOSPC on write or fsync, each with equal odds.
+//! EIO or ENOSPC on write or fsync, each with equal odds. A kind the space
+//! marks [`Space::once`] is drawn at most once per schedule (a schedule
+//! may then hold fewer faults than asked, when nothing else is allowed).
 //!
 //! ```
 //! use tandem_fault_inject::{Schedule, ScheduleSpec, Space};
@@ -187,6 +189,9 @@ pub struct Space {
     pub checkpoints: u64,
     /// (kind name, target) pairs the workload recovers from.
     pub pairs: Vec<(String, String)>,
+    /// Kinds drawn at most once per schedule (two of them at once may be
+    /// more than the workload recovers from).
+    pub once: Vec<String>,
 }
 
 impl Space {
@@ -201,6 +206,12 @@ impl Space {
     /// Checkpoint ids `1..=n` may be drawn.
     pub fn checkpoints(mut self, n: u64) -> Self {
         self.checkpoints = n;
+        self
+    }
+
+    /// Kind `kind` is drawn at most once per schedule.
+    pub fn once(mut self, kind: &str) -> Self {
+        self.once.push(kind.to_string());
         self
     }
 
@@ -240,7 +251,7 @@ impl ScheduleSpec {
                 targets,
             } => (*seed, *count, kinds, targets),
         };
-        let pairs: Vec<&(String, String)> = space
+        let mut pairs: Vec<&(String, String)> = space
             .pairs
             .iter()
             .filter(|(k, t)| {
@@ -260,8 +271,14 @@ impl ScheduleSpec {
         let mut rng = SplitMix64(seed);
         let mut faults = Vec::with_capacity(count as usize);
         for _ in 0..count {
+            if pairs.is_empty() {
+                break;
+            }
             let (kind, target) = pairs[rng.below(pairs.len() as u64) as usize];
             faults.push(draw(&mut rng, kind, target, space));
+            if space.once.contains(kind) {
+                pairs.retain(|(k, _)| k != kind);
+            }
         }
         Ok(Schedule { faults })
     }
@@ -469,6 +486,26 @@ mod tests {
         assert!("random:x:2".parse::<ScheduleSpec>().is_err());
         assert!("random:1:2:boom".parse::<ScheduleSpec>().is_err());
         assert!("".parse::<ScheduleSpec>().is_err());
+    }
+
+    #[test]
+    fn a_kind_drawn_once_is_drawn_at_most_once() {
+        let sp = Space::new(1000)
+            .allow("stall-forever", "a")
+            .allow("stall-forever", "b")
+            .allow("panic", "a")
+            .once("stall-forever");
+        for seed in 0..100 {
+            let s: ScheduleSpec = format!("random:{seed}:6").parse().unwrap();
+            let s = s.expand(&sp).unwrap();
+            let forever = s
+                .faults
+                .iter()
+                .filter(|f| f.kind == FaultKind::Stall { millis: None })
+                .count();
+            assert!(forever <= 1, "{s}");
+            assert_eq!(s.faults.len(), 6);
+        }
     }
 
     #[test]

@@ -73,6 +73,9 @@ const STRATEGIES: [&str; 4] = ["restart-all", "bqbs-warm", "bqbs-hot", "bqbs-che
 #[derive(Clone, Debug, Serialize)]
 struct Config {
     strategy: String,
+    cores: usize,
+    /// Instances per operator (tasks are packed when above the cores).
+    parallelism: usize,
     standby: Vec<String>,
     heartbeat_ms: u64,
     queue_mib: u64,
@@ -84,7 +87,10 @@ struct Config {
 impl Config {
     /// The `paper` command that runs the same job with the same faults.
     fn command(&self, records: u64, seed: u64) -> String {
-        let mut c = format!("paper --records {records} --seed {seed}");
+        let mut c = format!(
+            "paper --records {records} --seed {seed} --cores {} --parallelism {}",
+            self.cores, self.parallelism
+        );
         if let Some(r) = self.rate {
             c += &format!(" --rate {r}");
         }
@@ -194,6 +200,11 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
             _ => vec!["flatmap".into(), "keyed".into()],
         },
     };
+    let cores = args
+        .cores
+        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len());
+    // Mostly one instance a core; sometimes one in all, or more than cores.
+    let parallelism = [cores, cores, 1, cores + 1][rng.below(4) as usize];
     let checkpoint_ms = matches!(strategy, "restart-all" | "bqbs-checkpoints")
         .then(|| [10, 20, 50, 100][rng.below(4) as usize]);
     // Half at full rate, half throttled to 100–400 k records/s.
@@ -206,6 +217,7 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         transactional: checkpoint_ms.is_some(),
         checkpoints_expected: checkpoint_ms
             .map_or(0, |ms| ((secs * 1e3 / ms as f64) as u64).clamp(1, 50)),
+        cores,
     };
     let spec = ScheduleSpec::Random {
         seed: rng.next_u64(),
@@ -218,6 +230,8 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         .expect("every strategy's space allows some fault");
     Config {
         strategy: strategy.to_string(),
+        cores,
+        parallelism,
         standby,
         heartbeat_ms: [2, 5, 10][rng.below(3) as usize],
         queue_mib: [2, 16][rng.below(2) as usize],
@@ -236,16 +250,14 @@ fn run_job(
     out: &Path,
     run_dir: &Path,
 ) -> anyhow::Result<(tandem::JobReport, OutputMode)> {
-    let cores = args
-        .cores
-        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len());
+    let (cores, parallelism) = (cfg.cores, cfg.parallelism);
     let mode = if cfg.checkpoint_ms.is_some() {
         OutputMode::Transactional
     } else {
         OutputMode::Direct
     };
     let opts = PaperOptions {
-        parallelism: cores,
+        parallelism,
         rate: cfg.rate,
         output: Some(out.to_path_buf()),
         output_mode: mode,
@@ -286,20 +298,18 @@ fn run_job(
         std::thread::sleep(Duration::from_millis(5));
     }
     let report = handle.join()?;
-    paper::merge_output(out, cores, mode).context("merging the output")?;
+    paper::merge_output(out, parallelism, mode).context("merging the output")?;
     Ok((report, mode))
 }
 
 fn run_one(args: &Args, input: &Arc<Input>, clean: &Path, cfg: &Config, dir: &Path) -> RunOutcome {
     let t = Instant::now();
     let mut o = RunOutcome::default();
-    let cores = args
-        .cores
-        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len());
+    let parallelism = cfg.parallelism;
     let schedule: Schedule = cfg.schedule.parse().expect("a drawn schedule parses");
     let injector = match FaultInjector::builder(&schedule)
         .records(args.records)
-        .resolver(move |n| paper::tuple_of(cores, n))
+        .resolver(move |n| paper::tuple_of(parallelism, n))
         .build()
     {
         Ok(i) => i,
@@ -394,8 +404,11 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
     let input = Arc::new(Input::generate(args.records, args.seed, 0, available));
     // The reference: the same job, no faults, no protection.
     let clean = dir.join("clean.jsonl");
+    let cores = args.cores.unwrap_or(available);
     let none = Config {
         strategy: "none".into(),
+        cores,
+        parallelism: cores,
         standby: vec![],
         heartbeat_ms: 5,
         queue_mib: 16,

@@ -19,6 +19,9 @@ pub struct Protection {
     /// Checkpoint ids to expect over the run (at least 1 when
     /// `checkpoints`).
     pub checkpoints_expected: u64,
+    /// Cores the job runs on (a standby on the only core cannot watch a
+    /// primary that holds it).
+    pub cores: usize,
 }
 
 impl Protection {
@@ -29,7 +32,7 @@ impl Protection {
 
     /// Whether a stall of `op` that never ends is detected (and ended).
     pub fn stall_detected(&self, op: &str) -> bool {
-        self.backed_up(op) || (self.checkpoints && self.restarts)
+        (self.backed_up(op) && self.cores > 1) || (self.checkpoints && self.restarts)
     }
 
     /// The faults a run of `records` records recovers from, exactly:
@@ -61,6 +64,12 @@ impl Protection {
                     s = s.allow("corrupt", op);
                 }
             }
+        }
+        if !(self.checkpoints && self.restarts) {
+            // Two stalls that never end, at once, may hold every core, and
+            // with them the standbys that would take over: only a restart
+            // recovers from that (without one the job fails, saying so).
+            s = s.once("stall-forever");
         }
         if self.checkpoints && self.restarts {
             s = s

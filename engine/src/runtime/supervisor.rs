@@ -348,6 +348,39 @@ impl Supervisor {
                     return Ok(None);
                 }
             }
+        } else if self.attempt.shared.standby.is_some()
+            && self.attempt.built == self.attempt.exited.len()
+        {
+            // Nothing restarts the job, so nothing watches its workers; but
+            // standbys are tasks on them. If every worker is stuck (stalls
+            // on all cores at once), no standby can run to take over, and
+            // the job would hang: it fails instead, naming the stall.
+            let bound = (self.config.heartbeat_timeout * 10)
+                .max(std::time::Duration::from_secs(1))
+                .as_nanos() as u64;
+            let beats = &self.attempt.shared.beats;
+            let live: Vec<(usize, u64)> = beats
+                .iter()
+                .enumerate()
+                .filter(|(w, _)| !self.attempt.exited[*w])
+                .map(|(w, b)| (w, b.load(Ordering::Relaxed)))
+                .collect();
+            if !live.is_empty()
+                && live
+                    .iter()
+                    .all(|&(_, b)| b != 0 && now.saturating_sub(b) > bound)
+            {
+                // The worker an injected stall holds, if one does.
+                let noted = self.attempt.shared.stall_note().map(|n| n.worker);
+                let (w, b) = live
+                    .iter()
+                    .copied()
+                    .find(|(w, _)| Some(*w) == noted)
+                    .unwrap_or(live[0]);
+                self.stalled(w, b, now);
+                self.on_failure()?;
+                return Ok(None);
+            }
         }
         if self.attempt.exited.iter().all(|&e| e) && !self.attempt.shared.has_error() {
             return self.on_success();

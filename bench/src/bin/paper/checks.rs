@@ -341,7 +341,8 @@ impl Plan {
 
     /// Whether a stall that never ends in `op` is detected (and ends).
     fn stall_detected(&self, args: &Args, op: &str) -> bool {
-        self.backed_up(op) || (self.checkpointing && args.restart != RestartStrategy::None)
+        (self.backed_up(op) && self.cores > 1)
+            || (self.checkpointing && args.restart != RestartStrategy::None)
     }
 
     /// Whether fault `f` can take effect in this job.
@@ -409,6 +410,7 @@ impl Plan {
             restarts: args.restart != RestartStrategy::None,
             transactional: args.output.is_some() && self.output_mode == OutputMode::Transactional,
             checkpoints_expected: ((secs / interval) as u64).clamp(1, 1000),
+            cores: self.cores,
         }
         .space(records)
     }
