@@ -25,6 +25,11 @@
 //! checked access — first right after the write, when `O_DIRECT` has left
 //! nothing in the page cache (cold), then again (warm).
 //!
+//! Every flag is checked before any work starts (an error names the flag).
+//! Everything is written in a fresh directory, `tandem-snapshot-bench-<pid>`
+//! under `--dir` (or the system temp dir), removed at the end — after an
+//! error or a panic too — so that `--dir` holds nothing new afterwards.
+//!
 //! ```text
 //! cargo run -p tandem-bench --release --bin snapshot -- --report snapshot.json
 //! ```
@@ -33,6 +38,7 @@ use std::{
     fs::{self, File, OpenOptions},
     os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
     path::{Path, PathBuf},
+    process::ExitCode,
     time::{Duration, Instant},
 };
 
@@ -50,11 +56,11 @@ use tandem::{
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Snapshot sizes in MB (10^6 bytes) of keyed state.
+    /// Snapshot sizes in MB (10^6 bytes) of keyed state, each at least 1.
     #[arg(long, value_delimiter = ',', default_values_t = [100, 500])]
     sizes_mb: Vec<u64>,
-    /// Directory to write in (default: a fresh directory under the system
-    /// temp dir). Everything written is removed at the end.
+    /// Directory to write in (default: the system temp dir): in a fresh
+    /// subdirectory, removed with everything written at the end.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Runs per size and path; the median is reported.
@@ -113,31 +119,151 @@ struct Report {
     small_publish_max_ms: f64,
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let args = Args::parse();
-    if args.sizes_mb.is_empty() || args.runs == 0 {
-        bail!("need at least one size and one run");
+    match check_args(&args).and_then(|base| real_main(&args, &base)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_text(&e));
+            ExitCode::FAILURE
+        }
     }
-    let (dir, made) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("tandem-snapshot-bench-{}", std::process::id())),
-            true,
-        ),
+}
+
+fn real_main(args: &Args, base: &Path) -> Result<()> {
+    let report = {
+        let scratch = Scratch::create(base)?;
+        check_o_direct(&scratch.0)?;
+        run(args, &scratch.0, base)?
     };
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = run(&args, &dir);
-    if made {
-        let _ = fs::remove_dir_all(&dir);
-    }
-    let report = result?;
     if let Some(path) = &args.report {
         tandem_bench::report::write_json(path, &report)?;
     }
     Ok(())
 }
 
-fn run(args: &Args, dir: &Path) -> Result<Report> {
+/// An error as people read it: the message and each cause that adds to
+/// it, once, one per line — never a backtrace.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.contains(&c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str("\n  caused by: ");
+        }
+        text.push_str(&c);
+    }
+    text
+}
+
+/// Checks every flag before any work starts (the error names the flag);
+/// returns the directory to work under.
+fn check_args(args: &Args) -> Result<PathBuf> {
+    if args.sizes_mb.is_empty() {
+        bail!("--sizes-mb needs at least one size");
+    }
+    if args.sizes_mb.contains(&0) {
+        bail!("--sizes-mb: every size must be at least 1 MB (got 0)");
+    }
+    // The raw path writes from one buffer of the largest size: it alone
+    // must fit in memory (the state and its archive need more).
+    let largest = *args.sizes_mb.iter().max().expect("not empty");
+    let memory = memory_bytes();
+    match largest.checked_mul(1_000_000) {
+        Some(b) if memory.is_none_or(|m| b < m) => {}
+        _ => bail!(
+            "--sizes-mb {largest}: more than this machine's memory ({} MB)",
+            memory.map_or("?".into(), |m| (m / 1_000_000).to_string())
+        ),
+    }
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    if args.small_sets > 0 && args.small_files == 0 {
+        bail!(
+            "--small-files must be at least 1 with --small-sets {} (--small-sets 0 skips them)",
+            args.small_sets
+        );
+    }
+    if let Some(r) = &args.report {
+        if r.is_dir() {
+            bail!("--report {}: is a directory", r.display());
+        }
+        let parent = r.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(p) = parent.filter(|p| !p.is_dir()) {
+            bail!("--report {}: no directory {}", r.display(), p.display());
+        }
+    }
+    match &args.dir {
+        Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
+        Some(d) => Ok(d.clone()),
+        None => Ok(std::env::temp_dir()),
+    }
+}
+
+/// Total memory in bytes, from `/proc/meminfo` (`None` where unreadable).
+fn memory_bytes() -> Option<u64> {
+    let info = fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    kb.checked_mul(1024)
+}
+
+/// The directory this run writes in, removed with everything in it when
+/// the guard is dropped: at the end, on an error, or while a panic unwinds.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    /// Creates `tandem-snapshot-bench-<pid>` in `base` (never over an
+    /// existing one: it would be removed at the end).
+    fn create(base: &Path) -> Result<Self> {
+        let dir = base.join(format!("tandem-snapshot-bench-{}", std::process::id()));
+        fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.0) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("warning: removing {}: {e}", self.0.display());
+            }
+        }
+    }
+}
+
+/// The raw baseline writes with `O_DIRECT`: a file system without it
+/// (tmpfs) is refused before anything is measured.
+fn check_o_direct(dir: &Path) -> Result<()> {
+    let probe = dir.join("o_direct.probe");
+    let r = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe);
+    let _ = fs::remove_file(&probe);
+    r.map(drop).with_context(|| {
+        format!(
+            "--dir {}: {} does not take O_DIRECT writes, which the raw baseline needs",
+            dir.parent().unwrap_or(dir).display(),
+            filesystem_of(dir)
+        )
+    })
+}
+
+/// The measurements, written in `dir` (a fresh directory under `base`).
+fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
     let fs_name = filesystem_of(dir);
     println!("dir {} ({fs_name})", dir.display());
     let store = SnapshotStore::open(dir.join("store"), 1)?;
@@ -152,9 +278,7 @@ fn run(args: &Args, dir: &Path) -> Result<Report> {
     }));
     let mut sizes = Vec::new();
     let mut backend = String::new();
-    // After any checkpoint a previous run left in `--dir`: retention keeps
-    // the newest ids, so starting below them would retire every new one.
-    let mut id = store.list()?.iter().map(|l| l.id).max().unwrap_or(0);
+    let mut id = 0;
     let mut largest: Option<(u64, tandem::checkpoint::Manifest)> = None;
     for &mb in &args.sizes_mb {
         let keys = mb * 1_000_000 / ENTRY_BYTES;
@@ -264,7 +388,7 @@ fn run(args: &Args, dir: &Path) -> Result<Report> {
     let last = sizes.last().unwrap();
     Ok(Report {
         filesystem: fs_name,
-        dir: dir.display().to_string(),
+        dir: base.display().to_string(),
         backend,
         engine_mbps: last.engine_mbps,
         raw_mbps: last.raw_mbps,

@@ -11,15 +11,21 @@
 //!    (`fenced_append`: a compare-and-swap, a fence, an epoch load), alone
 //!    and with a hot standby following the log on another core.
 //!
+//! Every flag is checked before any work starts (an error names the flag).
+//! The queue and log files go to a fresh directory under `--dir` (or the
+//! system temp dir, `TMPDIR`), removed at the end — after an error or a
+//! panic too.
+//!
 //! ```text
 //! cargo run -p tandem-bench --release --bin standby -- --report standby.json
 //! ```
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde::Serialize;
 use std::hint::spin_loop;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,7 +60,8 @@ struct Args {
     /// Determinant-log entries appended per measurement.
     #[arg(long, default_value_t = 20_000_000)]
     log_entries: u64,
-    /// Directory for the buffer-queue file (default: the temp dir).
+    /// Directory for the buffer-queue and log files (default: the temp
+    /// dir); they go to a fresh subdirectory, removed at the end.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Write the figures as JSON here.
@@ -89,11 +96,98 @@ fn pin(i: usize) {
     }
 }
 
-fn bq_throughput(args: &Args) -> Result<(f64, u64)> {
-    let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let path = dir.join(format!("tandem-standby-bench-{}.bq", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let cfg = BqConfig::for_memory(args.bq_memory, args.tuple_bytes as u64, 2)?;
+/// The buffer queue's sizes for `--bq-memory` and `--tuple-bytes`.
+fn bq_config(args: &Args) -> Result<BqConfig> {
+    let cfg =
+        BqConfig::for_memory(args.bq_memory, args.tuple_bytes as u64, 2).with_context(|| {
+            format!(
+                "--bq-memory {} cannot hold tuples of --tuple-bytes {}",
+                args.bq_memory, args.tuple_bytes
+            )
+        })?;
+    if args.tuple_bytes as u64 > cfg.max_entry() {
+        bail!(
+            "--tuple-bytes {} does not fit a queue of --bq-memory {}: at most {} bytes a tuple",
+            args.tuple_bytes,
+            args.bq_memory,
+            cfg.max_entry()
+        );
+    }
+    Ok(cfg)
+}
+
+/// Checks every flag before any work starts; the error names the flag.
+fn check_args(args: &Args) -> Result<()> {
+    let at_least_1 = [
+        ("--tuples", args.tuples),
+        ("--tuple-bytes", args.tuple_bytes as u64),
+        ("--messages", args.messages),
+        ("--samples", args.samples as u64),
+        ("--timeout-ms", args.timeout_ms),
+        ("--log-entries", args.log_entries),
+    ];
+    for (flag, v) in at_least_1 {
+        if v == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    if args.timeout_ms > 60_000 {
+        bail!(
+            "--timeout-ms {} is more than a minute (at most 60000)",
+            args.timeout_ms
+        );
+    }
+    bq_config(args)?;
+    if let Some(d) = &args.dir {
+        if !d.is_dir() {
+            bail!("--dir {}: not a directory", d.display());
+        }
+    }
+    if let Some(r) = &args.report {
+        check_report_path(r)?;
+    }
+    Ok(())
+}
+
+/// `--report PATH` can be written: its directory exists, it is no directory.
+fn check_report_path(r: &Path) -> Result<()> {
+    if r.is_dir() {
+        bail!("--report {}: is a directory", r.display());
+    }
+    let parent = r.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(p) = parent.filter(|p| !p.is_dir()) {
+        bail!("--report {}: no directory {}", r.display(), p.display());
+    }
+    Ok(())
+}
+
+/// A directory this run made, removed with everything in it when the
+/// guard is dropped: at the end, on an error, or while a panic unwinds.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    /// Creates `tandem-standby-bench-<pid>` in `base` (never over an
+    /// existing one).
+    fn create(base: &Path) -> Result<Self> {
+        let dir = base.join(format!("tandem-standby-bench-{}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("warning: removing {}: {e}", self.0.display());
+            }
+        }
+    }
+}
+
+fn bq_throughput(args: &Args, dir: &Path) -> Result<(f64, u64)> {
+    let path = dir.join("queue.bq");
+    let cfg = bq_config(args)?;
     let q = Arc::new(BufferQueue::create(&path, cfg)?);
     let n = args.tuples;
     let readers: Vec<_> = (0..2)
@@ -244,10 +338,8 @@ fn detection(args: &Args) -> (Vec<u64>, Vec<u64>) {
 /// Nanoseconds per determinant-log append by a primary (its epoch checked
 /// after each), optionally with a follower reading every entry behind it
 /// on another core, as a hot standby does.
-fn detlog(args: &Args, follow: bool) -> Result<f64> {
-    let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let path = dir.join(format!("tandem-standby-bench-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+fn detlog(args: &Args, dir: &Path, follow: bool) -> Result<f64> {
+    let path = dir.join("determinants.log");
     let log = Arc::new(DetLog::create(&path, 2, 1 << 16)?);
     let live = Arc::new(Liveness::new(0));
     let n = args.log_entries;
@@ -306,19 +398,48 @@ fn detlog(args: &Args, follow: bool) -> Result<f64> {
     Ok(ns)
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let args = Args::parse();
+    match check_args(&args).and_then(|()| run(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_text(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error as people read it: the message and each cause that adds to
+/// it, once, one per line — never a backtrace.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.contains(&c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str("\n  caused by: ");
+        }
+        text.push_str(&c);
+    }
+    text
+}
+
+fn run(args: &Args) -> Result<()> {
+    let scratch = Scratch::create(&args.dir.clone().unwrap_or_else(std::env::temp_dir))?;
+    let dir = scratch.0.as_path();
     pin(0);
-    let (bq, full) = bq_throughput(&args)?;
+    let (bq, full) = bq_throughput(args, dir)?;
     println!(
         "buffer queue: {:.2} M tuples/s ({}-byte tuples, 1 writer + 2 readers, {} MiB bound; writer backpressured {full} times)",
         bq / 1e6,
         args.tuple_bytes,
         args.bq_memory >> 20
     );
-    let alone = ring(&args, None);
-    let parked = ring(&args, Some(false));
-    let spinning = ring(&args, Some(true));
+    let alone = ring(args, None);
+    let parked = ring(args, Some(false));
+    let spinning = ring(args, Some(true));
     println!("ring alone:                    {:.1} M msg/s", alone / 1e6);
     println!(
         "ring + parked standby:         {:.1} M msg/s ({:.2}x)",
@@ -330,9 +451,9 @@ fn main() -> Result<()> {
         spinning / 1e6,
         spinning / alone
     );
-    let (mut wake, mut stall) = detection(&args);
-    let log_alone = detlog(&args, false)?;
-    let log_followed = detlog(&args, true)?;
+    let (mut wake, mut stall) = detection(args);
+    let log_alone = detlog(args, dir, false)?;
+    let log_followed = detlog(args, dir, true)?;
     let r = Report {
         bq_tuples_per_sec: bq,
         bq_writer_full_waits: full,

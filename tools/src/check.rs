@@ -1,0 +1,169 @@
+//! `tandem check CLEAN FAULTED`: a faulted run's JSONL output against a
+//! clean run's, with the fault injector's independent checker
+//! ([`tandem_fault_inject::check::Checker`]): both files as multisets of
+//! lines, what was lost, duplicated, changed (a line with the key of a lost
+//! one) or is unexpected, in total and by the lines' `type`, with examples.
+//! Identical: status 0; different: status 1; a file that cannot be read:
+//! status 2, naming it (both are checked before either is read through).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail};
+use tandem_fault_inject::check::{Checker, Difference, Outcome};
+
+use crate::Verdict;
+
+/// The flags of `tandem check`.
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The clean run's output (JSONL, one record or summary a line).
+    pub clean: PathBuf,
+    /// The faulted run's output.
+    pub faulted: PathBuf,
+    /// JSON field naming a line's key, to tell a changed line from an
+    /// unexpected one; repeat it for fallbacks (the first a line has wins).
+    /// Default: `seq`, then `user_id`.
+    #[arg(long = "key", value_name = "FIELD")]
+    pub keys: Vec<String>,
+    /// Differences to show as examples (all are counted).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub show: usize,
+    /// Print the outcome as JSON (with `identical`) instead of a report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Compares the two files and prints what differs.
+pub fn check(args: &CheckArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> {
+    readable("clean output", &args.clean)?;
+    readable("faulted output", &args.faulted)?;
+    if let Some(k) = args.keys.iter().find(|k| k.is_empty()) {
+        bail!("--key {k:?}: a key names a JSON field, it cannot be empty");
+    }
+    let checker = Checker {
+        keys: if args.keys.is_empty() {
+            Checker::default().keys
+        } else {
+            args.keys.clone()
+        },
+        examples: args.show,
+    };
+    let o = checker.compare_files(&args.clean, &args.faulted)?;
+    if args.json {
+        let json = Json {
+            identical: o.identical(),
+            outcome: &o,
+        };
+        serde_json::to_writer_pretty(&mut *out, &json)?;
+        writeln!(out)?;
+    } else {
+        report(args, &o, out)?;
+    }
+    Ok(if o.identical() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
+    })
+}
+
+/// What `--json` prints: the outcome, and whether it is identical.
+#[derive(serde::Serialize)]
+struct Json<'a> {
+    identical: bool,
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+}
+
+/// `path` is a file this process can open.
+fn readable(what: &str, path: &Path) -> anyhow::Result<()> {
+    let f = std::fs::File::open(path).map_err(|e| anyhow!("{what} {}: {e}", path.display()))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| anyhow!("{what} {}: {e}", path.display()))?;
+    if meta.is_dir() {
+        bail!("{what} {}: is a directory, not a file", path.display());
+    }
+    Ok(())
+}
+
+fn report(args: &CheckArgs, o: &Outcome, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "clean   {}: {} lines",
+        args.clean.display(),
+        o.clean_lines
+    )?;
+    writeln!(
+        out,
+        "faulted {}: {} lines",
+        args.faulted.display(),
+        o.faulted_lines
+    )?;
+    let w = o
+        .by_type
+        .keys()
+        .map(|t| t.chars().count())
+        .chain([5])
+        .max()
+        .unwrap_or(5);
+    writeln!(
+        out,
+        "{:<w$}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}  {:>10}",
+        "type", "clean", "faulted", "lost", "duplicated", "changed", "unexpected"
+    )?;
+    for (t, n) in &o.by_type {
+        writeln!(
+            out,
+            "{t:<w$}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}  {:>10}",
+            n.clean, n.faulted, n.lost, n.duplicated, n.changed, n.unexpected
+        )?;
+    }
+    let totals = format!(
+        "{} lost, {} duplicated, {} changed, {} unexpected",
+        o.lost, o.duplicated, o.changed, o.unexpected
+    );
+    if o.identical() {
+        writeln!(out, "identical: {totals}")?;
+        return Ok(());
+    }
+    writeln!(out, "DIFFERENT: {totals}")?;
+    if o.examples.is_empty() {
+        return Ok(());
+    }
+    // Lines the examples account for, against all that differ.
+    let shown: u64 = o
+        .examples
+        .iter()
+        .map(|d| match d {
+            Difference::Lost { missing, .. } => *missing,
+            Difference::Duplicated { extra, .. } => *extra,
+            Difference::Changed { .. } | Difference::Unexpected { .. } => 1,
+        })
+        .sum();
+    if shown < o.lost + o.duplicated + o.changed + o.unexpected {
+        writeln!(
+            out,
+            "examples (the first {}; --show N for more):",
+            o.examples.len()
+        )?;
+    } else {
+        writeln!(out, "examples:")?;
+    }
+    let line =
+        |out: &mut dyn Write, label: String, text: &str| writeln!(out, "  {label:<16} {text}");
+    for d in &o.examples {
+        match d {
+            Difference::Lost { line: l, missing } => line(out, format!("lost (×{missing})"), l)?,
+            Difference::Duplicated { line: l, extra } => {
+                line(out, format!("duplicated (+{extra})"), l)?
+            }
+            Difference::Changed { clean, faulted } => {
+                line(out, "changed from".into(), clean)?;
+                line(out, "          to".into(), faulted)?;
+            }
+            Difference::Unexpected { line: l } => line(out, "unexpected".into(), l)?,
+        }
+    }
+    Ok(())
+}
