@@ -429,3 +429,37 @@ fn a_payload_of_the_wrong_shape_fails_checked_access_with_an_error() {
     };
     assert!(matches!(err, CheckpointError::Validate { .. }), "{err}");
 }
+
+#[test]
+fn a_manifest_naming_a_file_outside_its_directory_or_not_a_regular_file_is_refused() {
+    let dir = TempDir::new("paths");
+    let store = SnapshotStore::open(&dir.0, 3).unwrap();
+    checkpoint(&store, 1);
+    let path = dir.0.join("manifest-1.json");
+    let good = Manifest::load(&path).unwrap();
+    good.verify().unwrap();
+    let outside = dir.0.join("outside.snap");
+    fs::copy(good.file_path(&good.files[0]), &outside).unwrap();
+    for bad in [
+        "../outside.snap".to_string(),
+        outside.display().to_string(),
+        "chk-1".to_string(),
+        String::new(),
+    ] {
+        let mut m = good.clone();
+        m.files[0].path = bad.clone();
+        let e = m.verify().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CheckpointError::ManifestMismatch { .. } | CheckpointError::Io { .. }
+            ),
+            "{bad}: {e}"
+        );
+    }
+    // A summed size past u64 is no panic.
+    let mut m = good.clone();
+    m.files[0].payload_len = u64::MAX;
+    m.files.push(m.files[0].clone());
+    assert_eq!(m.payload_bytes(), u64::MAX);
+}

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::CheckpointError;
-use crate::sys::uring::{round_up, AlignedBuf, BLOCK};
+use crate::sys::uring::{AlignedBuf, BLOCK};
 
 /// First eight bytes of every snapshot file.
 pub const MAGIC: [u8; 8] = *b"TNDMSNAP";
@@ -72,9 +72,13 @@ impl SnapshotHeader {
         FIXED_HEADER + self.operator.len() + POSITION_BYTES * self.positions.len()
     }
 
-    /// Length of the whole file this header describes.
+    /// Length of the whole file this header describes (`u64::MAX`, which
+    /// no file has, for a payload length no file can hold; [`decode`]
+    /// refuses such a header).
+    ///
+    /// [`decode`]: Self::decode
     pub fn file_len(&self) -> u64 {
-        (HEADER_BLOCK + round_up(self.payload_len as usize)) as u64
+        file_len_for(self.payload_len).unwrap_or(u64::MAX)
     }
 
     /// Writes the header into `block` (the whole block: unused bytes are
@@ -176,6 +180,13 @@ impl SnapshotHeader {
                 format!("{len}, but name and positions need {expected}"),
             ));
         }
+        let payload_len = u64_at(24);
+        if file_len_for(payload_len).is_none() {
+            return Err(malformed(
+                "payload length",
+                format!("{payload_len} bytes do not fit in a file"),
+            ));
+        }
         let operator = std::str::from_utf8(&block[FIXED_HEADER..FIXED_HEADER + name_len])
             .map_err(|e| malformed("operator", e.to_string()))?
             .to_owned();
@@ -192,10 +203,20 @@ impl SnapshotHeader {
             instance: u32_at(56),
             positions,
             created_at_ms: u64_at(48),
-            payload_len: u64_at(24),
+            payload_len,
             payload_checksum: u64_at(32),
         })
     }
+}
+
+/// The length of a snapshot file holding `payload_len` payload bytes: the
+/// header block plus the payload padded to a whole block; `None` when that
+/// overflows a `u64` (a damaged or forged header, never one this engine
+/// wrote).
+fn file_len_for(payload_len: u64) -> Option<u64> {
+    payload_len
+        .checked_next_multiple_of(BLOCK as u64)?
+        .checked_add(HEADER_BLOCK as u64)
 }
 
 /// A serialized payload in the memory layout of its file: a zeroed header
@@ -390,6 +411,59 @@ mod tests {
                 "flip at byte {i} went unnoticed"
             );
         }
+    }
+
+    /// Found by the `snapshot_reader` fuzz target: a header (with a valid
+    /// checksum: XXH3 is no MAC) whose payload length rounds up past
+    /// `u64::MAX` made `file_len` overflow, a panic in `SnapshotFile::open`.
+    #[test]
+    fn a_header_whose_payload_length_overflows_the_file_length_is_refused() {
+        // The largest payload length whose file length fits a u64.
+        let largest = u64::MAX - HEADER_BLOCK as u64 - BLOCK as u64 + 1;
+        let edges = [
+            largest + 1,
+            largest + BLOCK as u64,
+            largest + BLOCK as u64 + 1,
+            u64::MAX,
+        ];
+        for payload_len in edges {
+            let h = SnapshotHeader {
+                payload_len,
+                ..header()
+            };
+            assert_eq!(h.file_len(), u64::MAX, "{payload_len}");
+            let mut block = vec![0; HEADER_BLOCK];
+            h.encode(&mut block).unwrap();
+            let err = SnapshotHeader::decode(&block, Path::new("x")).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    CheckpointError::MalformedHeader {
+                        field: "payload length",
+                        ..
+                    }
+                ),
+                "{payload_len}: {err}"
+            );
+            // The same header block as a whole file: an error from `open`.
+            let path = std::env::temp_dir().join(format!(
+                "tandem-format-overflow-{}-{payload_len}.snap",
+                std::process::id()
+            ));
+            std::fs::write(&path, &block).unwrap();
+            let opened = super::super::SnapshotFile::open(&path);
+            std::fs::remove_file(&path).unwrap();
+            assert!(opened.is_err(), "{payload_len}");
+        }
+        // The largest length that still fits decodes.
+        let h = SnapshotHeader {
+            payload_len: largest,
+            ..header()
+        };
+        assert_eq!(h.file_len(), u64::MAX - BLOCK as u64 + 1);
+        let mut block = vec![0; HEADER_BLOCK];
+        h.encode(&mut block).unwrap();
+        assert_eq!(SnapshotHeader::decode(&block, Path::new("x")).unwrap(), h);
     }
 
     #[test]

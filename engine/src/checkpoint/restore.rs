@@ -50,7 +50,10 @@ impl SnapshotFile {
         // not a state this code can reach on its own.
         let map = unsafe { MmapOptions::new().populate().map(&file) }
             .map_err(CheckpointError::io(path, "mmap"))?;
-        let header = SnapshotHeader::decode(&map[..HEADER_BLOCK], path)?;
+        // The map's own length from here on: the file's may have changed
+        // since it was measured.
+        let len = map.len() as u64;
+        let header = SnapshotHeader::decode(&map, path)?;
         if header.file_len() != len {
             return Err(CheckpointError::Length {
                 path: path.to_path_buf(),

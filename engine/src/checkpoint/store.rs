@@ -114,13 +114,42 @@ impl Manifest {
 
     /// Total payload bytes.
     pub fn payload_bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.payload_len).sum()
+        // Saturating: an unverified manifest may claim anything.
+        self.files
+            .iter()
+            .fold(0, |a, f| a.saturating_add(f.payload_len))
     }
 
     /// Maps and verifies one of its files (header, length, checksum, and
     /// agreement with this manifest).
     pub fn open(&self, entry: &FileEntry) -> Result<SnapshotFile, CheckpointError> {
         let path = self.file_path(entry);
+        // A manifest names files inside its own directory, by plain
+        // relative names: never an absolute path, `..`, or anything that
+        // is not a regular file (a FIFO would block the open for ever).
+        let inside = Path::new(&entry.path)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside || entry.path.is_empty() {
+            return Err(CheckpointError::ManifestMismatch {
+                path,
+                field: "path",
+                expected: "a relative path inside the manifest's directory".into(),
+                found: entry.path.clone(),
+            });
+        }
+        match fs::metadata(&path) {
+            Ok(m) if !m.is_file() => {
+                return Err(CheckpointError::ManifestMismatch {
+                    path,
+                    field: "file type",
+                    expected: "a regular file".into(),
+                    found: format!("{:?}", m.file_type()),
+                })
+            }
+            Ok(_) => {}
+            Err(e) => return Err(CheckpointError::io(&path, "stat")(e)),
+        }
         let file = SnapshotFile::open(&path)?;
         let h = file.header();
         let mismatch = |field, expected: String, found: String| {

@@ -189,11 +189,32 @@ impl BqConfig {
                 self.readers
             )));
         }
+        if self.checked_file_len().is_none() {
+            return Err(BqError::Config(format!(
+                "{} slots and a {}-byte arena need a file of more than 2^64 bytes",
+                self.slots, self.arena
+            )));
+        }
         Ok(())
     }
 
+    /// The file length these sizes need, or `None` when it does not fit a
+    /// `u64` (sizes from a damaged or foreign header: computed unchecked,
+    /// they would wrap to a small length that a short file matches, and
+    /// the index and arena offsets derived from them would point past the
+    /// map).
+    fn checked_file_len(&self) -> Option<u64> {
+        self.slots
+            .checked_mul(SLOT as u64)?
+            .checked_next_multiple_of(4096)?
+            .checked_add(HEADER as u64)?
+            .checked_add(self.arena)
+    }
+
+    /// The file length of sizes that passed [`check`](Self::check).
     fn file_len(&self) -> u64 {
-        HEADER as u64 + (self.slots * SLOT as u64).next_multiple_of(4096) + self.arena
+        self.checked_file_len()
+            .expect("sizes passed `check`, which refuses an overflowing file length")
     }
 
     fn arena_start(&self) -> usize {
@@ -362,7 +383,17 @@ impl BufferQueue {
                 cfg.file_len()
             )));
         }
-        Self::map(file, path, cfg)
+        let q = Self::map(file, path, cfg)?;
+        // The map covers the file as it is now: had its length changed
+        // since it was measured, index and arena reads sized by the header
+        // could leave a shorter map.
+        if q.map.len() as u64 != len {
+            return Err(BqError::Invalid {
+                path: q.path.clone(),
+                reason: format!("{} bytes mapped, the header implies {len}", q.map.len()),
+            });
+        }
+        Ok(q)
     }
 
     fn map(file: File, path: PathBuf, cfg: BqConfig) -> Result<Self, BqError> {
@@ -704,7 +735,10 @@ impl BufferQueue {
             if phys + len as u64 > self.cfg.arena {
                 return Err(bad(format!("entry {p} crosses the arena's end")));
             }
-            if last_off.is_some_and(|l| off < l) || off + len as u64 > arena_tail {
+            // Offsets come from the file: an end past `u64::MAX` is out of
+            // order too, not an overflow.
+            let end = off.checked_add(len as u64);
+            if last_off.is_some_and(|l| off < l) || end.is_none_or(|end| end > arena_tail) {
                 return Err(bad(format!("entry {p} is out of arena order")));
             }
             if last_id.is_some_and(|l| id <= l) {
@@ -716,7 +750,10 @@ impl BufferQueue {
             (last_off, last_id) = (Some(off), Some(id));
         }
         if let Some(first) = (head < tail).then(|| self.slot(head).2) {
-            if arena_tail - first > self.cfg.arena {
+            if arena_tail
+                .checked_sub(first)
+                .is_none_or(|span| span > self.cfg.arena)
+            {
                 return Err(bad("entries span more than the arena".into()));
             }
         }
@@ -858,6 +895,77 @@ mod tests {
         f.set_len(4096 * 2).unwrap();
         let e = BufferQueue::open(&p).unwrap_err().to_string();
         assert!(e.contains("implies"), "{e}");
+        std::fs::remove_file(p).unwrap();
+    }
+
+    /// A header block with the given sizes (magic and version intact).
+    fn header_with(slots: u64, arena: u64, readers: u32) -> Vec<u8> {
+        let mut h = vec![0u8; HEADER];
+        h[0..8].copy_from_slice(&MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&readers.to_le_bytes());
+        h[16..24].copy_from_slice(&slots.to_le_bytes());
+        h[24..32].copy_from_slice(&arena.to_le_bytes());
+        h
+    }
+
+    /// Found by the `bq_reader` fuzz target: sizes whose file length
+    /// overflows. Computed unchecked they panicked (overflow checks) or
+    /// wrapped to a small length — 4096 + 0 + 4096 for 2^59 slots — that a
+    /// short file matched, and `get` then read index slots past the map.
+    #[test]
+    fn a_header_whose_sizes_overflow_the_file_length_is_refused() {
+        let cases = [
+            // 2^59 slots × 32 bytes wraps to 0: "needs" 8192 bytes.
+            (1u64 << 59, 4096u64, 8192u64),
+            (1 << 63, 4096, 8192),
+            // Index 2^63 + arena 2^63 + header wraps to 4096.
+            (1 << 58, 1 << 63, 4096),
+            (1 << 58, 1 << 63, 8192),
+        ];
+        for (slots, arena, len) in cases {
+            let p = tmp("overflow");
+            let mut bytes = header_with(slots, arena, 2);
+            // Slot 0 names position 0 and tail is 1, so a reader that got
+            // past `open` would look at the index.
+            bytes[OFF_TAIL..OFF_TAIL + 8].copy_from_slice(&1u64.to_le_bytes());
+            bytes.resize(len as usize, 0);
+            std::fs::write(&p, &bytes).unwrap();
+            let r = BufferQueue::open(&p);
+            std::fs::remove_file(&p).unwrap();
+            let Err(e) = r else {
+                panic!("{slots} slots, {arena}-byte arena in {len} bytes: opened");
+            };
+            assert!(matches!(e, BqError::Invalid { .. }), "{e}");
+            assert!(e.to_string().contains("2^64"), "{e}");
+        }
+        // The same sizes as a configuration are refused up front.
+        let cfg = BqConfig {
+            slots: 1 << 59,
+            arena: 4096,
+            readers: 2,
+        };
+        assert!(matches!(cfg.check(), Err(BqError::Config(_))));
+    }
+
+    /// Found by the `bq_reader` fuzz target: an index slot whose arena
+    /// offset plus length passes `u64::MAX` (the offset's low bits still
+    /// place the bytes inside the arena) made `validate` overflow.
+    #[test]
+    fn a_slot_whose_offset_and_length_overflow_is_invalid() {
+        let (q, p) = small("off-overflow", 2, 4096);
+        q.push(0, b"12345678").unwrap();
+        drop(q);
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[HEADER + 16..HEADER + 24].copy_from_slice(&(u64::MAX - 7).to_le_bytes());
+        std::fs::write(&p, &bytes).unwrap();
+        let q = BufferQueue::open(&p).unwrap();
+        let e = q.validate().unwrap_err().to_string();
+        assert!(e.contains("out of arena order"), "{e}");
+        // The reader side gives the entry's bytes or nothing, never a panic.
+        let _ = q.get(0).map(|e| e.verify());
+        assert_eq!(q.position_of(0), Some(0));
+        drop(q);
         std::fs::remove_file(p).unwrap();
     }
 
