@@ -9,7 +9,7 @@
 //!          0  magic "TNDMBQ\0\x01"          8  format version (u32) = 1
 //!         12  readers (u32, 1..=8)          16  slots (u64, power of two)
 //!         24  arena bytes (u64, power of two, multiple of 4096)
-//!         32  max_memory (u64, the bound the sizes were derived from)
+//!         32  file length (u64, as created)
 //!         64  tail     (atomic u64)  next position to publish
 //!        128  head     (atomic u64)  oldest position still held
 //!        192  covered  (atomic u64)  positions below it are in a snapshot

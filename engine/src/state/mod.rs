@@ -452,7 +452,7 @@ impl<K: Archive, S: Archive> KeyedState<K, S> {
         ArchivedKeyedState<K, S>: Deserialize<Self, HighDeserializer<rancor::Error>>,
     {
         rkyv::deserialize::<Self, rancor::Error>(archived)
-            .map_err(|source| CheckpointError::Serialize { source })
+            .map_err(|source| CheckpointError::Deserialize { source })
     }
 }
 
