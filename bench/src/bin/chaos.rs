@@ -65,6 +65,13 @@ struct Args {
     /// No progress bar (for logs).
     #[arg(long)]
     quiet: bool,
+    /// Run only schedule I of STRATEGY (STRATEGY:I, repeatable), e.g. to
+    /// repeat a failing one; `--repeat` times each.
+    #[arg(long)]
+    only: Vec<String>,
+    /// With --only: run each schedule this many times.
+    #[arg(long, default_value_t = 1)]
+    repeat: u64,
 }
 
 const STRATEGIES: [&str; 4] = ["restart-all", "bqbs-warm", "bqbs-hot", "bqbs-checkpoints"];
@@ -419,7 +426,25 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
     run_job(args, &input, &none, None, &clean, &dir.join("clean-run")).context("the clean run")?;
     let _ = std::fs::remove_dir_all(dir.join("clean-run"));
 
-    let total = args.schedules * args.strategies.len() as u64;
+    // The schedules to run: every one, or those --only names.
+    let mut plan: Vec<(String, u64)> = Vec::new();
+    if args.only.is_empty() {
+        for strategy in &args.strategies {
+            plan.extend((0..args.schedules).map(|i| (strategy.clone(), i)));
+        }
+    } else {
+        for o in &args.only {
+            let (s, i) = o
+                .split_once(':')
+                .and_then(|(s, i)| Some((s, i.parse::<u64>().ok()?)))
+                .filter(|(s, _)| STRATEGIES.contains(s))
+                .with_context(|| format!("--only {o}: expected STRATEGY:INDEX"))?;
+            for _ in 0..args.repeat.max(1) {
+                plan.push((s.to_string(), i));
+            }
+        }
+    }
+    let total = plan.len() as u64;
     let bar = if args.quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -433,8 +458,9 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
     );
     let mut totals: BTreeMap<String, Totals> = BTreeMap::new();
     let mut failing = Vec::new();
-    for strategy in &args.strategies {
-        for i in 0..args.schedules {
+    for (strategy, i) in &plan {
+        let (strategy, i) = (strategy, *i);
+        {
             let cfg = draw(args, strategy, i);
             bar.set_message(format!("{strategy} #{i}"));
             let o = run_one(args, &input, &clean, &cfg, &dir);

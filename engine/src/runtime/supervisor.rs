@@ -348,35 +348,8 @@ impl Supervisor {
                     return Ok(None);
                 }
             }
-        } else if self.attempt.shared.standby.is_some()
-            && self.attempt.built == self.attempt.exited.len()
-        {
-            // Nothing restarts the job, so nothing watches its workers; but
-            // standbys are tasks on them. If every worker is stuck (stalls
-            // on all cores at once), no standby can run to take over, and
-            // the job would hang: it fails instead, naming the stall.
-            let bound = (self.config.heartbeat_timeout * 10)
-                .max(std::time::Duration::from_secs(1))
-                .as_nanos() as u64;
-            let beats = &self.attempt.shared.beats;
-            let live: Vec<(usize, u64)> = beats
-                .iter()
-                .enumerate()
-                .filter(|(w, _)| !self.attempt.exited[*w])
-                .map(|(w, b)| (w, b.load(Ordering::Relaxed)))
-                .collect();
-            if !live.is_empty()
-                && live
-                    .iter()
-                    .all(|&(_, b)| b != 0 && now.saturating_sub(b) > bound)
-            {
-                // The worker an injected stall holds, if one does.
-                let noted = self.attempt.shared.stall_note().map(|n| n.worker);
-                let (w, b) = live
-                    .iter()
-                    .copied()
-                    .find(|(w, _)| Some(*w) == noted)
-                    .unwrap_or(live[0]);
+        } else if self.attempt.built == self.attempt.exited.len() {
+            if let Some((w, b)) = self.unwatchable(now) {
                 self.stalled(w, b, now);
                 self.on_failure()?;
                 return Ok(None);
@@ -388,6 +361,47 @@ impl Supervisor {
         self.coordinate()?;
         self.measure_recovery(now);
         Ok(None)
+    }
+
+    /// Without a restart strategy nothing watches the workers; but standbys
+    /// are tasks on them. A stuck worker (a stall that never ends) whose
+    /// standby group's standby sits on a stuck worker too — or every
+    /// worker stuck — means no standby can run to take over, and the job
+    /// would hang: the worker (and its silence) to fail the attempt with
+    /// instead, naming the stall.
+    fn unwatchable(&self, now: u64) -> Option<(usize, u64)> {
+        let sb = self.attempt.shared.standby.as_ref()?;
+        let bound = (self.config.heartbeat_timeout * 10)
+            .max(std::time::Duration::from_secs(1))
+            .as_nanos() as u64;
+        let beats = &self.attempt.shared.beats;
+        let silent = |w: usize| -> Option<(usize, u64)> {
+            let b = beats.get(w)?.load(Ordering::Relaxed);
+            (!self.attempt.exited[w] && b != 0 && now.saturating_sub(b) > bound).then_some((w, b))
+        };
+        let live: Vec<usize> = (0..beats.len())
+            .filter(|&w| !self.attempt.exited[w])
+            .collect();
+        if !live.is_empty() && live.iter().all(|&w| silent(w).is_some()) {
+            // The worker an injected stall holds, if one does.
+            let noted = self.attempt.shared.stall_note().map(|n| n.worker);
+            let w = live
+                .iter()
+                .copied()
+                .find(|&w| Some(w) == noted)
+                .unwrap_or(live[0]);
+            return silent(w);
+        }
+        let mut groups: Vec<_> = sb.groups.values().collect();
+        groups.sort_by_key(|g| (g.node, g.instance));
+        groups.into_iter().find_map(|g| {
+            if g.done.load(Ordering::Acquire) {
+                return None;
+            }
+            let primary = silent(g.reader_workers[0].load(Ordering::Acquire))?;
+            let standby = g.standby_worker.load(Ordering::Acquire);
+            (standby == crate::standby::group::NONE || silent(standby).is_some()).then_some(primary)
+        })
     }
 
     /// The attempt's workers all finished: lands what is left and reports.

@@ -108,6 +108,8 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
     let live = shared.workers.get(index).unwrap_or(&marks);
     let debug_dump = std::env::var_os("TANDEM_DEBUG").is_some();
     let mut idle_since: Option<u64> = None;
+    // Ends of tasks announced once this worker's owed acknowledgements are.
+    let mut owed_done: Vec<super::coord::Event> = Vec::new();
     let mut sleeping = false;
     let standby_live = || {
         shared
@@ -191,10 +193,20 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                         None => Some(*tid),
                     };
                     if let Some(t) = plan_task.filter(|_| !task.ctx.fenced.get()) {
-                        shared.send(super::coord::Event::TaskDone {
+                        let done = super::coord::Event::TaskDone {
                             attempt: shared.attempt,
                             task: t,
-                        });
+                        };
+                        // An acknowledgement this worker still owes (state
+                        // archived between polls) goes first: a task that
+                        // passed a barrier and then ended must not count as
+                        // one that ended before it — that checkpoint would
+                        // hold none of its state and restore it as done.
+                        if bg.busy() {
+                            owed_done.push(done);
+                        } else {
+                            shared.send(done);
+                        }
                     }
                     // Dropping a finished task may wait for its sinks' last
                     // bytes to reach the disk: not a stall.
@@ -220,6 +232,11 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
         }
         if bg.slice(&shared, || clock.now()) {
             progress = true;
+        }
+        if !owed_done.is_empty() && !bg.busy() {
+            for e in owed_done.drain(..) {
+                shared.send(e);
+            }
         }
         let now = clock.now();
         if shared.beating(index, now) {
@@ -274,6 +291,11 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             std::thread::park_timeout(d);
             signal.set_sleeping(false);
             sleeping = false;
+        }
+    }
+    if !shared.cancelled() {
+        for e in owed_done.drain(..) {
+            shared.send(e);
         }
     }
     finish(&w, index)
