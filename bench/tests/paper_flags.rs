@@ -235,3 +235,61 @@ fn what_will_not_happen_is_a_warning_and_the_run_goes_on() {
     assert!(is_empty(&tmp));
     std::fs::remove_dir_all(tmp).unwrap();
 }
+
+#[test]
+fn starting_from_a_directory_whose_newest_checkpoint_is_damaged_says_which_it_skipped() {
+    let tmp = fresh("savepoint");
+    let cp = tmp.join("cp");
+    let o = paper(
+        &tmp,
+        &[
+            "--records",
+            "60000",
+            "--rate",
+            "200000",
+            "--strategy",
+            "restart-all",
+            "--checkpoint-interval-ms",
+            "50",
+            "--checkpoint-dir",
+            cp.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut ids: Vec<u64> = tandem::checkpoint::list(&cp)
+        .unwrap()
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    ids.sort();
+    assert!(ids.len() >= 2, "{ids:?}");
+    let newest = ids[ids.len() - 1];
+    let m =
+        tandem::checkpoint::Manifest::load(&cp.join(format!("manifest-{newest}.json"))).unwrap();
+    let f = m.files.iter().max_by_key(|f| f.payload_len).unwrap();
+    let path = m.file_path(f);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // A payload byte (past the 4 KiB header block): the checksum sees it.
+    let at = 4096 + f.payload_len as usize / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    let o = paper(
+        &tmp,
+        &[
+            "--records",
+            "60000",
+            "--strategy",
+            "restart-all",
+            "--from-savepoint",
+            cp.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("started from checkpoint {}", ids[ids.len() - 2]))
+            && err.contains(&format!("checkpoint {newest}")),
+        "{err}"
+    );
+    std::fs::remove_dir_all(tmp).unwrap();
+}

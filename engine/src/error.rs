@@ -185,3 +185,28 @@ impl JobError {
         }
     }
 }
+
+/// An error as people read it: its message and each cause (`source`) that
+/// adds to it, once, one per line (`caused by: …`) — error types that put
+/// their cause in their own message are not repeated, and no backtrace is
+/// ever part of it. For programs that print an engine error.
+///
+/// ```
+/// let e = std::io::Error::other("disk gone");
+/// assert_eq!(tandem::error::report(&e), "disk gone");
+/// ```
+pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let line = c.to_string();
+        if !line.is_empty() && !text.contains(&line) {
+            if !text.is_empty() {
+                text.push_str("\n  caused by: ");
+            }
+            text.push_str(&line);
+        }
+        cause = c.source();
+    }
+    text
+}

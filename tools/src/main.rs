@@ -137,27 +137,10 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = out.flush();
             // Not `eprintln!`: a closed standard error is no reason to panic.
-            let _ = writeln!(std::io::stderr(), "error: {}", error_text(&e));
+            let _ = writeln!(std::io::stderr(), "error: {}", tandem::error::report(&*e));
             ExitCode::from(2)
         }
     }
-}
-
-/// An error as people read it: the message and each cause that adds to
-/// it, once, one per line — never a backtrace (`RUST_BACKTRACE` or not).
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let c = cause.to_string();
-        if c.is_empty() || text.contains(&c) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str("\n  caused by: ");
-        }
-        text.push_str(&c);
-    }
-    text
 }
 
 #[cfg(test)]
@@ -168,10 +151,13 @@ mod tests {
     fn an_error_prints_each_cause_once_when_it_adds_to_the_message() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
         let e = anyhow::Error::from(io).context("x.snap: open: gone");
-        assert_eq!(error_text(&e), "x.snap: open: gone");
+        assert_eq!(tandem::error::report(&*e), "x.snap: open: gone");
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
         let e = anyhow::Error::from(io).context("opening x.bq");
-        assert_eq!(error_text(&e), "opening x.bq\n  caused by: gone");
+        assert_eq!(
+            tandem::error::report(&*e),
+            "opening x.bq\n  caused by: gone"
+        );
     }
 
     #[test]

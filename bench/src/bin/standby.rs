@@ -403,27 +403,10 @@ fn main() -> ExitCode {
     match check_args(&args).and_then(|()| run(&args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", error_text(&e));
+            eprintln!("error: {}", tandem::error::report(&*e));
             ExitCode::FAILURE
         }
     }
-}
-
-/// An error as people read it: the message and each cause that adds to
-/// it, once, one per line — never a backtrace.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let c = cause.to_string();
-        if text.contains(&c) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str("\n  caused by: ");
-        }
-        text.push_str(&c);
-    }
-    text
 }
 
 fn run(args: &Args) -> Result<()> {

@@ -460,23 +460,6 @@ impl Plan {
     }
 }
 
-/// Errors as people read them: the message and each cause that adds to
-/// it, once, on one line each — never a backtrace.
-pub fn error_text(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let c = cause.to_string();
-        if out.contains(&c) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str("\n  caused by: ");
-        }
-        out.push_str(&c);
-    }
-    out
-}
-
 /// Paths a run creates that a failed run removes.
 #[derive(Default)]
 pub struct Leftovers(pub Vec<PathBuf>);

@@ -291,7 +291,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // A failed run leaves nothing behind.
             leftovers.remove();
-            eprintln!("error: {}", checks::error_text(&e));
+            eprintln!("error: {}", tandem::error::report(&*e));
             ExitCode::FAILURE
         }
     }
