@@ -92,6 +92,12 @@ pub enum JobError {
     /// The job was cancelled through its handle.
     #[error("the job was cancelled")]
     Cancelled,
+
+    #[error(
+        "a worker of stopped attempt {attempt} was still building its operators {secs} s later \
+         (an operator factory that does not return); a restart beside it could not be trusted"
+    )]
+    BuildOverrun { attempt: u32, secs: u64 },
     /// A worker made no progress for longer than the heartbeat timeout.
     #[error("operator `{operator}` (instance {instance}) stalled: no heartbeat for {millis} ms")]
     Stalled {

@@ -438,3 +438,80 @@ fn every_checkpoint_started_under_disk_pressure_is_reported_completed_failed_or_
     assert_same(&clean, &committed_lines(&out));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A worker slow to build its operators when its attempt fails cannot be
+/// joined (it is abandoned); its sink factory must still never run beside
+/// the next attempt's — the two-phase-commit sink's open settles the
+/// output directory, deleting what it takes for a dead attempt's staged
+/// epochs — nor after the job has returned.
+#[test]
+fn a_stopped_attempts_slow_sink_factory_never_runs_beside_its_successor() {
+    use std::sync::Mutex;
+    use std::time::Instant;
+    let _serial = serial();
+    let dir = tempdir("slow-factory");
+    let out = dir.join("out");
+    // (attempt, instance, started, ended) of every sink factory call.
+    type Call = (u32, usize, Instant, Instant);
+    let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+    let job = JobBuilder::new("slow-factory");
+    job.default_parallelism(2);
+    let (o, log) = (out.clone(), Arc::clone(&calls));
+    job.source("src", |i| {
+        let (inst, par) = (i.instance, i.parallelism);
+        IterSource(
+            (0..N)
+                .filter(move |n| (*n as usize) % par == inst)
+                .map(|n| (n, n)),
+        )
+    })
+    .rate_limit(100_000.0)
+    .map("map", |n: u64| Line::Rec(n, n))
+    .sink("sink", move |info| {
+        let started = Instant::now();
+        if info.attempt == 0 && info.instance == 1 {
+            // Still in here when map[0]'s panic stops attempt 0.
+            std::thread::sleep(Duration::from_millis(400));
+        }
+        let s = LineSink::new(&o, info, true);
+        let ended = Instant::now();
+        log.lock()
+            .unwrap()
+            .push((info.attempt, info.instance, started, ended));
+        s
+    });
+    let faults = Faults::new(vec![(
+        "map",
+        TupleId::new(0, 5),
+        ProbeAction::Panic("boom".into()),
+    )]);
+    let cfg = config(&dir, CheckpointMode::ExactlyOnce).probes(Arc::new(faults.clone()));
+    let report = job.build().unwrap().run(&cfg).unwrap();
+    assert!(faults.all_fired());
+    assert!(!report.recovery.is_empty(), "the panic caused a restart");
+    let at_return = calls.lock().unwrap().len();
+    std::thread::sleep(Duration::from_millis(600));
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls.len(),
+        at_return,
+        "a sink factory ran after the job returned"
+    );
+    for a in &calls {
+        for b in calls.iter().filter(|b| b.0 > a.0) {
+            assert!(
+                a.3 <= b.2,
+                "attempt {}'s factory of sink[{}] ended after attempt {}'s of sink[{}] began",
+                a.0,
+                a.1,
+                b.0,
+                b.1
+            );
+        }
+    }
+    let lines = committed_lines(&out);
+    let mut expected: Vec<String> = (0..N).map(|n| format!("r {n} {n}")).collect();
+    expected.sort();
+    assert_same(&expected, &lines);
+    std::fs::remove_dir_all(dir).unwrap();
+}

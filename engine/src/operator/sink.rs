@@ -165,7 +165,8 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
         self.record_latencies();
         self.publish();
         let prev = self.ctx.enter(self.slot.op);
-        if !self.failed && !self.finished {
+        // A stopped attempt's sink stages nothing (see `barrier`).
+        if !self.failed && !self.finished && !self.ctx.shared.cancelled() {
             let sink = &mut self.sink;
             let r = self.ctx.unwatched(|| {
                 sink.finish()
@@ -188,7 +189,11 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
     fn barrier(&mut self, id: u64) {
         self.record_latencies();
         self.publish();
-        if self.failed {
+        // Fencing, as for writes: a worker of a stopped attempt that wakes
+        // up late pre-commits nothing — its successor's sink has settled
+        // the staged output already, and a late epoch could be taken for
+        // one its checkpoint covers.
+        if self.failed || self.ctx.shared.cancelled() {
             return;
         }
         let prev = self.ctx.enter(self.slot.op);

@@ -51,7 +51,7 @@ use placement::{Chaining, EdgeShape, NodeShape, Plan};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 pub use dead_letter::json_str;
@@ -322,6 +322,9 @@ pub(crate) struct JobShared {
     pub(crate) standby: Option<Arc<crate::standby::run::StandbyRun>>,
     /// The job's probes (fault injection), for the seams off the data path.
     pub(crate) probes: Option<Arc<dyn probe::ProbeFactory>>,
+    /// The job's build fence, shared by all its attempts (see
+    /// [`JobShared::build`]).
+    pub(crate) build_fence: Arc<RwLock<()>>,
 }
 
 impl JobShared {
@@ -387,6 +390,25 @@ impl JobShared {
     #[inline]
     pub(crate) fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Runs `build` (operator factories: user code, which may open files
+    /// a sink's successor settles) unless the attempt is stopped; `None`
+    /// if it is. The check and the build hold the fence's read side, and
+    /// the supervisor takes the write side after stopping an attempt and
+    /// before starting the next (or returning the job): a worker of a
+    /// stopped attempt that was slow to start — abandoned, it cannot be
+    /// joined — either finished its build before the next attempt began
+    /// or never starts one. Without it, a late sink factory of a dead
+    /// attempt settled the output directory after its successor had (the
+    /// two-phase-commit sink's open deletes staged epochs past the
+    /// checkpoint it restores), or ran after the job had returned.
+    pub(crate) fn build<R>(&self, build: impl FnOnce() -> R) -> Option<R> {
+        let _read = self.build_fence.read().unwrap_or_else(|p| p.into_inner());
+        if self.cancel.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(build())
     }
 
     pub(crate) fn send(&self, e: Event) {

@@ -77,6 +77,8 @@ pub(crate) struct Supervisor {
     /// The checkpoint the job started from, and newer ones passed over.
     restored_from: Option<(u64, Vec<String>)>,
     standby_stats: Option<StandbyStats>,
+    /// Shared with every attempt's workers: see `JobShared::build`.
+    build_fence: Arc<std::sync::RwLock<()>>,
 }
 
 pub(super) fn now_ns(origin: Instant) -> u64 {
@@ -166,6 +168,7 @@ impl Supervisor {
             stalled_worker: None,
             restored_from: None,
             standby_stats: None,
+            build_fence: Arc::default(),
         };
         if let (Some(c), Some((m, _))) = (&mut sup.coord, &restore) {
             c.next_id = c.next_id.max(m.id + 1);
@@ -184,9 +187,17 @@ impl Supervisor {
 
     /// The supervisor loop; returns the job's outcome.
     pub(crate) fn run(mut self) -> Result<JobReport, JobError> {
-        let outcome = self.run_loop();
-        // Whatever happened, no worker of ours outlives the job unfenced.
+        let mut outcome = self.run_loop();
+        // Whatever happened, no worker of ours outlives the job unfenced,
+        // and none builds an operator once it has returned (one that
+        // could not be waited for makes a success an error: its factory
+        // may still touch the job's output).
         self.attempt.shared.stop();
+        if let Err(e) = self.await_builds() {
+            if outcome.is_ok() {
+                outcome = Err(e);
+            }
+        }
         if let Some(mut c) = self.coord.take() {
             for w in c.savepoint_waiters.drain(..) {
                 let _ = w.send(Err(JobError::Cancelled));

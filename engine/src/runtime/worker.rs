@@ -63,7 +63,13 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             Arc::clone(&shared),
             Rc::clone(&bg),
         ));
-        match catch_unwind(AssertUnwindSafe(|| build_task(&w, index, t, &ctx))) {
+        // A stopped attempt builds nothing more (see `JobShared::build`).
+        let Some(built) =
+            shared.build(|| catch_unwind(AssertUnwindSafe(|| build_task(&w, index, t, &ctx))))
+        else {
+            return finish(&w, index);
+        };
+        match built {
             Ok(task) => {
                 if let Some(e) = ctx.take_failure() {
                     shared.fail(e);
@@ -312,9 +318,13 @@ fn add_standby(
     inc: u64,
     tasks: &mut Vec<(usize, Task)>,
 ) {
-    let built = catch_unwind(AssertUnwindSafe(|| {
-        build_incarnation(w, index, bg, node, inst, inc, false)
-    }));
+    let Some(built) = w.shared.build(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            build_incarnation(w, index, bg, node, inst, inc, false)
+        }))
+    }) else {
+        return; // the attempt is stopped
+    };
     match built {
         Ok(t) => tasks.push((usize::MAX, t)),
         Err(p) => {

@@ -119,7 +119,8 @@ impl TransactionalFile {
             let name = e?.file_name();
             let Some(name) = name.to_str() else { continue };
             if name.starts_with(&in_progress) {
-                fs::remove_file(staged.join(name))?;
+                // Gone already: a stopped attempt's sync thread staged it.
+                remove_if_present(&staged.join(name))?;
             }
         }
         // Output committed past the checkpoint the instance restores — a
@@ -377,6 +378,13 @@ fn staged_epochs(staged: &Path, instance: usize) -> io::Result<Vec<u64>> {
     }
     v.sort_unstable();
     Ok(v)
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -34,6 +34,11 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How long a restart waits for a stopped attempt's worker to finish the
+/// operator build it is in (factories normally take microseconds to
+/// milliseconds; mapping a large restored state, longer).
+pub(super) const BUILD_WAIT: Duration = Duration::from_secs(30);
+
 /// One run of the job's workers.
 pub(super) struct Attempt {
     pub(super) number: u32,
@@ -97,6 +102,7 @@ impl Supervisor {
             pacing_start: Arc::clone(&self.pacing_start),
             standby: standby.clone(),
             probes: self.config.probes.clone(),
+            build_fence: Arc::clone(&self.build_fence),
         });
         let has_standby = |n: usize| standby.as_ref().is_some_and(|s| s.group(n, 0).is_some());
         let mut producers = HashMap::new();
@@ -211,6 +217,28 @@ impl Supervisor {
         }
     }
 
+    /// Waits until no worker of a stopped attempt is building operators
+    /// (see [`JobShared::build`]); none starts one afterwards. A factory
+    /// that has not returned after [`BUILD_WAIT`] fails the job: a restart
+    /// beside it could not be trusted.
+    pub(super) fn await_builds(&self) -> Result<(), JobError> {
+        let deadline = Instant::now() + BUILD_WAIT;
+        loop {
+            match self.build_fence.try_write() {
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return Ok(()),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return Err(JobError::BuildOverrun {
+                        attempt: self.attempt.number,
+                        secs: BUILD_WAIT.as_secs(),
+                    })
+                }
+            }
+        }
+    }
+
     pub(super) fn on_failure(&mut self) -> Result<(), JobError> {
         let detected_at = now_ns(self.origin);
         let shared = Arc::clone(&self.attempt.shared);
@@ -316,6 +344,7 @@ impl Supervisor {
             })
             .sum();
         self.committers.clear();
+        self.await_builds()?;
         let number = self.attempt.number + 1;
         self.attempt = self.spawn(number, restore, &targets)?;
         self.open = Some(OpenRecovery {
@@ -552,6 +581,7 @@ pub(super) fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> J
         pacing_start: Arc::new(OnceLock::new()),
         standby: None,
         probes: None,
+        build_fence: Arc::default(),
     }
 }
 
