@@ -17,7 +17,7 @@ const UNATTACHED: u64 = u64::MAX;
 
 /// Prints a buffer queue and validates it.
 pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Verdict> {
-    let q = match BufferQueue::open(file) {
+    let q = match BufferQueue::open_read_only(file) {
         Ok(q) => q,
         Err(e @ BqError::Invalid { .. }) => {
             writeln!(out, "{}", file.display())?;

@@ -409,16 +409,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// `n` bytes in the largest binary unit that keeps it whole or above 1.
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} bytes"),
+    }
+}
+
 fn run(args: &Args) -> Result<()> {
     let scratch = Scratch::create(&args.dir.clone().unwrap_or_else(std::env::temp_dir))?;
     let dir = scratch.0.as_path();
     pin(0);
     let (bq, full) = bq_throughput(args, dir)?;
     println!(
-        "buffer queue: {:.2} M tuples/s ({}-byte tuples, 1 writer + 2 readers, {} MiB bound; writer backpressured {full} times)",
+        "buffer queue: {:.2} M tuples/s ({}-byte tuples, 1 writer + 2 readers, {} bound; writer backpressured {full} times)",
         bq / 1e6,
         args.tuple_bytes,
-        args.bq_memory >> 20
+        bytes(args.bq_memory)
     );
     let alone = ring(args, None);
     let parked = ring(args, Some(false));

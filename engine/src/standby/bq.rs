@@ -324,10 +324,21 @@ impl BufferQueue {
 
     /// Opens an existing queue file and validates its header.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, BqError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_with(path.as_ref(), true)
+    }
+
+    /// Opens an existing queue file for reading only (`tandem bq inspect`,
+    /// a file without write permission): the map is private, so nothing
+    /// done through this handle ever reaches the file.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, BqError> {
+        Self::open_with(path.as_ref(), false)
+    }
+
+    fn open_with(path: &Path, writable: bool) -> Result<Self, BqError> {
+        let path = path.to_path_buf();
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(writable)
             .open(&path)
             .map_err(|source| BqError::Io {
                 path: path.clone(),
@@ -383,7 +394,11 @@ impl BufferQueue {
                 cfg.file_len()
             )));
         }
-        let q = Self::map(file, path, cfg)?;
+        let q = if writable {
+            Self::map(file, path, cfg)?
+        } else {
+            Self::map_private(file, path, cfg)?
+        };
         // The map covers the file as it is now: had its length changed
         // since it was measured, index and arena reads sized by the header
         // could leave a shorter map.
@@ -403,6 +418,24 @@ impl BufferQueue {
         // a broken deployment this code does not defend against.
         let mut map =
             unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
+                path: path.clone(),
+                op: "mmap",
+                source,
+            })?;
+        let base = map.as_mut_ptr();
+        Ok(BufferQueue {
+            map,
+            path,
+            cfg,
+            base,
+        })
+    }
+
+    fn map_private(file: File, path: PathBuf, cfg: BqConfig) -> Result<Self, BqError> {
+        // SAFETY: as for `map`; the mapping is private (copy-on-write), so
+        // a write through it changes this process's copy, never the file.
+        let mut map =
+            unsafe { MmapOptions::new().map_copy(&file) }.map_err(|source| BqError::Io {
                 path: path.clone(),
                 op: "mmap",
                 source,

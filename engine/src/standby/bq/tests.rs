@@ -104,6 +104,24 @@ fn a_reopened_file_holds_the_same_entries_and_validates() {
 }
 
 #[test]
+fn a_read_only_open_reads_the_entries_and_never_changes_the_file() {
+    let (q, p) = small("read-only", 8, 4096);
+    q.push(5, b"five").unwrap();
+    q.push(9, b"nine").unwrap();
+    drop(q);
+    let before = std::fs::read(&p).unwrap();
+    let q = BufferQueue::open_read_only(&p).unwrap();
+    assert_eq!(q.get(1).unwrap().bytes, b"nine");
+    assert_eq!(q.validate().unwrap(), 2);
+    // A write through the handle stays in this process's private copy.
+    q.push(12, b"twelve").unwrap();
+    assert_eq!(q.validate().unwrap(), 3);
+    drop(q);
+    assert!(std::fs::read(&p).unwrap() == before, "the file changed");
+    std::fs::remove_file(p).unwrap();
+}
+
+#[test]
 fn damaged_or_foreign_files_are_errors_not_panics() {
     let p = tmp("foreign");
     std::fs::write(&p, vec![0u8; 8192]).unwrap();
