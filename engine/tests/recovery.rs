@@ -30,23 +30,26 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 const N: u64 = 30_000;
 
+/// Source instance `i` of `par`: the records `n < N` with `n % par == i`.
+fn partition(i: &tandem::OperatorInfo) -> IterSource<impl Iterator<Item = (u64, u64)>> {
+    let (inst, par) = (i.instance, i.parallelism);
+    IterSource(
+        (0..N)
+            .filter(move |n| (*n as usize) % par == inst)
+            .map(|n| (n, n)),
+    )
+}
+
 fn build(out: &Path, transactional: bool) -> tandem::Job {
     let job = JobBuilder::new("recovery");
     job.default_parallelism(2);
     let out = out.to_path_buf();
-    job.source("src", |i| {
-        let (inst, par) = (i.instance, i.parallelism);
-        IterSource(
-            (0..N)
-                .filter(move |n| (*n as usize) % par == inst)
-                .map(|n| (n, n)),
-        )
-    })
-    .rate_limit(300_000.0)
-    .map("map", |n: u64| ((n % 97) as u32, n))
-    .key_by(|p: &(u32, u64)| p.0)
-    .process("keyed", |_| PerKey)
-    .sink("sink", move |info| LineSink::new(&out, info, transactional));
+    job.source("src", partition)
+        .rate_limit(300_000.0)
+        .map("map", |n: u64| ((n % 97) as u32, n))
+        .key_by(|p: &(u32, u64)| p.0)
+        .process("keyed", |_| PerKey)
+        .sink("sink", move |info| LineSink::new(&out, info, transactional));
     job.build().unwrap()
 }
 
@@ -457,29 +460,22 @@ fn a_stopped_attempts_slow_sink_factory_never_runs_beside_its_successor() {
     let job = JobBuilder::new("slow-factory");
     job.default_parallelism(2);
     let (o, log) = (out.clone(), Arc::clone(&calls));
-    job.source("src", |i| {
-        let (inst, par) = (i.instance, i.parallelism);
-        IterSource(
-            (0..N)
-                .filter(move |n| (*n as usize) % par == inst)
-                .map(|n| (n, n)),
-        )
-    })
-    .rate_limit(100_000.0)
-    .map("map", |n: u64| Line::Rec(n, n))
-    .sink("sink", move |info| {
-        let started = Instant::now();
-        if info.attempt == 0 && info.instance == 1 {
-            // Still in here when map[0]'s panic stops attempt 0.
-            std::thread::sleep(Duration::from_millis(400));
-        }
-        let s = LineSink::new(&o, info, true);
-        let ended = Instant::now();
-        log.lock()
-            .unwrap()
-            .push((info.attempt, info.instance, started, ended));
-        s
-    });
+    job.source("src", partition)
+        .rate_limit(100_000.0)
+        .map("map", |n: u64| Line::Rec(n, n))
+        .sink("sink", move |info| {
+            let started = Instant::now();
+            if info.attempt == 0 && info.instance == 1 {
+                // Still in here when map[0]'s panic stops attempt 0.
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            let s = LineSink::new(&o, info, true);
+            let ended = Instant::now();
+            log.lock()
+                .unwrap()
+                .push((info.attempt, info.instance, started, ended));
+            s
+        });
     let faults = Faults::new(vec![(
         "map",
         TupleId::new(0, 5),

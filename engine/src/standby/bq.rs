@@ -311,7 +311,7 @@ impl BufferQueue {
         cfg.check()?;
         let path = path.as_ref().to_path_buf();
         let file = create_file(&path, cfg.file_len())?;
-        let mut q = Self::map(file, path.clone(), cfg)?;
+        let mut q = Self::map(file, path.clone(), cfg, false)?;
         let h = &mut q.map[..HEADER];
         h[0..8].copy_from_slice(&MAGIC);
         h[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -394,11 +394,7 @@ impl BufferQueue {
                 cfg.file_len()
             )));
         }
-        let q = if writable {
-            Self::map(file, path, cfg)?
-        } else {
-            Self::map_private(file, path, cfg)?
-        };
+        let q = Self::map(file, path, cfg, !writable)?;
         // The map covers the file as it is now: had its length changed
         // since it was measured, index and arena reads sized by the header
         // could leave a shorter map.
@@ -411,35 +407,25 @@ impl BufferQueue {
         Ok(q)
     }
 
-    fn map(file: File, path: PathBuf, cfg: BqConfig) -> Result<Self, BqError> {
+    /// Maps the file shared, or `private`ly (copy-on-write: writes stay in
+    /// this process and never reach the file).
+    fn map(file: File, path: PathBuf, cfg: BqConfig, private: bool) -> Result<Self, BqError> {
         // SAFETY: the file is ours (created 0600, or opened by its owner);
         // every access to shared bytes follows the protocol in the module
         // docs. Another process truncating the file would fault accesses —
         // a broken deployment this code does not defend against.
-        let mut map =
-            unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
-                path: path.clone(),
-                op: "mmap",
-                source,
-            })?;
-        let base = map.as_mut_ptr();
-        Ok(BufferQueue {
-            map,
-            path,
-            cfg,
-            base,
-        })
-    }
-
-    fn map_private(file: File, path: PathBuf, cfg: BqConfig) -> Result<Self, BqError> {
-        // SAFETY: as for `map`; the mapping is private (copy-on-write), so
-        // a write through it changes this process's copy, never the file.
-        let mut map =
-            unsafe { MmapOptions::new().map_copy(&file) }.map_err(|source| BqError::Io {
-                path: path.clone(),
-                op: "mmap",
-                source,
-            })?;
+        let mapped = unsafe {
+            if private {
+                MmapOptions::new().map_copy(&file)
+            } else {
+                MmapOptions::new().map_mut(&file)
+            }
+        };
+        let mut map = mapped.map_err(|source| BqError::Io {
+            path: path.clone(),
+            op: "mmap",
+            source,
+        })?;
         let base = map.as_mut_ptr();
         Ok(BufferQueue {
             map,
