@@ -9,6 +9,8 @@
 //! before the barrier, kept none of its state, and the restart skipped its
 //! end-of-stream summaries (26 k lines lost, exit status 0).
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -20,18 +22,8 @@ fn paper(dir: &Path, tag: &str, args: &[&str]) -> Vec<String> {
         .args(args)
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "{tag}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let mut lines: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort_unstable();
-    lines
+    common::assert_success(&o, tag);
+    common::sorted_lines(&out)
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! its line number and a reason) and exactly the output of the good lines
 //! alone — also through a standby's buffer queues with a takeover.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tandem_bench::paper::Input;
@@ -92,17 +94,8 @@ fn paper(dir: &Path, input: &str, tag: &str, extra: &[&str]) -> (Vec<String>, se
         .args(extra)
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "{tag}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let mut lines: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort_unstable();
+    common::assert_success(&o, tag);
+    let lines = common::sorted_lines(&out);
     let rep: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     (lines, rep)
 }

@@ -2,6 +2,8 @@
 //! the same multiset of JSONL lines on 1 or 2 cores, with any parallelism and
 //! any chaining; malformed records go to the dead-letter file, counted.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,10 +37,7 @@ fn run(
         .run_dir(dir.join(format!("{tag}-run")));
     let report = job.run(&cfg).unwrap();
     paper::merge_output(&out, parallelism, paper::OutputMode::Direct).unwrap();
-    let text = std::fs::read_to_string(&out).unwrap();
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    lines.sort_unstable();
-    (lines, report.dead_letters)
+    (common::sorted_lines(&out), report.dead_letters)
 }
 
 fn tempdir() -> PathBuf {

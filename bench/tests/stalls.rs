@@ -3,6 +3,8 @@
 //! must fail, naming the stall — never hang; with them, a restart from the
 //! last checkpoint gives exactly the clean output.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,12 +38,12 @@ fn paper(dir: &Path, tag: &str, args: &[&str]) -> (bool, String, Vec<String>) {
         .unwrap()
         .read_to_string(&mut err)
         .unwrap();
-    let mut lines: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    lines.sort_unstable();
+    // A failed run leaves no output.
+    let lines = if out.exists() {
+        common::sorted_lines(&out)
+    } else {
+        Vec::new()
+    };
     (status.success(), err, lines)
 }
 

@@ -140,7 +140,8 @@ pub fn inspect(path: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
     Ok(Verdict::of_problems(bad))
 }
 
-fn inspect_dir(dir: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
+/// The manifests under `dir`; says so when there are none.
+fn published(dir: &Path, out: &mut dyn Write) -> anyhow::Result<Manifests> {
     let all = manifests(dir)?;
     if all.is_empty() {
         writeln!(
@@ -149,6 +150,11 @@ fn inspect_dir(dir: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
             dir.display()
         )?;
     }
+    Ok(all)
+}
+
+fn inspect_dir(dir: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
+    let all = published(dir, out)?;
     let mut bad = 0;
     for (p, m) in all {
         match m {
@@ -210,14 +216,7 @@ fn inspect_file(path: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
 /// `snapshot verify`: every file of every checkpoint and savepoint.
 pub fn verify(dir: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
     let mut bad = 0;
-    let all = manifests(dir)?;
-    if all.is_empty() {
-        writeln!(
-            out,
-            "{}: no published checkpoint or savepoint",
-            dir.display()
-        )?;
-    }
+    let all = published(dir, out)?;
     for (path, m) in all {
         let m = match m {
             Ok(m) => m,

@@ -1,22 +1,15 @@
 //! `tandem bq inspect` on a real queue file: prints the ranges and entries
 //! and exits 0; on a damaged file says what is wrong and exits 1.
 
+mod common;
+
 use std::process::Command;
-use tandem::standby::bq::{BqConfig, BufferQueue};
 
 #[test]
 fn bq_inspect_prints_a_valid_queue_and_rejects_a_damaged_one() {
     let path = std::env::temp_dir().join(format!("tandem-bq-cli-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let q = BufferQueue::create(
-        &path,
-        BqConfig {
-            slots: 16,
-            arena: 4096,
-            readers: 2,
-        },
-    )
-    .unwrap();
+    let q = common::small_queue(&path);
     for i in 0..5u64 {
         q.push(1000 + i, format!("tuple {i}").as_bytes()).unwrap();
     }

@@ -5,6 +5,8 @@
 //! prints as `unattached`; an error prints once, as `error: …`, without a
 //! backtrace, with status 2.
 
+mod common;
+
 use std::{
     fs,
     os::unix::fs::FileExt,
@@ -14,7 +16,6 @@ use std::{
 
 use tandem::{
     checkpoint::{OperatorSnapshot, Position, SnapshotStore},
-    standby::bq::{BqConfig, BufferQueue},
     state::KeyedState,
 };
 
@@ -162,15 +163,7 @@ fn bq_inspect_prints_an_unattached_reader_as_unattached() {
     let d = Dir::new("bq");
     fs::create_dir_all(&d.0).unwrap();
     let path = d.0.join("q.bq");
-    let q = BufferQueue::create(
-        &path,
-        BqConfig {
-            slots: 16,
-            arena: 4096,
-            readers: 2,
-        },
-    )
-    .unwrap();
+    let q = common::small_queue(&path);
     q.push(7, b"x").unwrap();
     q.advance(0, 1);
     q.release(1);

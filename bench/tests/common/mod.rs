@@ -1,0 +1,25 @@
+//! Helpers shared by the tests that run the `paper` binary.
+
+#![allow(dead_code)] // each test crate uses its own part
+
+use std::path::Path;
+use std::process::Output;
+
+/// Panics with the run's stderr unless it exited 0.
+pub fn assert_success(o: &Output, tag: &str) {
+    assert!(
+        o.status.success(),
+        "{tag}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The lines of an output file, sorted (outputs are compared as
+/// multisets: instances interleave differently from run to run).
+pub fn sorted_lines(path: &Path) -> Vec<String> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines.sort_unstable();
+    lines
+}
