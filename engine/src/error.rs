@@ -54,6 +54,38 @@ pub enum RuntimeError {
     /// Standby operators and this configuration do not go together.
     #[error("standby: {0}")]
     Standby(String),
+    /// What the job would allocate before it runs does not fit the
+    /// memory this process may still take.
+    #[error(
+        "{what} need {} and {} of memory is available: {hint}",
+        crate::sys::fs::human_bytes(*needed),
+        crate::sys::fs::human_bytes(*available)
+    )]
+    InsufficientMemory {
+        what: String,
+        needed: u64,
+        available: u64,
+        hint: String,
+    },
+    /// The standby groups' shared files do not fit the filesystem of the
+    /// directory they go in.
+    #[error(
+        "the standbys' files need {} in {dir} ({files} files: a buffer queue of {} per input \
+         lane, determinant logs, snapshot exchanges), and {} is free there: lower the queue \
+         memory (StandbyConfig::queue_memory), give that filesystem more space, or name a run \
+         directory on a larger one (RuntimeConfig::run_dir)",
+        crate::sys::fs::human_bytes(*needed),
+        crate::sys::fs::human_bytes(*queue),
+        crate::sys::fs::human_bytes(*free),
+        dir = dir.display()
+    )]
+    NoSpace {
+        dir: PathBuf,
+        needed: u64,
+        free: u64,
+        files: usize,
+        queue: u64,
+    },
 }
 
 /// Why a running job ended without completing.
@@ -92,6 +124,10 @@ pub enum JobError {
     /// The job was cancelled through its handle.
     #[error("the job was cancelled")]
     Cancelled,
+    /// A savepoint was asked for, and the job ended (completed, failed or
+    /// was cancelled) before one was durable.
+    #[error("the job ended before a savepoint was taken")]
+    EndedBeforeSavepoint,
 
     #[error(
         "a worker of stopped attempt {attempt} was still building its operators {secs} s later \

@@ -162,6 +162,8 @@ pub(crate) trait StreamKit: Send + Sync {
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
     fn null(&self) -> AnyBox;
     fn ring(&self, capacity: usize) -> (AnySend, AnySend);
+    /// Bytes of one ring of `capacity` slots ([`StreamKit::ring`]).
+    fn ring_bytes(&self, capacity: usize) -> u64;
     fn sender(
         &self,
         lanes: Vec<(AnySend, Arc<WorkerSignal>)>,
@@ -216,6 +218,11 @@ impl<T: crate::Data> StreamKit for Kit<T> {
     fn ring(&self, capacity: usize) -> (AnySend, AnySend) {
         let (tx, rx) = spsc::channel::<Msg<T>>(capacity);
         (Box::new(tx), Box::new(rx))
+    }
+
+    fn ring_bytes(&self, capacity: usize) -> u64 {
+        (capacity.max(2).next_power_of_two() as u64)
+            .saturating_mul(std::mem::size_of::<Msg<T>>() as u64)
     }
 
     fn sender(

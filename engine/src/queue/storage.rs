@@ -583,6 +583,9 @@ mod mapped {
             let file = options.open(path)?;
             let result = (|| {
                 file.set_len(total as u64)?;
+                // Every block allocated now: a full filesystem is this
+                // error, not a SIGBUS at the first write through the map.
+                crate::sys::fs::reserve(&file, total as u64)?;
                 let map = MmapRaw::map_raw(&file)?;
                 // SAFETY: we created the file (`create_new`), it is zeroed
                 // (`set_len` of an empty file) and `total` bytes long; nobody

@@ -9,62 +9,92 @@
 //!
 //! A record goes there once per operator: a recovery that replays it (a
 //! restart from a checkpoint, a takeover, a hot standby following along)
-//! finds it there already, and neither writes nor counts it again.
+//! finds it there already, and neither writes nor counts it again. What
+//! was written is remembered exactly, in bounded memory ([`seen`]).
+//!
+//! The file is the user's once the job succeeds (its path is in the
+//! report). A job that fails leaves nothing: a temporary directory the
+//! engine made is removed, and in a named run directory the file is
+//! removed if this job created it.
+
+mod seen;
 
 use crate::record::TupleId;
+use crate::sys::scratch::ScratchDir;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+const FILE: &str = "dead-letters.jsonl";
+
 pub(crate) struct DeadLetters {
-    job: String,
     dir: Option<PathBuf>,
     state: Mutex<State>,
 }
 
-#[derive(Default)]
 struct State {
     file: Option<BufWriter<File>>,
     path: Option<PathBuf>,
+    /// The temporary directory the file is in, when no run directory was
+    /// named.
+    scratch: Option<ScratchDir>,
+    /// The file did not exist before this job.
+    created: bool,
+    /// The job is over (finished or discarded): nothing more is written.
+    closed: bool,
     line: Vec<u8>,
-    /// (operator, tuple ID) of every record written.
-    seen: std::collections::HashSet<(String, u64)>,
+    /// `(operator, tuple ID)` of every record written.
+    seen: seen::Seen,
+    /// Operator names, numbered for `seen`'s keys.
+    operators: Vec<String>,
 }
 
 type WriteError = (Option<PathBuf>, std::io::Error);
 
 impl DeadLetters {
-    pub(crate) fn new(job: &str, dir: Option<PathBuf>) -> Self {
+    pub(crate) fn new(_job: &str, dir: Option<PathBuf>) -> Self {
         DeadLetters {
-            job: job.to_string(),
             dir,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                file: None,
+                path: None,
+                scratch: None,
+                created: false,
+                closed: false,
+                line: Vec::new(),
+                seen: seen::Seen::new(),
+                operators: Vec::new(),
+            }),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn open(&self, st: &mut State) -> Result<(), WriteError> {
         let dir = match &self.dir {
-            Some(d) => d.clone(),
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| (Some(d.clone()), e))?;
+                d.clone()
+            }
             None => {
-                let stamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos());
-                let safe: String = self
-                    .job
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-                    .collect();
-                std::env::temp_dir().join(format!("tandem-{safe}-{}-{stamp}", std::process::id()))
+                let tmp = std::env::temp_dir();
+                let s = ScratchDir::unique(&tmp, "deadletters").map_err(|e| (Some(tmp), e))?;
+                let d = s.path().to_path_buf();
+                st.scratch = Some(s);
+                d
             }
         };
-        std::fs::create_dir_all(&dir).map_err(|e| (Some(dir.clone()), e))?;
-        let path = dir.join("dead-letters.jsonl");
+        let path = dir.join(FILE);
+        st.created = !path.exists();
         let f = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(|e| (Some(path.clone()), e))?;
+        st.seen.spill_to(seen::prefix(&dir, FILE));
         st.file = Some(BufWriter::new(f));
         st.path = Some(path);
         Ok(())
@@ -78,14 +108,29 @@ impl DeadLetters {
         reason: &str,
         payload: &[u8],
     ) -> Result<bool, WriteError> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if id != TupleId::NONE && !st.seen.insert((operator.to_string(), id.0)) {
+        let mut st = self.lock();
+        if st.closed {
+            // A worker of the job, abandoned when it ended, still running.
             return Ok(false);
         }
         if st.file.is_none() {
             self.open(&mut st)?;
         }
         let st = &mut *st;
+        if id != TupleId::NONE {
+            let op = match st.operators.iter().position(|o| o == operator) {
+                Some(i) => i,
+                None => {
+                    st.operators.push(operator.to_string());
+                    st.operators.len() - 1
+                }
+            };
+            let key = (op as u128) << 64 | id.0 as u128;
+            let new = st.seen.insert(key).map_err(|e| (st.path.clone(), e))?;
+            if !new {
+                return Ok(false);
+            }
+        }
         let l = &mut st.line;
         l.clear();
         l.extend_from_slice(b"{\"operator\":");
@@ -106,14 +151,33 @@ impl DeadLetters {
         Ok(true)
     }
 
-    /// Flushes the file; returns its path if any record was written.
+    /// The job succeeded: flushes the file and hands it to the user;
+    /// returns its path if any record was written.
     pub(crate) fn finish(&self) -> Result<Option<PathBuf>, WriteError> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.lock();
+        st.closed = true;
+        st.seen.remove_files();
         let path = st.path.clone();
         if let Some(f) = st.file.as_mut() {
             f.flush().map_err(|e| (path.clone(), e))?;
         }
+        if let Some(s) = st.scratch.take() {
+            s.keep();
+        }
         Ok(path)
+    }
+
+    /// The job failed: removes what it wrote (see the module docs).
+    pub(crate) fn discard(&self) {
+        let mut st = self.lock();
+        st.closed = true;
+        st.seen.remove_files();
+        st.file = None;
+        if st.scratch.take().is_none() && st.created {
+            if let Some(p) = &st.path {
+                let _ = std::fs::remove_file(p);
+            }
+        }
     }
 }
 
@@ -173,6 +237,47 @@ mod tests {
             text,
             "{\"operator\":\"parse\",\"instance\":1,\"partition\":0,\"seq\":5,\"reason\":\"bad json\",\"payload\":\"{oops\"}\n"
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_failed_jobs_dead_letters_are_removed_and_a_successful_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("tandem-dl-keep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // In a named run directory: the file this job created goes.
+        let dl = DeadLetters::new("t", Some(dir.clone()));
+        dl.write("parse", 0, TupleId::new(0, 1), "bad", b"x")
+            .unwrap();
+        dl.discard();
+        assert!(!dir.join(FILE).exists());
+        // A worker still writing after the job ended writes nothing.
+        assert!(!dl
+            .write("parse", 0, TupleId::new(0, 2), "bad", b"x")
+            .unwrap());
+        assert!(!dir.join(FILE).exists());
+        // A file an earlier job left there is not this job's to remove.
+        std::fs::write(dir.join(FILE), b"earlier\n").unwrap();
+        let dl = DeadLetters::new("t", Some(dir.clone()));
+        dl.write("parse", 0, TupleId::new(0, 1), "bad", b"x")
+            .unwrap();
+        dl.discard();
+        assert!(dir.join(FILE).exists());
+        // In a temp directory of the engine's: removed on failure, kept
+        // (and never swept) on success.
+        let dl = DeadLetters::new("t", None);
+        dl.write("parse", 0, TupleId::new(0, 1), "bad", b"x")
+            .unwrap();
+        let tmp = dl.lock().path.clone().unwrap();
+        dl.discard();
+        assert!(!tmp.parent().unwrap().exists());
+        let dl = DeadLetters::new("t", None);
+        dl.write("parse", 0, TupleId::new(0, 1), "bad", b"x")
+            .unwrap();
+        let kept = dl.finish().unwrap().unwrap();
+        crate::sys::scratch::sweep(&std::env::temp_dir());
+        assert!(kept.exists());
+        std::fs::remove_dir_all(kept.parent().unwrap()).unwrap();
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -547,6 +547,20 @@ fn partitioning(graph: &Graph, edge: usize) -> Partitioning {
     }
 }
 
+/// How many lanes [`lanes`] lists for `edge`, without listing them.
+fn lane_count(graph: &Graph, edge: usize) -> u64 {
+    let e = &graph.edges[edge];
+    let (pf, pt) = (
+        graph.nodes[e.from].parallelism as u64,
+        graph.nodes[e.to].parallelism as u64,
+    );
+    if partitioning(graph, edge).is_forward() {
+        pf
+    } else {
+        pf.saturating_mul(pt)
+    }
+}
+
 fn lanes(graph: &Graph, edge: usize) -> Vec<(usize, usize)> {
     let e = &graph.edges[edge];
     let (pf, pt) = (
@@ -677,13 +691,16 @@ impl JobHandle {
 
     /// Takes a savepoint now (a checkpoint that retention never deletes,
     /// in `<checkpoint dir>/sp-<id>/`) and returns its directory once it is
-    /// durable. Needs checkpointing to be configured.
+    /// durable. Needs checkpointing to be configured. A job that ends
+    /// (completes, fails or is cancelled) before a savepoint is durable
+    /// answers [`JobError::EndedBeforeSavepoint`]; one that lands as the
+    /// job ends is returned.
     pub fn savepoint(&self) -> Result<PathBuf, JobError> {
         let (reply, rx) = mpsc::channel();
         self.events
             .send(Event::Savepoint { reply })
-            .map_err(|_| JobError::Cancelled)?;
-        rx.recv().map_err(|_| JobError::Cancelled)?
+            .map_err(|_| JobError::EndedBeforeSavepoint)?;
+        rx.recv().map_err(|_| JobError::EndedBeforeSavepoint)?
     }
 
     /// Waits for the job to end.

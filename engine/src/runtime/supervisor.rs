@@ -96,6 +96,13 @@ impl Supervisor {
         config: RuntimeConfig,
         cores: Vec<usize>,
     ) -> Result<(Self, (mpsc::Sender<Event>, Arc<JobMetrics>)), JobError> {
+        // What killed runs left where this job keeps its files: their
+        // scratch directories, whose locks died with them (sys::scratch).
+        crate::sys::scratch::sweep(&std::env::temp_dir());
+        crate::sys::scratch::sweep(&standbys::memory_dir());
+        if let Some(d) = &config.run_dir {
+            crate::sys::scratch::sweep(d);
+        }
         let parallelism: Vec<usize> = graph.nodes.iter().map(|n| n.parallelism).collect();
         let metrics = Arc::new(JobMetrics::new(&parallelism));
         let mut all = Vec::new();
@@ -117,8 +124,9 @@ impl Supervisor {
             .map(|t| t.members.iter().map(|&m| (m, t.instance)).collect())
             .collect();
         validate_standby(&graph, &config)?;
+        check_ring_memory(&graph, &plan, &config)?;
         let coord = match &config.checkpoint {
-            Some(c) => Some(Coordinator::open(c, &config, &graph.name)?),
+            Some(c) => Some(Coordinator::open(c, &config)?),
             None => None,
         };
         let restore = match &config.restore_from {
@@ -193,23 +201,27 @@ impl Supervisor {
         // could not be waited for makes a success an error: its factory
         // may still touch the job's output).
         self.attempt.shared.stop();
+        if let Some(s) = &self.attempt.shared.standby {
+            // Not left to the last owner's drop: an abandoned worker may
+            // hold the run for as long as the process lives.
+            s.remove_files();
+        }
         if let Err(e) = self.await_builds() {
             if outcome.is_ok() {
                 outcome = Err(e);
             }
         }
+        if outcome.is_err() {
+            self.dead_letters.discard();
+        }
         if let Some(mut c) = self.coord.take() {
             for w in c.savepoint_waiters.drain(..) {
-                let _ = w.send(Err(JobError::Cancelled));
+                let _ = w.send(Err(JobError::EndedBeforeSavepoint));
             }
             // Checkpoints in a directory of the engine's own choosing are
-            // of no use once the job is over, whether it succeeded or not
-            // (the store's thread ends first, with `c`).
-            let temp = c.temp_dir.clone();
+            // of no use once the job is over, whether it succeeded or not:
+            // dropping `c` ends the store's thread, then removes them.
             drop(c);
-            if let Some(t) = temp {
-                let _ = std::fs::remove_dir_all(t);
-            }
         }
         outcome
     }
@@ -431,7 +443,7 @@ impl Supervisor {
             match w.pending.wait() {
                 Ok(p) => {
                     if let Some(c) = &mut self.coord {
-                        c.published(w.id, w.started, &p);
+                        c.published(w.id, w.started, &p, w.savepoint);
                     }
                     if !self.completed(w.id, w.written, &w.finished, p.manifest) {
                         return Ok(None);
@@ -496,12 +508,10 @@ impl Supervisor {
                     source,
                 })?;
         if let Some(c) = self.coord.take() {
-            let temp = c.temp_dir.clone();
-            drop(c);
-            if let Some(t) = temp {
-                let _ = std::fs::remove_dir_all(t);
+            if c.temp_dir.is_some() {
                 dir = None;
             }
+            drop(c);
         }
         stats.dir = dir;
         Ok(Some(JobReport {
@@ -525,4 +535,40 @@ impl Supervisor {
             standby: self.standby_stats.take(),
         }))
     }
+}
+
+/// Refuses a job whose rings between tasks — allocated whole when each
+/// attempt starts: a parallelism of `p` on both sides of a key-partitioned
+/// edge makes `p²` of them — would not fit the memory this process may
+/// still take (half of it: the records, state and the rest need room too).
+fn check_ring_memory(graph: &Graph, plan: &Plan, config: &RuntimeConfig) -> Result<(), JobError> {
+    let Some(available) = crate::sys::limits::available_memory() else {
+        return Ok(());
+    };
+    let mut needed = 0u64;
+    let mut rings = 0u64;
+    for (ei, e) in graph.edges.iter().enumerate() {
+        if plan.chained[ei] {
+            continue;
+        }
+        let Some(kit) = graph.nodes[e.from].out.as_ref() else {
+            continue;
+        };
+        let n = super::lane_count(graph, ei);
+        rings = rings.saturating_add(n);
+        needed = needed.saturating_add(n.saturating_mul(kit.ring_bytes(config.ring_capacity)));
+    }
+    if needed > available / 2 {
+        return Err(crate::error::RuntimeError::InsufficientMemory {
+            what: format!(
+                "the {rings} rings between this job's tasks ({} slots each)",
+                config.ring_capacity
+            ),
+            needed,
+            available,
+            hint: "lower the parallelism or the ring capacity".into(),
+        }
+        .into());
+    }
+    Ok(())
 }

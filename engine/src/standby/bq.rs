@@ -98,6 +98,23 @@ pub enum BqError {
         #[source]
         source: io::Error,
     },
+    /// The file's blocks could not be reserved: its filesystem is full
+    /// (a sparse mapping would have died of `SIGBUS` at its first write
+    /// past the space, see [`crate::sys::fs`]).
+    #[error(
+        "{path}: no space for this file of {}: {} free on its filesystem",
+        crate::sys::fs::human_bytes(*needed),
+        crate::sys::fs::human_bytes(*free),
+        path = path.display()
+    )]
+    NoSpace {
+        /// The file (removed again).
+        path: PathBuf,
+        /// Its length.
+        needed: u64,
+        /// Bytes free on its filesystem when it was refused.
+        free: u64,
+    },
     /// The sizes asked for cannot make a queue.
     #[error("invalid buffer queue configuration: {0}")]
     Config(String),
@@ -112,8 +129,10 @@ pub enum BqError {
 }
 
 /// Creates a file of `len` bytes at `path` for a shared mapping: mode
-/// 0600, and never over an existing file (another run's, or another
-/// user's).
+/// 0600, never over an existing file (another run's, or another user's),
+/// and with every block reserved, so that a write through the mapping
+/// never meets a full filesystem ([`BqError::NoSpace`] instead, the file
+/// removed).
 pub(crate) fn create_file(path: &Path, len: u64) -> Result<File, BqError> {
     let io = |op| {
         let path = path.to_path_buf();
@@ -126,8 +145,35 @@ pub(crate) fn create_file(path: &Path, len: u64) -> Result<File, BqError> {
         .mode(0o600)
         .open(path)
         .map_err(io("create"))?;
-    file.set_len(len).map_err(io("set_len"))?;
+    let sized = file
+        .set_len(len)
+        .map_err(io("set_len"))
+        .and_then(|()| crate::sys::fs::reserve(&file, len).map_err(io("reserve")));
+    if let Err(e) = sized {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(match e {
+            BqError::Io { path, source, .. } if no_space(&source) => BqError::NoSpace {
+                free: path
+                    .parent()
+                    .and_then(|d| crate::sys::fs::free_bytes(d).ok())
+                    .unwrap_or(0),
+                path,
+                needed: len,
+            },
+            e => e,
+        });
+    }
     Ok(file)
+}
+
+/// The filesystem (or the user's quota, or the largest file size) has no
+/// room.
+pub(crate) fn no_space(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+    )
 }
 
 /// The ring is full and nothing may be evicted yet: back off and retry.
@@ -212,7 +258,7 @@ impl BqConfig {
     }
 
     /// The file length of sizes that passed [`check`](Self::check).
-    fn file_len(&self) -> u64 {
+    pub fn file_len(&self) -> u64 {
         self.checked_file_len()
             .expect("sizes passed `check`, which refuses an overflowing file length")
     }

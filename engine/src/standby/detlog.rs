@@ -265,6 +265,18 @@ pub fn fenced_append(
 
 pub use mapped::DetLog;
 
+/// The length of a log file of at least `capacity` entries: the 4096-byte
+/// header block, then the entries (the capacity rounded up to a power of
+/// two).
+pub(crate) fn file_len(capacity: u64) -> u64 {
+    capacity
+        .max(2)
+        .checked_next_power_of_two()
+        .and_then(|c| c.checked_mul(8))
+        .and_then(|b| b.checked_add(4096))
+        .unwrap_or(u64::MAX)
+}
+
 /// Under loom the log's words cannot be a mapping (loom models only its
 /// own atomics): the same API over a vector, so the crate builds; the
 /// model checks exercise [`Words`] and [`fenced_append`] directly.
@@ -357,7 +369,11 @@ mod mapped {
                 )));
             }
             let capacity = capacity.max(2).next_power_of_two() as usize;
-            let file = crate::standby::bq::create_file(&path, (HEADER + 8 * capacity) as u64)?;
+            debug_assert_eq!(
+                super::file_len(capacity as u64),
+                (HEADER + 8 * capacity) as u64
+            );
+            let file = crate::standby::bq::create_file(&path, super::file_len(capacity as u64))?;
             // SAFETY: a fresh file of ours; the entries are only accessed
             // as atomics (see `words`).
             let mut map =

@@ -216,12 +216,22 @@ impl std::fmt::Debug for SnapshotExchange {
 }
 
 impl SnapshotExchange {
+    /// The length of an exchange file with slots of `slot_bytes` (rounded
+    /// up to 4096): the header block and three slots.
+    pub fn file_len(slot_bytes: usize) -> u64 {
+        (slot_bytes.max(1) as u64)
+            .checked_next_multiple_of(4096)
+            .and_then(|s| s.checked_mul(SLOTS as u64))
+            .and_then(|b| b.checked_add(HEADER as u64))
+            .unwrap_or(u64::MAX)
+    }
+
     /// Creates the file (mode 0600; an existing file is an error) with
     /// slots of `slot_bytes` (rounded up to 4096).
     pub fn create(path: impl AsRef<Path>, slot_bytes: usize) -> Result<Self, BqError> {
         let path = path.as_ref().to_path_buf();
         let slot_bytes = slot_bytes.max(1).next_multiple_of(4096);
-        let file = super::bq::create_file(&path, (HEADER + SLOTS * slot_bytes) as u64)?;
+        let file = super::bq::create_file(&path, Self::file_len(slot_bytes))?;
         // SAFETY: a fresh file of ours; shared access follows the protocol
         // of the module docs.
         let mut map =

@@ -288,6 +288,9 @@ pub(crate) struct Group {
 /// No worker.
 pub(crate) const NONE: usize = usize::MAX;
 
+/// Slot bytes of a group's first snapshot exchange.
+const FIRST_EXCHANGE: usize = 64 << 10;
+
 /// What a primary is doing, as it tells its standby (evidence only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -320,6 +323,28 @@ impl Doing {
 
 impl Group {
     #[allow(clippy::too_many_arguments)]
+    /// Bytes of the files a group with `lanes` input lanes creates at
+    /// once: a buffer queue per lane, the determinant log, and the first
+    /// snapshot exchange a stateful primary makes (a state whose archive
+    /// outgrows it gets a larger one, six times the archive, while it
+    /// runs).
+    pub(crate) fn files_len(lanes: usize, cfg: &StandbyConfig) -> Result<u64, super::bq::BqError> {
+        let q = Self::queue_config(cfg)?;
+        let queues = q.file_len().saturating_mul(lanes as u64);
+        let log = super::detlog::file_len(q.slots.saturating_mul(lanes as u64));
+        let exchange = SnapshotExchange::file_len(FIRST_EXCHANGE);
+        Ok(queues.saturating_add(log).saturating_add(exchange))
+    }
+
+    /// Bytes of one input lane's buffer queue file.
+    pub(crate) fn queue_file_len(cfg: &StandbyConfig) -> Result<u64, super::bq::BqError> {
+        Ok(Self::queue_config(cfg)?.file_len())
+    }
+
+    fn queue_config(cfg: &StandbyConfig) -> Result<BqConfig, super::bq::BqError> {
+        BqConfig::for_memory(cfg.queue_memory.max(64 << 10), 64, MAX_READERS as u32)
+    }
+
     pub(crate) fn create(
         node: usize,
         instance: usize,
@@ -333,7 +358,7 @@ impl Group {
         dir: &Path,
         now: Nanos,
     ) -> Result<Self, super::bq::BqError> {
-        let qcfg = BqConfig::for_memory(cfg.queue_memory.max(64 << 10), 64, MAX_READERS as u32)?;
+        let qcfg = Self::queue_config(cfg)?;
         let mut queues = Vec::with_capacity(upstream.len());
         for &u in &upstream {
             let q = BufferQueue::create(dir.join(format!("{name}-{instance}-from-{u}.bq")), qcfg)?;
@@ -507,7 +532,7 @@ impl Group {
                     self.name, self.instance, g.exchanges_made
                 ));
                 let x = Arc::new(
-                    SnapshotExchange::create(&path, (len * 2).max(64 << 10))
+                    SnapshotExchange::create(&path, len.saturating_mul(2).max(FIRST_EXCHANGE))
                         .map_err(std::io::Error::other)?,
                 );
                 if let Some(old) = g.spare.replace(Arc::clone(&x)) {
@@ -757,7 +782,9 @@ impl Group {
         )
     }
 
-    /// Removes the group's files.
+    /// Removes the group's files (the attempt removes its whole directory;
+    /// tests make groups of their own).
+    #[cfg(test)]
     pub(crate) fn remove_files(&self) {
         for q in &self.queues {
             let _ = std::fs::remove_file(q.path());

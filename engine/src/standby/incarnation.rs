@@ -238,9 +238,9 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.ctx.fail(JobError::Io {
             operator: self.group.name.to_string(),
             instance: self.group.instance,
-            context: what,
+            context: "standby".into(),
             path: None,
-            source: std::io::Error::other("standby"),
+            source: std::io::Error::other(what),
         });
     }
 

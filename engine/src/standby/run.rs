@@ -6,7 +6,6 @@ use super::group::Group;
 use crate::metrics::RecoveryRecord;
 use crate::record::{Nanos, TupleId};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -96,15 +95,10 @@ pub(crate) struct StandbyRun {
     pub(crate) pending: Vec<AtomicBool>,
     /// Groups that are not done.
     pub(crate) live: AtomicUsize,
-    pub(crate) dir: PathBuf,
-    /// `dir` was made by the engine (removed at the end).
-    pub(crate) temp: bool,
-}
-
-impl Drop for StandbyRun {
-    fn drop(&mut self) {
-        self.remove_files();
-    }
+    /// This attempt's own directory (`standby-N` in the run directory, or
+    /// a fresh one in `/dev/shm`), removed with the run — or, if the
+    /// process is killed, by the next job's sweep.
+    pub(crate) dir: crate::sys::scratch::ScratchDir,
 }
 
 impl StandbyRun {
@@ -112,15 +106,10 @@ impl StandbyRun {
         self.groups.get(&(node, instance))
     }
 
-    /// Removes the groups' files (and the directory if the engine made it).
+    /// Removes the groups' files and their directory now, while workers of
+    /// a stopped attempt may still map them (their pages live until
+    /// unmapped; nothing reads them by name again).
     pub(crate) fn remove_files(&self) {
-        for g in self.groups.values() {
-            g.remove_files();
-        }
-        if self.temp {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else {
-            let _ = std::fs::remove_dir(&self.dir);
-        }
+        let _ = self.dir.remove();
     }
 }

@@ -1,11 +1,14 @@
 //! Operating-system glue: CPU discovery and pinning, process resource usage,
-//! threads' scheduler state, io_uring file writes.
+//! threads' scheduler state, io_uring file writes, filesystem space, scratch
+//! directories that outlive a killed run only until the next run's sweep.
 //!
 //! Everything here is a thin, fallible wrapper: callers get an error they can
 //! report, never a panic, when the machine lacks what the engine asks for.
 
 pub mod affinity;
+pub mod fs;
 pub mod limits;
 pub mod rusage;
+pub mod scratch;
 pub mod thread;
 pub mod uring;

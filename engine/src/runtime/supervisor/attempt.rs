@@ -200,6 +200,12 @@ impl Supervisor {
     /// at once (it is fenced by the cancel flag and its attempt number).
     pub(super) fn stop_attempt(&mut self, stalled: Option<usize>) {
         self.attempt.shared.stop();
+        // A worker abandoned below (stalled, or slow to stop) keeps the
+        // attempt's standby run alive, and with it, unless removed now,
+        // its files in /dev/shm for as long as the process lives.
+        if let Some(s) = &self.attempt.shared.standby {
+            s.remove_files();
+        }
         let deadline = Instant::now() + Duration::from_millis(100);
         for (w, t) in std::mem::take(&mut self.attempt.threads)
             .into_iter()

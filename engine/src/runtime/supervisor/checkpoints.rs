@@ -71,8 +71,11 @@ pub(super) struct Completed {
 /// The checkpoint coordinator's state.
 pub(super) struct Coordinator {
     pub(super) store: SnapshotStore,
-    /// A directory the engine created (removed when the job succeeds).
-    pub(super) temp_dir: Option<PathBuf>,
+    /// A directory the engine chose (no directory was named): removed with
+    /// the coordinator, after the store (whose thread ends first), whether
+    /// the job succeeded or not — and by the next job's sweep if this
+    /// process is killed.
+    pub(super) temp_dir: Option<crate::sys::scratch::ScratchDir>,
     pub(super) mode: CheckpointMode,
     pub(super) interval: Duration,
     pub(super) adaptive: Option<(Duration, Duration)>,
@@ -106,7 +109,7 @@ impl Supervisor {
         };
         match w.pending.wait() {
             Ok(p) => {
-                c.published(w.id, w.started, &p);
+                c.published(w.id, w.started, &p, w.savepoint);
                 // A commit that fails here is retried by the restore (the
                 // sinks commit what the restored checkpoint covers).
                 self.completed(w.id, w.written, &w.finished, p.manifest);
@@ -207,7 +210,7 @@ impl Supervisor {
             Ok(p) => {
                 let secs = p.write_time.as_secs_f64();
                 let bytes = p.manifest.payload_bytes();
-                c.published(w.id, w.started, &p);
+                c.published(w.id, w.started, &p, w.savepoint);
                 c.consecutive_failures = 0;
                 c.last_end = Some(Instant::now());
                 if let Some((min, max)) = c.adaptive {
@@ -222,12 +225,6 @@ impl Supervisor {
                         min,
                         max,
                     );
-                }
-                if w.savepoint {
-                    let dir = p.manifest.dir.clone();
-                    for r in c.savepoint_waiters.drain(..) {
-                        let _ = r.send(Ok(dir.clone()));
-                    }
                 }
                 self.completed(w.id, w.written, &w.finished, p.manifest);
             }
@@ -425,24 +422,19 @@ impl Coordinator {
     pub(super) fn open(
         c: &crate::runtime::CheckpointConfig,
         config: &RuntimeConfig,
-        job: &str,
     ) -> Result<Self, JobError> {
         let (dir, temp_dir) = match (&c.dir, &config.run_dir) {
             (Some(d), _) => (d.clone(), None),
             (None, Some(r)) => (r.join("checkpoints"), None),
             (None, None) => {
-                let stamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos());
-                let safe: String = job
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-                    .collect();
-                let t = std::env::temp_dir().join(format!(
-                    "tandem-{safe}-{}-{stamp}-checkpoints",
-                    std::process::id()
-                ));
-                (t.clone(), Some(t))
+                let t =
+                    crate::sys::scratch::ScratchDir::unique(&std::env::temp_dir(), "checkpoints")
+                        .map_err(|source| crate::checkpoint::CheckpointError::Io {
+                        path: std::env::temp_dir(),
+                        op: "creating a checkpoint directory",
+                        source,
+                    })?;
+                (t.path().to_path_buf(), Some(t))
             }
         };
         let store = SnapshotStore::open_probed(
@@ -490,7 +482,21 @@ impl Coordinator {
 
     /// Counts checkpoint `id`, triggered at `started`, now durable and
     /// published.
-    pub(super) fn published(&mut self, id: u64, started: Instant, p: &checkpoint::Published) {
+    /// Checkpoint `id` is durable; if it is a savepoint, whoever waits for
+    /// one learns where it is (from every landing: the periodic one, the
+    /// landing at a failure and the one at the end of the job).
+    pub(super) fn published(
+        &mut self,
+        id: u64,
+        started: Instant,
+        p: &checkpoint::Published,
+        savepoint: bool,
+    ) {
+        if savepoint {
+            for r in self.savepoint_waiters.drain(..) {
+                let _ = r.send(Ok(p.manifest.dir.clone()));
+            }
+        }
         let took = started.elapsed();
         self.stats.completed += 1;
         self.stats.durations_us.push(took.as_micros() as u64);

@@ -27,35 +27,30 @@ impl Supervisor {
         if nodes.is_empty() {
             return Ok(None);
         }
-        let (dir, temp) = match &self.config.run_dir {
-            Some(d) => (d.join(format!("standby-{number}")), false),
-            // Memory-backed when the machine has it: the kernel writes a
-            // disk-backed mapping's dirty pages back, and a write to a page
-            // under writeback waits for the disk (milliseconds).
-            None => (
-                {
-                    sweep_stale_standby_dirs(&memory_dir());
-                    memory_dir()
-                }
-                .join(format!(
-                    "tandem-standby-{}-{}-{number}",
-                    std::process::id(),
-                    self.origin.elapsed().as_nanos()
-                )),
-                true,
-            ),
-        };
-        let io = |e: std::io::Error| JobError::Io {
+        let io = |dir: &Path, e: std::io::Error| JobError::Io {
             operator: "<standby>".into(),
             instance: 0,
             context: "creating the standby directory".into(),
-            path: Some(dir.clone()),
+            path: Some(dir.to_path_buf()),
             source: e,
         };
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(io)?;
-        }
-        std::fs::create_dir_all(&dir).map_err(io)?;
+        let scratch = match &self.config.run_dir {
+            Some(d) => {
+                let dir = d.join(format!("standby-{number}"));
+                // Another run's with this run directory, dead (a live one
+                // holds its lock: refused below rather than shared).
+                if crate::sys::scratch::is_stale(&dir.join(crate::sys::scratch::LOCK)) {
+                    std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
+                }
+                crate::sys::scratch::ScratchDir::create(dir.clone()).map_err(|e| io(&dir, e))?
+            }
+            // Memory-backed when the machine has it: the kernel writes a
+            // disk-backed mapping's dirty pages back, and a write to a page
+            // under writeback waits for the disk (milliseconds).
+            None => crate::sys::scratch::ScratchDir::unique(&memory_dir(), "standby")
+                .map_err(|e| io(&memory_dir(), e))?,
+        };
+        let dir = scratch.path().to_path_buf();
         let workers = self.plan.workers;
         let worker_of = |n: usize, i: usize| {
             self.plan.worker_of_task[self
@@ -63,8 +58,8 @@ impl Supervisor {
                 .task_of(n, i)
                 .expect("engine bug: node instance without a task")]
         };
-        let mut groups = HashMap::new();
-        let now = now_ns(self.origin);
+        // Each group's input lanes, and what their files take.
+        let mut members = Vec::new();
         for &n in &nodes {
             let ein = self
                 .graph
@@ -78,44 +73,65 @@ impl Supervisor {
                     .filter(|&(_, d)| d == i)
                     .map(|(u, _)| u)
                     .collect();
-                let mut consumers = Vec::new();
-                for (ej, e) in self.graph.edges.iter().enumerate() {
-                    if e.from != n {
-                        continue;
-                    }
-                    for (u, d) in lanes(&self.graph, ej) {
-                        if u == i {
-                            consumers.push((ej, e.to, d, worker_of(e.to, d)));
-                        }
+                members.push((n, i, upstream));
+            }
+        }
+        // The directory is this attempt's own (`standby-N` in the run
+        // directory, or a temp one): a failure here removes it whole.
+        let remove = |_: &Path| {
+            let _ = scratch.remove();
+        };
+        // The whole run's need, checked before any file is made: every
+        // file's blocks are reserved when it is created (a sparse mapping
+        // dies of SIGBUS on a full filesystem), and this says up front,
+        // in one error, what the run needs.
+        if let Err(e) = check_space(&dir, cfg, &members) {
+            remove(&dir);
+            return Err(e);
+        }
+        let mut groups = HashMap::new();
+        let now = now_ns(self.origin);
+        for (n, i, upstream) in members {
+            let mut consumers = Vec::new();
+            for (ej, e) in self.graph.edges.iter().enumerate() {
+                if e.from != n {
+                    continue;
+                }
+                for (u, d) in lanes(&self.graph, ej) {
+                    if u == i {
+                        consumers.push((ej, e.to, d, worker_of(e.to, d)));
                     }
                 }
-                let pw = worker_of(n, i);
-                let g = Group::create(
-                    n,
-                    i,
-                    Arc::clone(&self.names[n]),
-                    upstream,
-                    consumers,
-                    pw,
-                    (pw + 1) % workers,
-                    workers,
-                    cfg,
-                    &dir,
-                    now,
-                )
-                .map_err(|e| JobError::Io {
+            }
+            let pw = worker_of(n, i);
+            let g = Group::create(
+                n,
+                i,
+                Arc::clone(&self.names[n]),
+                upstream,
+                consumers,
+                pw,
+                (pw + 1) % workers,
+                workers,
+                cfg,
+                &dir,
+                now,
+            )
+            .map_err(|e| {
+                remove(&dir);
+                JobError::Io {
                     operator: self.names[n].to_string(),
                     instance: i,
-                    context: "creating the standby's buffer queue".into(),
+                    context: "creating the standby's files".into(),
                     path: Some(dir.clone()),
                     source: std::io::Error::other(e.to_string()),
-                })?;
-                if let Some(p) = &self.config.probes {
-                    let files: Vec<_> = g.queues.iter().map(|q| q.path().to_path_buf()).collect();
-                    p.standby_files(&self.names[n], i, &files);
                 }
-                groups.insert((n, i), Arc::new(g));
+            })?;
+            if let Some(p) = &self.config.probes {
+                let files: Vec<_> = g.queues.iter().map(|q| q.path().to_path_buf()).collect();
+                p.standby_files(&self.names[n], i, &files);
             }
+            groups.insert((n, i), Arc::new(g));
         }
         Ok(Some(Arc::new(StandbyRun {
             live: AtomicUsize::new(groups.len()),
@@ -123,10 +139,42 @@ impl Supervisor {
             log: Default::default(),
             inbox: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
             pending: (0..workers).map(|_| AtomicBool::new(false)).collect(),
-            dir,
-            temp,
+            dir: scratch,
         })))
     }
+}
+
+/// Refuses a run whose standby files would not fit `dir`'s filesystem.
+fn check_space(
+    dir: &Path,
+    cfg: &crate::standby::StandbyConfig,
+    members: &[(usize, usize, Vec<usize>)],
+) -> Result<(), JobError> {
+    let config = |e: crate::standby::bq::BqError| -> JobError {
+        RuntimeError::Standby(format!("queue memory {}: {e}", cfg.queue_memory)).into()
+    };
+    let mut needed = 0u64;
+    let mut files = 0;
+    for (_, _, upstream) in members {
+        needed = needed.saturating_add(Group::files_len(upstream.len(), cfg).map_err(config)?);
+        files += upstream.len() + 2;
+    }
+    let Ok(free) = crate::sys::fs::free_bytes(dir) else {
+        // A filesystem that cannot say: each file's reservation still
+        // refuses what does not fit.
+        return Ok(());
+    };
+    if needed > free {
+        return Err(RuntimeError::NoSpace {
+            dir: dir.to_path_buf(),
+            needed,
+            free,
+            files,
+            queue: Group::queue_file_len(cfg).map_err(config)?,
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Where files that are only ever mapped go when the user named no run
@@ -137,28 +185,6 @@ pub(super) fn memory_dir() -> PathBuf {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
-    }
-}
-
-/// Removes `tandem-standby-<pid>-…` directories in `dir` whose process is
-/// gone (killed before it could clean up: on tmpfs they hold memory).
-pub(super) fn sweep_stale_standby_dirs(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("tandem-standby-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
     }
 }
 
@@ -192,26 +218,4 @@ pub(super) fn validate_standby(graph: &Graph, config: &RuntimeConfig) -> Result<
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn standby_directories_of_dead_processes_are_swept_and_live_ones_kept() {
-        let root = std::env::temp_dir().join(format!("tandem-sweep-{}", std::process::id()));
-        std::fs::create_dir_all(&root).unwrap();
-        // PIDs above the kernel's maximum (4194304) never exist.
-        let dead = root.join("tandem-standby-4194399-1-0");
-        let live = root.join(format!("tandem-standby-{}-1-0", std::process::id()));
-        let other = root.join("unrelated");
-        for d in [&dead, &live, &other] {
-            std::fs::create_dir_all(d).unwrap();
-        }
-        sweep_stale_standby_dirs(&root);
-        assert!(!dead.exists());
-        assert!(live.exists() && other.exists());
-        std::fs::remove_dir_all(root).unwrap();
-    }
 }
