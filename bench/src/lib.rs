@@ -1,5 +1,8 @@
 //! Benchmark support for Tandem: the paper's pipeline (generator, operators,
 //! job) and helpers the benchmark binaries share.
 
+pub mod cleanup;
+pub mod cli;
 pub mod paper;
+pub mod paths;
 pub mod report;

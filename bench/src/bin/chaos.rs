@@ -18,11 +18,13 @@ use clap::Parser;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem::{CheckpointConfig, RecoveryKind, RestartStrategy, RuntimeConfig, StandbyMode};
 use tandem_bench::paper::{self, Input, OutputMode, PaperOptions, Protection};
 use tandem_bench::report::write_json;
+use tandem_bench::{cleanup, outln};
 use tandem_fault_inject::schedule::SplitMix64;
 use tandem_fault_inject::{Checker, FaultInjector, Schedule, ScheduleSpec};
 
@@ -75,6 +77,12 @@ struct Args {
 }
 
 const STRATEGIES: [&str; 4] = ["restart-all", "bqbs-warm", "bqbs-hot", "bqbs-checkpoints"];
+
+/// The most faults one schedule draws.
+const MAX_FAULTS: u64 = 64;
+
+/// The longest a run may take before it counts as hung (a day).
+const MAX_TIMEOUT_S: u64 = 86_400;
 
 /// One schedule's configuration, drawn.
 #[derive(Clone, Debug, Serialize)]
@@ -296,9 +304,15 @@ fn run_job(
         rc = rc.probes(Arc::new(i.clone()));
     }
     let handle = job.start(&rc)?;
-    let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    let started = Instant::now();
+    let timeout = Duration::from_secs(args.timeout_s);
     while !handle.is_finished() {
-        if Instant::now() > deadline {
+        if tandem_bench::cli::interrupted() {
+            handle.cancel();
+            let _ = handle.join();
+            anyhow::bail!("interrupted");
+        }
+        if started.elapsed() > timeout {
             handle.cancel();
             anyhow::bail!("hung: not finished after {} s", args.timeout_s);
         }
@@ -368,23 +382,45 @@ fn quantiles(mut v: Vec<u64>) -> (u64, u64, u64) {
     (q(0.5), q(0.99), *v.last().expect("non-empty"))
 }
 
-fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    match real_main(&args) {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("error: {}", tandem::error::report(&*e));
-            std::process::ExitCode::from(2)
-        }
-    }
+fn main() -> ExitCode {
+    tandem_bench::cli::main(2, || {
+        let args = Args::parse();
+        Ok(if real_main(&args)? {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    })
 }
+
+/// The most schedules per strategy, and runs of one (`--repeat`), a
+/// campaign takes.
+const MAX_SCHEDULES: u64 = 1_000_000;
 
 fn real_main(args: &Args) -> anyhow::Result<bool> {
     tandem_fault_inject::silence_injected_panics();
-    anyhow::ensure!(args.schedules >= 1, "--schedules must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_SCHEDULES).contains(&args.schedules),
+        "--schedules {}: 1 to {MAX_SCHEDULES}",
+        args.schedules
+    );
+    anyhow::ensure!(
+        (1..=MAX_SCHEDULES).contains(&args.repeat),
+        "--repeat {}: 1 to {MAX_SCHEDULES}",
+        args.repeat
+    );
     anyhow::ensure!(args.records >= 100, "--records must be at least 100");
-    anyhow::ensure!(args.max_faults >= 1, "--max-faults must be at least 1");
+    paper::check_records("--records", args.records)?;
+    anyhow::ensure!(
+        (1..=MAX_FAULTS).contains(&args.max_faults),
+        "--max-faults {}: 1 to {MAX_FAULTS}",
+        args.max_faults
+    );
+    anyhow::ensure!(
+        (1..=MAX_TIMEOUT_S).contains(&args.timeout_s),
+        "--timeout-s {}: 1 to {MAX_TIMEOUT_S} (a day)",
+        args.timeout_s
+    );
     for s in &args.strategies {
         anyhow::ensure!(
             STRATEGIES.contains(&s.as_str()),
@@ -399,14 +435,28 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
             "--cores {c}: 1 to {available} cores are available"
         );
     }
-    let (dir, temp) = match &args.dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("tandem-chaos-{}", std::process::id())),
-            true,
-        ),
+    if let Some(r) = &args.report {
+        tandem_bench::paths::output_file("--report", r)?;
+    }
+    // The runs' files: in --dir (created if missing; what this run made
+    // there is removed if it fails or is interrupted), or in a scratch
+    // directory of its own (removed at the end; swept by a later run if
+    // this one is killed).
+    let scratch;
+    let dir = match &args.dir {
+        Some(d) => {
+            tandem_bench::paths::writable_dir("--dir", d)?;
+            for f in ["clean.jsonl", "faulted.jsonl", "run", "clean-run"] {
+                cleanup::add(d.join(f));
+            }
+            d.clone()
+        }
+        None => {
+            scratch = tandem::sys::scratch::ScratchDir::unique(&std::env::temp_dir(), "chaos")
+                .context("creating a temp dir")?;
+            scratch.path().to_path_buf()
+        }
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("--dir {}", dir.display()))?;
     let started = Instant::now();
     let input = Arc::new(Input::generate(args.records, args.seed, 0, available));
     // The reference: the same job, no faults, no protection.
@@ -459,11 +509,17 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
     let mut totals: BTreeMap<String, Totals> = BTreeMap::new();
     let mut failing = Vec::new();
     for (strategy, i) in &plan {
+        if tandem_bench::cli::interrupted() {
+            anyhow::bail!("interrupted");
+        }
         let (strategy, i) = (strategy, *i);
         {
             let cfg = draw(args, strategy, i);
             bar.set_message(format!("{strategy} #{i}"));
             let o = run_one(args, &input, &clean, &cfg, &dir);
+            if tandem_bench::cli::interrupted() {
+                anyhow::bail!("interrupted");
+            }
             let t = totals.entry(strategy.clone()).or_default();
             t.schedules += 1;
             t.counts.add(&o.counts);
@@ -502,16 +558,19 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
             quantiles(std::mem::take(&mut t.first_output_us));
     }
     let elapsed = started.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "chaos: {} records, seed {}, {} schedules per strategy, {:.0} s",
-        args.records, args.seed, args.schedules, elapsed
-    );
-    println!(
+        args.records,
+        args.seed,
+        args.schedules,
+        elapsed
+    )?;
+    outln!(
         "  {:<17} {:>9} {:>7} {:>6} {:>9} {:>8} {:>10} {:>5} {:>5} {:>7} {:>6}  recovery p50 / p99 / max",
         "strategy", "schedules", "faults", "fired", "takeovers", "restarts", "unprovoked", "lost", "dup", "changed", "failed"
-    );
+    )?;
     for (s, t) in &totals {
-        println!(
+        outln!(
             "  {s:<17} {:>9} {:>7} {:>6} {:>9} {:>8} {:>10} {:>5} {:>5} {:>7} {:>6}  {} / {} / {}",
             t.schedules,
             t.counts.faults_armed,
@@ -526,19 +585,22 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
             fmt_us(t.recovery_p50_us),
             fmt_us(t.recovery_p99_us),
             fmt_us(t.recovery_max_us),
-        );
+        )?;
     }
     let ok = failing.is_empty();
     if !ok {
-        println!(
+        outln!(
             "{} failing schedule(s); each reproduces with:",
             failing.len()
-        );
+        )?;
         for f in &failing {
-            println!(
+            outln!(
                 "  {} #{}: {}\n    {}",
-                f.strategy, f.schedule, f.what, f.command
-            );
+                f.strategy,
+                f.schedule,
+                f.what,
+                f.command
+            )?;
         }
     }
     if let Some(p) = &args.report {
@@ -554,11 +616,7 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
             },
         )?;
     }
-    if temp {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        let _ = std::fs::remove_file(&clean);
-    }
+    let _ = std::fs::remove_file(&clean);
     Ok(ok)
 }
 

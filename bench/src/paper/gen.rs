@@ -124,6 +124,28 @@ pub(super) struct Chunk {
 
 pub(super) const CHUNK_RECORDS: u64 = 1 << 16;
 
+/// Bytes a generated record takes in memory: its JSON (285 on average,
+/// measured over 1 M records) and its offset.
+pub const GENERATED_RECORD_BYTES: u64 = 290;
+
+/// Refuses `n` generated records (flag `flag`) whose input would not fit
+/// in half of the memory this process may still take: the input is made
+/// whole before timing starts, and the job needs the other half.
+pub fn check_records(flag: &str, n: u64) -> anyhow::Result<()> {
+    let needed = n.saturating_mul(GENERATED_RECORD_BYTES);
+    if let Some(available) = tandem::sys::limits::available_memory() {
+        anyhow::ensure!(
+            needed <= available / 2,
+            "{flag} {n}: the generated input needs {} in memory and {} is available \
+             (at most {} records here)",
+            tandem::sys::fs::human_bytes(needed),
+            tandem::sys::fs::human_bytes(available),
+            available / 2 / GENERATED_RECORD_BYTES
+        );
+    }
+    Ok(())
+}
+
 impl Input {
     /// Generates `n` records from `seed` on `threads` threads.
     pub fn generate(n: u64, seed: u64, malformed_every: u64, threads: usize) -> Input {

@@ -37,9 +37,12 @@ use tandem::{
 };
 
 pub use faults::Protection;
-pub use gen::Input;
+pub use gen::{check_records, Input};
 pub use input::{InputError, DEFAULT_MAX_RECORD_BYTES, KEPT_OF_OVERSIZED};
-pub use output::{merge_output, part_path, txn_dir, write_line, OutputMode, SinkCounts};
+pub use output::{
+    claim, lock_path, merge_output, merge_path, part_path, staging, txn_dir, write_line,
+    OutputClaim, OutputMode, SinkCounts,
+};
 use output::{PaperSink, SinkOut};
 
 /// Operator names, as used in reports and fault specs.

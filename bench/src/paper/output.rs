@@ -172,14 +172,140 @@ pub fn txn_dir(output: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Where [`merge_output`] assembles `output` before renaming it into place.
+pub fn merge_path(output: &Path) -> PathBuf {
+    suffixed(output, ".tandem-merge")
+}
+
+/// The lock a run holds on `output` while it writes it ([`OutputClaim`]).
+pub fn lock_path(output: &Path) -> PathBuf {
+    suffixed(output, LOCK_SUFFIX)
+}
+
+const LOCK_SUFFIX: &str = ".tandem-lock";
+
+fn suffixed(p: &Path, suffix: &str) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Every file a run writing `output` with `parts` sink instances creates
+/// beside it — the transactional staging, part files, the merge and the
+/// lock — and the part files of any other run found there.
+pub fn staging(output: &Path, parts: usize) -> Vec<PathBuf> {
+    let mut v = vec![txn_dir(output), merge_path(output), lock_path(output)];
+    v.extend((0..parts).map(|i| part_path(output, i)));
+    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
+        return v;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let mut prefix = name.to_owned();
+    prefix.push(".part-");
+    let prefix = prefix.to_string_lossy().into_owned();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let n = e.file_name();
+            let Some(n) = n.to_str() else { continue };
+            let p = dir.join(n);
+            if n.strip_prefix(prefix.as_str())
+                .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+                && !v.contains(&p)
+            {
+                v.push(p);
+            }
+        }
+    }
+    v
+}
+
+/// A run's hold on its output path: while it lives no other run writes
+/// the same output (`<output>.tandem-lock`, an `flock` the kernel drops
+/// when the process dies however it dies).
+pub struct OutputClaim {
+    _lock: File,
+}
+
+/// Claims `output` for this run: refuses if a live run holds it; removes
+/// what a dead run left beside it (its staging, its merge), and what dead
+/// runs left beside any other output in the same directory.
+pub fn claim(output: &Path) -> std::io::Result<OutputClaim> {
+    if let Some(dir) = output.parent() {
+        sweep_dead_outputs(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        });
+    }
+    let lock = lock_path(output);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)?;
+    if !tandem::sys::scratch::try_flock(&f)? {
+        return Err(std::io::Error::other(format!(
+            "another run is writing it now (it holds {})",
+            lock.display()
+        )));
+    }
+    for p in staging(output, 0) {
+        if p != lock {
+            remove_any(&p);
+        }
+    }
+    Ok(OutputClaim { _lock: f })
+}
+
+fn remove_any(p: &Path) {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(p);
+        }
+        Err(_) => {}
+    }
+}
+
+/// Removes the staging of every output in `dir` whose lock no live run
+/// holds (its run was killed).
+fn sweep_dead_outputs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let Some(stem) = n.to_str().and_then(|n| n.strip_suffix(LOCK_SUFFIX)) else {
+            continue;
+        };
+        if stem.is_empty() || !tandem::sys::scratch::is_stale(&e.path()) {
+            continue;
+        }
+        let output = dir.join(stem);
+        for p in staging(&output, 0) {
+            remove_any(&p);
+        }
+    }
+}
+
 /// Assembles `output` from what the sinks left (part files, or committed
-/// epochs in order) and removes those.
+/// epochs in order) and removes those. The output appears whole or not at
+/// all: assembled beside it ([`merge_path`]), synced, then renamed over
+/// it.
 pub fn merge_output(output: &Path, parts: usize, mode: OutputMode) -> std::io::Result<u64> {
     let files: Vec<PathBuf> = match mode {
         OutputMode::Direct => (0..parts).map(|i| part_path(output, i)).collect(),
         OutputMode::Transactional => TransactionalFile::committed_files(&txn_dir(output))?,
     };
-    let mut out = std::io::BufWriter::new(File::create(output)?);
+    let merge = merge_path(output);
+    let mut out = std::io::BufWriter::new(File::create(&merge)?);
     let mut bytes = 0;
     for p in &files {
         let mut f = File::open(p)?;
@@ -187,6 +313,7 @@ pub fn merge_output(output: &Path, parts: usize, mode: OutputMode) -> std::io::R
     }
     out.flush()?;
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&merge, output)?;
     match mode {
         OutputMode::Direct => files.iter().try_for_each(std::fs::remove_file)?,
         OutputMode::Transactional => std::fs::remove_dir_all(txn_dir(output))?,

@@ -5,12 +5,13 @@
 //! fires).
 
 use crate::args::Args;
-use anyhow::{bail, ensure};
+use anyhow::ensure;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use std::path::{Path, PathBuf};
 use tandem::RestartStrategy;
 use tandem_bench::paper::{self, names, OutputMode};
+use tandem_bench::paths::{distinct, identity, output_file, writable_dir};
 use tandem_fault_inject::{FaultKind, FaultSpec, Schedule, ScheduleSpec, Space, When, CHECKPOINT};
 
 /// The operators of the paper pipeline, in order.
@@ -36,8 +37,10 @@ pub struct Plan {
     /// Checkpoints (and restarts from them) run.
     pub checkpointing: bool,
     pub output_mode: OutputMode,
-    /// Where the output goes (set once the run's leftovers are known).
+    /// Where the output goes (set once the run holds it).
     pub output: Option<PathBuf>,
+    /// `--output` existed before the run (a failed run leaves it).
+    pub output_existed: bool,
     /// Operators with a standby (empty unless bqbs).
     pub standby: Vec<String>,
     /// The faults as given (`--fault`, then the schedule), expanded once
@@ -50,50 +53,9 @@ fn given(m: &ArgMatches, id: &str) -> bool {
     m.value_source(id) == Some(ValueSource::CommandLine)
 }
 
-/// A directory the run writes into: created if missing, and tried.
-pub fn writable_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
-    if dir.exists() && !dir.is_dir() {
-        bail!("{flag} {}: exists and is not a directory", dir.display());
-    }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("{flag} {}: cannot create it: {e}", dir.display()))?;
-    let probe = dir.join(format!(".tandem-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .map_err(|e| anyhow::anyhow!("{flag} {}: cannot write into it: {e}", dir.display()))?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
-}
-
-/// The output file: a regular file (or none yet) in a writable directory.
-fn output_file(out: &Path) -> anyhow::Result<()> {
-    if out.is_dir() {
-        bail!("--output {}: is a directory; name a file", out.display());
-    }
-    if out.exists() && !std::fs::metadata(out)?.is_file() {
-        bail!(
-            "--output {}: is not a regular file (the output is assembled from part files and renamed)",
-            out.display()
-        );
-    }
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    ensure!(
-        dir.is_dir(),
-        "--output {}: directory {} does not exist",
-        out.display(),
-        dir.display()
-    );
-    let probe = dir.join(format!(".tandem-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| {
-        anyhow::anyhow!(
-            "--output {}: cannot write into {}: {e}",
-            out.display(),
-            dir.display()
-        )
-    })?;
-    let _ = std::fs::remove_file(probe);
+/// An error if the run was interrupted (the caller's frame says how).
+pub fn interrupted() -> anyhow::Result<()> {
+    ensure!(!tandem_bench::cli::interrupted(), "interrupted");
     Ok(())
 }
 
@@ -262,8 +224,32 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         output_mode != OutputMode::Transactional || checkpointing,
         "--sink-mode transactional commits output at checkpoints: it needs --strategy restart-all, or --strategy bqbs with --checkpoint-interval-ms"
     );
+    // Every path the run reads or writes, checked before any work; no two
+    // may be the same file.
+    let mut named: Vec<(&str, &Path)> = Vec::new();
+    if let Some(p) = &args.input {
+        named.push(("--input", p));
+    }
     if let Some(o) = &args.output {
-        output_file(o)?;
+        output_file("--output", o)?;
+        named.push(("--output", o));
+    }
+    if let Some(r) = &args.report {
+        output_file("--report", r)?;
+        named.push(("--report", r));
+    }
+    distinct(&named)?;
+    if let Some(o) = &args.output {
+        for (flag, p) in &named {
+            ensure!(
+                !paper::staging(o, parallelism)
+                    .iter()
+                    .any(|s| identity(s) == identity(p)),
+                "{flag} {}: the run stages --output {} there",
+                p.display(),
+                o.display()
+            );
+        }
     }
     if let Some(d) = &args.run_dir {
         writable_dir("--run-dir", d)?;
@@ -298,6 +284,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         checkpointing,
         output_mode,
         output: None,
+        output_existed: args.output.as_ref().is_some_and(|o| o.exists()),
         standby,
         fault_specs: args.faults.clone(),
         schedule: match &args.fault_schedule {
@@ -457,29 +444,5 @@ impl Plan {
             }
         }
         Ok(Schedule { faults: kept })
-    }
-}
-
-/// Paths a run creates that a failed run removes.
-#[derive(Default)]
-pub struct Leftovers(pub Vec<PathBuf>);
-
-impl Leftovers {
-    /// The output file and what the sink writes beside it.
-    pub fn output(out: &Path, parallelism: usize) -> Self {
-        let mut v = vec![out.to_path_buf(), paper::txn_dir(out)];
-        v.extend((0..parallelism).map(|i| paper::part_path(out, i)));
-        Leftovers(v)
-    }
-
-    /// Removes them (a failed run leaves nothing behind).
-    pub fn remove(&self) {
-        for p in &self.0 {
-            if p.is_dir() {
-                let _ = std::fs::remove_dir_all(p);
-            } else {
-                let _ = std::fs::remove_file(p);
-            }
-        }
     }
 }

@@ -13,7 +13,7 @@ mod summary;
 
 use anyhow::Context;
 use args::Args;
-use checks::{Leftovers, Plan};
+use checks::Plan;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,6 +23,7 @@ use tandem::sys::rusage;
 use tandem::{CheckpointConfig, RuntimeConfig};
 use tandem_bench::paper::{self, names, Input, PaperOptions};
 use tandem_bench::report::{fmt_ns, write_json, LatencyNs};
+use tandem_bench::{cleanup, errln};
 use tandem_fault_inject::{FaultInjector, Schedule};
 
 /// One run of the job; the report without the comparison fields.
@@ -91,7 +92,16 @@ fn run(
     };
 
     let cpu0 = rusage::process_cpu_time();
-    let handle = job.start(&cfg).context("starting the job")?;
+    let handle = job.start(&cfg).map_err(|e| {
+        let hint = match &e {
+            tandem::JobError::Runtime(tandem::RuntimeError::NoSpace { .. }) => format!(
+                " (here: lower --standby-queue-mib {}, or name a --run-dir on a larger filesystem)",
+                args.standby_queue_mib
+            ),
+            _ => String::new(),
+        };
+        anyhow::Error::new(e).context(format!("starting the job{hint}"))
+    })?;
     let bar = indicatif::ProgressBar::new(input.len());
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -101,43 +111,53 @@ fn run(
     );
     let started = Instant::now();
     let mut savepoint = None;
-    let mut savepoint_asked = false;
     let (mut last_pos, mut last_t) = (0u64, Instant::now());
-    while !handle.is_finished() {
-        std::thread::sleep(Duration::from_millis(50));
-        if let Some(ms) = args.savepoint_after_ms {
-            if !savepoint_asked && started.elapsed() >= Duration::from_millis(ms) {
-                savepoint_asked = true;
-                match handle.savepoint() {
-                    Ok(dir) => {
-                        bar.println(format!("savepoint written to {}", dir.display()));
-                        savepoint = Some(dir);
-                    }
-                    // The job ended (or failed) meanwhile: its own result
-                    // says which, below.
-                    Err(tandem::JobError::Cancelled) if handle.is_finished() => {}
-                    Err(e) => return Err(e).context("taking the savepoint"),
+    let joined = std::thread::scope(|scope| {
+        // The savepoint is asked for on a thread of its own: the wait for
+        // it (up to the checkpoint timeout) must not stop this loop from
+        // seeing a signal.
+        let mut asking = None;
+        let mut cancelled = false;
+        while !handle.is_finished() {
+            std::thread::sleep(Duration::from_millis(50));
+            if tandem_bench::cli::interrupted() && !cancelled {
+                cancelled = true;
+                handle.cancel();
+            }
+            if let Some(ms) = args.savepoint_after_ms {
+                if asking.is_none() && started.elapsed() >= Duration::from_millis(ms) {
+                    let h = &handle;
+                    asking = Some(scope.spawn(move || h.savepoint()));
                 }
             }
+            let p = handle.progress();
+            let pos = p.operator(names::SOURCE).map_or(0, |o| o.records);
+            let dt = last_t.elapsed().as_secs_f64();
+            if dt >= 0.5 {
+                let rate = pos.saturating_sub(last_pos) as f64 / dt / 1e6;
+                bar.set_message(format!("({rate:.2} M/s)"));
+                (last_pos, last_t) = (pos, Instant::now());
+            }
+            bar.set_position(pos);
         }
-        let p = handle.progress();
-        let pos = p.operator(names::SOURCE).map_or(0, |o| o.records);
-        let dt = last_t.elapsed().as_secs_f64();
-        if dt >= 0.5 {
-            let rate = pos.saturating_sub(last_pos) as f64 / dt / 1e6;
-            bar.set_message(format!("({rate:.2} M/s)"));
-            (last_pos, last_t) = (pos, Instant::now());
+        asking.map(|t| t.join().expect("asking for a savepoint does not panic"))
+    });
+    match joined {
+        Some(Ok(dir)) => {
+            bar.suspend(|| errln!("savepoint written to {}", dir.display()));
+            savepoint = Some(dir);
         }
-        bar.set_position(pos);
+        // The job ended first: its own result says how, below.
+        Some(Err(tandem::JobError::EndedBeforeSavepoint)) | None => {}
+        Some(Err(e)) => return Err(e).context("taking the savepoint"),
     }
+    checks::interrupted()?;
     let report = handle.join().context("the job failed")?;
     if let (Some(ms), None) = (args.savepoint_after_ms, &savepoint) {
-        eprintln!(
-            "warning: no savepoint was taken: the job ended before --savepoint-after-ms {ms}"
-        );
+        errln!("warning: no savepoint was taken: the job ended before one was durable (--savepoint-after-ms {ms})");
     }
     if let Some(from) = report.restored_from {
-        eprintln!(
+        errln!(
             "started from checkpoint {from}{}",
             if report.restore_skipped.is_empty() {
                 String::new()
@@ -159,7 +179,11 @@ fn run(
     if let Some(out) = &plan.output {
         let bytes = paper::merge_output(out, parallelism, output_mode)
             .with_context(|| format!("merging output into {}", out.display()))?;
-        eprintln!("wrote {} ({:.1} MB)", out.display(), bytes as f64 / 1e6);
+        if !plan.output_existed {
+            // A failure from here on (the report) removes it again.
+            cleanup::add(out.clone());
+        }
+        errln!("wrote {} ({:.1} MB)", out.display(), bytes as f64 / 1e6);
         // After restarts, what counts is what the file holds.
         if report.restarts > 0 {
             use std::io::BufRead;
@@ -280,31 +304,22 @@ fn run(
 
 fn main() -> ExitCode {
     tandem_fault_inject::quiet_injected_panics();
-    let matches = Args::command().get_matches();
-    let args = match Args::from_arg_matches(&matches) {
-        Ok(a) => a,
-        Err(e) => e.exit(),
-    };
-    let mut leftovers = Leftovers::default();
-    match real_main(&args, &matches, &mut leftovers) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // A failed run leaves nothing behind.
-            leftovers.remove();
-            eprintln!("error: {}", tandem::error::report(&*e));
-            ExitCode::FAILURE
-        }
-    }
+    tandem_bench::cli::main(1, || {
+        let matches = Args::command().get_matches();
+        let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        real_main(&args, &matches)?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
-fn real_main(args: &Args, m: &ArgMatches, leftovers: &mut Leftovers) -> anyhow::Result<()> {
+fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     let (mut plan, mut warnings) = checks::flags(args, m)?;
     let available = tandem::sys::affinity::available_cores().len();
     let t = Instant::now();
     let input = match &args.input {
         Some(path) => {
             let input = Input::from_jsonl(path, args.max_record_bytes)?;
-            eprintln!(
+            errln!(
                 "read {} records ({:.1} MB) from {} in {:.2} s{}",
                 input.len(),
                 input.memory_bytes() as f64 / 1e6,
@@ -319,7 +334,7 @@ fn real_main(args: &Args, m: &ArgMatches, leftovers: &mut Leftovers) -> anyhow::
         }
         None => {
             let input = Input::generate(args.records, args.seed, args.malformed_every, available);
-            eprintln!(
+            errln!(
                 "generated {} records ({:.1} MB of JSON) in {:.2} s",
                 args.records,
                 input.memory_bytes() as f64 / 1e6,
@@ -328,20 +343,25 @@ fn real_main(args: &Args, m: &ArgMatches, leftovers: &mut Leftovers) -> anyhow::
             input
         }
     };
+    checks::interrupted()?;
     let input = Arc::new(input);
     let faults = plan.faults(args, input.len(), &mut warnings)?;
     for w in &warnings {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
-    if let Some(out) = &args.output {
-        let existed = out.exists();
-        *leftovers = Leftovers::output(out, plan.parallelism);
-        if existed {
-            // Not ours to remove.
-            leftovers.0.retain(|p| p != out);
+    // Held until the run ends: no other run writes the same output.
+    let _claim = match &args.output {
+        Some(out) => {
+            let claim = tandem_bench::paper::claim(out)
+                .map_err(|e| anyhow::anyhow!("--output {}: {e}", out.display()))?;
+            for p in tandem_bench::paper::staging(out, plan.parallelism) {
+                cleanup::add(p);
+            }
+            plan.output = Some(out.clone());
+            Some(claim)
         }
-        plan.output = Some(out.clone());
-    }
+        None => None,
+    };
 
     let plain = if args.compare_without_checkpoints || args.compare_without_standby {
         let mut p = plan.clone();
@@ -353,7 +373,7 @@ fn real_main(args: &Args, m: &ArgMatches, leftovers: &mut Leftovers) -> anyhow::
         let mut a = args.clone();
         a.savepoint_after_ms = None;
         let r = run(&a, &p, &input, false, &Schedule::default())?;
-        eprintln!(
+        errln!(
             "without {}: {:.0} records/s, p99 {}",
             if args.compare_without_standby {
                 "standby"
@@ -376,10 +396,16 @@ fn real_main(args: &Args, m: &ArgMatches, leftovers: &mut Leftovers) -> anyhow::
             rep.p99_ratio = Some(rep.latency_ns.p99 as f64 / p99.max(1) as f64);
         }
     }
-    summary::print(args, &rep);
+    summary::print(args, &rep)?;
     if let Some(path) = &args.report {
         write_json(path, &rep)?;
-        eprintln!("report written to {}", path.display());
+        errln!("report written to {}", path.display());
+    }
+    checks::interrupted()?;
+    // The run succeeded: what it made is the user's; the lock goes.
+    cleanup::forget_all();
+    if let Some(out) = &args.output {
+        let _ = std::fs::remove_file(tandem_bench::paper::lock_path(out));
     }
     Ok(())
 }

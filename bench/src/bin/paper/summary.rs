@@ -4,6 +4,7 @@ use crate::args::Args;
 use serde::Serialize;
 use std::path::PathBuf;
 use tandem::CheckpointMode;
+use tandem_bench::outln;
 use tandem_bench::report::{fmt_ns, LatencyNs};
 
 #[derive(Serialize)]
@@ -122,7 +123,7 @@ pub fn opt_us(v: Option<u64>) -> String {
 }
 
 /// One line per recovery (restart or takeover).
-pub fn print_recovery(label: &str, r: &Recovery, suffix: &str) {
+pub fn print_recovery(label: &str, r: &Recovery, suffix: &str) -> anyhow::Result<()> {
     // A failure no operator owns (a crash around a checkpoint) says what
     // it was instead.
     let who = if r.operator.is_empty() {
@@ -135,14 +136,14 @@ pub fn print_recovery(label: &str, r: &Recovery, suffix: &str) {
             r.tuple_id.map_or("?".into(), |t| t.to_string())
         )
     };
-    println!(
+    outln!(
         "  {label:<17} {who}: detect {}  restore {}  first output {}  caught up {}  replayed {}{suffix}",
         opt_us(Some(r.detect_us)),
         opt_us(r.restore_us),
         opt_us(r.first_output_us),
         opt_us(r.caught_up_us),
         r.replayed_tuples,
-    );
+    )
 }
 
 /// A rate with three significant digits at least (a rate below one a
@@ -163,48 +164,54 @@ pub fn ms(us: Option<u64>) -> Option<f64> {
 }
 
 /// Prints the run's summary.
-pub fn print(args: &Args, rep: &Report) {
+pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
     let l = &rep.latency_ns;
-    println!(
+    outln!(
         "paper pipeline: {} cores, parallelism {}, {} workers, {} tasks, strategy {}",
-        rep.cores, rep.parallelism, rep.workers, rep.tasks, rep.strategy
-    );
-    println!("  records in        {}", rep.records_in);
-    println!(
+        rep.cores,
+        rep.parallelism,
+        rep.workers,
+        rep.tasks,
+        rep.strategy
+    )?;
+    outln!("  records in        {}", rep.records_in)?;
+    outln!(
         "  records out       {} (+ {} per-user summaries)",
-        rep.records_out, rep.summaries_out
-    );
-    println!(
+        rep.records_out,
+        rep.summaries_out
+    )?;
+    outln!(
         "  dead letters      {}{}",
         rep.dead_letters,
         rep.dead_letter_path
             .as_ref()
             .map(|p| format!(" ({})", p.display()))
             .unwrap_or_default()
-    );
+    )?;
     if !rep.faults.is_empty() {
-        println!(
+        outln!(
             "  faults            {} fired: {}",
-            rep.faults_fired, rep.faults
-        );
+            rep.faults_fired,
+            rep.faults
+        )?;
     }
-    println!("  elapsed           {:.3} s", rep.elapsed_s);
-    println!(
+    outln!("  elapsed           {:.3} s", rep.elapsed_s)?;
+    outln!(
         "  throughput        {} records/s",
         fmt_rate(rep.throughput_rps)
-    );
+    )?;
     if let (Some(p), Some(r)) = (rep.plain_throughput_rps, rep.throughput_ratio) {
         let what = if rep.strategy == "bqbs" {
             "standby"
         } else {
             "ckpts"
         };
-        println!("  without {what:<9} {p:.0} records/s (ratio {r:.3})");
+        outln!("  without {what:<9} {p:.0} records/s (ratio {r:.3})")?;
     }
     if let (Some(p), Some(r)) = (rep.plain_p99_ns, rep.p99_ratio) {
-        println!("  p99 without       {} (ratio {r:.3})", fmt_ns(p));
+        outln!("  p99 without       {} (ratio {r:.3})", fmt_ns(p))?;
     }
-    println!(
+    outln!(
         "  latency           min {}  p50 {}  p99 {}  p99.9 {}  max {}  ({} samples)",
         fmt_ns(l.min),
         fmt_ns(l.p50),
@@ -212,16 +219,16 @@ pub fn print(args: &Args, rep: &Report) {
         fmt_ns(l.p999),
         fmt_ns(l.max),
         l.samples
-    );
-    println!("  cpu               {:.2} s", rep.cpu_seconds);
-    println!(
+    )?;
+    outln!("  cpu               {:.2} s", rep.cpu_seconds)?;
+    outln!(
         "  peak rss          {:.1} MiB (input {:.1} MiB, engine {:.1} MiB)",
         rep.peak_rss_bytes as f64 / 1048576.0,
         rep.input_bytes as f64 / 1048576.0,
         rep.engine_memory_bytes as f64 / 1048576.0
-    );
+    )?;
     if rep.checkpoint_interval_ms.is_some() {
-        println!(
+        outln!(
             "  checkpoints       {} started: {} completed ({} late), {} failed, {} pending; {:.1} MB written at {:.0} MB/s",
             rep.checkpoints_started,
             rep.checkpoints_completed,
@@ -230,31 +237,32 @@ pub fn print(args: &Args, rep: &Report) {
             rep.checkpoints_pending,
             rep.checkpoint_bytes as f64 / 1e6,
             rep.checkpoint_write_mbps
-        );
+        )?;
         if let (Some(p50), Some(p99), Some(max)) = (
             rep.checkpoint_duration_p50_ms,
             rep.checkpoint_duration_p99_ms,
             rep.checkpoint_duration_max_ms,
         ) {
-            println!(
+            outln!(
                 "  checkpoint time   p50 {p50:.2} ms  p99 {p99:.2} ms  max {max:.2} ms (trigger → durable manifest)"
-            );
+            )?;
         }
-        println!(
+        outln!(
             "  restarts          {} (duplicates emitted: {})",
-            rep.restarts, rep.duplicates_emitted
-        );
+            rep.restarts,
+            rep.duplicates_emitted
+        )?;
         if rep.restarts > 0 && args.checkpoint_mode == CheckpointMode::AtLeastOnce {
             // The count above is of direct sinks only: at-least-once
             // checkpoints cut the streams unaligned, so committed output
             // and keyed state may hold records a restart replayed.
-            println!(
+            outln!(
                 "  at-least-once     committed output may repeat records replayed after a restart, and per-user summaries may count them twice (not counted above)"
-            );
+            )?;
         }
     }
     if let Some(s) = &rep.standby {
-        println!(
+        outln!(
             "  standby           {} on {} ({} groups, {} mode, heartbeat {} ms): {} takeovers ({} unprovoked), {} standby failures, queue peak {:.1} MiB, {} snapshots",
             s.operators.join(","),
             rep.parallelism,
@@ -266,7 +274,7 @@ pub fn print(args: &Args, rep: &Report) {
             s.standby_failures,
             s.queue_bytes_peak as f64 / 1048576.0,
             s.snapshots_published
-        );
+        )?;
         if s.takeovers > 0 {
             let f = |v: [u64; 3]| {
                 format!(
@@ -276,10 +284,10 @@ pub fn print(args: &Args, rep: &Report) {
                     opt_us(Some(v[2]))
                 )
             };
-            println!("  over the takeovers of injected faults:");
-            println!("  detect            {}", f(s.detect_us));
-            println!("  first output      {}", f(s.first_output_us));
-            println!("  caught up         {}", f(s.caught_up_us));
+            outln!("  over the takeovers of injected faults:")?;
+            outln!("  detect            {}", f(s.detect_us))?;
+            outln!("  first output      {}", f(s.first_output_us))?;
+            outln!("  caught up         {}", f(s.caught_up_us))?;
         }
     }
     // Every recovery, in order, with the kind that ran.
@@ -299,6 +307,7 @@ pub fn print(args: &Args, rep: &Report) {
             (_, Some(e), false) => format!(" — {e}"),
             _ => String::new(),
         };
-        print_recovery(&format!("{} {}", r.kind, i + 1), r, &why);
+        print_recovery(&format!("{} {}", r.kind, i + 1), r, &why)?;
     }
+    Ok(())
 }

@@ -1,0 +1,273 @@
+//! What a benchmark binary leaves behind: nothing, when it fails or is
+//! interrupted.
+//!
+//! **Leftovers.** Paths a run creates (its output, the output's staging,
+//! directories it made for `--run-dir` or `--checkpoint-dir`, its temp
+//! dir) are registered here as they are made ([`add`], [`create_dir_all`])
+//! and removed by [`remove_all`] when the run fails or is interrupted; a
+//! run that succeeds [`forget`]s what it keeps.
+//!
+//! **Signals.** [`install`] blocks `SIGINT`, `SIGTERM` and `SIGHUP` in the
+//! calling thread — call it first in `main`, so that every thread spawned
+//! later (the engine's workers among them) inherits the mask — and waits
+//! for them on a thread of its own with `sigwait`. The first signal is
+//! only noted ([`signal`]): the binary's main loop polls it, stops the job
+//! through the engine's `cancel` (which removes the job's own scratch
+//! files: standby mappings, temp checkpoints), removes its leftovers and
+//! exits with `128 + signal` (130, 143, 129), printing one line of what it
+//! removed and kept. If the main thread has not exited after the grace
+//! given to [`install`] (a long blocking step), or a second signal
+//! arrives, the signal thread does the same itself and `_exit`s: it
+//! removes the registered leftovers and this process's scratch
+//! directories (`tandem-<kind>-<pid>-…` in the temp dir and `/dev/shm`).
+//!
+//! Note: the mask is inherited across `exec`; a binary that starts child
+//! processes must unblock the signals in them.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+static LEFTOVERS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn leftovers() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LEFTOVERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes `path` (a file or a whole directory) if the run fails or is
+/// interrupted.
+pub fn add(path: impl Into<PathBuf>) {
+    let p = path.into();
+    let mut l = leftovers();
+    if !l.contains(&p) {
+        l.push(p);
+    }
+}
+
+/// `path` is the user's now (the run succeeded, or it existed before).
+pub fn forget(path: &Path) {
+    leftovers().retain(|p| p != path);
+}
+
+/// The run succeeded: nothing it made is removed.
+pub fn forget_all() {
+    leftovers().clear();
+}
+
+/// Creates `dir` and its missing parents, and registers the topmost
+/// directory it created (with everything below it) as a leftover.
+pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
+    let mut first_missing = None;
+    let mut p = Some(dir);
+    while let Some(d) = p {
+        if d.as_os_str().is_empty() || std::fs::symlink_metadata(d).is_ok() {
+            break;
+        }
+        first_missing = Some(d.to_path_buf());
+        p = d.parent();
+    }
+    std::fs::create_dir_all(dir)?;
+    if let Some(top) = first_missing {
+        add(top);
+    }
+    Ok(())
+}
+
+/// Removes every registered leftover that exists; returns those removed.
+pub fn remove_all() -> Vec<PathBuf> {
+    let list = std::mem::take(&mut *leftovers());
+    let mut removed = Vec::new();
+    for p in list {
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let r = if m.is_dir() {
+            remove_dir_retrying(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        if r.is_ok() {
+            removed.push(p);
+        }
+    }
+    removed
+}
+
+/// `remove_dir_all`, again if a thread of the run created a file in it
+/// meanwhile.
+fn remove_dir_retrying(p: &Path) -> std::io::Result<()> {
+    let mut last = Ok(());
+    for _ in 0..5 {
+        last = std::fs::remove_dir_all(p);
+        if last.is_ok() || !p.exists() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    last
+}
+
+/// The signal that interrupted the run, if one did.
+pub fn signal() -> Option<i32> {
+    match SIGNAL.load(Ordering::Acquire) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// The exit status of a run stopped by `sig`: `128 + sig`.
+pub fn exit_status(sig: i32) -> u8 {
+    (128 + sig).clamp(0, 255) as u8
+}
+
+/// `SIGINT`, `SIGTERM`, …
+pub fn name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// Paths as one line: `a, b and c`, or `nothing`.
+pub fn list(paths: &[PathBuf]) -> String {
+    match paths {
+        [] => "nothing".into(),
+        [a] => a.display().to_string(),
+        [rest @ .., last] => format!(
+            "{} and {}",
+            rest.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            last.display()
+        ),
+    }
+}
+
+fn sigset() -> libc::sigset_t {
+    // SAFETY: `sigemptyset` initialises the set we own; `sigaddset` adds
+    // valid signal numbers to it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Takes `SIGINT`, `SIGTERM` and `SIGHUP` over (see the module docs): the
+/// main thread has `grace` to stop, clean up and exit after the first.
+/// Call it before any thread is spawned.
+pub fn install(grace: Duration) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let set = sigset();
+        // SAFETY: blocks signals in this thread only; `set` is initialised.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if rc != 0 {
+            // The default actions stay: a signal ends the run as before.
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("tandem-signals".into())
+            .spawn(move || watch(set, grace));
+        if spawned.is_err() {
+            // Nobody would take the signals: let them act as before.
+            // SAFETY: as above, unblocking in this thread.
+            unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+        }
+    });
+}
+
+/// The signal thread: the first signal is noted; after `grace`, or at a
+/// second one, the process ends here.
+fn watch(set: libc::sigset_t, grace: Duration) {
+    let first = loop {
+        let mut sig = 0;
+        // SAFETY: `set` is initialised and the signals in it are blocked in
+        // every thread (inherited from `install`'s caller).
+        if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+            break sig;
+        }
+    };
+    SIGNAL.store(first, Ordering::Release);
+    let ts = libc::timespec {
+        tv_sec: grace.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: grace.subsec_nanos() as libc::c_long,
+    };
+    // A second signal or the end of the grace: whichever comes first.
+    loop {
+        // SAFETY: as above; `ts` and a null info pointer are valid.
+        let r = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+        if r >= 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+            break;
+        }
+    }
+    let mut removed = remove_all();
+    for dir in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
+        removed.extend(remove_own_scratch(&dir));
+    }
+    eprintln!(
+        "interrupted by {}: stopped without waiting for the run; removed {}",
+        name(first),
+        list(&removed)
+    );
+    // SAFETY: ends the process at once; nothing of ours needs to run.
+    unsafe { libc::_exit(exit_status(first) as i32) }
+}
+
+/// Removes this process's scratch directories in `dir`
+/// (`tandem-<kind>-<pid>-…`, see `tandem::sys::scratch`).
+fn remove_own_scratch(dir: &Path) -> Vec<PathBuf> {
+    let pid = std::process::id().to_string();
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mine = name.starts_with("tandem-") && name.split('-').nth(2) == Some(pid.as_str());
+        if mine && e.file_type().is_ok_and(|t| t.is_dir()) && remove_dir_retrying(&e.path()).is_ok()
+        {
+            removed.push(e.path());
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_dir_all_registers_the_topmost_directory_it_made() {
+        let root = std::env::temp_dir().join(format!("tandem-cleanup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let deep = root.join("a/b/c");
+        create_dir_all(&deep).unwrap();
+        assert!(leftovers().contains(&root.join("a")));
+        std::fs::write(deep.join("f"), b"x").unwrap();
+        let removed = remove_all();
+        assert!(removed.contains(&root.join("a")));
+        assert!(!root.join("a").exists() && root.exists());
+        // An existing directory is not the run's to remove.
+        create_dir_all(&root).unwrap();
+        assert!(!leftovers().contains(&root));
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn lists_read_as_a_sentence() {
+        assert_eq!(list(&[]), "nothing");
+        assert_eq!(list(&["a".into()]), "a");
+        assert_eq!(list(&["a".into(), "b".into(), "c".into()]), "a, b and c");
+    }
+}

@@ -1,0 +1,96 @@
+//! The frame every benchmark binary runs in ([`main`]): signals taken over
+//! and leftovers removed ([`crate::cleanup`]), an error printed once on
+//! standard error as `error: …` with its causes and never a backtrace
+//! (whatever `RUST_BACKTRACE` says), and output that cannot panic —
+//! [`outln!`](crate::outln) returns an error when standard output is
+//! closed or full (`> /dev/full`), [`errln!`](crate::errln) ignores one on
+//! standard error.
+
+use crate::cleanup;
+use std::fmt;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long the main thread has to stop the job and clean up after a
+/// signal before the signal thread does it (see [`crate::cleanup`]).
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// Writes a line to standard output; a failed write (a closed pipe, a full
+/// disk) is an `anyhow::Error`, never a panic.
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::cli::write_out(format_args!("\n"))
+    };
+    ($($t:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
+/// Writes a line to standard error, ignoring a failure to (there is
+/// nowhere left to say it).
+#[macro_export]
+macro_rules! errln {
+    ($($t:tt)*) => {
+        $crate::cli::write_err(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
+/// See [`outln!`](crate::outln).
+pub fn write_out(args: fmt::Arguments) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.flush())
+        .map_err(|e| anyhow::anyhow!("writing to standard output: {e}"))
+}
+
+/// See [`errln!`](crate::errln).
+pub fn write_err(args: fmt::Arguments) {
+    let _ = std::io::stderr().lock().write_fmt(args);
+}
+
+/// Notes for the line printed when a run is interrupted: what it kept.
+static KEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Says, if the run is interrupted, that `what` was kept (and why).
+pub fn kept(what: String) {
+    KEPT.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+}
+
+/// Runs a binary's `body` (see the module docs): its exit status on
+/// success; on an error, leftovers removed, the error printed and
+/// `error_status`; on a signal, leftovers removed, one line saying what was
+/// removed and kept, and `128 + signal`.
+pub fn main(error_status: u8, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
+    cleanup::install(GRACE);
+    let result = body();
+    if let Some(sig) = cleanup::signal() {
+        let removed = cleanup::remove_all();
+        let kept = KEPT.lock().unwrap_or_else(|p| p.into_inner()).join("; ");
+        errln!(
+            "interrupted by {}: stopped the run and its job's scratch files; removed {}{}",
+            cleanup::name(sig),
+            cleanup::list(&removed),
+            if kept.is_empty() {
+                String::new()
+            } else {
+                format!("; kept {kept}")
+            }
+        );
+        return ExitCode::from(cleanup::exit_status(sig));
+    }
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            cleanup::remove_all();
+            errln!("error: {}", tandem::error::report(&*e));
+            ExitCode::from(error_status)
+        }
+    }
+}
+
+/// Whether the run was interrupted; for the loops of a binary's body.
+pub fn interrupted() -> bool {
+    cleanup::signal().is_some()
+}
