@@ -5,6 +5,8 @@
 //! one) or is unexpected, in total and by the lines' `type`, with examples.
 //! Identical: status 0; different: status 1; a file that cannot be read:
 //! status 2, naming it (both are checked before either is read through).
+//! Lines are shown with their control characters escaped: they are the
+//! runs' output, not the tool's.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,6 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail};
 use tandem_fault_inject::check::{Checker, Difference, Outcome};
 
+use crate::out::{escaped, json_safe, outln};
 use crate::Verdict;
 
 /// The flags of `tandem check`.
@@ -55,8 +58,8 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> {
             identical: o.identical(),
             outcome: &o,
         };
-        serde_json::to_writer_pretty(&mut *out, &json)?;
-        writeln!(out)?;
+        let text = serde_json::to_string_pretty(&json)?;
+        writeln!(out, "{}", json_safe(&text))?;
     } else {
         report(args, &o, out)?;
     }
@@ -88,13 +91,13 @@ fn readable(what: &str, path: &Path) -> anyhow::Result<()> {
 }
 
 fn report(args: &CheckArgs, o: &Outcome, out: &mut dyn Write) -> std::io::Result<()> {
-    writeln!(
+    outln!(
         out,
         "clean   {}: {} lines",
         args.clean.display(),
         o.clean_lines
     )?;
-    writeln!(
+    outln!(
         out,
         "faulted {}: {} lines",
         args.faulted.display(),
@@ -103,31 +106,33 @@ fn report(args: &CheckArgs, o: &Outcome, out: &mut dyn Write) -> std::io::Result
     let w = o
         .by_type
         .keys()
-        .map(|t| t.chars().count())
+        .map(|t| escaped(t).chars().count())
         .chain([5])
         .max()
         .unwrap_or(5);
-    writeln!(
-        out,
+    let head = format!(
         "{:<w$}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}  {:>10}",
         "type", "clean", "faulted", "lost", "duplicated", "changed", "unexpected"
-    )?;
+    );
+    outln!(out, "{head}")?;
     for (t, n) in &o.by_type {
-        writeln!(
-            out,
+        // Escaped before it is padded, so that the columns line up.
+        let t = escaped(t);
+        let row = format!(
             "{t:<w$}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}  {:>10}",
             n.clean, n.faulted, n.lost, n.duplicated, n.changed, n.unexpected
-        )?;
+        );
+        outln!(out, "{row}")?;
     }
     let totals = format!(
         "{} lost, {} duplicated, {} changed, {} unexpected",
         o.lost, o.duplicated, o.changed, o.unexpected
     );
     if o.identical() {
-        writeln!(out, "identical: {totals}")?;
+        outln!(out, "identical: {totals}")?;
         return Ok(());
     }
-    writeln!(out, "DIFFERENT: {totals}")?;
+    outln!(out, "DIFFERENT: {totals}")?;
     if o.examples.is_empty() {
         return Ok(());
     }
@@ -142,16 +147,15 @@ fn report(args: &CheckArgs, o: &Outcome, out: &mut dyn Write) -> std::io::Result
         })
         .sum();
     if shown < o.lost + o.duplicated + o.changed + o.unexpected {
-        writeln!(
+        outln!(
             out,
             "examples (the first {}; --show N for more):",
             o.examples.len()
         )?;
     } else {
-        writeln!(out, "examples:")?;
+        outln!(out, "examples:")?;
     }
-    let line =
-        |out: &mut dyn Write, label: String, text: &str| writeln!(out, "  {label:<16} {text}");
+    let line = |out: &mut dyn Write, label: String, text: &str| outln!(out, "  {label:<16} {text}");
     for d in &o.examples {
         match d {
             Difference::Lost { line: l, missing } => line(out, format!("lost (×{missing})"), l)?,

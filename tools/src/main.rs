@@ -9,7 +9,8 @@
 //! Exit status: 0 when everything looked at is sound (or identical), 1 when
 //! a command found damage or a difference (after printing what it found),
 //! 2 on an error (a missing file, an unreadable directory, a bad flag),
-//! printed once on standard error as `error: …`, never with a backtrace.
+//! printed once on standard error as `error: …`, never with a backtrace,
+//! its control characters escaped.
 
 mod bq;
 mod check;
@@ -136,11 +137,20 @@ fn main() -> ExitCode {
         Ok(Verdict::Fail) => ExitCode::from(1),
         Err(e) => {
             let _ = out.flush();
-            // Not `eprintln!`: a closed standard error is no reason to panic.
-            let _ = writeln!(std::io::stderr(), "error: {}", tandem::error::report(&*e));
-            ExitCode::from(2)
+            error(&*e)
         }
     }
+}
+
+/// Prints `e` once on standard error as `error: …` (each line's control
+/// characters escaped: messages quote paths and names read from files);
+/// status 2.
+fn error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    let text = tandem::error::report(e);
+    let lines: Vec<_> = text.lines().map(out::escaped).collect();
+    // Not `eprintln!`: a closed standard error is no reason to panic.
+    let _ = writeln!(std::io::stderr(), "error: {}", lines.join("\n"));
+    ExitCode::from(2)
 }
 
 #[cfg(test)]

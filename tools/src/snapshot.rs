@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use tandem::checkpoint::{self, CheckpointError, Manifest, SnapshotFile, SnapshotHeader};
 
+use crate::out::outln;
 use crate::time::rfc3339_ms;
 use crate::Verdict;
 
@@ -41,7 +42,7 @@ pub fn ls(dir: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
             Ok(m) => {
                 print_manifest(&m, false, out)?;
             }
-            Err(e) => writeln!(out, "{}: unreadable manifest: {e}", path.display())?,
+            Err(e) => outln!(out, "{}: unreadable manifest: {e}", path.display())?,
         }
     }
     // Unpublished leftovers: directories without a manifest, `.tmp` files.
@@ -62,7 +63,7 @@ pub fn ls(dir: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
             .collect();
         left.sort();
         for n in left {
-            writeln!(out, "unpublished: {n}")?;
+            outln!(out, "unpublished: {n}")?;
         }
     }
     Ok(Verdict::Pass)
@@ -71,7 +72,7 @@ pub fn ls(dir: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
 /// Prints a manifest and its files, each verified when `detail`; returns
 /// how many of them are corrupt.
 fn print_manifest(m: &Manifest, detail: bool, out: &mut dyn Write) -> std::io::Result<usize> {
-    writeln!(
+    outln!(
         out,
         "{:?} {}  created {}  {} file(s)  {} payload bytes  (format {})",
         m.kind,
@@ -83,7 +84,7 @@ fn print_manifest(m: &Manifest, detail: bool, out: &mut dyn Write) -> std::io::R
     )?;
     let mut bad = 0;
     for f in &m.files {
-        writeln!(
+        outln!(
             out,
             "  {}#{}  {}  {} bytes (payload {})  xxh3 {:#018x}  positions {}",
             f.operator,
@@ -96,10 +97,10 @@ fn print_manifest(m: &Manifest, detail: bool, out: &mut dyn Write) -> std::io::R
         )?;
         if detail {
             match m.open(f) {
-                Ok(_) => writeln!(out, "    verified")?,
+                Ok(_) => outln!(out, "    verified")?,
                 Err(e) => {
                     bad += 1;
-                    writeln!(out, "    CORRUPT: {e}")?
+                    outln!(out, "    CORRUPT: {e}")?
                 }
             }
         }
@@ -125,7 +126,7 @@ pub fn inspect(path: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
         match Manifest::load(path) {
             Ok(m) => print_manifest(&m, true, out)?,
             Err(e @ CheckpointError::Manifest { .. }) => {
-                writeln!(out, "CORRUPT: {e}")?;
+                outln!(out, "CORRUPT: {e}")?;
                 1
             }
             Err(e) => return Err(e.into()),
@@ -144,7 +145,7 @@ pub fn inspect(path: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
 fn published(dir: &Path, out: &mut dyn Write) -> anyhow::Result<Manifests> {
     let all = manifests(dir)?;
     if all.is_empty() {
-        writeln!(
+        outln!(
             out,
             "{}: no published checkpoint or savepoint",
             dir.display()
@@ -161,7 +162,7 @@ fn inspect_dir(dir: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
             Ok(m) => bad += print_manifest(&m, true, out)?,
             Err(e) => {
                 bad += 1;
-                writeln!(out, "{}: CORRUPT: unreadable manifest: {e}", p.display())?
+                outln!(out, "{}: CORRUPT: unreadable manifest: {e}", p.display())?
             }
         }
     }
@@ -178,36 +179,37 @@ fn inspect_file(path: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
                 .read_to_end(&mut block)
         })
         .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    writeln!(out, "file           : {}", path.display())?;
+    outln!(out, "file           : {}", path.display())?;
     let h = match SnapshotHeader::decode(&block, path) {
         Ok(h) => h,
         Err(e) => {
-            writeln!(out, "verify         : CORRUPT: {e}")?;
+            outln!(out, "verify         : CORRUPT: {e}")?;
             return Ok(1);
         }
     };
-    writeln!(
+    outln!(
         out,
         "format version : {}",
         checkpoint::format::FORMAT_VERSION
     )?;
-    writeln!(out, "checkpoint id  : {}", h.checkpoint_id)?;
-    writeln!(out, "operator       : {}#{}", h.operator, h.instance)?;
-    writeln!(out, "positions      : {}", fmt_positions(&h.positions))?;
-    writeln!(out, "created        : {}", rfc3339_ms(h.created_at_ms))?;
-    writeln!(
+    outln!(out, "checkpoint id  : {}", h.checkpoint_id)?;
+    outln!(out, "operator       : {}#{}", h.operator, h.instance)?;
+    outln!(out, "positions      : {}", fmt_positions(&h.positions))?;
+    outln!(out, "created        : {}", rfc3339_ms(h.created_at_ms))?;
+    outln!(
         out,
         "payload        : {} bytes, xxh3 {:#018x}",
-        h.payload_len, h.payload_checksum
+        h.payload_len,
+        h.payload_checksum
     )?;
-    writeln!(out, "file length    : {} bytes expected", h.file_len())?;
+    outln!(out, "file length    : {} bytes expected", h.file_len())?;
     match SnapshotFile::open(path) {
         Ok(_) => {
-            writeln!(out, "verify         : ok")?;
+            outln!(out, "verify         : ok")?;
             Ok(0)
         }
         Err(e) => {
-            writeln!(out, "verify         : CORRUPT: {e}")?;
+            outln!(out, "verify         : CORRUPT: {e}")?;
             Ok(1)
         }
     }
@@ -221,16 +223,16 @@ pub fn verify(dir: &Path, out: &mut dyn Write) -> anyhow::Result<Verdict> {
         let m = match m {
             Ok(m) => m,
             Err(e) => {
-                writeln!(out, "CORRUPT {}: {e}", path.display())?;
+                outln!(out, "CORRUPT {}: {e}", path.display())?;
                 bad += 1;
                 continue;
             }
         };
         for f in &m.files {
             match m.open(f) {
-                Ok(_) => writeln!(out, "ok      {:?} {} {}", m.kind, m.id, f.path)?,
+                Ok(_) => outln!(out, "ok      {:?} {} {}", m.kind, m.id, f.path)?,
                 Err(e) => {
-                    writeln!(out, "CORRUPT {:?} {} {}: {e}", m.kind, m.id, f.path)?;
+                    outln!(out, "CORRUPT {:?} {} {}: {e}", m.kind, m.id, f.path)?;
                     bad += 1;
                 }
             }
