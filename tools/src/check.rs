@@ -3,11 +3,13 @@
 //! ([`tandem_fault_inject::check::Checker`]): both files as multisets of
 //! lines, what was lost, duplicated, changed (a line with the key of a lost
 //! one) or is unexpected, in total and by the lines' `type`, with examples.
-//! Identical: status 0; different: status 1; a file that cannot be read:
-//! status 2, naming it (both are checked before either is read through).
-//! Lines are shown with their control characters escaped: they are the
-//! runs' output, not the tool's.
+//! Identical: status 0; different: status 1; a file that cannot be read —
+//! missing, not a regular file (a FIFO, a device), a line longer than
+//! [`MAX_LINE`](tandem_fault_inject::check::MAX_LINE): status 2, naming it
+//! (both files are checked before either is read through). Lines are shown with their control
+//! characters escaped: they are the runs' output, not the tool's.
 
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -78,15 +80,10 @@ struct Json<'a> {
     outcome: &'a Outcome,
 }
 
-/// `path` is a file this process can open.
+/// `path` is a regular file this process can open.
 fn readable(what: &str, path: &Path) -> anyhow::Result<()> {
-    let f = std::fs::File::open(path).map_err(|e| anyhow!("{what} {}: {e}", path.display()))?;
-    let meta = f
-        .metadata()
+    tandem::sys::file::open_regular(path, OpenOptions::new().read(true))
         .map_err(|e| anyhow!("{what} {}: {e}", path.display()))?;
-    if meta.is_dir() {
-        bail!("{what} {}: is a directory, not a file", path.display());
-    }
     Ok(())
 }
 

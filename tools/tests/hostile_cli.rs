@@ -1,12 +1,17 @@
-//! `tandem` on hostile input never hangs, crashes or lies: control
-//! characters from the files never reach the terminal. Every run is killed
-//! after 10 s and then fails its test.
+//! `tandem` on hostile input never hangs, crashes or lies: a FIFO or a
+//! device where a file should be is an error, not a wait or an endless
+//! read; a directory without checkpoints is no sound store; damage `ls`
+//! sees sets its status; a symlink loop is called one; control characters
+//! from the files never reach the terminal. Every run is killed after 10 s
+//! and then fails its test.
 
 mod common;
 
 use std::ffi::OsStr;
 use std::fs;
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use common::{store, tandem_within, Run};
 
@@ -28,6 +33,11 @@ impl Drop for Dir {
     }
 }
 
+fn mkfifo(p: &Path) {
+    let ok = Command::new("mkfifo").arg(p).status().unwrap().success();
+    assert!(ok, "mkfifo {}", p.display());
+}
+
 /// `tandem ARGS… PATH…`, captured, within the time limit.
 fn run(args: &[&str], paths: &[&Path]) -> Run {
     let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
@@ -41,6 +51,196 @@ fn assert_error(r: &Run, needle: &str, what: &str) {
     assert!(r.stderr.starts_with("error: "), "{what}: {}", r.stderr);
     assert!(r.stderr.contains(needle), "{what}: {}", r.stderr);
     assert!(!r.stderr.contains("panicked"), "{what}: {}", r.stderr);
+}
+
+#[test]
+fn a_fifo_or_a_device_named_on_the_command_line_is_an_error_not_a_wait() {
+    let d = Dir::new("named-fifo");
+    let fifo = d.0.join("fifo");
+    mkfifo(&fifo);
+    let fifo_json = d.0.join("manifest-9.json");
+    symlink(&fifo, &fifo_json).unwrap();
+    let zero_json = d.0.join("zero.json");
+    symlink("/dev/zero", &zero_json).unwrap();
+    let clean = d.0.join("clean.jsonl");
+    fs::write(&clean, "{\"seq\":1}\n").unwrap();
+    for (args, paths, needle) in [
+        (&["bq", "inspect"][..], vec![&*fifo], "a FIFO"),
+        (
+            &["bq", "inspect"],
+            vec![Path::new("/dev/zero")],
+            "character device",
+        ),
+        (&["snapshot", "inspect"], vec![&*fifo], "a FIFO"),
+        (&["snapshot", "inspect"], vec![&*fifo_json], "a FIFO"),
+        (
+            &["snapshot", "inspect"],
+            vec![&*zero_json],
+            "character device",
+        ),
+        (&["snapshot", "ls"], vec![&*fifo], "not a directory"),
+        (&["snapshot", "verify"], vec![&*fifo], "not a directory"),
+        (&["check"], vec![&*fifo, &*clean], "a FIFO"),
+        (&["check"], vec![&*clean, &*fifo], "a FIFO"),
+        (
+            &["check"],
+            vec![&*clean, Path::new("/dev/zero")],
+            "character device",
+        ),
+    ] {
+        let r = run(args, &paths);
+        assert_error(&r, needle, &format!("{args:?} {paths:?}"));
+    }
+}
+
+#[test]
+fn a_fifo_or_a_device_inside_a_store_is_damage_not_a_wait() {
+    let d = Dir::new("store-fifo");
+    store(&d.0);
+    // A manifest that is a FIFO, one that is `/dev/zero`, a snapshot file
+    // that is a FIFO, a savepoint whose manifest is a FIFO.
+    mkfifo(&d.0.join("manifest-7.json"));
+    symlink("/dev/zero", d.0.join("manifest-8.json")).unwrap();
+    let snap = d.0.join("chk-2/sum-0.snap");
+    fs::remove_file(&snap).unwrap();
+    mkfifo(&snap);
+    fs::create_dir(d.0.join("sp-5")).unwrap();
+    mkfifo(&d.0.join("sp-5/manifest.json"));
+    for args in [
+        &["snapshot", "ls"][..],
+        &["snapshot", "verify"],
+        &["snapshot", "inspect"],
+    ] {
+        let r = run(args, &[&d.0]);
+        assert_eq!(r.code, Some(1), "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("Checkpoint 1"), "{args:?}: {}", r.stdout);
+        for name in ["manifest-7.json", "manifest-8.json", "sp-5/manifest.json"] {
+            assert!(
+                r.stdout
+                    .lines()
+                    .any(|l| l.contains("CORRUPT") && l.contains(name)),
+                "{args:?}: {name}: {}",
+                r.stdout
+            );
+        }
+        assert!(
+            r.stdout.contains("a FIFO, not a regular file"),
+            "{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains("a character device, not a regular file"),
+            "{}",
+            r.stdout
+        );
+    }
+    let r = run(&["snapshot", "verify"], &[&d.0]);
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("CORRUPT Checkpoint 2") && l.contains("a FIFO")),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn a_directory_without_checkpoints_is_an_error_not_a_sound_store() {
+    let d = Dir::new("empty");
+    let empty = d.0.join("empty");
+    fs::create_dir(&empty).unwrap();
+    // A savepoint directory whose manifest never got written.
+    let sp = d.0.join("sp-7");
+    fs::create_dir(&sp).unwrap();
+    fs::write(sp.join("sum-0.snap"), [0u8; 8192]).unwrap();
+    for dir in [&*empty, &sp, Path::new("/proc")] {
+        for args in [
+            &["snapshot", "ls"][..],
+            &["snapshot", "verify"],
+            &["snapshot", "inspect"],
+        ] {
+            let r = run(args, &[dir]);
+            assert_error(
+                &r,
+                "holds no checkpoint or savepoint",
+                &format!("{args:?} {}", dir.display()),
+            );
+        }
+    }
+    // `ls` still shows the leftovers it found.
+    fs::create_dir(empty.join("chk-3")).unwrap();
+    let r = run(&["snapshot", "ls"], &[&empty]);
+    assert_error(&r, "holds no checkpoint", "ls with a leftover");
+    assert!(r.stdout.contains("unpublished: chk-3"), "{}", r.stdout);
+}
+
+#[test]
+fn ls_exits_1_on_the_damage_it_sees_as_verify_does() {
+    let d = Dir::new("ls-damage");
+    store(&d.0);
+    fs::write(d.0.join("manifest-2.json"), b"{ not json").unwrap();
+    for args in [&["snapshot", "ls"][..], &["snapshot", "verify"]] {
+        let r = run(args, &[&d.0]);
+        assert_eq!(r.code, Some(1), "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("CORRUPT"), "{args:?}: {}", r.stdout);
+        assert!(
+            r.stdout.contains("manifest-2.json"),
+            "{args:?}: {}",
+            r.stdout
+        );
+        assert!(r.stderr.contains("1 problem(s) found"), "{}", r.stderr);
+    }
+    // An unfinished savepoint is a leftover, not damage.
+    fs::remove_file(d.0.join("manifest-2.json")).unwrap();
+    fs::create_dir(d.0.join("sp-9")).unwrap();
+    let r = run(&["snapshot", "ls"], &[&d.0]);
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("unpublished: sp-9"), "{}", r.stdout);
+}
+
+#[test]
+fn a_symlink_loop_is_reported_as_a_symlink_loop() {
+    let d = Dir::new("loop");
+    store(&d.0);
+    // A savepoint whose manifest is a symlink loop: it was silently
+    // skipped (in a store) or taken for an empty store (named itself).
+    let sp = d.0.join("sp-4");
+    fs::create_dir(&sp).unwrap();
+    symlink("b", sp.join("a")).unwrap();
+    symlink("a", sp.join("b")).unwrap();
+    symlink("a", sp.join("manifest.json")).unwrap();
+    for dir in [&d.0, &sp] {
+        for args in [
+            &["snapshot", "ls"][..],
+            &["snapshot", "verify"],
+            &["snapshot", "inspect"],
+        ] {
+            let r = run(args, &[dir]);
+            let what = format!("{args:?} {}", dir.display());
+            assert_eq!(r.code, Some(1), "{what}: {}{}", r.stdout, r.stderr);
+            assert!(
+                r.stdout.lines().any(|l| l.contains("CORRUPT")
+                    && l.contains("sp-4/manifest.json")
+                    && l.contains("a symlink loop: Too many levels of symbolic links")),
+                "{what}: {}",
+                r.stdout
+            );
+            assert!(!r.stderr.contains("holds no"), "{what}: {}", r.stderr);
+        }
+    }
+    // Named on the command line: an error that says so.
+    let a = sp.join("a");
+    for args in [
+        &["snapshot", "inspect"][..],
+        &["snapshot", "ls"],
+        &["bq", "inspect"],
+    ] {
+        let r = run(args, &[&a]);
+        assert_error(&r, "a symlink loop: Too many levels", &format!("{args:?}"));
+        assert!(!r.stderr.contains("No such file"), "{}", r.stderr);
+    }
+    let r = run(&["check"], &[&a, &a]);
+    assert_error(&r, "a symlink loop", "check");
 }
 
 #[test]
