@@ -5,8 +5,9 @@
 //! one) or is unexpected, in total and by the lines' `type`, with examples.
 //! Identical: status 0; different: status 1; a file that cannot be read —
 //! missing, not a regular file (a FIFO, a device), a line longer than
-//! [`MAX_LINE`](tandem_fault_inject::check::MAX_LINE): status 2, naming it
-//! (both files are checked before either is read through). Lines are shown with their control
+//! [`MAX_LINE`](tandem_fault_inject::check::MAX_LINE) — or a `--key` that
+//! no line of either file has: status 2, naming it (both files are checked
+//! before either is read through). Lines are shown with their control
 //! characters escaped: they are the runs' output, not the tool's.
 
 use std::fs::OpenOptions;
@@ -28,7 +29,8 @@ pub struct CheckArgs {
     pub faulted: PathBuf,
     /// JSON field naming a line's key, to tell a changed line from an
     /// unexpected one; repeat it for fallbacks (the first a line has wins).
-    /// Default: `seq`, then `user_id`.
+    /// Default: `seq`, then `user_id`. A field that no line of either file
+    /// has is refused.
     #[arg(long = "key", value_name = "FIELD")]
     pub keys: Vec<String>,
     /// Differences to show as examples (all are counted).
@@ -55,6 +57,18 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> {
         examples: args.show,
     };
     let o = checker.compare_files(&args.clean, &args.faulted)?;
+    let lines = o.clean_lines + o.faulted_lines;
+    if let Some(k) = args
+        .keys
+        .iter()
+        .find(|k| lines > 0 && !o.keys_found.contains(*k))
+    {
+        bail!(
+            "--key {k:?}: no line of {} or {} has this field",
+            args.clean.display(),
+            args.faulted.display()
+        );
+    }
     if args.json {
         let json = Json {
             identical: o.identical(),

@@ -2,8 +2,8 @@
 //! device where a file should be is an error, not a wait or an endless
 //! read; a directory without checkpoints is no sound store; damage `ls`
 //! sees sets its status; a symlink loop is called one; control characters
-//! from the files never reach the terminal. Every run is killed after 10 s
-//! and then fails its test.
+//! from the files never reach the terminal; a `--key` no line has is
+//! refused. Every run is killed after 10 s and then fails its test.
 
 mod common;
 
@@ -295,4 +295,30 @@ fn control_characters_read_from_files_are_shown_escaped() {
     let r = run(&["snapshot", "inspect"], &[&d.0.join("no\x1b[2Jsuch")]);
     assert_error(&r, "no\\u{1b}[2Jsuch", "an escape in a missing path");
     assert!(!raw(&r.stderr.replace('\n', "")), "{:?}", r.stderr);
+}
+
+#[test]
+fn a_key_that_no_line_has_is_refused() {
+    let d = Dir::new("keys");
+    let clean = d.0.join("clean.jsonl");
+    let faulted = d.0.join("faulted.jsonl");
+    fs::write(
+        &clean,
+        "{\"seq\":1,\"v\":1}\n{\"seq\":2,\"note\":\"nosuch\"}\n",
+    )
+    .unwrap();
+    fs::write(&faulted, "{\"seq\":1,\"v\":2}\n").unwrap();
+    // `nosuch` is in a line, but only as a value.
+    for keys in [
+        &["--key", "nosuch"][..],
+        &["--key", "seq", "--key", "nosuch"],
+    ] {
+        let mut args = vec!["check"];
+        args.extend(keys);
+        let r = run(&args, &[&clean, &faulted]);
+        assert_error(&r, "--key \"nosuch\": no line of", &format!("{keys:?}"));
+        assert!(r.stdout.is_empty(), "{}", r.stdout);
+    }
+    let r = run(&["check", "--key", "v"], &[&clean, &faulted]);
+    assert_eq!(r.code, Some(1), "{}{}", r.stdout, r.stderr);
 }
