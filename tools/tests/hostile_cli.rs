@@ -3,7 +3,8 @@
 //! read; a directory without checkpoints is no sound store; damage `ls`
 //! sees sets its status; a symlink loop is called one; control characters
 //! from the files never reach the terminal; a `--key` no line has is
-//! refused. Every run is killed after 10 s and then fails its test.
+//! refused; a standard output that cannot be written is an error printed
+//! once. Every run is killed after 10 s and then fails its test.
 
 mod common;
 
@@ -321,4 +322,39 @@ fn a_key_that_no_line_has_is_refused() {
     }
     let r = run(&["check", "--key", "v"], &[&clean, &faulted]);
     assert_eq!(r.code, Some(1), "{}{}", r.stdout, r.stderr);
+}
+
+#[test]
+fn a_standard_output_that_cannot_be_written_is_an_error_printed_once() {
+    let d = Dir::new("full");
+    store(&d.0);
+    let queue = d.0.join("q.bq");
+    let q = common::small_queue(&queue);
+    q.push(1, b"one").unwrap();
+    drop(q);
+    let clean = d.0.join("clean.jsonl");
+    fs::write(&clean, "{\"seq\":1}\n").unwrap();
+    let store_arg = d.0.as_os_str();
+    let queue_arg = queue.as_os_str();
+    let clean_arg = clean.as_os_str();
+    let runs: [&[&OsStr]; 8] = [
+        &["info".as_ref()],
+        &["--help".as_ref()],
+        &["--version".as_ref()],
+        &["snapshot".as_ref(), "help".as_ref()],
+        &["snapshot".as_ref(), "ls".as_ref(), store_arg],
+        &["snapshot".as_ref(), "verify".as_ref(), store_arg],
+        &["bq".as_ref(), "inspect".as_ref(), queue_arg],
+        &["check".as_ref(), clean_arg, clean_arg],
+    ];
+    for args in runs {
+        let full = fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let r = tandem_within(args, Some(full));
+        assert_error(&r, "writing to standard output", &format!("{args:?}"));
+        assert_eq!(r.stderr.lines().count(), 1, "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("acktrace"), "{args:?}: {}", r.stderr);
+    }
 }
