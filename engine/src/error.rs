@@ -195,6 +195,21 @@ pub enum JobError {
 
     #[error("checkpoint: {0}")]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// The directory a job was to restore from holds no checkpoint or
+    /// savepoint, or none that verifies (`skipped`: each one and why).
+    #[error(
+        "{path}: {}",
+        if skipped.is_empty() {
+            "holds no checkpoint or savepoint to restore from (no manifest.json, no manifest-<id>.json)".to_string()
+        } else {
+            format!("holds no valid checkpoint to restore from ({})", skipped.join("; "))
+        },
+        path = path.display()
+    )]
+    NoRestorePoint { path: PathBuf, skipped: Vec<String> },
+    /// A savepoint was asked of a job that cannot take one.
+    #[error("cannot take a savepoint: {reason}")]
+    NoSavepoint { reason: String },
     /// A checkpoint or savepoint does not fit the job.
     #[error("checkpoint {id} does not fit job: {reason}")]
     Incompatible { id: u64, reason: String },

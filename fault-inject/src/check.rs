@@ -13,6 +13,12 @@
 //! by the line's `type` (record, summary …), so that per-key summaries
 //! are reported apart.
 //!
+//! The outputs are untrusted: [`Checker::compare_files`] opens regular
+//! files only (a FIFO would block, `/dev/zero` never end) and reads no
+//! more than their length when opened; a line longer than [`MAX_LINE`]
+//! is an error, not an allocation as large as the file; an output that
+//! changes between the two passes is an error, not a panic.
+//!
 //! ```
 //! use tandem_fault_inject::check::Checker;
 //!
@@ -24,10 +30,15 @@
 //! ```
 
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::OpenOptions;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_128;
+
+/// The longest line read: 64 MiB (a record or summary line is a few
+/// hundred bytes; a file without line breaks is not line-oriented output).
+pub const MAX_LINE: usize = 64 << 20;
 
 /// How lines are keyed, and how much is kept to show.
 #[derive(Clone, Debug)]
@@ -115,6 +126,10 @@ pub struct Outcome {
     pub by_type: BTreeMap<String, Tally>,
     /// Up to [`Checker::examples`] differences.
     pub examples: Vec<Difference>,
+    /// The [`Checker::keys`] that some line of either output has as a
+    /// top-level field (a key no line has keys nothing: a misspelt one).
+    #[serde(skip)]
+    pub keys_found: BTreeSet<String>,
 }
 
 impl Outcome {
@@ -151,17 +166,44 @@ fn line_type(line: &[u8]) -> &[u8] {
     &rest[..end]
 }
 
-fn each_line(r: impl Read, mut f: impl FnMut(&[u8])) -> io::Result<u64> {
+/// Whether the JSON object `line` has the top-level field `key` — looked
+/// for in the text first, parsed only where the name is there.
+fn has_key(line: &[u8], key: &str) -> bool {
+    let quoted = format!("\"{key}\"");
+    line.windows(quoted.len()).any(|w| w == quoted.as_bytes())
+        && matches!(
+            serde_json::from_slice::<serde_json::Value>(line),
+            Ok(serde_json::Value::Object(m)) if m.contains_key(key)
+        )
+}
+
+/// Calls `f` on each line of `r` (without its `\n`); returns how many.
+fn each_line(r: impl Read, f: impl FnMut(&[u8])) -> io::Result<u64> {
+    lines_within(r, MAX_LINE, f)
+}
+
+/// [`each_line`] with lines of at most `max` bytes.
+fn lines_within(r: impl Read, max: usize, mut f: impl FnMut(&[u8])) -> io::Result<u64> {
     let mut r = BufReader::with_capacity(1 << 20, r);
     let mut line = Vec::new();
     let mut n = 0;
     loop {
         line.clear();
-        if r.read_until(b'\n', &mut line)? == 0 {
+        // At most one byte more than a line may hold, newline included.
+        if (&mut r).take(max as u64 + 1).read_until(b'\n', &mut line)? == 0 {
             return Ok(n);
         }
         if line.last() == Some(&b'\n') {
             line.pop();
+        }
+        if line.len() > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "line {} is longer than {max} bytes: not line-oriented output",
+                    n + 1
+                ),
+            ));
         }
         f(&line);
         n += 1;
@@ -169,10 +211,12 @@ fn each_line(r: impl Read, mut f: impl FnMut(&[u8])) -> io::Result<u64> {
 }
 
 impl Checker {
-    /// Compares the files `clean` and `faulted`.
+    /// Compares the files `clean` and `faulted` (regular files, each read
+    /// up to its length when opened).
     pub fn compare_files(&self, clean: &Path, faulted: &Path) -> io::Result<Outcome> {
         let open = |p: &Path| {
-            std::fs::File::open(p)
+            tandem::sys::file::open_regular(p, OpenOptions::new().read(true))
+                .map(|(f, len)| f.take(len))
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
         };
         // Opened twice each: counted, then (only if they differ) the
@@ -194,14 +238,25 @@ impl Checker {
         let mut out = Outcome::default();
         let mut types: BTreeMap<String, Tally> = BTreeMap::new();
         let ty = |line: &[u8]| String::from_utf8_lossy(line_type(line)).into_owned();
+        let mut keys_found = BTreeSet::new();
+        let mut find_keys = |l: &[u8]| {
+            for k in &self.keys {
+                if !keys_found.contains(k) && has_key(l, k) {
+                    keys_found.insert(k.clone());
+                }
+            }
+        };
         out.clean_lines = each_line(clean()?, |l| {
             counts.entry(xxh3_128(l)).or_default().0 += 1;
             types.entry(ty(l)).or_default().clean += 1;
+            find_keys(l);
         })?;
         out.faulted_lines = each_line(faulted()?, |l| {
             counts.entry(xxh3_128(l)).or_default().1 += 1;
             types.entry(ty(l)).or_default().faulted += 1;
+            find_keys(l);
         })?;
+        out.keys_found = keys_found;
         let diff: HashMap<u128, (u64, u64)> =
             counts.into_iter().filter(|(_, (c, f))| c != f).collect();
         out.by_type = types;
@@ -218,6 +273,14 @@ impl Checker {
         };
         each_line(clean()?, &mut keep)?;
         each_line(faulted()?, &mut keep)?;
+        // Every differing line was read in the first pass; one missing in
+        // the second means a file changed in between.
+        if text.len() < diff.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "an output changed while it was being compared (read twice, it differed)",
+            ));
+        }
         let mut lost: Vec<(u128, u64)> = Vec::new();
         let mut extra: Vec<u128> = Vec::new();
         for (&h, &(c, f)) in &diff {
@@ -409,6 +472,77 @@ mod tests {
         let o = c.compare(clean.as_bytes(), b"").unwrap();
         assert_eq!(o.lost, 100);
         assert_eq!(o.examples.len(), 3);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_limit_is_an_error_not_an_allocation() {
+        let count = |text: &[u8]| lines_within(text, 8, |_| {});
+        let e = count(b"12345678\n123456789\n").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            e.to_string().contains("line 2 is longer than 8 bytes"),
+            "{e}"
+        );
+        assert!(count(b"123456789").is_err());
+        // A line of the limit exactly, newline or not, is a line.
+        assert_eq!(count(b"12345678\n12345678").unwrap(), 2);
+        assert_eq!(count(b"12345678\n\n").unwrap(), 2);
+    }
+
+    #[test]
+    fn an_output_that_changes_between_the_passes_is_an_error_not_a_panic() {
+        let first = [rec(1, 1), rec(2, 2)].concat();
+        let second = [rec(1, 1), rec(2, 9)].concat();
+        let mut reads = 0;
+        let mut clean = || {
+            reads += 1;
+            Ok(if reads == 1 {
+                first.as_bytes()
+            } else {
+                second.as_bytes()
+            })
+        };
+        let e = Checker::default()
+            .compare_with(&mut clean, &mut || Ok(b"".as_slice()))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("changed while it was being compared"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_keys_some_line_has_are_told_from_those_none_has() {
+        let c = Checker {
+            keys: vec!["seq".into(), "user_id".into(), "v".into(), "nosuch".into()],
+            ..Checker::default()
+        };
+        // `user_id` only inside a value, `v` only in the faulted output.
+        let clean = "{\"seq\":1,\"note\":\"user_id\"}\n";
+        let faulted = "{\"seq\":1,\"v\":2}\n[\"nosuch\"]\n";
+        let o = c.compare(clean.as_bytes(), faulted.as_bytes()).unwrap();
+        let found: Vec<&str> = o.keys_found.iter().map(String::as_str).collect();
+        assert_eq!(found, ["seq", "v"]);
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_not_waited_on() {
+        let dir = std::env::temp_dir().join(format!("tandem-check-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, fifo) = (dir.join("a"), dir.join("fifo"));
+        std::fs::write(&a, rec(1, 1)).unwrap();
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        for other in [&*fifo, Path::new("/dev/zero")] {
+            let e = Checker::default().compare_files(&a, other).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -4,12 +4,19 @@
 //! an error (status 2); one that is not a queue of this format, or whose
 //! entries are damaged, is damage (status 1). Figures read from a damaged
 //! header are printed as they are, never trusted for arithmetic.
+//!
+//! Only a regular file is opened (a FIFO would block, `/dev/zero` never
+//! end), and it is read into memory, not mapped
+//! ([`BufferQueue::open_read_only`]): the queue of a running job may be
+//! truncated or removed while it is read, which would kill a mapped reader
+//! with `SIGBUS`; here it is an error naming the file.
 
 use std::io::Write;
 use std::path::Path;
 
 use tandem::standby::bq::{BqError, BufferQueue};
 
+use crate::out::outln;
 use crate::Verdict;
 
 /// A reader cursor of `u64::MAX`: the reader slot is released.
@@ -20,8 +27,8 @@ pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Ve
     let q = match BufferQueue::open_read_only(file) {
         Ok(q) => q,
         Err(e @ BqError::Invalid { .. }) => {
-            writeln!(out, "{}", file.display())?;
-            writeln!(out, "  INVALID: {e}")?;
+            outln!(out, "{}", file.display())?;
+            outln!(out, "  INVALID: {e}")?;
             return Ok(Verdict::Fail);
         }
         Err(e) => return Err(e.into()),
@@ -30,8 +37,8 @@ pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Ve
     let (head, tail) = (q.head(), q.tail());
     // Validated first: the arena figures are only read from a sound queue.
     let valid = q.validate();
-    writeln!(out, "{}", file.display())?;
-    writeln!(
+    outln!(out, "{}", file.display())?;
+    outln!(
         out,
         "  format {}  slots {}  arena {} bytes  readers {}",
         tandem::standby::bq::VERSION,
@@ -41,19 +48,19 @@ pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Ve
     )?;
     let held = tail.checked_sub(head).filter(|&n| n <= c.slots);
     match held {
-        Some(n) if valid.is_ok() => writeln!(
+        Some(n) if valid.is_ok() => outln!(
             out,
             "  positions [{head}, {tail})  held {n}  ({:.1} % of slots, {} arena bytes = {:.1} %)",
             n as f64 * 100.0 / c.slots as f64,
             q.arena_used(),
             q.arena_used() as f64 * 100.0 / c.arena as f64
         )?,
-        Some(n) => writeln!(
+        Some(n) => outln!(
             out,
             "  positions [{head}, {tail})  held {n}  ({:.1} % of slots)",
             n as f64 * 100.0 / c.slots as f64
         )?,
-        None => writeln!(
+        None => outln!(
             out,
             "  positions [{head}, {tail})  (not a range of held entries)"
         )?,
@@ -64,7 +71,7 @@ pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Ve
             p => format!("{r}:{p}"),
         })
         .collect();
-    writeln!(
+    outln!(
         out,
         "  covered by a snapshot below {}  reader cursors {}",
         q.covered(),
@@ -73,7 +80,7 @@ pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Ve
     if held.is_some_and(|n| n > 0) {
         let first = q.get(head).map(|e| e.tuple_id);
         let last = q.get(tail - 1).map(|e| e.tuple_id);
-        writeln!(
+        outln!(
             out,
             "  tuple IDs {} ..= {}",
             first.map_or("?".into(), |t| t.to_string()),
@@ -88,7 +95,7 @@ pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Ve
                     .chars()
                     .map(|ch| if ch.is_control() { '.' } else { ch })
                     .collect();
-                writeln!(
+                outln!(
                     out,
                     "    #{:<10} id {:<20} {:>6} bytes  {preview}",
                     e.position,
@@ -100,11 +107,11 @@ pub fn inspect(file: &Path, show: u64, out: &mut dyn Write) -> anyhow::Result<Ve
     }
     match valid {
         Ok(n) => {
-            writeln!(out, "  valid ({n} entries checked)")?;
+            outln!(out, "  valid ({n} entries checked)")?;
             Ok(Verdict::Pass)
         }
         Err(e) => {
-            writeln!(out, "  INVALID: {e}")?;
+            outln!(out, "  INVALID: {e}")?;
             Ok(Verdict::Fail)
         }
     }

@@ -3,15 +3,21 @@
 //! ([`tandem_fault_inject::check::Checker`]): both files as multisets of
 //! lines, what was lost, duplicated, changed (a line with the key of a lost
 //! one) or is unexpected, in total and by the lines' `type`, with examples.
-//! Identical: status 0; different: status 1; a file that cannot be read:
-//! status 2, naming it (both are checked before either is read through).
+//! Identical: status 0; different: status 1; a file that cannot be read —
+//! missing, not a regular file (a FIFO, a device), a line longer than
+//! [`MAX_LINE`](tandem_fault_inject::check::MAX_LINE) — or a `--key` that
+//! no line of either file has: status 2, naming it (both files are checked
+//! before either is read through). Lines are shown with their control
+//! characters escaped: they are the runs' output, not the tool's.
 
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail};
 use tandem_fault_inject::check::{Checker, Difference, Outcome};
 
+use crate::out::{escaped, json_safe, outln};
 use crate::Verdict;
 
 /// The flags of `tandem check`.
@@ -23,7 +29,8 @@ pub struct CheckArgs {
     pub faulted: PathBuf,
     /// JSON field naming a line's key, to tell a changed line from an
     /// unexpected one; repeat it for fallbacks (the first a line has wins).
-    /// Default: `seq`, then `user_id`.
+    /// Default: `seq`, then `user_id`. A field that no line of either file
+    /// has is refused.
     #[arg(long = "key", value_name = "FIELD")]
     pub keys: Vec<String>,
     /// Differences to show as examples (all are counted).
@@ -50,13 +57,25 @@ pub fn check(args: &CheckArgs, out: &mut dyn Write) -> anyhow::Result<Verdict> {
         examples: args.show,
     };
     let o = checker.compare_files(&args.clean, &args.faulted)?;
+    let lines = o.clean_lines + o.faulted_lines;
+    if let Some(k) = args
+        .keys
+        .iter()
+        .find(|k| lines > 0 && !o.keys_found.contains(*k))
+    {
+        bail!(
+            "--key {k:?}: no line of {} or {} has this field",
+            args.clean.display(),
+            args.faulted.display()
+        );
+    }
     if args.json {
         let json = Json {
             identical: o.identical(),
             outcome: &o,
         };
-        serde_json::to_writer_pretty(&mut *out, &json)?;
-        writeln!(out)?;
+        let text = serde_json::to_string_pretty(&json)?;
+        writeln!(out, "{}", json_safe(&text))?;
     } else {
         report(args, &o, out)?;
     }
@@ -75,26 +94,21 @@ struct Json<'a> {
     outcome: &'a Outcome,
 }
 
-/// `path` is a file this process can open.
+/// `path` is a regular file this process can open.
 fn readable(what: &str, path: &Path) -> anyhow::Result<()> {
-    let f = std::fs::File::open(path).map_err(|e| anyhow!("{what} {}: {e}", path.display()))?;
-    let meta = f
-        .metadata()
+    tandem::sys::file::open_regular(path, OpenOptions::new().read(true))
         .map_err(|e| anyhow!("{what} {}: {e}", path.display()))?;
-    if meta.is_dir() {
-        bail!("{what} {}: is a directory, not a file", path.display());
-    }
     Ok(())
 }
 
 fn report(args: &CheckArgs, o: &Outcome, out: &mut dyn Write) -> std::io::Result<()> {
-    writeln!(
+    outln!(
         out,
         "clean   {}: {} lines",
         args.clean.display(),
         o.clean_lines
     )?;
-    writeln!(
+    outln!(
         out,
         "faulted {}: {} lines",
         args.faulted.display(),
@@ -103,31 +117,33 @@ fn report(args: &CheckArgs, o: &Outcome, out: &mut dyn Write) -> std::io::Result
     let w = o
         .by_type
         .keys()
-        .map(|t| t.chars().count())
+        .map(|t| escaped(t).chars().count())
         .chain([5])
         .max()
         .unwrap_or(5);
-    writeln!(
-        out,
+    let head = format!(
         "{:<w$}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}  {:>10}",
         "type", "clean", "faulted", "lost", "duplicated", "changed", "unexpected"
-    )?;
+    );
+    outln!(out, "{head}")?;
     for (t, n) in &o.by_type {
-        writeln!(
-            out,
+        // Escaped before it is padded, so that the columns line up.
+        let t = escaped(t);
+        let row = format!(
             "{t:<w$}  {:>10}  {:>10}  {:>8}  {:>10}  {:>8}  {:>10}",
             n.clean, n.faulted, n.lost, n.duplicated, n.changed, n.unexpected
-        )?;
+        );
+        outln!(out, "{row}")?;
     }
     let totals = format!(
         "{} lost, {} duplicated, {} changed, {} unexpected",
         o.lost, o.duplicated, o.changed, o.unexpected
     );
     if o.identical() {
-        writeln!(out, "identical: {totals}")?;
+        outln!(out, "identical: {totals}")?;
         return Ok(());
     }
-    writeln!(out, "DIFFERENT: {totals}")?;
+    outln!(out, "DIFFERENT: {totals}")?;
     if o.examples.is_empty() {
         return Ok(());
     }
@@ -142,16 +158,15 @@ fn report(args: &CheckArgs, o: &Outcome, out: &mut dyn Write) -> std::io::Result
         })
         .sum();
     if shown < o.lost + o.duplicated + o.changed + o.unexpected {
-        writeln!(
+        outln!(
             out,
             "examples (the first {}; --show N for more):",
             o.examples.len()
         )?;
     } else {
-        writeln!(out, "examples:")?;
+        outln!(out, "examples:")?;
     }
-    let line =
-        |out: &mut dyn Write, label: String, text: &str| writeln!(out, "  {label:<16} {text}");
+    let line = |out: &mut dyn Write, label: String, text: &str| outln!(out, "  {label:<16} {text}");
     for d in &o.examples {
         match d {
             Difference::Lost { line: l, missing } => line(out, format!("lost (×{missing})"), l)?,

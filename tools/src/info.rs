@@ -3,22 +3,23 @@
 
 use std::io::Write;
 
+use crate::out::outln;
 use crate::Verdict;
 
 /// Prints the machine's figures.
 pub fn info(out: &mut dyn Write) -> anyhow::Result<Verdict> {
     let cores = tandem::sys::affinity::available_cores();
-    writeln!(out, "cores available : {} ({:?})", cores.len(), cores)?;
+    outln!(out, "cores available : {} ({:?})", cores.len(), cores)?;
     match tandem::sys::limits::memlock() {
-        Some((soft, hard)) => writeln!(
+        Some((soft, hard)) => outln!(
             out,
             "memlock limit   : soft {} hard {}",
             fmt_limit(soft),
             fmt_limit(hard)
         )?,
-        None => writeln!(out, "memlock limit   : unknown")?,
+        None => outln!(out, "memlock limit   : unknown")?,
     }
-    writeln!(
+    outln!(
         out,
         "kernel          : {}",
         std::fs::read_to_string("/proc/sys/kernel/osrelease")

@@ -8,8 +8,10 @@
 //!
 //! Exit status: 0 when everything looked at is sound (or identical), 1 when
 //! a command found damage or a difference (after printing what it found),
-//! 2 on an error (a missing file, an unreadable directory, a bad flag),
-//! printed once on standard error as `error: …`, never with a backtrace.
+//! 2 on an error (a missing file, an unreadable directory, a bad flag, a
+//! standard output that cannot be written — `--help` and `--version`
+//! included), printed once on standard error as `error: …`, never with a
+//! backtrace, its control characters escaped.
 
 mod bq;
 mod check;
@@ -124,8 +126,10 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Verdict> {
 }
 
 fn main() -> ExitCode {
-    // Usage errors (and --help, --version) are clap's: status 2 (0).
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(&e),
+    };
     let mut out = out::Out::stdout();
     let result = run(cli.command, &mut out).and_then(|v| {
         out.flush()?;
@@ -136,10 +140,41 @@ fn main() -> ExitCode {
         Ok(Verdict::Fail) => ExitCode::from(1),
         Err(e) => {
             let _ = out.flush();
-            // Not `eprintln!`: a closed standard error is no reason to panic.
-            let _ = writeln!(std::io::stderr(), "error: {}", tandem::error::report(&*e));
-            ExitCode::from(2)
+            error(&*e)
         }
+    }
+}
+
+/// Prints `e` once on standard error as `error: …` (each line's control
+/// characters escaped: messages quote paths and names read from files);
+/// status 2.
+fn error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    let text = tandem::error::report(e);
+    let lines: Vec<_> = text.lines().map(out::escaped).collect();
+    // Not `eprintln!`: a closed standard error is no reason to panic.
+    let _ = writeln!(std::io::stderr(), "error: {}", lines.join("\n"));
+    ExitCode::from(2)
+}
+
+/// What clap's `exit` does — usage errors on standard error, status 2;
+/// `--help` and `--version` on standard output, status 0 — except that
+/// help or a version that cannot be written is an error, not a success.
+fn clap_exit(e: &clap::Error) -> ExitCode {
+    let to_stdout = !e.use_stderr();
+    let printed = e.print().and_then(|()| {
+        if to_stdout {
+            std::io::stdout().flush()
+        } else {
+            Ok(())
+        }
+    });
+    match printed {
+        // A reader gone early ends the output quietly, as in `out`.
+        Err(w) if to_stdout && w.kind() != std::io::ErrorKind::BrokenPipe => {
+            let w = std::io::Error::new(w.kind(), format!("writing to standard output: {w}"));
+            error(&w)
+        }
+        _ => ExitCode::from(e.exit_code() as u8),
     }
 }
 

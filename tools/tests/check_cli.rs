@@ -138,9 +138,9 @@ fn a_changed_summary_exits_1_counted_under_its_type() {
     assert_eq!(summary, ["summary", "2", "2", "0", "0", "1", "0"], "{out}");
     assert!(out.contains(sum(7, 2).trim_end()) && out.contains(sum(7, 3).trim_end()));
 
-    // Keyed on a field no line has, the changed line is unexpected (and
-    // its clean line lost).
-    let (code, out, _) = check(&clean, &faulted, &["--key", "nothing"]);
+    // Keyed on a field whose value changed with it, the changed line is
+    // unexpected (and its clean line lost).
+    let (code, out, _) = check(&clean, &faulted, &["--key", "count"]);
     assert_eq!(code, Some(1));
     assert!(
         out.contains("DIFFERENT: 1 lost, 0 duplicated, 0 changed, 1 unexpected"),

@@ -14,10 +14,7 @@ use std::{
     process::Command,
 };
 
-use tandem::{
-    checkpoint::{OperatorSnapshot, Position, SnapshotStore},
-    state::KeyedState,
-};
+use common::store;
 
 /// Runs `tandem ARGS PATH` with `RUST_BACKTRACE=1`: (status, stdout, stderr).
 fn tandem(args: &[&str], path: &Path) -> (Option<i32>, String, String) {
@@ -49,25 +46,6 @@ impl Dir {
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A store with checkpoints 1 and 2 of one operator instance each.
-fn store(dir: &Path) {
-    let store = SnapshotStore::open(dir, 3).unwrap();
-    for id in 1..=2 {
-        let mut s: KeyedState<u64, u64> = KeyedState::default();
-        *s.get_or_default(&id) = id;
-        let snap = OperatorSnapshot {
-            operator: "sum".into(),
-            instance: 0,
-            positions: vec![Position {
-                partition: 0,
-                next_seq: 42,
-            }],
-            bytes: s.to_snapshot_bytes().unwrap(),
-        };
-        store.submit(id, vec![snap]).wait().unwrap();
     }
 }
 

@@ -130,11 +130,17 @@ pub enum CheckpointError {
 }
 
 impl CheckpointError {
+    /// The error of `op` on `path` failing with an I/O error (a symlink
+    /// loop called one: [`loop_named`](crate::sys::file::loop_named)).
     pub(crate) fn io(
         path: impl Into<PathBuf>,
         op: &'static str,
     ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| CheckpointError::Io { path, op, source }
+        move |source| CheckpointError::Io {
+            path,
+            op,
+            source: crate::sys::file::loop_named(source),
+        }
     }
 }

@@ -112,7 +112,11 @@
 //!
 //! [`SnapshotFile::open`] maps a file, checks header, length and payload
 //! checksum; [`SnapshotFile::access`] then validates the archive with rkyv's
-//! checked access (bytecheck). [`SnapshotFile::access_unchecked`] skips
+//! checked access (bytecheck). [`SnapshotFile::verify`] (and
+//! [`Manifest::check`]) make the same checks without a map, for readers of
+//! files another process owns. Every reader opens only regular files (a
+//! FIFO or a device in a store is an error, never a wait or an endless
+//! read) and reads a manifest of at most [`MAX_MANIFEST`] bytes. [`SnapshotFile::access_unchecked`] skips
 //! bytecheck — sound only for a file this engine wrote from that type, which
 //! the checksum (already verified) and the caller's promise establish.
 
@@ -139,5 +143,5 @@ where
 }
 pub use store::{
     list, open_savepoint, FileEntry, LatestValid, Listing, Manifest, OperatorSnapshot, Pending,
-    Published, Skipped, SnapshotKind, SnapshotStore, DEFAULT_RETAIN,
+    Published, Skipped, SnapshotKind, SnapshotStore, DEFAULT_RETAIN, MAX_MANIFEST,
 };

@@ -8,16 +8,31 @@
 //! bytes. [`SnapshotFile::access`] then runs rkyv's validator (bytecheck)
 //! over the archive; [`SnapshotFile::access_unchecked`] skips that pass and
 //! relies on the checksum plus the caller's word that the file holds a `T`.
+//!
+//! [`SnapshotFile::verify`] makes the same checks without a map, reading
+//! the file through in bounded pieces: for a reader that only verifies
+//! files another process owns (`tandem snapshot verify` on a live store),
+//! where a file truncated under a map would raise `SIGBUS`.
 
-use std::{fs::File, path::Path, path::PathBuf};
+use std::{
+    fs::OpenOptions,
+    io::{self, Read},
+    path::Path,
+    path::PathBuf,
+};
 
 use memmap2::{Mmap, MmapOptions};
 use rkyv::{api::high::HighValidator, bytecheck::CheckBytes, rancor, Archive, Portable};
+use xxhash_rust::xxh3::Xxh3;
 
 use super::{
     format::{checksum, SnapshotHeader, HEADER_BLOCK},
     CheckpointError,
 };
+use crate::sys::file::{open_regular, shrank};
+
+/// Bytes [`SnapshotFile::verify`] reads at a time.
+const VERIFY_PIECE: usize = 1 << 20;
 
 /// A verified, memory-mapped snapshot file.
 pub struct SnapshotFile {
@@ -30,11 +45,8 @@ impl SnapshotFile {
     /// Maps `path` and verifies header, length and payload checksum.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(CheckpointError::io(path, "open"))?;
-        let len = file
-            .metadata()
-            .map_err(CheckpointError::io(path, "stat"))?
-            .len();
+        let (file, len) = open_regular(path, OpenOptions::new().read(true))
+            .map_err(CheckpointError::io(path, "open"))?;
         if len < HEADER_BLOCK as u64 {
             return Err(CheckpointError::Length {
                 path: path.to_path_buf(),
@@ -75,6 +87,50 @@ impl SnapshotFile {
             header,
             map,
         })
+    }
+
+    /// Verifies the file at `path` as [`open`](Self::open) does — header,
+    /// length, payload checksum — without mapping it: it is read through
+    /// in pieces of a mebibyte, and one that shrinks meanwhile is an error
+    /// naming it. Returns the verified header.
+    pub fn verify(path: impl AsRef<Path>) -> Result<SnapshotHeader, CheckpointError> {
+        let path = path.as_ref();
+        let (file, len) = open_regular(path, OpenOptions::new().read(true))
+            .map_err(CheckpointError::io(path, "open"))?;
+        let length = |expected, found| CheckpointError::Length {
+            path: path.to_path_buf(),
+            expected,
+            found,
+        };
+        if len < HEADER_BLOCK as u64 {
+            return Err(length(HEADER_BLOCK as u64, len));
+        }
+        // Never more than the length measured, whatever the header says.
+        let mut file = file.take(len);
+        let mut block = vec![0; HEADER_BLOCK];
+        read_measured(&mut file, &mut block, len, path)?;
+        let header = SnapshotHeader::decode(&block, path)?;
+        if header.file_len() != len {
+            return Err(length(header.file_len(), len));
+        }
+        let mut hasher = Xxh3::new();
+        let mut piece = vec![0; VERIFY_PIECE.min(header.payload_len as usize)];
+        let mut left = header.payload_len;
+        while left > 0 {
+            let n = (left as usize).min(piece.len());
+            read_measured(&mut file, &mut piece[..n], len, path)?;
+            hasher.update(&piece[..n]);
+            left -= n as u64;
+        }
+        let computed = hasher.digest();
+        if computed != header.payload_checksum {
+            return Err(CheckpointError::PayloadChecksum {
+                path: path.to_path_buf(),
+                stored: header.payload_checksum,
+                computed,
+            });
+        }
+        Ok(header)
     }
 
     /// The file's path.
@@ -122,11 +178,117 @@ impl SnapshotFile {
     }
 }
 
+/// Fills `buf` from `file` (measured at `len` bytes); a file that ends
+/// first shrank while it was read.
+fn read_measured(
+    file: &mut impl Read,
+    buf: &mut [u8],
+    len: u64,
+    path: &Path,
+) -> Result<(), CheckpointError> {
+    file.read_exact(buf).map_err(|e| {
+        let e = match e.kind() {
+            io::ErrorKind::UnexpectedEof => shrank(len),
+            _ => e,
+        };
+        CheckpointError::io(path, "read")(e)
+    })
+}
+
 impl std::fmt::Debug for SnapshotFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SnapshotFile")
             .field("path", &self.path)
             .field("header", &self.header)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::format::Position;
+    use std::os::unix::fs::FileExt;
+
+    /// A snapshot file of `payload` at a fresh path.
+    fn file(tag: &str, payload: &[u8]) -> PathBuf {
+        let h = SnapshotHeader {
+            checkpoint_id: 3,
+            operator: "sum".into(),
+            instance: 1,
+            positions: vec![Position {
+                partition: 0,
+                next_seq: 9,
+            }],
+            created_at_ms: 1,
+            payload_len: payload.len() as u64,
+            payload_checksum: checksum(payload),
+        };
+        let mut image = vec![0; h.file_len() as usize];
+        h.encode(&mut image[..HEADER_BLOCK]).unwrap();
+        image[HEADER_BLOCK..HEADER_BLOCK + payload.len()].copy_from_slice(payload);
+        let p =
+            std::env::temp_dir().join(format!("tandem-restore-{tag}-{}.snap", std::process::id()));
+        std::fs::write(&p, image).unwrap();
+        p
+    }
+
+    #[test]
+    fn verify_without_a_map_agrees_with_open() {
+        // Payloads around the piece size: none, one byte, a piece and more.
+        for len in [0, 1, VERIFY_PIECE, VERIFY_PIECE + 5] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let p = file(&format!("agree-{len}"), &payload);
+            let h = SnapshotFile::verify(&p).unwrap();
+            assert_eq!(&h, SnapshotFile::open(&p).unwrap().header());
+            if len > 0 {
+                let f = OpenOptions::new().write(true).open(&p).unwrap();
+                f.write_all_at(&[!payload[len - 1]], (HEADER_BLOCK + len - 1) as u64)
+                    .unwrap();
+                let e = SnapshotFile::verify(&p).unwrap_err();
+                assert!(
+                    matches!(e, CheckpointError::PayloadChecksum { .. }),
+                    "{len}: {e}"
+                );
+            }
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_file_shorter_than_its_header_says_is_an_error_naming_it() {
+        let p = file("short", &[1; 5000]);
+        OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(HEADER_BLOCK as u64 + 4096)
+            .unwrap();
+        for e in [
+            SnapshotFile::verify(&p).unwrap_err(),
+            SnapshotFile::open(&p).unwrap_err(),
+        ] {
+            assert!(matches!(e, CheckpointError::Length { .. }), "{e}");
+            assert!(e.to_string().contains(&*p.to_string_lossy()), "{e}");
+        }
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_not_waited_on() {
+        let p = std::env::temp_dir().join(format!("tandem-restore-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for path in [&*p, Path::new("/dev/zero")] {
+            for e in [
+                SnapshotFile::verify(path).unwrap_err(),
+                SnapshotFile::open(path).unwrap_err(),
+            ] {
+                assert!(e.to_string().contains("not a regular file"), "{e}");
+            }
+        }
+        std::fs::remove_file(p).unwrap();
     }
 }

@@ -33,6 +33,10 @@ const BATCHED_IMAGE: usize = 16 << 20;
 /// Checkpoints kept by default.
 pub const DEFAULT_RETAIN: usize = 3;
 
+/// The largest manifest [`Manifest::load`] reads: 64 MiB, some 200,000
+/// files (one this engine wrote takes about 300 bytes a file).
+pub const MAX_MANIFEST: u64 = 64 << 20;
+
 /// The serialized state of one operator instance at one checkpoint.
 #[derive(Debug)]
 pub struct OperatorSnapshot {
@@ -95,9 +99,11 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Reads and parses a manifest file.
+    /// Reads and parses a manifest file (a regular file of at most
+    /// [`MAX_MANIFEST`] bytes).
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        let bytes = fs::read(path).map_err(CheckpointError::io(path, "read"))?;
+        let bytes = crate::sys::file::read_bounded(path, MAX_MANIFEST, "manifest")
+            .map_err(CheckpointError::io(path, "read"))?;
         let mut m: Manifest =
             serde_json::from_slice(&bytes).map_err(|source| CheckpointError::Manifest {
                 path: path.to_path_buf(),
@@ -123,10 +129,28 @@ impl Manifest {
     /// Maps and verifies one of its files (header, length, checksum, and
     /// agreement with this manifest).
     pub fn open(&self, entry: &FileEntry) -> Result<SnapshotFile, CheckpointError> {
+        let path = self.inside(entry)?;
+        let file = SnapshotFile::open(&path)?;
+        self.agrees(entry, file.header(), path)?;
+        Ok(file)
+    }
+
+    /// Verifies one of its files as [`open`](Self::open) does, reading it
+    /// through instead of mapping it ([`SnapshotFile::verify`]): for a
+    /// reader of a store another process writes. Returns its header.
+    pub fn check(&self, entry: &FileEntry) -> Result<SnapshotHeader, CheckpointError> {
+        let path = self.inside(entry)?;
+        let header = SnapshotFile::verify(&path)?;
+        self.agrees(entry, &header, path)?;
+        Ok(header)
+    }
+
+    /// The path of one of its files, which a manifest names inside its own
+    /// directory by a plain relative name: never an absolute path or `..`.
+    /// (That it is a regular file, not a FIFO that would block the open,
+    /// the opening checks on the file it opened.)
+    fn inside(&self, entry: &FileEntry) -> Result<PathBuf, CheckpointError> {
         let path = self.file_path(entry);
-        // A manifest names files inside its own directory, by plain
-        // relative names: never an absolute path, `..`, or anything that
-        // is not a regular file (a FIFO would block the open for ever).
         let inside = Path::new(&entry.path)
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)));
@@ -138,23 +162,19 @@ impl Manifest {
                 found: entry.path.clone(),
             });
         }
-        match fs::metadata(&path) {
-            Ok(m) if !m.is_file() => {
-                return Err(CheckpointError::ManifestMismatch {
-                    path,
-                    field: "file type",
-                    expected: "a regular file".into(),
-                    found: format!("{:?}", m.file_type()),
-                })
-            }
-            Ok(_) => {}
-            Err(e) => return Err(CheckpointError::io(&path, "stat")(e)),
-        }
-        let file = SnapshotFile::open(&path)?;
-        let h = file.header();
+        Ok(path)
+    }
+
+    /// Whether a file's verified header says what its entry says.
+    fn agrees(
+        &self,
+        entry: &FileEntry,
+        h: &SnapshotHeader,
+        path: PathBuf,
+    ) -> Result<(), CheckpointError> {
         let mismatch = |field, expected: String, found: String| {
             Err(CheckpointError::ManifestMismatch {
-                path: path.clone(),
+                path,
                 field,
                 expected,
                 found,
@@ -177,6 +197,13 @@ impl Manifest {
                 h.payload_len.to_string(),
             );
         }
+        if h.file_len() != entry.file_len {
+            return mismatch(
+                "file length",
+                entry.file_len.to_string(),
+                h.file_len().to_string(),
+            );
+        }
         if h.payload_checksum != entry.payload_checksum {
             return mismatch(
                 "payload checksum",
@@ -191,7 +218,7 @@ impl Manifest {
                 format!("{:?}", h.positions),
             );
         }
-        Ok(file)
+        Ok(())
     }
 
     /// Verifies every file; the first error found, if any.
@@ -244,8 +271,19 @@ pub fn list(dir: &Path) -> Result<Vec<Listing>, CheckpointError> {
                 manifest_path: entry.path(),
             });
         } else if let Some(id) = name.strip_prefix("sp-").and_then(|s| s.parse().ok()) {
+            // Listed unless it has no manifest at all (a savepoint being
+            // written, never finished, or not a directory): a manifest
+            // that is there but unreadable — a symlink loop, no
+            // permission, not a file — is listed for its reader to say why.
             let manifest_path = entry.path().join(SAVEPOINT_MANIFEST);
-            if manifest_path.is_file() {
+            let absent = matches!(
+                fs::symlink_metadata(&manifest_path),
+                Err(e) if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                )
+            );
+            if !absent {
                 out.push(Listing {
                     kind: SnapshotKind::Savepoint,
                     id,

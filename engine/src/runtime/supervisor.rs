@@ -339,8 +339,7 @@ impl Supervisor {
             Event::Savepoint { reply } => match &mut self.coord {
                 Some(c) => c.savepoint_waiters.push(reply),
                 None => {
-                    let _ = reply.send(Err(JobError::Incompatible {
-                        id: 0,
+                    let _ = reply.send(Err(JobError::NoSavepoint {
                         reason: "savepoints need checkpointing to be configured".into(),
                     }));
                 }

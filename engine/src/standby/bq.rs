@@ -62,6 +62,7 @@
 //! The file is created with mode 0600. Unsafe code is confined to this
 //! module: the map's raw pointers, each use with a `SAFETY` note.
 
+use crate::sys::file::read_measured;
 use memmap2::{MmapMut, MmapOptions};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -357,7 +358,7 @@ impl BufferQueue {
         cfg.check()?;
         let path = path.as_ref().to_path_buf();
         let file = create_file(&path, cfg.file_len())?;
-        let mut q = Self::map(file, path.clone(), cfg, false)?;
+        let mut q = Self::map(file, path.clone(), cfg)?;
         let h = &mut q.map[..HEADER];
         h[0..8].copy_from_slice(&MAGIC);
         h[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -374,46 +375,34 @@ impl BufferQueue {
     }
 
     /// Opens an existing queue file for reading only (`tandem bq inspect`,
-    /// a file without write permission): the map is private, so nothing
-    /// done through this handle ever reaches the file.
+    /// a file without write permission, one another process owns): its
+    /// bytes are copied into this process's memory — never mapped, so that
+    /// a file truncated meanwhile is an error naming it, not a `SIGBUS` —
+    /// and nothing done through this handle ever reaches the file.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, BqError> {
         Self::open_with(path.as_ref(), false)
     }
 
     fn open_with(path: &Path, writable: bool) -> Result<Self, BqError> {
         let path = path.to_path_buf();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(&path)
-            .map_err(|source| BqError::Io {
-                path: path.clone(),
-                op: "open",
-                source,
-            })?;
+        let io = |op| {
+            let path = path.clone();
+            move |source| BqError::Io { path, op, source }
+        };
+        // A regular file only: a FIFO would block the open, a device
+        // (`/dev/zero`) has no length to check.
+        let (file, len) =
+            crate::sys::file::open_regular(&path, OpenOptions::new().read(true).write(writable))
+                .map_err(io("open"))?;
         let invalid = |reason: String| BqError::Invalid {
             path: path.clone(),
             reason,
         };
-        let len = file
-            .metadata()
-            .map_err(|source| BqError::Io {
-                path: path.clone(),
-                op: "stat",
-                source,
-            })?
-            .len();
         if len < HEADER as u64 {
             return Err(invalid(format!("{len} bytes: shorter than the header")));
         }
         let mut h = [0u8; 64];
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut h, 0).map_err(|source| {
-            BqError::Io {
-                path: path.clone(),
-                op: "read header",
-                source,
-            }
-        })?;
+        read_measured(&file, &mut h).map_err(io("read header"))?;
         if h[0..8] != MAGIC {
             return Err(invalid(format!(
                 "not a buffer queue (magic {:02x?})",
@@ -440,7 +429,10 @@ impl BufferQueue {
                 cfg.file_len()
             )));
         }
-        let q = Self::map(file, path, cfg, !writable)?;
+        if !writable {
+            return Self::copy(&file, path, cfg, len);
+        }
+        let q = Self::map(file, path, cfg)?;
         // The map covers the file as it is now: had its length changed
         // since it was measured, index and arena reads sized by the header
         // could leave a shorter map.
@@ -453,25 +445,38 @@ impl BufferQueue {
         Ok(q)
     }
 
-    /// Maps the file shared, or `private`ly (copy-on-write: writes stay in
-    /// this process and never reach the file).
-    fn map(file: File, path: PathBuf, cfg: BqConfig, private: bool) -> Result<Self, BqError> {
-        // SAFETY: the file is ours (created 0600, or opened by its owner);
-        // every access to shared bytes follows the protocol in the module
-        // docs. Another process truncating the file would fault accesses —
-        // a broken deployment this code does not defend against.
-        let mapped = unsafe {
-            if private {
-                MmapOptions::new().map_copy(&file)
-            } else {
-                MmapOptions::new().map_mut(&file)
-            }
+    /// Maps the file shared: the queue of a running job.
+    fn map(file: File, path: PathBuf, cfg: BqConfig) -> Result<Self, BqError> {
+        // SAFETY: the file is ours (created 0600, or opened for writing by
+        // its owner); every access to shared bytes follows the protocol in
+        // the module docs. Another process truncating the file would fault
+        // accesses — a broken deployment this code does not defend against
+        // (a reader of a file it does not own copies it: `copy`).
+        let mut map =
+            unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
+                path: path.clone(),
+                op: "mmap",
+                source,
+            })?;
+        let base = map.as_mut_ptr();
+        Ok(BufferQueue {
+            map,
+            path,
+            cfg,
+            base,
+        })
+    }
+
+    /// Copies the file's `len` bytes (as measured, and as its header
+    /// implies) into anonymous memory of this process, page-aligned as a
+    /// map is: the queue as it was when read, private to this handle.
+    fn copy(file: &File, path: PathBuf, cfg: BqConfig, len: u64) -> Result<Self, BqError> {
+        let io = |op| {
+            let path = path.clone();
+            move |source| BqError::Io { path, op, source }
         };
-        let mut map = mapped.map_err(|source| BqError::Io {
-            path: path.clone(),
-            op: "mmap",
-            source,
-        })?;
+        let mut map = MmapMut::map_anon(len as usize).map_err(io("allocate"))?;
+        read_measured(file, &mut map).map_err(io("read"))?;
         let base = map.as_mut_ptr();
         Ok(BufferQueue {
             map,

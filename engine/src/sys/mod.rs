@@ -1,11 +1,14 @@
 //! Operating-system glue: CPU discovery and pinning, process resource usage,
 //! threads' scheduler state, io_uring file writes, filesystem space, scratch
-//! directories that outlive a killed run only until the next run's sweep.
+//! directories that outlive a killed run only until the next run's sweep,
+//! reading files another process may change (regular files only, bounded
+//! reads).
 //!
 //! Everything here is a thin, fallible wrapper: callers get an error they can
 //! report, never a panic, when the machine lacks what the engine asks for.
 
 pub mod affinity;
+pub mod file;
 pub mod fs;
 pub mod limits;
 pub mod rusage;

@@ -16,7 +16,7 @@
 use super::checkpoints::Completed;
 use super::measure::{restart_record, OpenRecovery};
 use super::{now_ns, Key, Supervisor, JOB_META};
-use crate::checkpoint::{self, FileEntry, Manifest};
+use crate::checkpoint::{self, CheckpointError, FileEntry, Manifest};
 use crate::error::{JobError, RuntimeError};
 use crate::job::graph::Graph;
 use crate::metrics::{JobMetrics, RecoveryRecord};
@@ -465,13 +465,23 @@ pub(super) fn replayed(read: u64, restored_from: Option<u64>) -> u64 {
 /// Reads what `path` names: a savepoint directory, a manifest file, or a
 /// checkpoint directory (its newest valid checkpoint).
 /// Also returns the newer checkpoints passed over, and why.
+///
+/// Whatever fails says why: a path that cannot be looked at (a symlink
+/// loop, no permission) or a savepoint manifest that cannot be read keeps
+/// its system error — it is not taken for a directory without
+/// checkpoints — and a directory that holds none says so.
 pub(super) fn load_restore_point(path: &Path) -> Result<(Manifest, Vec<String>), JobError> {
-    if path.is_file() {
+    let meta = std::fs::metadata(path).map_err(CheckpointError::io(path, "stat"))?;
+    if !meta.is_dir() {
+        // `load` refuses what is not a regular file (a FIFO, a device).
         let m = Manifest::load(path)?;
         return Ok((m, Vec::new()));
     }
-    if path.join("manifest.json").is_file() {
-        return Ok((checkpoint::open_savepoint(path)?, Vec::new()));
+    let own = path.join("manifest.json");
+    match std::fs::symlink_metadata(&own) {
+        Ok(_) => return Ok((checkpoint::open_savepoint(path)?, Vec::new())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(CheckpointError::io(&own, "stat")(e).into()),
     }
     // A checkpoint directory: read it without starting a writer on it.
     let mut ids: Vec<_> = checkpoint::list(path)?
@@ -479,24 +489,16 @@ pub(super) fn load_restore_point(path: &Path) -> Result<(Manifest, Vec<String>),
         .filter(|l| l.kind == checkpoint::SnapshotKind::Checkpoint)
         .collect();
     ids.sort_by_key(|l| std::cmp::Reverse(l.id));
-    let mut errors = Vec::new();
+    let mut skipped = Vec::new();
     for l in ids {
         match Manifest::load(&l.manifest_path).and_then(|m| m.verify().map(|()| m)) {
-            Ok(m) => return Ok((m, errors)),
-            Err(e) => errors.push(format!("checkpoint {}: {e}", l.id)),
+            Ok(m) => return Ok((m, skipped)),
+            Err(e) => skipped.push(format!("checkpoint {}: {e}", l.id)),
         }
     }
-    Err(JobError::Incompatible {
-        id: 0,
-        reason: format!(
-            "{} holds no valid checkpoint{}",
-            path.display(),
-            if errors.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", errors.join("; "))
-            }
-        ),
+    Err(JobError::NoRestorePoint {
+        path: path.to_path_buf(),
+        skipped,
     })
 }
 
@@ -636,6 +638,52 @@ mod tests {
         // Counts below the checkpoint's (another attempt's) never underflow.
         assert_eq!(t[&(2, 0)], 0);
         assert_eq!(d, 0);
+    }
+
+    /// A fresh directory for one test, removed when it ends.
+    struct Dir(std::path::PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Self {
+            let d = std::env::temp_dir()
+                .join(format!("tandem-restore-point-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            Dir(d)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// An empty savepoint directory was reported as "checkpoint 0 does not
+    /// fit job"; a savepoint whose manifest is a symlink loop was taken for
+    /// a directory without checkpoints.
+    #[test]
+    fn a_restore_point_that_holds_nothing_or_cannot_be_read_says_why() {
+        let d = Dir::new("why");
+        let sp = d.0.join("sp-3");
+        std::fs::create_dir(&sp).unwrap();
+        let e = load_restore_point(&sp).unwrap_err().to_string();
+        assert!(e.contains("holds no checkpoint or savepoint"), "{e}");
+        assert!(e.contains("sp-3") && !e.contains("checkpoint 0"), "{e}");
+
+        std::os::unix::fs::symlink("b", sp.join("a")).unwrap();
+        std::os::unix::fs::symlink("a", sp.join("b")).unwrap();
+        std::os::unix::fs::symlink("a", sp.join("manifest.json")).unwrap();
+        let e = load_restore_point(&sp).unwrap_err().to_string();
+        assert!(e.contains("a symlink loop"), "{e}");
+        assert!(e.contains("manifest.json"), "{e}");
+        let e = load_restore_point(&sp.join("a")).unwrap_err().to_string();
+        assert!(e.contains("a symlink loop"), "{e}");
+
+        std::fs::write(d.0.join("manifest-4.json"), b"{").unwrap();
+        let e = load_restore_point(&d.0).unwrap_err().to_string();
+        assert!(e.contains("holds no valid checkpoint"), "{e}");
+        assert!(e.contains("checkpoint 4: "), "{e}");
     }
 
     #[test]

@@ -276,3 +276,43 @@ proptest::proptest! {
         std::fs::remove_file(p).unwrap();
     }
 }
+
+/// `tandem bq inspect` died of `SIGBUS` on a file truncated while it read
+/// it: the read-only handle mapped the file. It holds a copy now, so
+/// truncating the file after the open changes nothing it reads.
+#[test]
+fn a_read_only_queue_reads_on_after_its_file_is_truncated() {
+    let (q, p) = small("truncated-under-reader", 8, 4096);
+    q.push(5, b"five").unwrap();
+    q.push(9, b"nine").unwrap();
+    drop(q);
+    let q = BufferQueue::open_read_only(&p).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    assert_eq!((q.head(), q.tail()), (0, 2));
+    assert_eq!(q.get(1).unwrap().bytes, b"nine");
+    assert_eq!(q.validate().unwrap(), 2);
+    std::fs::remove_file(p).unwrap();
+}
+
+#[test]
+fn a_fifo_or_a_device_is_refused_not_waited_on() {
+    let p = tmp("fifo");
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [&*p, Path::new("/dev/zero")] {
+        for e in [
+            BufferQueue::open_read_only(path).unwrap_err(),
+            BufferQueue::open(path).unwrap_err(),
+        ] {
+            assert!(matches!(e, BqError::Io { op: "open", .. }), "{e}");
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+    }
+    std::fs::remove_file(p).unwrap();
+}
