@@ -51,6 +51,11 @@ pub fn forget(path: &Path) {
     leftovers().retain(|p| p != path);
 }
 
+/// Keeps `path` and every registered directory holding it.
+pub fn keep(path: &Path) {
+    leftovers().retain(|p| !path.starts_with(p));
+}
+
 /// The run succeeded: nothing it made is removed.
 pub fn forget_all() {
     leftovers().clear();

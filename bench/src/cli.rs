@@ -65,13 +65,19 @@ pub fn kept(what: String) {
 pub fn main(error_status: u8, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
     cleanup::install(GRACE);
     let result = body();
-    if let Some(sig) = cleanup::signal() {
+    // A signal that came once the work was done (the body returned Ok)
+    // interrupted nothing.
+    if let (Some(sig), false) = (cleanup::signal(), result.is_ok()) {
         let removed = cleanup::remove_all();
         let kept = KEPT.lock().unwrap_or_else(|p| p.into_inner()).join("; ");
         errln!(
-            "interrupted by {}: stopped the run and its job's scratch files; removed {}{}",
+            "interrupted by {}: stopped; removed its scratch files{}{}",
             cleanup::name(sig),
-            cleanup::list(&removed),
+            if removed.is_empty() {
+                String::new()
+            } else {
+                format!(" and {}", cleanup::list(&removed))
+            },
             if kept.is_empty() {
                 String::new()
             } else {

@@ -43,7 +43,10 @@ enum Target {
     After(Duration),
     /// On the first record after fault `prev` fired, that none of the
     /// burst's faults (`burst`) fired on.
-    Next { prev: usize, burst: Vec<usize> },
+    Next {
+        prev: usize,
+        burst: std::ops::Range<usize>,
+    },
     /// At this checkpoint id.
     Checkpoint(u64),
     /// At the first checkpoint this long after the start.
@@ -193,6 +196,14 @@ pub enum InjectError {
         /// Records in the input.
         records: u64,
     },
+    /// A `%K` that arms more faults than one spec may.
+    #[error("`{spec}`: {faults} faults; one spec arms at most {max}", max = crate::spec::MAX_FAULTS)]
+    TooMany {
+        /// The spec.
+        spec: String,
+        /// The faults it would arm.
+        faults: u64,
+    },
 }
 
 /// Builds a [`FaultInjector`] (see [`FaultInjector::builder`]).
@@ -252,7 +263,10 @@ impl FaultInjectorBuilder {
                     When::Every(k) => faults.push(arm(s, (1, 1), Target::CheckpointEvery(k))),
                     When::Burst { first, count } => {
                         for k in 0..count {
-                            faults.push(arm(s, (k + 1, count), Target::Checkpoint(first + k)));
+                            // Ids past u64::MAX are never reached: one fewer.
+                            if let Some(id) = first.checked_add(k) {
+                                faults.push(arm(s, (k + 1, count), Target::Checkpoint(id)));
+                            }
                         }
                     }
                     // Refused by the parser.
@@ -270,6 +284,14 @@ impl FaultInjectorBuilder {
                 When::After(d) => faults.push(arm(s, (1, 1), Target::After(d))),
                 When::Every(k) => {
                     let len = records()?;
+                    // The parser refuses %0.
+                    let k = k.max(1);
+                    if len.saturating_sub(1) / k > crate::spec::MAX_FAULTS {
+                        return Err(InjectError::TooMany {
+                            spec: s.to_string(),
+                            faults: len.saturating_sub(1) / k,
+                        });
+                    }
                     let all: Vec<u64> = (1..).map(|i| i * k).take_while(|&n| n < len).collect();
                     let total = all.len() as u64;
                     for (i, n) in all.into_iter().enumerate() {
@@ -283,13 +305,13 @@ impl FaultInjectorBuilder {
                 When::Spread(c) => {
                     let len = records()?;
                     for k in 1..=c {
-                        let n = len * k / (c + 1);
+                        let n = (len as u128 * k as u128 / (c as u128 + 1)) as u64;
                         faults.push(arm(s, (k, c), Target::Tuple((self.resolve)(n))));
                     }
                 }
                 When::Burst { first, count } => {
                     let base = faults.len();
-                    let burst: Vec<usize> = (base..base + count as usize).collect();
+                    let burst = base..base + count as usize;
                     faults.push(arm(
                         s,
                         (1, count),
@@ -403,10 +425,11 @@ impl OperatorFaults {
             Target::Tuple(t) => *t == id,
             Target::After(d) => self.inner.elapsed() >= *d,
             Target::Next { prev, burst } => {
+                // Never on a record an earlier part of the burst fired on
+                // (a replay brings those back): the parts up to `prev`.
                 self.inner.faults[*prev].fired.load(Ordering::SeqCst)
-                    && burst
-                        .iter()
-                        .all(|&b| self.inner.faults[b].fired_on.load(Ordering::SeqCst) != id.0)
+                    && (burst.start..=*prev)
+                        .all(|b| self.inner.faults[b].fired_on.load(Ordering::SeqCst) != id.0)
             }
             _ => false,
         }

@@ -144,7 +144,11 @@ impl FromStr for ScheduleSpec {
                 });
             }
             let seed = parts[0].parse().map_err(|_| bad("seed", parts[0]))?;
-            let count = parts[1].parse().map_err(|_| bad("fault count", parts[1]))?;
+            let count = parts[1]
+                .parse::<u64>()
+                .ok()
+                .filter(|c| *c <= crate::spec::MAX_FAULTS)
+                .ok_or_else(|| bad("fault count (0 to 10000)", parts[1]))?;
             let list = |i: usize| -> Vec<String> {
                 parts
                     .get(i)

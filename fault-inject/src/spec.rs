@@ -281,7 +281,15 @@ pub fn fmt_duration(d: Duration) -> String {
     }
 }
 
-/// Parses `250ms`, `2s`, `1500us`.
+/// The most faults one spec arms (`~C`, `N*B`, `%K` over the input): a
+/// schedule is for testing recovery, not for arming every record.
+pub const MAX_FAULTS: u64 = 10_000;
+
+/// The longest a fault may hold an operator up (a stall, a mute, a slow
+/// operator's delay over all its records): an hour; longer is `forever`.
+pub const MAX_DELAY_MS: u64 = 3_600_000;
+
+/// Parses `250ms`, `2s`, `1500us`, up to [`MAX_DELAY_MS`].
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, unit) = if let Some(v) = s.strip_suffix("ms") {
@@ -295,6 +303,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     };
     let n: u64 = num.trim().parse().ok()?;
     Some(Duration::from_nanos(n.checked_mul(unit)?))
+        .filter(|d| d.as_millis() <= MAX_DELAY_MS as u128)
 }
 
 /// One fault: what, where, and when.
@@ -379,6 +388,21 @@ impl FromStr for FaultSpec {
             value: v.to_string(),
         };
         let int = |what: &'static str, v: &str| v.parse::<u64>().map_err(|_| value(what, v));
+        // A delay of at most MAX_DELAY_MS milliseconds.
+        let delay = |what: &'static str, v: &str| {
+            int(what, v)?;
+            v.parse::<u64>()
+                .ok()
+                .filter(|&ms| ms <= MAX_DELAY_MS)
+                .ok_or_else(|| {
+                    ParseFaultError::Invalid {
+                        spec: spec.clone(),
+                        why: format!(
+                            "{v} ms: at most {MAX_DELAY_MS} (an hour; a stall that never ends is `forever`)"
+                        ),
+                    }
+                })
+        };
         let arity = |kind: &'static str, expected: &'static str| ParseFaultError::Arity {
             spec: spec.clone(),
             kind,
@@ -427,7 +451,7 @@ impl FromStr for FaultSpec {
             "stall" => match arg.unwrap_or_default() {
                 "forever" => FaultKind::Stall { millis: None },
                 v => FaultKind::Stall {
-                    millis: Some(int("duration in milliseconds", v)?),
+                    millis: Some(delay("stall in milliseconds (or forever)", v)?),
                 },
             },
             "slow" => {
@@ -436,13 +460,17 @@ impl FromStr for FaultSpec {
                     Some((us, n)) => (us, int("record count", n)?),
                     None => (v, 1000),
                 };
-                FaultKind::Slow {
-                    micros: int("delay in microseconds", us)?,
-                    records: n,
+                let micros = int("delay in microseconds", us)?;
+                if micros.saturating_mul(n) / 1000 > MAX_DELAY_MS {
+                    return Err(invalid(format!(
+                        "{micros} µs on each of {n} records: at most {} s in all",
+                        MAX_DELAY_MS / 1000
+                    )));
                 }
+                FaultKind::Slow { micros, records: n }
             }
             "mute" => FaultKind::Mute {
-                millis: int("duration in milliseconds", arg.unwrap_or_default())?,
+                millis: delay("duration in milliseconds", arg.unwrap_or_default())?,
             },
             "standby" => FaultKind::Standby {
                 phase: match arg.unwrap_or_default() {
@@ -501,22 +529,35 @@ impl FromStr for FaultSpec {
 
 fn parse_when(w: &str) -> Result<When, &'static str> {
     const WHAT: &str = "position (N, P/S, +DUR, %K, N*B or ~C)";
+    const COUNT: &str = "count (1 to 10000 faults)";
     let int = |v: &str| v.trim().parse::<u64>().map_err(|_| WHAT);
+    let count = |v: &str| {
+        int(v)?;
+        v.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|c| (1..=MAX_FAULTS).contains(c))
+            .ok_or(COUNT)
+    };
     if let Some(d) = w.strip_prefix('+') {
         return parse_duration(d)
             .map(When::After)
-            .ok_or("duration (e.g. +250ms, +2s, +500us)");
+            .ok_or("duration (e.g. +250ms, +2s, +500us; at most an hour)");
     }
     if let Some(k) = w.strip_prefix('%') {
-        return Ok(When::Every(int(k)?));
+        let k = int(k)?;
+        if k == 0 {
+            return Err("period (%K: every K-th record, K at least 1)");
+        }
+        return Ok(When::Every(k));
     }
     if let Some(c) = w.strip_prefix('~') {
-        return Ok(When::Spread(int(c)?));
+        return Ok(When::Spread(count(c)?));
     }
     if let Some((n, b)) = w.split_once('*') {
         return Ok(When::Burst {
             first: int(n)?,
-            count: int(b)?,
+            count: count(b)?,
         });
     }
     if let Some((p, s)) = w.split_once('/') {

@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 /// bytes; a long answer a few KiB).
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 << 10;
 
+/// The largest `--max-record-bytes`: a chunk of records holds at most
+/// 4 GiB (its offsets are `u32`), and no record needs more than 1 GiB.
+pub const MAX_RECORD_BYTES: usize = 1 << 30;
+
 /// Bytes kept of a line over the limit.
 pub const KEPT_OF_OVERSIZED: usize = 1024;
 
@@ -67,8 +71,10 @@ impl Input {
         // A chunk's offsets are u32: records per chunk such that one never
         // holds 4 GiB.
         let chunk_records = ((u32::MAX as usize / 2)
-            / (max_record_bytes.max(KEPT_OF_OVERSIZED) + 1))
-            .clamp(1, CHUNK_RECORDS as usize) as u64;
+            / max_record_bytes
+                .clamp(KEPT_OF_OVERSIZED, MAX_RECORD_BYTES)
+                .saturating_add(1))
+        .clamp(1, CHUNK_RECORDS as usize) as u64;
         let mut origin = FileOrigin {
             path: path.to_path_buf(),
             line_of: Vec::new(),

@@ -38,7 +38,7 @@ use tandem::{
 
 pub use faults::Protection;
 pub use gen::{check_records, Input};
-pub use input::{InputError, DEFAULT_MAX_RECORD_BYTES, KEPT_OF_OVERSIZED};
+pub use input::{InputError, DEFAULT_MAX_RECORD_BYTES, KEPT_OF_OVERSIZED, MAX_RECORD_BYTES};
 pub use output::{
     claim, lock_path, merge_output, merge_path, part_path, staging, txn_dir, write_line,
     OutputClaim, OutputMode, SinkCounts,

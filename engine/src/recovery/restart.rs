@@ -160,7 +160,14 @@ pub struct ParseStrategyError {
     pub why: String,
 }
 
-/// Parses `250ms`, `2s`, `1.5s`, `3m`, `0` (milliseconds when no unit).
+/// The longest duration [`parse_duration`] accepts: a year. Longer
+/// delays, timeouts and intervals mean nothing to a running job, and
+/// bounding them keeps every `Instant + Duration` the engine computes from
+/// one far from overflowing.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses `250ms`, `2s`, `1.5s`, `3m`, `0` (milliseconds when no unit),
+/// up to [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (num, scale) = if let Some(v) = s.strip_suffix("ms") {
@@ -175,7 +182,9 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         (s, 1e-3)
     };
     let v: f64 = num.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0).then(|| Duration::from_secs_f64(v * scale))
+    Duration::try_from_secs_f64(v * scale)
+        .ok()
+        .filter(|d| *d <= MAX_DURATION)
 }
 
 fn fmt_duration(d: Duration) -> String {
@@ -196,16 +205,16 @@ impl FromStr for RestartStrategy {
         };
         let parts: Vec<&str> = s.trim().split(':').collect();
         let dur = |i: usize, what: &str| {
-            parts
-                .get(i)
-                .and_then(|p| parse_duration(p))
-                .ok_or_else(|| err(&format!("{what} must be a duration such as 250ms or 2s")))
+            parts.get(i).and_then(|p| parse_duration(p)).ok_or_else(|| {
+                err(&format!(
+                    "{what} must be a duration such as 250ms or 2s, at most a year"
+                ))
+            })
         };
-        let int = |i: usize, what: &str| {
-            parts
-                .get(i)
-                .and_then(|p| p.trim().parse::<u32>().ok())
-                .ok_or_else(|| err(&format!("{what} must be a non-negative integer")))
+        let int = |i: usize, what: &str| match parts.get(i).map(|p| p.trim().parse::<u64>()) {
+            Some(Ok(v)) => u32::try_from(v)
+                .map_err(|_| err(&format!("{what} {v} is above the maximum {}", u32::MAX))),
+            _ => Err(err(&format!("{what} must be a non-negative integer"))),
         };
         let float = |i: usize, what: &str| {
             parts

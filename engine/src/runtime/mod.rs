@@ -547,6 +547,53 @@ fn partitioning(graph: &Graph, edge: usize) -> Partitioning {
     }
 }
 
+/// Refuses a job whose rings between tasks — allocated whole when each
+/// attempt starts: a parallelism of `p` on both sides of a key-partitioned
+/// edge makes `p²` of them — would not fit the memory this process may
+/// still take (half of it: the records, state and the rest need room too).
+/// Checked before placement, which chains some forward edges (a ring
+/// fewer each): an upper bound.
+fn check_ring_memory(graph: &Graph, config: &RuntimeConfig) -> Result<(), JobError> {
+    let Some(available) = crate::sys::limits::available_memory() else {
+        return Ok(());
+    };
+    let mut needed = 0u64;
+    let mut rings = 0u64;
+    for (ei, e) in graph.edges.iter().enumerate() {
+        let Some(kit) = graph.nodes[e.from].out.as_ref() else {
+            continue;
+        };
+        let n = lane_count(graph, ei);
+        rings = rings.saturating_add(n);
+        needed = needed.saturating_add(n.saturating_mul(kit.ring_bytes(config.ring_capacity)));
+    }
+    if needed > available / 2 {
+        return Err(RuntimeError::InsufficientMemory {
+            what: format!(
+                "the {rings} rings between this job's tasks ({} slots each)",
+                config.ring_capacity
+            ),
+            needed,
+            available,
+            hint: "lower the parallelism or the ring capacity".into(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// What [`RuntimeConfig::restore_from`]`(path)` would start from: the
+/// checkpoint's manifest (a savepoint directory's, a manifest file's, or
+/// the newest valid checkpoint of a checkpoint directory), and the newer
+/// checkpoints passed over with why. For checks before a job starts, such
+/// as whether its sources can reach the positions the manifest holds
+/// ([`crate::checkpoint::FileEntry::positions`]).
+pub fn restore_point(
+    path: &std::path::Path,
+) -> Result<(crate::checkpoint::Manifest, Vec<String>), JobError> {
+    supervisor::load_restore_point(path)
+}
+
 /// How many lanes [`lanes`] lists for `edge`, without listing them.
 fn lane_count(graph: &Graph, edge: usize) -> u64 {
     let e = &graph.edges[edge];
@@ -640,6 +687,7 @@ impl Job {
         }
         panic::install_hook();
         let graph = self.graph;
+        check_ring_memory(&graph, config)?;
         let (ns, es) = shapes(&graph, config.standby.is_some());
         let plan = placement::place(&ns, &es, requested, config.chaining);
         let (sup, handle_parts) = supervisor::Supervisor::new(

@@ -81,15 +81,27 @@ pub struct Plan {
     pub worker_of_task: Vec<usize>,
     /// Number of workers used (≤ cores).
     pub workers: usize,
+    /// Per node, per instance: its task (what [`Plan::task_of`] answers in
+    /// constant time — wiring asks it for every lane, `p²` per keyed edge).
+    task_index: Vec<Vec<usize>>,
 }
 
 impl Plan {
     /// The task that contains instance `instance` of `node`.
     pub fn task_of(&self, node: usize, instance: usize) -> Option<usize> {
-        self.tasks
-            .iter()
-            .position(|t| t.instance == instance && t.members.contains(&node))
+        self.task_index.get(node)?.get(instance).copied()
     }
+}
+
+/// [`Plan::task_of`]'s index of `tasks`.
+fn task_index(nodes: &[NodeShape], tasks: &[TaskPlan]) -> Vec<Vec<usize>> {
+    let mut index: Vec<Vec<usize>> = nodes.iter().map(|n| vec![0; n.parallelism]).collect();
+    for (i, t) in tasks.iter().enumerate() {
+        for &m in &t.members {
+            index[m][t.instance] = i;
+        }
+    }
+    index
 }
 
 /// Whether an edge can be a direct call.
@@ -135,6 +147,7 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
     let worker_of_task = (0..tasks.len()).map(|j| j * workers / t).collect();
     Plan {
         chained,
+        task_index: task_index(nodes, &tasks),
         tasks,
         worker_of_task,
         workers,
@@ -186,12 +199,8 @@ fn has_cycle(
     chained: &[bool],
     tasks: &[TaskPlan],
 ) -> bool {
-    let task_of = |node: usize, instance: usize| {
-        tasks
-            .iter()
-            .position(|t| t.instance == instance && t.members.contains(&node))
-            .expect("every node instance is in a task")
-    };
+    let index = task_index(nodes, tasks);
+    let task_of = |node: usize, instance: usize| index[node][instance];
     let mut succ: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
     for (e, &c) in edges.iter().zip(chained) {
         if c {

@@ -38,7 +38,9 @@ impl Pacer {
         let start = *self
             .start
             .get_or_insert_with(|| *self.origin.get_or_init(|| now));
-        start + (k as f64 * self.interval_ns) as u64
+        // Saturating: at an absurdly slow rate a record is due never (at
+        // the end of time), not at a sum that wrapped into the past.
+        start.saturating_add((k as f64 * self.interval_ns) as u64)
     }
 }
 

@@ -25,7 +25,7 @@ use crate::operator::Committer;
 use crate::runtime::dead_letter::DeadLetters;
 use crate::runtime::placement::Plan;
 use attempt::build_restore;
-use attempt::load_restore_point;
+pub(in crate::runtime) use attempt::load_restore_point;
 use attempt::{placeholder_shared, Attempt};
 use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;
@@ -124,7 +124,6 @@ impl Supervisor {
             .map(|t| t.members.iter().map(|&m| (m, t.instance)).collect())
             .collect();
         validate_standby(&graph, &config)?;
-        check_ring_memory(&graph, &plan, &config)?;
         let coord = match &config.checkpoint {
             Some(c) => Some(Coordinator::open(c, &config)?),
             None => None,
@@ -184,7 +183,16 @@ impl Supervisor {
         let restore = match restore {
             Some((m, skipped)) => {
                 sup.restored_from = Some((m.id, skipped));
-                Some(Arc::new(build_restore(&m, &sup.graph)?))
+                let r = Arc::new(build_restore(&m, &sup.graph)?);
+                // Until this run completes a checkpoint of its own, a
+                // restart restores the one it started from — not nothing.
+                sup.last_complete = Some(Completed {
+                    id: m.id,
+                    manifest: m,
+                    written: HashMap::new(),
+                    attempt: u32::MAX,
+                });
+                Some(r)
             }
             None => None,
         };
@@ -534,40 +542,4 @@ impl Supervisor {
             standby: self.standby_stats.take(),
         }))
     }
-}
-
-/// Refuses a job whose rings between tasks — allocated whole when each
-/// attempt starts: a parallelism of `p` on both sides of a key-partitioned
-/// edge makes `p²` of them — would not fit the memory this process may
-/// still take (half of it: the records, state and the rest need room too).
-fn check_ring_memory(graph: &Graph, plan: &Plan, config: &RuntimeConfig) -> Result<(), JobError> {
-    let Some(available) = crate::sys::limits::available_memory() else {
-        return Ok(());
-    };
-    let mut needed = 0u64;
-    let mut rings = 0u64;
-    for (ei, e) in graph.edges.iter().enumerate() {
-        if plan.chained[ei] {
-            continue;
-        }
-        let Some(kit) = graph.nodes[e.from].out.as_ref() else {
-            continue;
-        };
-        let n = super::lane_count(graph, ei);
-        rings = rings.saturating_add(n);
-        needed = needed.saturating_add(n.saturating_mul(kit.ring_bytes(config.ring_capacity)));
-    }
-    if needed > available / 2 {
-        return Err(crate::error::RuntimeError::InsufficientMemory {
-            what: format!(
-                "the {rings} rings between this job's tasks ({} slots each)",
-                config.ring_capacity
-            ),
-            needed,
-            available,
-            hint: "lower the parallelism or the ring capacity".into(),
-        }
-        .into());
-    }
-    Ok(())
 }

@@ -25,6 +25,17 @@ pub const OPERATORS: [&str; 7] = [
     names::SINK,
 ];
 
+/// The most instances per operator `paper` runs (the engine refuses
+/// earlier what its rings would not fit in memory).
+const MAX_PARALLELISM: usize = 1024;
+
+/// The longest an injected stall nothing detects, or a slow operator,
+/// may hold the run up.
+const MAX_UNDETECTED_DELAY_MS: u64 = 60_000;
+
+/// The slowest `--rate`: one record a day.
+const MIN_RATE: f64 = 1.0 / 86_400.0;
+
 /// Operators that can have a standby.
 const BACKABLE: [&str; 3] = [names::FLATMAP, names::FILTER, names::KEYED];
 
@@ -53,6 +64,33 @@ fn given(m: &ArgMatches, id: &str) -> bool {
     m.value_source(id) == Some(ValueSource::CommandLine)
 }
 
+/// Refuses `--from-savepoint` when the source cannot reach a position the
+/// checkpoint holds: an input shorter than the checkpointed run's (the
+/// restore would otherwise fail at the seek, after the job started).
+pub fn savepoint_fits(path: &Path, records: u64, parallelism: usize) -> anyhow::Result<()> {
+    let (m, _) = tandem::runtime::restore_point(path)
+        .map_err(|e| anyhow::anyhow!("--from-savepoint {}: {e}", path.display()))?;
+    let p = parallelism as u64;
+    for e in m.files.iter().filter(|e| e.operator == names::SOURCE) {
+        let Some(pos) = e.positions.first() else {
+            continue;
+        };
+        let i = u64::from(e.instance);
+        let in_partition = records.saturating_sub(i).div_ceil(p);
+        ensure!(
+            pos.next_seq <= in_partition,
+            "--from-savepoint {}: checkpoint {} resumes source partition {i} at its record {} \
+             (input record {}), and this input has {records} records ({in_partition} in that \
+             partition): give the run the input the checkpointed run had",
+            path.display(),
+            m.id,
+            pos.next_seq,
+            pos.next_seq.saturating_mul(p).saturating_add(i)
+        );
+    }
+    Ok(())
+}
+
 /// An error if the run was interrupted (the caller's frame says how).
 pub fn interrupted() -> anyhow::Result<()> {
     ensure!(!tandem_bench::cli::interrupted(), "interrupted");
@@ -72,8 +110,9 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     let parallelism = args.parallelism.unwrap_or(cores);
     ensure!(parallelism >= 1, "--parallelism must be at least 1");
     ensure!(
-        args.rate >= 0.0 && args.rate.is_finite(),
-        "--rate must be a number ≥ 0 (0: as fast as possible)"
+        args.rate == 0.0 || (MIN_RATE..f64::INFINITY).contains(&args.rate),
+        "--rate {}: 0 (as fast as possible), or records/s from one a day ({MIN_RATE:.7}) up",
+        args.rate
     );
     ensure!(
         args.ring_capacity >= 2,
@@ -94,10 +133,31 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         ));
     }
     ensure!(
-        args.max_record_bytes >= 64,
-        "--max-record-bytes {}: at least 64",
-        args.max_record_bytes
+        (64..=paper::MAX_RECORD_BYTES).contains(&args.max_record_bytes),
+        "--max-record-bytes {}: 64 to {} (1 GiB)",
+        args.max_record_bytes,
+        paper::MAX_RECORD_BYTES
     );
+    ensure!(
+        parallelism <= MAX_PARALLELISM,
+        "--parallelism {parallelism}: at most {MAX_PARALLELISM}"
+    );
+    match &args.input {
+        None => paper::check_records("--records", args.records)?,
+        Some(p) => {
+            // Read whole before timing: it must fit in memory.
+            let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+            if let Some(available) = tandem::sys::limits::available_memory() {
+                ensure!(
+                    len <= available / 2,
+                    "--input {}: {} would not fit in memory ({} available; the input is read whole before the run)",
+                    p.display(),
+                    tandem::sys::fs::human_bytes(len),
+                    tandem::sys::fs::human_bytes(available)
+                );
+            }
+        }
+    }
     let restart_all = args.strategy == "restart-all";
     let bqbs = args.strategy == "bqbs";
     let checkpointing = restart_all || (bqbs && args.checkpoint_interval_ms.is_some());
@@ -156,6 +216,20 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     ] {
         ensure!(v != Some(0), "{flag} 0: must be at least 1");
     }
+    let year = tandem::recovery::restart::MAX_DURATION.as_millis() as u64;
+    for (flag, v) in [
+        ("--checkpoint-interval-ms", args.checkpoint_interval_ms),
+        ("--checkpoint-timeout-ms", Some(args.checkpoint_timeout_ms)),
+        ("--heartbeat-timeout-ms", Some(args.heartbeat_timeout_ms)),
+        ("--standby-heartbeat-ms", Some(args.standby_heartbeat_ms)),
+        ("--standby-snapshot-ms", Some(args.standby_snapshot_ms)),
+        ("--min-pause-ms", Some(args.min_pause_ms)),
+        ("--savepoint-after-ms", args.savepoint_after_ms),
+    ] {
+        if let Some(v) = v {
+            ensure!(v <= year, "{flag} {v}: at most {year} (a year)");
+        }
+    }
     ensure!(
         args.standby_queue_mib <= 1 << 20,
         "--standby-queue-mib {}: at most {} (1 TiB)",
@@ -202,7 +276,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
             tandem::standby::bq::MAX_READERS as u32,
         )?;
         ensure!(
-            (args.max_record_bytes as u64) + 256 <= cfg.max_entry(),
+            (args.max_record_bytes as u64).saturating_add(256) <= cfg.max_entry(),
             "--max-record-bytes {} does not fit the standby's buffer queue of --standby-queue-mib {} (entries up to {} bytes): raise the queue or lower the limit",
             args.max_record_bytes,
             args.standby_queue_mib,
@@ -373,6 +447,25 @@ impl Plan {
                 return Err(format!(
                     "nothing would detect a stall of `{}` that never ends (it needs a standby, or checkpoints with a restart strategy): the run would hang",
                     f.target
+                ));
+            }
+            FaultKind::Stall { millis: Some(ms) }
+                if ms > MAX_UNDETECTED_DELAY_MS && !self.stall_detected(args, &f.target) =>
+            {
+                return Err(format!(
+                    "nothing would detect a stall of `{}` (it needs a standby, or checkpoints with a restart strategy), so the run would wait {} s for it: at most {} s",
+                    f.target,
+                    ms / 1000,
+                    MAX_UNDETECTED_DELAY_MS / 1000
+                ));
+            }
+            FaultKind::Slow { micros, records }
+                if micros.saturating_mul(records) / 1000 > MAX_UNDETECTED_DELAY_MS =>
+            {
+                return Err(format!(
+                    "{micros} µs on each of {records} records would slow the run by {} s: at most {} s",
+                    micros.saturating_mul(records) / 1_000_000,
+                    MAX_UNDETECTED_DELAY_MS / 1000
                 ));
             }
             _ => {}

@@ -151,8 +151,12 @@ fn run(
         Some(Err(tandem::JobError::EndedBeforeSavepoint)) | None => {}
         Some(Err(e)) => return Err(e).context("taking the savepoint"),
     }
-    checks::interrupted()?;
-    let report = handle.join().context("the job failed")?;
+    let joined = handle.join();
+    if tandem_bench::cli::interrupted() {
+        keep_checkpoints(args);
+        checks::interrupted()?;
+    }
+    let report = joined.context("the job failed")?;
     if let (Some(ms), None) = (args.savepoint_after_ms, &savepoint) {
         errln!("warning: no savepoint was taken: the job ended before one was durable (--savepoint-after-ms {ms})");
     }
@@ -344,8 +348,19 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         }
     };
     checks::interrupted()?;
+    if let Some(sp) = &args.from_savepoint {
+        checks::savepoint_fits(sp, input.len(), plan.parallelism)?;
+    }
     let input = Arc::new(input);
     let faults = plan.faults(args, input.len(), &mut warnings)?;
+    if args.rate > 0.0 && input.len() as f64 / args.rate > 60.0 {
+        warnings.push(format!(
+            "--rate {} paces {} records over about {} (stop it with Ctrl-C)",
+            args.rate,
+            input.len(),
+            fmt_ns((input.len() as f64 / args.rate * 1e9).min(u64::MAX as f64) as u64)
+        ));
+    }
     for w in &warnings {
         errln!("warning: {w}");
     }
@@ -408,4 +423,23 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(tandem_bench::paper::lock_path(out));
     }
     Ok(())
+}
+
+/// An interrupted run keeps the checkpoints it wrote where the user named
+/// (`--checkpoint-dir`, or `--run-dir`'s `checkpoints`): the run can go on
+/// from them (`--from-savepoint`).
+fn keep_checkpoints(args: &Args) {
+    let dir = match (&args.checkpoint_dir, &args.run_dir) {
+        (Some(d), _) => d.clone(),
+        (None, Some(r)) => r.join("checkpoints"),
+        _ => return,
+    };
+    if tandem::runtime::restore_point(&dir).is_ok() {
+        cleanup::keep(&dir);
+        tandem_bench::cli::kept(format!(
+            "the checkpoints in {} (go on with --from-savepoint {})",
+            dir.display(),
+            dir.display()
+        ));
+    }
 }

@@ -286,6 +286,11 @@ impl Supervisor {
         // A checkpoint being written is complete: let it land and commit.
         self.land_checkpoint_being_written()?;
         self.failures.push(Duration::from_nanos(detected_at));
+        if let JobError::SourceSeek { .. } = err {
+            // A source that cannot reach the restored position cannot
+            // after a restart either: restarting would only repeat it.
+            return Err(err);
+        }
         let delay = match self.config.restart.decide(&self.failures) {
             Decision::Restart { after } => after,
             Decision::GiveUp { reason } => {
@@ -470,7 +475,9 @@ pub(super) fn replayed(read: u64, restored_from: Option<u64>) -> u64 {
 /// loop, no permission) or a savepoint manifest that cannot be read keeps
 /// its system error — it is not taken for a directory without
 /// checkpoints — and a directory that holds none says so.
-pub(super) fn load_restore_point(path: &Path) -> Result<(Manifest, Vec<String>), JobError> {
+pub(in crate::runtime) fn load_restore_point(
+    path: &Path,
+) -> Result<(Manifest, Vec<String>), JobError> {
     let meta = std::fs::metadata(path).map_err(CheckpointError::io(path, "stat"))?;
     if !meta.is_dir() {
         // `load` refuses what is not a regular file (a FIFO, a device).
