@@ -293,3 +293,51 @@ fn starting_from_a_directory_whose_newest_checkpoint_is_damaged_says_which_it_sk
     );
     std::fs::remove_dir_all(tmp).unwrap();
 }
+
+#[test]
+fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let tmp = fresh("dev-full");
+    for (bin, args) in [
+        (env!("CARGO_BIN_EXE_paper"), vec!["--records", "100"]),
+        (
+            env!("CARGO_BIN_EXE_chaos"),
+            vec![
+                "--schedules",
+                "1",
+                "--records",
+                "200",
+                "--strategies",
+                "restart-all",
+                "--quiet",
+            ],
+        ),
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(bin)
+            .args(&args)
+            .env("TMPDIR", &tmp)
+            .env("RUST_BACKTRACE", "1")
+            .stdout(full)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            matches!(o.status.code(), Some(1 | 2)),
+            "{bin}: {:?}\n{err}",
+            o.status
+        );
+        assert!(
+            err.contains("error: writing to standard output"),
+            "{bin}: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("backtrace"),
+            "{err}"
+        );
+        assert!(is_empty(&tmp), "{bin} left files behind");
+    }
+    std::fs::remove_dir_all(tmp).unwrap();
+}

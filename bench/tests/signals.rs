@@ -248,3 +248,70 @@ fn a_signalled_chaos_campaign_stops_with_its_status_and_leaves_nothing() {
     }
     assert_eq!(reached, runs(), "a campaign of 40 schedules outlasts 1.7 s");
 }
+
+#[test]
+fn what_a_killed_run_left_is_swept_by_the_next_run_of_any_strategy() {
+    let dir = fresh("killed");
+    let tmp = fresh("killed-tmp");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args([
+            "--records",
+            "400000",
+            "--rate",
+            "200000",
+            "--strategy",
+            "bqbs",
+            "--standby",
+            "flatmap,keyed",
+            "--checkpoint-interval-ms",
+            "20",
+            "--malformed-every",
+            "50",
+            "--output",
+            "killed.jsonl",
+        ])
+        .current_dir(&dir)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Until its standby files, checkpoints, dead letters and staging exist.
+    let t = Instant::now();
+    while shm_of(pid).is_empty()
+        || listing(&tmp).len() < 2
+        || !dir.join("killed.jsonl.txn").exists()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!shm_of(pid).is_empty() && !listing(&tmp).is_empty());
+    // The next run, of another strategy, writing another output there.
+    let o = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "100", "--output", "next.jsonl"])
+        .current_dir(&dir)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        shm_of(pid).is_empty(),
+        "left in /dev/shm: {:?}",
+        shm_of(pid)
+    );
+    assert!(
+        listing(&tmp).is_empty(),
+        "left in the temp dir: {:?}",
+        listing(&tmp)
+    );
+    assert_eq!(listing(&dir), ["next.jsonl"]);
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(tmp).unwrap();
+}

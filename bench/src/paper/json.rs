@@ -89,6 +89,11 @@ pub fn parse_answer(line: &[u8]) -> R<Answer> {
         what: "invalid UTF-8".into(),
     })?;
     p.i = 0;
+    if line.starts_with(b"\xEF\xBB\xBF") {
+        return p.err(
+            "a UTF-8 byte order mark (EF BB BF) before the record: JSON lines are UTF-8 without one (save the file without a BOM)",
+        );
+    }
     let a = p.answer()?;
     p.ws();
     if p.i != p.b.len() {
@@ -833,6 +838,12 @@ enum Str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_byte_order_mark_is_named_as_the_cause() {
+        let e = parse_answer(b"\xEF\xBB\xBF{\"answer_id\":1}").unwrap_err();
+        assert!(e.to_string().contains("byte order mark"), "{e}");
+    }
 
     #[test]
     fn swar_digit_helpers_agree_with_scalar_code() {

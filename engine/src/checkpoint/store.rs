@@ -534,18 +534,16 @@ impl IoThread {
     fn run(mut self, rx: mpsc::Receiver<Job>) {
         while let Ok(job) = rx.recv() {
             let result = self.write_set(job.kind, job.id, job.snapshots);
+            if let Err(e) = &result {
+                self.discard_unpublished(job.kind, job.id, e);
+            }
             let _ = job.done.send(result);
         }
     }
 
-    fn write_set(
-        &mut self,
-        kind: SnapshotKind,
-        id: u64,
-        snapshots: Vec<OperatorSnapshot>,
-    ) -> Result<Published, CheckpointError> {
-        let start = Instant::now();
-        let (set_dir, manifest_path) = match kind {
+    /// A set's directory and its manifest's path.
+    fn set_paths(&self, kind: SnapshotKind, id: u64) -> (PathBuf, PathBuf) {
+        match kind {
             SnapshotKind::Checkpoint => (
                 self.dir.join(format!("chk-{id}")),
                 self.dir.join(format!("manifest-{id}.json")),
@@ -555,7 +553,37 @@ impl IoThread {
                 let m = d.join(SAVEPOINT_MANIFEST);
                 (d, m)
             }
-        };
+        }
+    }
+
+    /// A set that failed before it was published (a full disk, an I/O
+    /// error) is of no use to anyone: its files and staged manifest go, so
+    /// that a failing disk is not filled further by every retry. A crash
+    /// (injected: the process "dies" there) leaves them as a crash would,
+    /// and a published set is not this failure's.
+    fn discard_unpublished(&mut self, kind: SnapshotKind, id: u64, e: &CheckpointError) {
+        if matches!(
+            e,
+            CheckpointError::Crashed { .. } | CheckpointError::AlreadyPublished { .. }
+        ) {
+            return;
+        }
+        let (set_dir, manifest_path) = self.set_paths(kind, id);
+        if manifest_path.exists() {
+            return;
+        }
+        let _ = fs::remove_file(manifest_path.with_extension("json.tmp"));
+        let _ = fs::remove_dir_all(&set_dir);
+    }
+
+    fn write_set(
+        &mut self,
+        kind: SnapshotKind,
+        id: u64,
+        snapshots: Vec<OperatorSnapshot>,
+    ) -> Result<Published, CheckpointError> {
+        let start = Instant::now();
+        let (set_dir, manifest_path) = self.set_paths(kind, id);
         if manifest_path.exists() {
             return Err(CheckpointError::AlreadyPublished {
                 id,
