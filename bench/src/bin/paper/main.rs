@@ -98,6 +98,10 @@ fn run(
                 " (here: lower --standby-queue-mib {}, or name a --run-dir on a larger filesystem)",
                 args.standby_queue_mib
             ),
+            tandem::JobError::Runtime(tandem::RuntimeError::InsufficientMemory { .. }) => format!(
+                " (here: lower --parallelism {} or --ring-capacity {})",
+                parallelism, args.ring_capacity
+            ),
             _ => String::new(),
         };
         anyhow::Error::new(e).context(format!("starting the job{hint}"))
