@@ -109,7 +109,7 @@ fn drive(bin: &'static str, cases: &[Case], tag: &str) {
     let _ = std::fs::remove_dir_all(&tmp_root);
     let mut jobs = Vec::new();
     for (i, c) in cases.iter().enumerate() {
-        for v in values(c.max, 0x7A4D_E3 + i as u64) {
+        for v in values(c.max, 0x007A_4DE3 + i as u64) {
             jobs.push((i, v));
         }
     }

@@ -175,7 +175,7 @@ fn a_signalled_paper_run_stops_with_its_status_and_leaves_nothing() {
             let dir = fresh(&format!("paper-{c}-{r}"));
             let tmp = fresh(&format!("paper-tmp-{c}-{r}"));
             let after = Duration::from_millis(next(&mut seed) % 1500);
-            let sig = if next(&mut seed) % 2 == 0 {
+            let sig = if next(&mut seed).is_multiple_of(2) {
                 libc::SIGINT
             } else {
                 libc::SIGTERM
@@ -217,7 +217,7 @@ fn a_signalled_chaos_campaign_stops_with_its_status_and_leaves_nothing() {
         let dir = fresh(&format!("chaos-{r}"));
         let tmp = fresh(&format!("chaos-tmp-{r}"));
         let after = Duration::from_millis(200 + next(&mut seed) % 1500);
-        let sig = if r % 2 == 0 {
+        let sig = if r.is_multiple_of(2) {
             libc::SIGINT
         } else {
             libc::SIGTERM

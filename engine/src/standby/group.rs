@@ -322,7 +322,6 @@ impl Doing {
 }
 
 impl Group {
-    #[allow(clippy::too_many_arguments)]
     /// Bytes of the files a group with `lanes` input lanes creates at
     /// once: a buffer queue per lane, the determinant log, and the first
     /// snapshot exchange a stateful primary makes (a state whose archive
@@ -345,6 +344,7 @@ impl Group {
         BqConfig::for_memory(cfg.queue_memory.max(64 << 10), 64, MAX_READERS as u32)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn create(
         node: usize,
         instance: usize,
