@@ -258,10 +258,10 @@ impl BqConfig {
             .checked_add(self.arena)
     }
 
-    /// The file length of sizes that passed [`check`](Self::check).
+    /// The file length of these sizes (`u64::MAX` for sizes whose length
+    /// overflows, which every constructor refuses).
     pub fn file_len(&self) -> u64 {
-        self.checked_file_len()
-            .expect("sizes passed `check`, which refuses an overflowing file length")
+        self.checked_file_len().unwrap_or(u64::MAX)
     }
 
     fn arena_start(&self) -> usize {
