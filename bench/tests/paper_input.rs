@@ -111,7 +111,7 @@ fn tempdir(tag: &str) -> PathBuf {
 fn every_bad_line_is_one_dead_letter_and_every_good_record_arrives() {
     let dir = tempdir("mixed");
     let bad = files(&dir);
-    let (reference, rep) = paper(&dir, "good.jsonl", "good", &[]);
+    let (reference, rep) = paper(&dir, "good.jsonl", "reference", &[]);
     assert_eq!(rep["dead_letters"], 0);
     assert_eq!(rep["records_in"], GOOD);
     for (tag, extra) in [

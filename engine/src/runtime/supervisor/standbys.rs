@@ -36,6 +36,7 @@ impl Supervisor {
         };
         let scratch = match &self.config.run_dir {
             Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
                 let dir = d.join(format!("standby-{number}"));
                 // Another run's with this run directory, dead (a live one
                 // holds its lock: refused below rather than shared).
