@@ -74,9 +74,10 @@ const MAX_SIZES: usize = 100;
 const MAX_RUNS: usize = 100;
 /// The most small checkpoint sets: 200 ms apart, some four minutes.
 const MAX_SMALL_SETS: usize = 1000;
-/// The most snapshots per small set: a job of ten thousand operator
-/// instances.
-const MAX_SMALL_FILES: u32 = 10_000;
+/// The most snapshots per small set: a job of a thousand operator
+/// instances (each set is one checkpoint's publish, which a signal does
+/// not cut short: ten thousand fsynced files take seconds).
+const MAX_SMALL_FILES: u32 = 1000;
 /// Memory the largest size takes, as a multiple of its bytes: the keyed
 /// state (a hash table, up to twice its entries' bytes and more), its
 /// archive, the raw baseline's buffer and the restore's mapping.
@@ -110,7 +111,7 @@ struct Args {
     #[arg(long, default_value_t = 25)]
     small_sets: usize,
     /// Snapshots per small set (1 KB each; a job's operator instances),
-    /// 1 to 10000.
+    /// 1 to 1000.
     #[arg(long, default_value_t = 12)]
     small_files: u32,
 }
