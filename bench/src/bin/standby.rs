@@ -530,7 +530,6 @@ fn detlog(args: &Args, dir: &Path, follow: bool) -> Result<f64> {
                 .map_err(|_| anyhow::anyhow!("the log follower panicked"))?,
         );
     }
-    drop(words);
     drop(log);
     std::fs::remove_file(&path)?;
     ensure!(start == n, "interrupted");
