@@ -175,11 +175,14 @@ fn check_args(args: &Args) -> Result<PathBuf> {
     );
     let cfg = bq_config(args)?;
     if let Some(free) = tandem::sys::limits::available_memory() {
+        // The queue's mapping, and the writer's tuple.
+        let need = cfg.file_len() + args.tuple_bytes as u64;
         ensure!(
-            cfg.file_len() <= free,
-            "--bq-memory {}: the queue takes {}, more than the {} this process may still take",
+            need <= free,
+            "--bq-memory {}: the queue (and a tuple of --tuple-bytes {}) takes {}, more than the {} this process may still take",
             args.bq_memory,
-            human_bytes(cfg.file_len()),
+            args.tuple_bytes,
+            human_bytes(need),
             human_bytes(free)
         );
     }
