@@ -1,6 +1,8 @@
 //! Shared bits of benchmark output: HDR summaries and JSON reports.
 
 use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
 use tandem::LatencyHistogram;
 
 /// Latency percentiles in nanoseconds, as written to JSON reports.
@@ -43,9 +45,58 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
-/// Writes `value` as pretty JSON to `path`.
-pub fn write_json<T: Serialize>(path: &std::path::Path, value: &T) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text + "\n")
-        .map_err(|e| anyhow::anyhow!("writing report {}: {e}", path.display()))
+/// Writes `value` as pretty JSON to `path`, atomically: into a file
+/// beside it (removed again if the run fails or is interrupted meanwhile,
+/// see [`crate::cleanup`]), flushed to disk, then renamed over `path` — a
+/// reader sees the old report or the whole new one, and a failed write
+/// leaves `path` as it was. Through a symlink, the file it names is
+/// replaced, not the link.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let name = target
+        .file_name()
+        .ok_or_else(|| anyhow::anyhow!("writing report {}: names no file", path.display()))?;
+    let tmp = target.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    crate::cleanup::add(tmp.clone());
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, &target));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    crate::cleanup::forget(&tmp);
+    written.map_err(|e| anyhow::anyhow!("writing report {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_replaces_the_old_one_whole_and_leaves_nothing_beside_it() {
+        let dir = std::env::temp_dir().join(format!("tandem-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("r.json");
+        std::fs::write(&p, "old").unwrap();
+        write_json(&p, &[1, 2]).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "[\n  1,\n  2\n]\n");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["r.json"]);
+        // Into a missing directory: an error naming the report, nothing made.
+        let e = write_json(&dir.join("missing/r.json"), &1).unwrap_err();
+        assert!(e.to_string().contains("missing/r.json"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -2,6 +2,13 @@
 //! refused before any work, with an error naming the flag and no panic,
 //! and no run — refused, finished or failed — leaves a file behind in the
 //! directory it writes in (`TMPDIR` for `standby`, `--dir` for `snapshot`).
+//!
+//! And for `ring`, `standby` and `snapshot` alike: a full standard output
+//! is one error line, not a panic; a `--report` into a missing directory is
+//! refused before any measurement, and a report is written whole, nothing
+//! left beside it; `SIGINT` and `SIGTERM` stop a long run at once with
+//! 128 + the signal, its directory as it was. (Every numeric flag at any
+//! value: `bench_numbers.rs`.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -171,4 +178,205 @@ fn snapshot_leaves_its_dir_as_it_was_after_a_run() {
     assert!(out.contains("small sets: 2 × 2 snapshots"), "{out}");
     assert_eq!(d.listing(), before, "--dir holds nothing new");
     assert_eq!(std::fs::read(d.0.join("keep.txt")).unwrap(), b"the user's");
+}
+
+/// The flags of a short `standby` run.
+const STANDBY_SMALL: [&str; 12] = [
+    "--tuples",
+    "20000",
+    "--bq-memory",
+    "1048576",
+    "--messages",
+    "20000",
+    "--samples",
+    "2",
+    "--timeout-ms",
+    "1",
+    "--log-entries",
+    "20000",
+];
+
+/// The flags of a short `snapshot` run.
+const SNAPSHOT_SMALL: [&str; 8] = [
+    "--sizes-mb",
+    "1",
+    "--runs",
+    "1",
+    "--small-sets",
+    "1",
+    "--small-files",
+    "2",
+];
+
+/// The flags of a short `ring` run.
+const RING_SMALL: [&str; 4] = ["--messages", "1000", "--runs", "1"];
+
+/// `exe` with `args`, in (and `--dir`, `TMPDIR` at) `dir` where it takes
+/// one.
+fn command(exe: &str, args: &[&str], dir: &Dir, dir_flag: bool) -> Command {
+    let mut c = Command::new(exe);
+    c.args(args)
+        .current_dir(&dir.0)
+        .env("TMPDIR", &dir.0)
+        .env("RUST_BACKTRACE", "1");
+    if dir_flag {
+        c.arg("--dir").arg(&dir.0);
+    }
+    c
+}
+
+/// The three benchmarks, each with the flags of a short run and whether
+/// it takes `--dir`.
+fn benches() -> [(&'static str, &'static [&'static str], bool); 3] {
+    [
+        (env!("CARGO_BIN_EXE_ring"), &RING_SMALL, false),
+        (env!("CARGO_BIN_EXE_standby"), &STANDBY_SMALL, true),
+        (env!("CARGO_BIN_EXE_snapshot"), &SNAPSHOT_SMALL, true),
+    ]
+}
+
+#[test]
+fn every_bench_fails_with_one_error_line_when_standard_output_is_full() {
+    for (exe, args, dir_flag) in benches() {
+        let d = Dir::new("full-stdout");
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = command(exe, args, &d, dir_flag)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{exe}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{exe}: one line: {err}");
+        assert!(
+            lines[0].starts_with("error: writing to standard output: "),
+            "{exe}: {err}"
+        );
+        assert_eq!(d.listing(), Vec::<String>::new(), "{exe} left files");
+    }
+}
+
+#[test]
+fn a_report_into_a_missing_directory_is_refused_before_any_measurement() {
+    for (exe, args, dir_flag) in benches() {
+        let d = Dir::new("report-missing");
+        let report = d.0.join("missing/r.json");
+        let o = command(exe, args, &d, dir_flag)
+            .arg("--report")
+            .arg(&report)
+            .output()
+            .unwrap();
+        assert_refused(&o, "--report");
+        assert!(o.stdout.is_empty(), "{exe} measured first: {:?}", o.stdout);
+        assert_eq!(d.listing(), Vec::<String>::new(), "{exe} left files");
+    }
+}
+
+#[test]
+fn every_bench_writes_its_report_whole_and_nothing_beside_it() {
+    for (exe, args, dir_flag) in benches() {
+        let d = Dir::new("report");
+        let report = d.0.join("r.json");
+        std::fs::write(&report, "an old report").unwrap();
+        let o = command(exe, args, &d, dir_flag)
+            .arg("--report")
+            .arg(&report)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{exe}: {}", stderr(&o));
+        let text = std::fs::read_to_string(&report).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{exe}: the report is no JSON ({e}): {text}"));
+        assert!(
+            json.as_object().is_some_and(|o| !o.is_empty()),
+            "{exe}: {text}"
+        );
+        assert_eq!(d.listing(), ["r.json"], "{exe}: only the report");
+    }
+}
+
+/// Sends `sig` to `child` once `ready` holds (or after 5 s), and returns
+/// its exit status, within 10 s of the signal.
+fn signal_when(
+    child: &mut std::process::Child,
+    sig: i32,
+    ready: impl Fn() -> bool,
+) -> std::process::ExitStatus {
+    let t = std::time::Instant::now();
+    while !ready() && t.elapsed() < std::time::Duration::from_secs(5) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "ended before the signal"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(ready(), "not under way after 5 s");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: a signal to our own child, not yet waited for.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("still running 10 s after the signal");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigint_and_sigterm_stop_a_running_bench_with_128_plus_the_signal_leaving_its_dir_as_it_was() {
+    // Long runs: each would take minutes.
+    let long: [(&str, &[&str], bool); 3] = [
+        (
+            env!("CARGO_BIN_EXE_ring"),
+            &["--messages", "100000000000"],
+            false,
+        ),
+        (
+            env!("CARGO_BIN_EXE_standby"),
+            &["--tuples", "100000000000", "--bq-memory", "1048576"],
+            true,
+        ),
+        (
+            env!("CARGO_BIN_EXE_snapshot"),
+            &["--sizes-mb", "1", "--runs", "100", "--small-sets", "0"],
+            true,
+        ),
+    ];
+    for (exe, args, dir_flag) in long {
+        for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+            let d = Dir::new("signal");
+            std::fs::write(d.0.join("keep.txt"), b"the user's").unwrap();
+            let report = d.0.join("r.json");
+            let mut child = command(exe, args, &d, dir_flag)
+                .arg("--report")
+                .arg(&report)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // Under way: its scratch directory made (ring makes none).
+            let status = signal_when(&mut child, sig, || !dir_flag || d.listing().len() > 1);
+            let o = child.wait_with_output().unwrap();
+            let err = stderr(&o);
+            assert_eq!(
+                status.code(),
+                Some(128 + sig),
+                "{exe} {name}: {status:?}: {err}"
+            );
+            assert!(
+                err.contains(&format!("interrupted by {name}")),
+                "{exe}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{exe}: {err}");
+            assert_eq!(d.listing(), ["keep.txt"], "{exe} {name}: left files");
+        }
+    }
 }

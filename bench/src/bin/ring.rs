@@ -10,6 +10,13 @@
 //! implementation the median of `--runs` runs is reported, runs of the
 //! different implementations being interleaved.
 //!
+//! Every flag is checked before any work (an error names the flag):
+//! counts and sizes have maxima a real measurement never needs to pass
+//! (see each flag's help), the ring must fit the memory this process may
+//! still take, and the cores must be ones it may run on. A run is
+//! interrupted by `SIGINT`/`SIGTERM` within a chunk of messages
+//! ([`CHUNK`]) and exits with 128 + the signal.
+//!
 //! Every implementation's producer and consumer loop is an
 //! `#[inline(always)]` function passed to `measure` as a zero-sized fn item
 //! (not a `fn` pointer), so each loop is compiled into its thread's body
@@ -21,37 +28,60 @@
 
 use std::{
     hint::spin_loop,
+    ops::Range,
     path::PathBuf,
-    sync::{Arc, Barrier},
+    process::ExitCode,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Barrier,
+    },
     thread,
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Result};
 use clap::Parser;
 use crossbeam_queue::ArrayQueue;
 use tandem::queue::spsc;
+use tandem::sys::fs::human_bytes;
+use tandem_bench::{cli, outln};
+
+/// The most messages a measurement moves: at ~100 M msg/s, some twenty
+/// minutes for each implementation and run.
+const MAX_MESSAGES: u64 = 100_000_000_000;
+/// The largest ring: 2^22 slots, 256 MiB of 64-byte messages — past any
+/// cache a core reaches, where the figure is the memory's, not the ring's.
+const MAX_CAPACITY: usize = 1 << 22;
+/// The most runs per implementation: a median of a thousand is as good
+/// as it gets.
+const MAX_RUNS: usize = 1000;
+/// The producer looks for a signal between chunks of this many messages
+/// (a few milliseconds' worth), outside the measured loops.
+const CHUNK: u64 = 1 << 20;
 
 /// Throughput of Tandem's SPSC ring vs rtrb and crossbeam ArrayQueue.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Messages per measurement.
+    /// Messages per measurement, 1 to 10^11.
     #[arg(long, default_value_t = 50_000_000)]
     messages: u64,
-    /// Batch size of the batched modes.
+    /// Batch size of the batched modes, 1 to --capacity.
     #[arg(long, default_value_t = 256)]
     batch: usize,
-    /// Ring capacity (slots).
+    /// Ring capacity in slots, 2 to 2^22 (4194304: a 256 MiB ring) and as
+    /// the memory this process may still take allows.
     #[arg(long, default_value_t = 4096)]
     capacity: usize,
-    /// Core the producer is pinned to.
-    #[arg(long, default_value_t = 0)]
-    producer_core: usize,
-    /// Core the consumer is pinned to.
-    #[arg(long, default_value_t = 1)]
-    consumer_core: usize,
-    /// Runs per implementation; the median is reported.
+    /// Core the producer is pinned to [default: the first core this
+    /// process may run on].
+    #[arg(long)]
+    producer_core: Option<usize>,
+    /// Core the consumer is pinned to [default: the first other core this
+    /// process may run on].
+    #[arg(long)]
+    consumer_core: Option<usize>,
+    /// Runs per implementation, 1 to 1000; the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Write the medians (msg/s) as JSON to this file.
@@ -133,94 +163,269 @@ struct Pinning {
     consumer: Option<core_affinity::CoreId>,
 }
 
-fn pinning(args: &Args) -> Result<Pinning> {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    if cores.len() < 2 {
-        println!(
-            "note: {} core(s) available: running UNPINNED (producer and consumer share a core)",
-            cores.len()
+/// The cores the two threads are pinned to: those the flags name (each
+/// one this process may run on), else the first two it may run on; none
+/// where it may run on one core only (the note says so).
+fn pinning(args: &Args) -> Result<(Pinning, Option<String>)> {
+    let cores = tandem::sys::affinity::available_cores();
+    for (flag, core) in [
+        ("--producer-core", args.producer_core),
+        ("--consumer-core", args.consumer_core),
+    ] {
+        if let Some(c) = core {
+            ensure!(
+                cores.contains(&c),
+                "{flag} {c}: not a core this process may run on (it may run on {})",
+                core_list(&cores)
+            );
+        }
+    }
+    if let (Some(p), Some(c)) = (args.producer_core, args.consumer_core) {
+        ensure!(
+            p != c,
+            "--producer-core and --consumer-core are both {p}: they must differ"
         );
-        return Ok(Pinning {
-            producer: None,
-            consumer: None,
+    }
+    let other = |than: Option<usize>| cores.iter().copied().find(|&c| Some(c) != than);
+    let producer = args.producer_core.or_else(|| other(args.consumer_core));
+    let consumer = args.consumer_core.or_else(|| other(producer));
+    match (producer, consumer) {
+        (Some(p), Some(c)) if p != c => Ok((
+            Pinning {
+                producer: Some(core_affinity::CoreId { id: p }),
+                consumer: Some(core_affinity::CoreId { id: c }),
+            },
+            None,
+        )),
+        _ => Ok((
+            Pinning {
+                producer: None,
+                consumer: None,
+            },
+            Some(format!(
+                "note: this process may run on {} core(s) only: running UNPINNED (producer and consumer share a core)",
+                cores.len()
+            )),
+        )),
+    }
+}
+
+/// Core ids as ranges: `0-3, 8, 10-11`.
+fn core_list(cores: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cores.len() {
+        let mut j = i;
+        while j + 1 < cores.len() && cores[j + 1] == cores[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cores[i].to_string()
+        } else {
+            format!("{}-{}", cores[i], cores[j])
         });
+        i = j + 1;
     }
-    if args.producer_core == args.consumer_core {
-        bail!("--producer-core and --consumer-core must differ");
+    if parts.is_empty() {
+        "no core".into()
+    } else {
+        format!("core(s) {}", parts.join(", "))
     }
-    let find = |id: usize| {
-        cores
-            .iter()
-            .copied()
-            .find(|c| c.id == id)
-            .with_context(|| format!("core {id} not available (have {cores:?})"))
-    };
-    Ok(Pinning {
-        producer: Some(find(args.producer_core)?),
-        consumer: Some(find(args.consumer_core)?),
-    })
+}
+
+/// Bytes one ring of `capacity` slots takes, the largest of the three
+/// implementations': Tandem's rounds the capacity up to a power of two,
+/// `ArrayQueue` keeps a stamp beside each message.
+fn ring_bytes(capacity: usize) -> u64 {
+    let msg = std::mem::size_of::<Msg>() as u64;
+    let tandem = capacity.next_power_of_two() as u64 * msg;
+    let array_queue = capacity as u64 * (msg + std::mem::size_of::<usize>() as u64);
+    tandem.max(array_queue)
+}
+
+/// Checks every flag before any work; the error names the flag.
+fn check_args(args: &Args) -> Result<()> {
+    ensure!(
+        (1..=MAX_MESSAGES).contains(&args.messages),
+        "--messages {}: 1 to {MAX_MESSAGES}",
+        args.messages
+    );
+    ensure!(
+        (1..=MAX_RUNS).contains(&args.runs),
+        "--runs {}: 1 to {MAX_RUNS}",
+        args.runs
+    );
+    ensure!(
+        (2..=MAX_CAPACITY).contains(&args.capacity),
+        "--capacity {}: 2 to {MAX_CAPACITY} slots",
+        args.capacity
+    );
+    ensure!(
+        (1..=args.capacity).contains(&args.batch),
+        "--batch {}: 1 to --capacity ({})",
+        args.batch,
+        args.capacity
+    );
+    let need = ring_bytes(args.capacity);
+    if let Some(free) = tandem::sys::limits::available_memory() {
+        ensure!(
+            need <= free,
+            "--capacity {}: a ring of that many 64-byte messages takes {}, more than the {} this process may still take",
+            args.capacity,
+            human_bytes(need),
+            human_bytes(free)
+        );
+    }
+    if let Some(r) = &args.report {
+        tandem_bench::paths::output_file("--report", r)?;
+    }
+    Ok(())
 }
 
 /// Runs `produce` and `consume` on their cores and returns the wall time
-/// from the start barrier to the consumer's last message.
+/// from the start barrier to the consumer's last message; `None` if the
+/// run was interrupted by a signal.
 ///
 /// Generic over the loop bodies (not `fn` pointers) so that each
-/// implementation's loop is compiled and inlined on its own.
+/// implementation's loop is compiled and inlined on its own. The producer
+/// moves the messages in chunks of [`CHUNK`], looking for a signal between
+/// them and wherever it spins on a full ring. A side that stops early
+/// (interrupted, or panicked) raises `stop`, which the other reads only
+/// where it spins on a full or empty ring: the measured path is
+/// unchanged, and neither side waits for a gone one.
 fn measure<P, C>(
     pin: Pinning,
     (p, c): (P, C),
-    produce: impl FnOnce(P, u64, usize) + Send + 'static,
-    consume: impl FnOnce(C, u64, usize) -> u64 + Send + 'static,
+    produce: impl Fn(&mut P, Range<u64>, usize, &AtomicBool) -> bool + Send + 'static,
+    consume: impl FnOnce(C, u64, usize, &AtomicBool) -> (u64, u64) + Send + 'static,
     messages: u64,
     batch: usize,
-) -> Duration
+) -> Result<Option<Duration>>
 where
     P: Send + 'static,
     C: Send + 'static,
 {
     let barrier = Arc::new(Barrier::new(2));
-    let b = barrier.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (b, stop_p) = (barrier.clone(), stop.clone());
     let producer = thread::spawn(move || {
+        let mut raised = RaiseOnDrop::armed(&stop_p);
         if let Some(core) = pin.producer {
             core_affinity::set_for_current(core);
         }
         b.wait();
-        produce(p, messages, batch);
+        let mut p = p;
+        let mut start = 0;
+        while start < messages {
+            if cli::interrupted() {
+                return;
+            }
+            let end = messages.min(start + CHUNK);
+            if !produce(&mut p, start..end, batch, &stop_p) {
+                return;
+            }
+            start = end;
+        }
+        raised.disarm();
     });
     let consumer = thread::spawn(move || {
+        let mut raised = RaiseOnDrop::armed(&stop);
         if let Some(core) = pin.consumer {
             core_affinity::set_for_current(core);
         }
         barrier.wait();
         let start = Instant::now();
-        let sum = consume(c, messages, batch);
+        let (sum, seen) = consume(c, messages, batch, &stop);
         let elapsed = start.elapsed();
-        // 0 + 1 + ... + (messages - 1), wrapping like the consumer's sum.
-        let expected = if messages.is_multiple_of(2) {
-            (messages / 2).wrapping_mul(messages.wrapping_sub(1))
-        } else {
-            messages.wrapping_mul((messages - 1) / 2)
-        };
-        assert_eq!(sum, expected, "checksum mismatch");
-        elapsed
+        if seen == messages {
+            raised.disarm();
+        }
+        (sum, seen, elapsed)
     });
-    producer.join().expect("producer panicked");
-    consumer.join().expect("consumer panicked")
+    let produced = producer.join();
+    let consumed = consumer.join();
+    produced.map_err(|e| anyhow::anyhow!("the producer panicked: {}", panic_text(&*e)))?;
+    let (sum, seen, elapsed) =
+        consumed.map_err(|e| anyhow::anyhow!("the consumer panicked: {}", panic_text(&*e)))?;
+    if seen < messages {
+        return Ok(None);
+    }
+    // 0 + 1 + ... + (messages - 1), wrapping like the consumer's sum.
+    let expected = if messages.is_multiple_of(2) {
+        (messages / 2).wrapping_mul(messages.wrapping_sub(1))
+    } else {
+        messages.wrapping_mul((messages - 1) / 2)
+    };
+    ensure!(
+        sum == expected,
+        "checksum mismatch: {sum}, expected {expected}"
+    );
+    Ok(Some(elapsed))
 }
 
-// ---- tandem ---------------------------------------------------------------
+/// Raises its flag when dropped (a side ended early, or unwinds from a
+/// panic) unless disarmed first (the side did all its work).
+struct RaiseOnDrop<'a>(&'a AtomicBool, bool);
 
-fn tandem_single_produce(mut tx: spsc::Producer<Msg>, n: u64, _: usize) {
-    for seq in 0..n {
-        let mut m = msg(seq);
-        while let Err(spsc::Full(back)) = tx.push(m) {
-            m = back;
-            spin_loop();
+impl<'a> RaiseOnDrop<'a> {
+    fn armed(flag: &'a AtomicBool) -> Self {
+        RaiseOnDrop(flag, true)
+    }
+
+    fn disarm(&mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.store(true, Ordering::Release);
         }
     }
 }
 
-fn tandem_single_consume(mut rx: spsc::Consumer<Msg>, n: u64, _: usize) -> u64 {
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// Whether to stop waiting: the other side has gone, or a signal came
+/// (read only where a side spins on a full or empty ring).
+#[inline(always)]
+fn gone(stop: &AtomicBool) -> bool {
+    stop.load(Ordering::Relaxed) || cli::interrupted()
+}
+
+// ---- tandem ---------------------------------------------------------------
+
+fn tandem_single_produce(
+    tx: &mut spsc::Producer<Msg>,
+    seqs: Range<u64>,
+    _: usize,
+    stop: &AtomicBool,
+) -> bool {
+    for seq in seqs {
+        let mut m = msg(seq);
+        while let Err(spsc::Full(back)) = tx.push(m) {
+            if gone(stop) {
+                return false;
+            }
+            m = back;
+            spin_loop();
+        }
+    }
+    true
+}
+
+fn tandem_single_consume(
+    mut rx: spsc::Consumer<Msg>,
+    n: u64,
+    _: usize,
+    stop: &AtomicBool,
+) -> (u64, u64) {
     let mut sum = 0u64;
     let mut seq = 0;
     while seq < n {
@@ -229,15 +434,21 @@ fn tandem_single_consume(mut rx: spsc::Consumer<Msg>, n: u64, _: usize) -> u64 {
                 sum = sum.wrapping_add(check(&m, seq));
                 seq += 1;
             }
+            None if gone(stop) => break,
             None => spin_loop(),
         }
     }
-    sum
+    (sum, seq)
 }
 
 #[inline(always)]
-fn tandem_batched_produce(mut tx: spsc::Producer<Msg>, n: u64, batch: usize) {
-    let mut seq = 0;
+fn tandem_batched_produce(
+    tx: &mut spsc::Producer<Msg>,
+    seqs: Range<u64>,
+    batch: usize,
+    stop: &AtomicBool,
+) -> bool {
+    let (mut seq, n) = (seqs.start, seqs.end);
     while seq < n {
         let end = n.min(seq + batch as u64);
         while seq < end {
@@ -246,15 +457,24 @@ fn tandem_batched_produce(mut tx: spsc::Producer<Msg>, n: u64, batch: usize) {
                 Err(_) => {
                     // Full: publish what we have so the consumer can drain.
                     tx.commit();
+                    if gone(stop) {
+                        return false;
+                    }
                     spin_loop();
                 }
             }
         }
         tx.commit();
     }
+    true
 }
 
-fn tandem_batched_consume(mut rx: spsc::Consumer<Msg>, n: u64, batch: usize) -> u64 {
+fn tandem_batched_consume(
+    mut rx: spsc::Consumer<Msg>,
+    n: u64,
+    batch: usize,
+    stop: &AtomicBool,
+) -> (u64, u64) {
     let mut sum = 0u64;
     let mut seq = 0;
     while seq < n {
@@ -263,25 +483,42 @@ fn tandem_batched_consume(mut rx: spsc::Consumer<Msg>, n: u64, batch: usize) -> 
             seq += 1;
         });
         if got == 0 {
+            if gone(stop) {
+                break;
+            }
             spin_loop();
         }
     }
-    sum
+    (sum, seq)
 }
 
 // ---- rtrb -----------------------------------------------------------------
 
-fn rtrb_single_produce(mut tx: rtrb::Producer<Msg>, n: u64, _: usize) {
-    for seq in 0..n {
+fn rtrb_single_produce(
+    tx: &mut rtrb::Producer<Msg>,
+    seqs: Range<u64>,
+    _: usize,
+    stop: &AtomicBool,
+) -> bool {
+    for seq in seqs {
         let mut m = msg(seq);
         while let Err(rtrb::PushError::Full(back)) = tx.push(m) {
+            if gone(stop) {
+                return false;
+            }
             m = back;
             spin_loop();
         }
     }
+    true
 }
 
-fn rtrb_single_consume(mut rx: rtrb::Consumer<Msg>, n: u64, _: usize) -> u64 {
+fn rtrb_single_consume(
+    mut rx: rtrb::Consumer<Msg>,
+    n: u64,
+    _: usize,
+    stop: &AtomicBool,
+) -> (u64, u64) {
     let mut sum = 0u64;
     let mut seq = 0;
     while seq < n {
@@ -290,19 +527,28 @@ fn rtrb_single_consume(mut rx: rtrb::Consumer<Msg>, n: u64, _: usize) -> u64 {
                 sum = sum.wrapping_add(check(&m, seq));
                 seq += 1;
             }
+            Err(_) if gone(stop) => break,
             Err(_) => spin_loop(),
         }
     }
-    sum
+    (sum, seq)
 }
 
-fn rtrb_batched_produce(mut tx: rtrb::Producer<Msg>, n: u64, batch: usize) {
-    let mut seq = 0;
+fn rtrb_batched_produce(
+    tx: &mut rtrb::Producer<Msg>,
+    seqs: Range<u64>,
+    batch: usize,
+    stop: &AtomicBool,
+) -> bool {
+    let (mut seq, n) = (seqs.start, seqs.end);
     while seq < n {
         let want = (n - seq).min(batch as u64) as usize;
         let chunk = match tx.write_chunk_uninit(want) {
             Ok(chunk) => chunk,
             Err(rtrb::chunks::ChunkError::TooFewSlots(0)) => {
+                if gone(stop) {
+                    return false;
+                }
                 spin_loop();
                 continue;
             }
@@ -312,15 +558,24 @@ fn rtrb_batched_produce(mut tx: rtrb::Producer<Msg>, n: u64, batch: usize) {
         };
         seq += chunk.fill_from_iter((seq..).map(msg)) as u64;
     }
+    true
 }
 
-fn rtrb_batched_consume(mut rx: rtrb::Consumer<Msg>, n: u64, batch: usize) -> u64 {
+fn rtrb_batched_consume(
+    mut rx: rtrb::Consumer<Msg>,
+    n: u64,
+    batch: usize,
+    stop: &AtomicBool,
+) -> (u64, u64) {
     let mut sum = 0u64;
     let mut seq = 0;
     while seq < n {
         let chunk = match rx.read_chunk(batch) {
             Ok(chunk) => chunk,
             Err(rtrb::chunks::ChunkError::TooFewSlots(0)) => {
+                if gone(stop) {
+                    break;
+                }
                 spin_loop();
                 continue;
             }
@@ -333,22 +588,31 @@ fn rtrb_batched_consume(mut rx: rtrb::Consumer<Msg>, n: u64, batch: usize) -> u6
             seq += 1;
         }
     }
-    sum
+    (sum, seq)
 }
 
 // ---- crossbeam ArrayQueue ---------------------------------------------------
 
-fn aq_single_produce(q: Arc<ArrayQueue<Msg>>, n: u64, _: usize) {
-    for seq in 0..n {
+fn aq_single_produce(
+    q: &mut Arc<ArrayQueue<Msg>>,
+    seqs: Range<u64>,
+    _: usize,
+    stop: &AtomicBool,
+) -> bool {
+    for seq in seqs {
         let mut m = msg(seq);
         while let Err(back) = q.push(m) {
+            if gone(stop) {
+                return false;
+            }
             m = back;
             spin_loop();
         }
     }
+    true
 }
 
-fn aq_single_consume(q: Arc<ArrayQueue<Msg>>, n: u64, _: usize) -> u64 {
+fn aq_single_consume(q: Arc<ArrayQueue<Msg>>, n: u64, _: usize, stop: &AtomicBool) -> (u64, u64) {
     let mut sum = 0u64;
     let mut seq = 0;
     while seq < n {
@@ -357,28 +621,41 @@ fn aq_single_consume(q: Arc<ArrayQueue<Msg>>, n: u64, _: usize) -> u64 {
                 sum = sum.wrapping_add(check(&m, seq));
                 seq += 1;
             }
+            None if gone(stop) => break,
             None => spin_loop(),
         }
     }
-    sum
+    (sum, seq)
 }
 
 /// `ArrayQueue` has no batch API: a "batch" is a loop of `batch` pushes.
-fn aq_batched_produce(q: Arc<ArrayQueue<Msg>>, n: u64, batch: usize) {
-    let mut seq = 0;
+fn aq_batched_produce(
+    q: &mut Arc<ArrayQueue<Msg>>,
+    seqs: Range<u64>,
+    batch: usize,
+    stop: &AtomicBool,
+) -> bool {
+    let (mut seq, n) = (seqs.start, seqs.end);
     while seq < n {
         let end = n.min(seq + batch as u64);
         while seq < end {
             match q.push(msg(seq)) {
                 Ok(()) => seq += 1,
+                Err(_) if gone(stop) => return false,
                 Err(_) => spin_loop(),
             }
         }
     }
+    true
 }
 
 /// `ArrayQueue` has no batch API: a "batch" is up to `batch` pops in a row.
-fn aq_batched_consume(q: Arc<ArrayQueue<Msg>>, n: u64, batch: usize) -> u64 {
+fn aq_batched_consume(
+    q: Arc<ArrayQueue<Msg>>,
+    n: u64,
+    batch: usize,
+    stop: &AtomicBool,
+) -> (u64, u64) {
     let mut sum = 0u64;
     let mut seq = 0;
     while seq < n {
@@ -394,13 +671,17 @@ fn aq_batched_consume(q: Arc<ArrayQueue<Msg>>, n: u64, batch: usize) -> u64 {
             }
         }
         if got == 0 {
+            if gone(stop) {
+                break;
+            }
             spin_loop();
         }
     }
-    sum
+    (sum, seq)
 }
 
-fn run_once(which: Impl, pin: Pinning, args: &Args) -> Duration {
+/// One measurement of `which`; `None` if interrupted.
+fn run_once(which: Impl, pin: Pinning, args: &Args) -> Result<Option<Duration>> {
     let (n, b, cap) = (args.messages, args.batch, args.capacity);
     match which {
         Impl::TandemSingle => measure(
@@ -470,16 +751,21 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-fn main() -> Result<()> {
-    let args = Args::parse();
-    if args.messages == 0 || args.batch == 0 || args.runs == 0 {
-        bail!("--messages, --batch and --runs must be positive");
+fn main() -> ExitCode {
+    cli::main(1, || {
+        let args = Args::parse();
+        run(&args)?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn run(args: &Args) -> Result<()> {
+    check_args(args)?;
+    let (pin, note) = pinning(args)?;
+    if let Some(note) = note {
+        outln!("{note}")?;
     }
-    if args.capacity < 2 || args.batch > args.capacity {
-        bail!("--capacity must be >= 2 and >= --batch");
-    }
-    let pin = pinning(&args)?;
-    println!(
+    outln!(
         "ring bench: {} messages of {} bytes, capacity {}, batch {}, {} runs (median reported), \
          producer core {}, consumer core {}",
         args.messages,
@@ -489,8 +775,8 @@ fn main() -> Result<()> {
         args.runs,
         pin.producer.map_or("unpinned".into(), |c| c.id.to_string()),
         pin.consumer.map_or("unpinned".into(), |c| c.id.to_string()),
-    );
-    println!("note: ArrayQueue has no batch API; arrayqueue_batched loops {} single pushes/pops per round", args.batch);
+    )?;
+    outln!("note: ArrayQueue has no batch API; arrayqueue_batched loops {} single pushes/pops per round", args.batch)?;
 
     let selected: Vec<Impl> = if args.only.is_empty() {
         Impl::ALL.to_vec()
@@ -503,14 +789,16 @@ fn main() -> Result<()> {
             if !selected.contains(&which) {
                 continue;
             }
-            let elapsed = run_once(which, pin, &args);
-            let rate = args.messages as f64 / elapsed.as_secs_f64();
-            println!(
+            let Some(elapsed) = run_once(which, pin, args)? else {
+                bail!("interrupted");
+            };
+            let rate = args.messages as f64 / elapsed.as_secs_f64().max(1e-9);
+            outln!(
                 "  run {}: {:<20} {:>8.2} M msg/s",
                 run + 1,
                 which.key(),
                 rate / 1e6
-            );
+            )?;
             rates[i].push(rate);
         }
     }
@@ -520,32 +808,34 @@ fn main() -> Result<()> {
         .map(|r| if r.is_empty() { f64::NAN } else { median(r) })
         .collect();
     let of = |which: Impl| medians[Impl::ALL.iter().position(|&w| w == which).unwrap()];
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "{:<20} {:>14} {:>16}",
-        "impl", "msg/s (median)", "vs rtrb (same mode)"
-    );
+        "impl",
+        "msg/s (median)",
+        "vs rtrb (same mode)"
+    )?;
     for which in selected.iter().copied() {
-        println!(
+        outln!(
             "{:<20} {:>14.0} {:>16.2}",
             which.key(),
             of(which),
             of(which) / of(which.baseline())
-        );
+        )?;
     }
-    println!();
+    outln!()?;
     for (ours, theirs) in [
         (Impl::TandemSingle, Impl::RtrbSingle),
         (Impl::TandemBatched, Impl::RtrbBatched),
     ] {
         let ratio = of(ours) / of(theirs);
-        println!(
+        outln!(
             "{}/{} = {:.2} (bar >= 0.90) {}",
             ours.key(),
             theirs.key(),
             ratio,
             if ratio >= 0.90 { "ok" } else { "BELOW BAR" }
-        );
+        )?;
     }
 
     if let Some(path) = &args.report {
@@ -557,9 +847,8 @@ fn main() -> Result<()> {
         report.insert("batch".into(), args.batch.into());
         report.insert("capacity".into(), args.capacity.into());
         report.insert("runs".into(), args.runs.into());
-        let json = serde_json::to_string_pretty(&serde_json::Value::Object(report))?;
-        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
-        println!("report written to {}", path.display());
+        tandem_bench::report::write_json(path, &serde_json::Value::Object(report))?;
+        tandem_bench::errln!("report written to {}", path.display());
     }
     Ok(())
 }

@@ -25,10 +25,18 @@
 //! checked access — first right after the write, when `O_DIRECT` has left
 //! nothing in the page cache (cold), then again (warm).
 //!
-//! Every flag is checked before any work starts (an error names the flag).
-//! Everything is written in a fresh directory, `tandem-snapshot-bench-<pid>`
-//! under `--dir` (or the system temp dir), removed at the end — after an
-//! error or a panic too — so that `--dir` holds nothing new afterwards.
+//! Every flag is checked before any work starts (an error names the flag):
+//! counts have maxima a real measurement never needs to pass (see each
+//! flag's help), and the largest size must fit the memory this process may
+//! still take (about 8 times the size: the state, its archive, the raw
+//! buffer, the restore's mapping) and the free space of `--dir` (3 times:
+//! the retained snapshot, the new one, the raw file). Everything is written
+//! in a fresh directory, `tandem-snapshot_bench-<pid>-…` under `--dir` (or
+//! the system temp dir), removed at the end — after an error, a panic or a
+//! signal too (`SIGINT`/`SIGTERM` stop the run between its steps; the exit
+//! status is 128 + the signal) — so that `--dir` holds nothing new
+//! afterwards. A directory that a killed run left there is swept by the
+//! next run (`tandem::sys::scratch`).
 //!
 //! ```text
 //! cargo run -p tandem-bench --release --bin snapshot -- --report snapshot.json
@@ -42,38 +50,68 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
 use io_uring::{opcode, types, IoUring};
 use serde::Serialize;
 use tandem::{
     checkpoint::{OperatorSnapshot, Position, SnapshotStore},
     state::KeyedState,
-    sys::uring::{AlignedBuf, BLOCK},
+    sys::{
+        fs::human_bytes,
+        scratch::ScratchDir,
+        uring::{AlignedBuf, BLOCK},
+    },
 };
+use tandem_bench::cli::interrupted;
+use tandem_bench::{cleanup, errln, outln};
+
+/// The largest snapshot size, in MB: 100 GB.
+const MAX_SIZE_MB: u64 = 100_000;
+/// The most sizes one run measures.
+const MAX_SIZES: usize = 100;
+/// The most runs per size: each syncs the disk and pauses twice.
+const MAX_RUNS: usize = 100;
+/// The most small checkpoint sets: 200 ms apart, some four minutes.
+const MAX_SMALL_SETS: usize = 1000;
+/// The most snapshots per small set: a job of a thousand operator
+/// instances (each set is one checkpoint's publish, which a signal does
+/// not cut short: ten thousand fsynced files take seconds).
+const MAX_SMALL_FILES: u32 = 1000;
+/// Memory the largest size takes, as a multiple of its bytes: the keyed
+/// state (a hash table, up to twice its entries' bytes and more), its
+/// archive, the raw baseline's buffer and the restore's mapping.
+const MEMORY_PER_BYTE: u64 = 8;
+/// Disk the largest size takes, as a multiple of its bytes: the retained
+/// snapshot, the one being written and the raw baseline's file.
+const DISK_PER_BYTE: u64 = 3;
 
 /// Snapshot write rate (engine vs raw io_uring) and restore time.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Snapshot sizes in MB (10^6 bytes) of keyed state, each at least 1.
+    /// Snapshot sizes in MB (10^6 bytes) of keyed state: 1 to 100 sizes,
+    /// each 1 to 100000, the largest within the memory this process may
+    /// still take (about 8 times the size) and the free space of --dir
+    /// (3 times).
     #[arg(long, value_delimiter = ',', default_values_t = [100, 500])]
     sizes_mb: Vec<u64>,
     /// Directory to write in (default: the system temp dir): in a fresh
     /// subdirectory, removed with everything written at the end.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Runs per size and path; the median is reported.
+    /// Runs per size and path, 1 to 100; the median is reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Write the results as JSON to this file.
     #[arg(long)]
     report: Option<PathBuf>,
     /// Then publish this many checkpoint sets of small snapshots, 200 ms
-    /// apart, and report their publish times (0: skip).
+    /// apart, and report their publish times (0: skip; at most 1000).
     #[arg(long, default_value_t = 25)]
     small_sets: usize,
-    /// Snapshots per small set (1 KB each; a job's operator instances).
+    /// Snapshots per small set (1 KB each; a job's operator instances),
+    /// 1 to 1000.
     #[arg(long, default_value_t = 12)]
     small_files: u32,
 }
@@ -82,6 +120,8 @@ type State = KeyedState<u64, (u64, u64)>;
 const ENTRY_BYTES: u64 = 24;
 const CHUNK: usize = 1 << 20;
 const DEPTH: usize = 16;
+/// Keys inserted between looks for a signal.
+const CHUNK_KEYS: usize = 1 << 16;
 
 #[derive(Serialize)]
 struct SizeResult {
@@ -120,21 +160,25 @@ struct Report {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match check_args(&args).and_then(|base| real_main(&args, &base)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", tandem::error::report(&*e));
-            ExitCode::FAILURE
-        }
-    }
+    tandem_bench::cli::main(1, || {
+        let args = Args::parse();
+        let base = check_args(&args)?;
+        real_main(&args, &base)?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn real_main(args: &Args, base: &Path) -> Result<()> {
+    // Directories of killed runs (their lock free) go first.
+    tandem::sys::scratch::sweep(base);
     let report = {
-        let scratch = Scratch::create(base)?;
-        check_o_direct(&scratch.0)?;
-        run(args, &scratch.0, base)?
+        let scratch = ScratchDir::unique(base, "snapshot_bench")
+            .with_context(|| format!("creating a directory in {}", base.display()))?;
+        cleanup::add(scratch.path());
+        check_o_direct(scratch.path())?;
+        let report = run(args, scratch.path(), base)?;
+        scratch.remove()?;
+        report
     };
     if let Some(path) = &args.report {
         tandem_bench::report::write_json(path, &report)?;
@@ -145,84 +189,78 @@ fn real_main(args: &Args, base: &Path) -> Result<()> {
 /// Checks every flag before any work starts (the error names the flag);
 /// returns the directory to work under.
 fn check_args(args: &Args) -> Result<PathBuf> {
-    if args.sizes_mb.is_empty() {
-        bail!("--sizes-mb needs at least one size");
+    ensure!(
+        !args.sizes_mb.is_empty(),
+        "--sizes-mb needs at least one size"
+    );
+    ensure!(
+        args.sizes_mb.len() <= MAX_SIZES,
+        "--sizes-mb: {} sizes, at most {MAX_SIZES}",
+        args.sizes_mb.len()
+    );
+    if let Some(&bad) = args
+        .sizes_mb
+        .iter()
+        .find(|&&mb| !(1..=MAX_SIZE_MB).contains(&mb))
+    {
+        bail!("--sizes-mb: every size must be 1 to {MAX_SIZE_MB} MB (got {bad})");
     }
-    if args.sizes_mb.contains(&0) {
-        bail!("--sizes-mb: every size must be at least 1 MB (got 0)");
-    }
-    // The raw path writes from one buffer of the largest size: it alone
-    // must fit in memory (the state and its archive need more).
-    let largest = *args.sizes_mb.iter().max().expect("not empty");
-    let memory = memory_bytes();
-    match largest.checked_mul(1_000_000) {
-        Some(b) if memory.is_none_or(|m| b < m) => {}
-        _ => bail!(
-            "--sizes-mb {largest}: more than this machine's memory ({} MB)",
-            memory.map_or("?".into(), |m| (m / 1_000_000).to_string())
-        ),
-    }
-    if args.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
+    ensure!(
+        (1..=MAX_RUNS).contains(&args.runs),
+        "--runs {}: 1 to {MAX_RUNS}",
+        args.runs
+    );
+    ensure!(
+        args.small_sets <= MAX_SMALL_SETS,
+        "--small-sets {}: 0 to {MAX_SMALL_SETS}",
+        args.small_sets
+    );
     if args.small_sets > 0 && args.small_files == 0 {
         bail!(
             "--small-files must be at least 1 with --small-sets {} (--small-sets 0 skips them)",
             args.small_sets
         );
     }
-    if let Some(r) = &args.report {
-        if r.is_dir() {
-            bail!("--report {}: is a directory", r.display());
-        }
-        let parent = r.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(p) = parent.filter(|p| !p.is_dir()) {
-            bail!("--report {}: no directory {}", r.display(), p.display());
-        }
-    }
-    match &args.dir {
+    ensure!(
+        args.small_files <= MAX_SMALL_FILES,
+        "--small-files {}: 1 to {MAX_SMALL_FILES}",
+        args.small_files
+    );
+    let base = match &args.dir {
         Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
-        Some(d) => Ok(d.clone()),
-        None => Ok(std::env::temp_dir()),
+        Some(d) => d.clone(),
+        None => std::env::temp_dir(),
+    };
+    // The largest size bounds both (at most 10^11 bytes: no overflow).
+    let largest = *args.sizes_mb.iter().max().expect("not empty");
+    let bytes = largest * 1_000_000;
+    if let Some(free) = tandem::sys::limits::available_memory() {
+        ensure!(
+            bytes * MEMORY_PER_BYTE <= free,
+            "--sizes-mb {largest}: a snapshot of {largest} MB takes about {} of memory, more than the {} this process may still take",
+            human_bytes(bytes * MEMORY_PER_BYTE),
+            human_bytes(free)
+        );
     }
-}
-
-/// Total memory in bytes, from `/proc/meminfo` (`None` where unreadable).
-fn memory_bytes() -> Option<u64> {
-    let info = fs::read_to_string("/proc/meminfo").ok()?;
-    let kb = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    kb.checked_mul(1024)
-}
-
-/// The directory this run writes in, removed with everything in it when
-/// the guard is dropped: at the end, on an error, or while a panic unwinds.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    /// Creates `tandem-snapshot-bench-<pid>` in `base` (never over an
-    /// existing one: it would be removed at the end).
-    fn create(base: &Path) -> Result<Self> {
-        let dir = base.join(format!("tandem-snapshot-bench-{}", std::process::id()));
-        fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.0) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("warning: removing {}: {e}", self.0.display());
+    if let Ok(free) = tandem::sys::fs::free_bytes(&base) {
+        let need = bytes * DISK_PER_BYTE + u64::from(args.small_files) * 8192;
+        ensure!(
+            need <= free,
+            "--sizes-mb {largest}: the run writes up to {} in {}, which has {} free{}",
+            human_bytes(need),
+            base.display(),
+            human_bytes(free),
+            if args.dir.is_none() {
+                " (name another --dir)"
+            } else {
+                ""
             }
-        }
+        );
     }
+    if let Some(r) = &args.report {
+        tandem_bench::paths::output_file("--report", r)?;
+    }
+    Ok(base)
 }
 
 /// The raw baseline writes with `O_DIRECT`: a file system without it
@@ -248,17 +286,13 @@ fn check_o_direct(dir: &Path) -> Result<()> {
 /// The measurements, written in `dir` (a fresh directory under `base`).
 fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
     let fs_name = filesystem_of(dir);
-    println!("dir {} ({fs_name})", dir.display());
+    outln!("dir {} ({fs_name})", dir.display())?;
     let store = SnapshotStore::open(dir.join("store"), 1)?;
     if let Some(note) = store.backend_note() {
-        println!("note: {note}");
+        outln!("note: {note}")?;
     }
     let max_bytes = args.sizes_mb.iter().max().unwrap() * 1_000_000 + 2 * BLOCK as u64;
-    let raw_src: &'static AlignedBuf = Box::leak(Box::new({
-        let mut b = AlignedBuf::zeroed(max_bytes as usize);
-        b.iter_mut().step_by(64).for_each(|x| *x = 0xA5);
-        b
-    }));
+    let raw_src: &'static AlignedBuf = Box::leak(Box::new(raw_buffer(max_bytes as usize)?));
     let mut sizes = Vec::new();
     let mut backend = String::new();
     let mut id = 0;
@@ -266,8 +300,11 @@ fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
     for &mb in &args.sizes_mb {
         let keys = mb * 1_000_000 / ENTRY_BYTES;
         let mut state = State::default();
-        for k in 0..keys {
-            *state.get_or_default(&k) = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15), k);
+        for chunk in (0..keys).step_by(CHUNK_KEYS) {
+            ensure!(!interrupted(), "interrupted");
+            for k in chunk..keys.min(chunk + CHUNK_KEYS as u64) {
+                *state.get_or_default(&k) = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15), k);
+            }
         }
         let (mut engine, mut raw, mut ser) = (Vec::new(), Vec::new(), Vec::new());
         let mut payload_bytes = 0;
@@ -291,7 +328,7 @@ fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
                 let published = store.submit(id, vec![snap]).wait()?;
                 let total = t.elapsed();
                 engine.push(mbps(payload_bytes, published.publish_time));
-                eprintln!(
+                errln!(
                     "  engine {mb} MB: files written+fsynced {:.1} ms, published {:.1} ms, returned (after retention) {:.1} ms",
                     ms(published.write_time),
                     ms(published.publish_time),
@@ -312,6 +349,7 @@ fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
             // Deletions are discarded (TRIM) in the background on `discard`
             // mounts; settle before each measurement so neither path pays
             // for the other's (or its own previous run's) deletes.
+            ensure!(!interrupted(), "interrupted");
             if r % 2 == 0 {
                 settle();
                 measure_engine()?;
@@ -334,7 +372,7 @@ fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
             engine_runs_mbps: engine,
             raw_runs_mbps: raw,
         };
-        println!(
+        outln!(
             "{mb:>5} MB  serialize {:>7.1} ms  engine {:>7.0} MB/s  raw io_uring {:>7.0} MB/s  ratio {:.3}   runs engine {:?} raw {:?}",
             res.serialize_ms,
             res.engine_mbps,
@@ -342,7 +380,7 @@ fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
             res.ratio,
             res.engine_runs_mbps.iter().map(|x| x.round()).collect::<Vec<_>>(),
             res.raw_runs_mbps.iter().map(|x| x.round()).collect::<Vec<_>>(),
-        );
+        )?;
         sizes.push(res);
     }
 
@@ -351,18 +389,19 @@ fn run(args: &Args, dir: &Path, base: &Path) -> Result<Report> {
     let (restore_mb, manifest) = largest.context("nothing written")?;
     let entry = &manifest.files[0];
     let restore = |label: &str| -> Result<(f64, f64, f64)> {
+        ensure!(!interrupted(), "interrupted");
         let t = Instant::now();
         let file = store.restore(&manifest, entry)?;
         let open = t.elapsed();
         let archived = file.access::<State>()?;
         let total = t.elapsed();
         let keys = archived.len();
-        println!(
+        outln!(
             "restore {restore_mb} MB ({label}): {:.1} ms = map+verify {:.1} ms + rkyv checked access {:.1} ms ({keys} keys)",
             ms(total),
             ms(open),
             ms(total - open)
-        );
+        )?;
         Ok((ms(total), ms(open), ms(total - open)))
     };
     let (cold, open_cold, validate_cold) = restore("cold")?;
@@ -400,6 +439,7 @@ fn small_sets(store: &SnapshotStore, after: u64, sets: usize, files: u32) -> Res
     }
     let mut took = Vec::with_capacity(sets);
     for k in 0..sets as u64 {
+        ensure!(!interrupted(), "interrupted");
         let id = after + 1 + k;
         let snaps = (0..files)
             .map(|i| OperatorSnapshot {
@@ -419,11 +459,24 @@ fn small_sets(store: &SnapshotStore, after: u64, sets: usize, files: u32) -> Res
     took.sort_by(f64::total_cmp);
     let q = |p: f64| took[((took.len() - 1) as f64 * p).round() as usize];
     let r = [q(0.5), q(0.99), took[took.len() - 1]];
-    println!(
+    outln!(
         "small sets: {sets} × {files} snapshots of 1 KB, 200 ms apart: publish p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
         r[0], r[1], r[2]
-    );
+    )?;
     Ok(r)
+}
+
+/// The raw baseline's source: `len` bytes, 0xA5 every 64th and zero
+/// between, filled a chunk at a time so that a signal is seen within one.
+fn raw_buffer(len: usize) -> Result<AlignedBuf> {
+    let mut pattern = vec![0u8; CHUNK];
+    pattern.iter_mut().step_by(64).for_each(|x| *x = 0xA5);
+    let mut b = AlignedBuf::with_capacity(len);
+    while b.len() < len {
+        ensure!(!interrupted(), "interrupted");
+        b.extend_from_slice(&pattern[..CHUNK.min(len - b.len())]);
+    }
+    Ok(b)
 }
 
 /// The baseline: `len` bytes (rounded up to 4096) to a new `O_DIRECT` file
@@ -446,8 +499,9 @@ fn raw_write(path: &Path, src: &'static AlignedBuf, len: usize) -> Result<Durati
         .with_context(|| format!("open {} O_DIRECT", path.display()))?;
     let fd = types::Fd(file.as_raw_fd());
     let (mut next, mut inflight) = (0usize, 0usize);
-    while next < buf.len() || inflight > 0 {
-        while next < buf.len() && inflight < DEPTH {
+    loop {
+        // After a signal, no new write: those in flight are waited for.
+        while next < buf.len() && inflight < DEPTH && !interrupted() {
             let n = CHUNK.min(buf.len() - next);
             let sqe = opcode::Write::new(fd, buf[next..].as_ptr(), n as u32)
                 .offset(next as u64)
@@ -458,6 +512,9 @@ fn raw_write(path: &Path, src: &'static AlignedBuf, len: usize) -> Result<Durati
             unsafe { ring.submission().push(&sqe) }.map_err(|_| anyhow::anyhow!("sq full"))?;
             next += n;
             inflight += 1;
+        }
+        if inflight == 0 {
+            break;
         }
         ring.submit_and_wait(1)?;
         let done: Vec<(u64, i32)> = ring
@@ -471,6 +528,7 @@ fn raw_write(path: &Path, src: &'static AlignedBuf, len: usize) -> Result<Durati
             }
         }
     }
+    ensure!(next == buf.len(), "interrupted");
     let sqe = opcode::Fsync::new(fd).build();
     // SAFETY: FSYNC references no memory; `file` outlives the wait.
     unsafe { ring.submission().push(&sqe) }.map_err(|_| anyhow::anyhow!("sq full"))?;

@@ -11,16 +11,21 @@
 //!    (`fenced_append`: a compare-and-swap, a fence, an epoch load), alone
 //!    and with a hot standby following the log on another core.
 //!
-//! Every flag is checked before any work starts (an error names the flag).
+//! Every flag is checked before any work starts (an error names the flag):
+//! counts have maxima a real measurement never needs to pass (see each
+//! flag's help), the queue must fit the memory this process may still
+//! take and, with the log, the free space of the directory it goes to.
 //! The queue and log files go to a fresh directory under `--dir` (or the
-//! system temp dir, `TMPDIR`), removed at the end — after an error or a
-//! panic too.
+//! system temp dir, `TMPDIR`), removed at the end — after an error, a
+//! panic or a signal too (`SIGINT`/`SIGTERM` stop every measurement within
+//! milliseconds; the exit status is 128 + the signal). A directory that a
+//! killed run left there is swept by the next run (`tandem::sys::scratch`).
 //!
 //! ```text
 //! cargo run -p tandem-bench --release --bin standby -- --report standby.json
 //! ```
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
 use serde::Serialize;
 use std::hint::spin_loop;
@@ -33,31 +38,57 @@ use tandem::queue::spsc;
 use tandem::standby::bq::{BqConfig, BufferQueue, Full};
 use tandem::standby::detlog::{fenced_append, Appended, Det, DetLog};
 use tandem::standby::epoch::{Liveness, Wake};
+use tandem::sys::fs::human_bytes;
+use tandem::sys::scratch::ScratchDir;
+use tandem_bench::cli::interrupted;
 use tandem_bench::report::{fmt_ns, write_json};
+use tandem_bench::{cleanup, errln, outln};
+
+/// The most tuples, ring messages or log entries one measurement moves:
+/// at tens of millions a second, an hour or more.
+const MAX_COUNT: u64 = 100_000_000_000;
+/// The largest buffer queue: 64 GiB (the engine's default is 64 MiB).
+const MAX_BQ_MEMORY: u64 = 64 << 30;
+/// The most failure reports and stalls timed: each takes 2 ms and the
+/// timeout; a hundred thousand give a p99 of a thousand samples.
+const MAX_SAMPLES: usize = 100_000;
+/// The longest heartbeat timeout: what is measured is the detection past
+/// it, which a longer one does not change.
+const MAX_TIMEOUT_MS: u64 = 1000;
+/// Entries of the determinant log, and its file's size (a 4 KiB header
+/// and 8 bytes an entry).
+const LOG_CAPACITY: u64 = 1 << 16;
+const LOG_FILE_BYTES: u64 = 4096 + 8 * LOG_CAPACITY;
+/// The measured loops look for a signal between chunks of this many
+/// steps (about a millisecond's worth), outside the timed step itself.
+const CHUNK: u64 = 1 << 16;
 
 /// Buffer-queue throughput, the cost of a waiting standby, failure detection.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Tuples through the buffer queue.
+    /// Tuples through the buffer queue, 1 to 10^11.
     #[arg(long, default_value_t = 5_000_000)]
     tuples: u64,
-    /// Bytes per tuple.
+    /// Bytes per tuple, 1 to a quarter of the queue's arena (the largest
+    /// entry a queue of --bq-memory takes).
     #[arg(long, default_value_t = 64)]
     tuple_bytes: usize,
-    /// Buffer queue memory bound.
+    /// Buffer queue memory bound in bytes: enough for a 4 KiB arena and
+    /// two tuples, at most 64 GiB and the memory this process may still
+    /// take (it is a mapped file in --dir, which must have room for it).
     #[arg(long, default_value_t = 8 << 20)]
     bq_memory: u64,
-    /// Messages through the ring per overhead measurement.
+    /// Messages through the ring per overhead measurement, 1 to 10^11.
     #[arg(long, default_value_t = 50_000_000)]
     messages: u64,
-    /// Failure reports / stalls timed.
+    /// Failure reports / stalls timed, 1 to 100000.
     #[arg(long, default_value_t = 200)]
     samples: usize,
-    /// Heartbeat timeout for the stall measurement.
+    /// Heartbeat timeout for the stall measurement, 1 to 1000 ms.
     #[arg(long, default_value_t = 5)]
     timeout_ms: u64,
-    /// Determinant-log entries appended per measurement.
+    /// Determinant-log entries appended per measurement, 1 to 10^11.
     #[arg(long, default_value_t = 20_000_000)]
     log_entries: u64,
     /// Directory for the buffer-queue and log files (default: the temp
@@ -117,82 +148,111 @@ fn bq_config(args: &Args) -> Result<BqConfig> {
 }
 
 /// Checks every flag before any work starts; the error names the flag.
-fn check_args(args: &Args) -> Result<()> {
-    let at_least_1 = [
+/// Returns the directory to work in.
+fn check_args(args: &Args) -> Result<PathBuf> {
+    for (flag, v) in [
         ("--tuples", args.tuples),
-        ("--tuple-bytes", args.tuple_bytes as u64),
         ("--messages", args.messages),
-        ("--samples", args.samples as u64),
-        ("--timeout-ms", args.timeout_ms),
         ("--log-entries", args.log_entries),
-    ];
-    for (flag, v) in at_least_1 {
-        if v == 0 {
-            bail!("{flag} must be at least 1");
-        }
+    ] {
+        ensure!((1..=MAX_COUNT).contains(&v), "{flag} {v}: 1 to {MAX_COUNT}");
     }
-    if args.timeout_ms > 60_000 {
-        bail!(
-            "--timeout-ms {} is more than a minute (at most 60000)",
-            args.timeout_ms
+    ensure!(
+        (1..=MAX_SAMPLES).contains(&args.samples),
+        "--samples {}: 1 to {MAX_SAMPLES}",
+        args.samples
+    );
+    ensure!(
+        (1..=MAX_TIMEOUT_MS).contains(&args.timeout_ms),
+        "--timeout-ms {}: 1 to {MAX_TIMEOUT_MS} (what is measured is the detection past the timeout)",
+        args.timeout_ms
+    );
+    ensure!(args.tuple_bytes >= 1, "--tuple-bytes must be at least 1");
+    ensure!(
+        args.bq_memory <= MAX_BQ_MEMORY,
+        "--bq-memory {}: at most {MAX_BQ_MEMORY} (64 GiB)",
+        args.bq_memory
+    );
+    let cfg = bq_config(args)?;
+    if let Some(free) = tandem::sys::limits::available_memory() {
+        // The queue's mapping, and the writer's tuple.
+        let need = cfg.file_len() + args.tuple_bytes as u64;
+        ensure!(
+            need <= free,
+            "--bq-memory {}: the queue (and a tuple of --tuple-bytes {}) takes {}, more than the {} this process may still take",
+            args.bq_memory,
+            args.tuple_bytes,
+            human_bytes(need),
+            human_bytes(free)
         );
     }
-    bq_config(args)?;
-    if let Some(d) = &args.dir {
-        if !d.is_dir() {
-            bail!("--dir {}: not a directory", d.display());
-        }
+    let base = match &args.dir {
+        Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
+        Some(d) => d.clone(),
+        None => std::env::temp_dir(),
+    };
+    let need = cfg.file_len() + LOG_FILE_BYTES;
+    if let Ok(free) = tandem::sys::fs::free_bytes(&base) {
+        ensure!(
+            need <= free,
+            "--bq-memory {}: the queue and the log take {} in {}, which has {} free{}",
+            args.bq_memory,
+            human_bytes(need),
+            base.display(),
+            human_bytes(free),
+            if args.dir.is_none() {
+                " (name another --dir)"
+            } else {
+                ""
+            }
+        );
     }
     if let Some(r) = &args.report {
-        check_report_path(r)?;
+        tandem_bench::paths::output_file("--report", r)?;
     }
-    Ok(())
+    Ok(base)
 }
 
-/// `--report PATH` can be written: its directory exists, it is no directory.
-fn check_report_path(r: &Path) -> Result<()> {
-    if r.is_dir() {
-        bail!("--report {}: is a directory", r.display());
-    }
-    let parent = r.parent().filter(|p| !p.as_os_str().is_empty());
-    if let Some(p) = parent.filter(|p| !p.is_dir()) {
-        bail!("--report {}: no directory {}", r.display(), p.display());
-    }
-    Ok(())
-}
+/// Drops raise the flag unless disarmed: a thread that ends early (an
+/// error, a signal, a panic) tells the threads waiting on it.
+struct RaiseOnDrop<'a>(&'a AtomicBool, bool);
 
-/// A directory this run made, removed with everything in it when the
-/// guard is dropped: at the end, on an error, or while a panic unwinds.
-struct Scratch(PathBuf);
+impl<'a> RaiseOnDrop<'a> {
+    fn armed(flag: &'a AtomicBool) -> Self {
+        RaiseOnDrop(flag, true)
+    }
 
-impl Scratch {
-    /// Creates `tandem-standby-bench-<pid>` in `base` (never over an
-    /// existing one).
-    fn create(base: &Path) -> Result<Self> {
-        let dir = base.join(format!("tandem-standby-bench-{}", std::process::id()));
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Scratch(dir))
+    fn disarm(&mut self) {
+        self.1 = false;
     }
 }
 
-impl Drop for Scratch {
+impl Drop for RaiseOnDrop<'_> {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("warning: removing {}: {e}", self.0.display());
-            }
+        if self.1 {
+            self.0.store(true, Ordering::Release);
         }
     }
 }
 
+/// Whether a thread waiting on another should stop: it ended early, or a
+/// signal came.
+fn gone(stop: &AtomicBool) -> bool {
+    stop.load(Ordering::Acquire) || interrupted()
+}
+
+/// Tuples/s through the buffer queue, and how often the writer found it
+/// full.
 fn bq_throughput(args: &Args, dir: &Path) -> Result<(f64, u64)> {
     let path = dir.join("queue.bq");
     let cfg = bq_config(args)?;
     let q = Arc::new(BufferQueue::create(&path, cfg)?);
     let n = args.tuples;
+    let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|r| {
             let q = Arc::clone(&q);
+            let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
                 pin(1);
                 let mut pos = 0;
@@ -209,7 +269,16 @@ fn bq_throughput(args: &Args, dir: &Path) -> Result<(f64, u64)> {
                                 }
                             }
                         }
-                        None => std::thread::yield_now(),
+                        None if gone(&stop) => break,
+                        None => {
+                            // Caught up: release what was read, or a queue
+                            // that holds fewer than 64 tuples never frees.
+                            q.advance(r, pos);
+                            if r == 1 {
+                                q.set_covered(pos);
+                            }
+                            std::thread::yield_now()
+                        }
                     }
                 }
                 sum
@@ -220,24 +289,45 @@ fn bq_throughput(args: &Args, dir: &Path) -> Result<(f64, u64)> {
     let bytes = vec![7u8; args.tuple_bytes];
     let t = Instant::now();
     let mut full = 0;
-    for i in 0..n {
-        while q.push(i, &bytes) == Err(Full) {
-            full += 1;
-            std::thread::yield_now();
+    let written = {
+        let mut raised = RaiseOnDrop::armed(&stop);
+        let mut i = 0;
+        'all: while i < n {
+            if interrupted() {
+                break;
+            }
+            for i in i..n.min(i + CHUNK) {
+                while q.push(i, &bytes) == Err(Full) {
+                    if interrupted() {
+                        break 'all;
+                    }
+                    full += 1;
+                    std::thread::yield_now();
+                }
+            }
+            i = n.min(i + CHUNK);
         }
-    }
+        if i == n {
+            raised.disarm();
+        }
+        i == n
+    };
     for r in readers {
-        std::hint::black_box(r.join().expect("reader"));
+        std::hint::black_box(
+            r.join()
+                .map_err(|_| anyhow::anyhow!("a queue reader panicked"))?,
+        );
     }
     let rate = n as f64 / t.elapsed().as_secs_f64();
     drop(q);
     std::fs::remove_file(&path)?;
+    ensure!(written, "interrupted");
     Ok((rate, full))
 }
 
 /// Ring throughput with an optional third thread watching a liveness cell
 /// the producer beats every batch.
-fn ring(args: &Args, standby: Option<bool>) -> f64 {
+fn ring(args: &Args, standby: Option<bool>) -> Result<f64> {
     let (mut tx, mut rx) = spsc::channel::<[u64; 8]>(4096);
     let live = Arc::new(Liveness::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -256,45 +346,66 @@ fn ring(args: &Args, standby: Option<bool>) -> f64 {
         })
     });
     let n = args.messages;
-    let consumer = std::thread::spawn(move || {
-        pin(1);
-        let mut got = 0u64;
-        let mut sum = 0u64;
-        while got < n {
-            let k = rx.pop_batch(256, |m| sum = sum.wrapping_add(m[7]));
-            if k == 0 {
-                spin_loop();
+    let stop = Arc::new(AtomicBool::new(false));
+    let consumer = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            pin(1);
+            let mut got = 0u64;
+            let mut sum = 0u64;
+            while got < n {
+                let k = rx.pop_batch(256, |m| sum = sum.wrapping_add(m[7]));
+                if k == 0 {
+                    if gone(&stop) {
+                        break;
+                    }
+                    spin_loop();
+                }
+                got += k as u64;
             }
-            got += k as u64;
-        }
-        sum
-    });
+            sum
+        })
+    };
     pin(0);
     let t = Instant::now();
     let mut i = 0u64;
-    while i < n {
+    let mut raised = RaiseOnDrop::armed(&stop);
+    'all: while i < n {
         while i < n && tx.stage([i, 0, 0, 0, 0, 0, 0, i]).is_ok() {
             i += 1;
             if i.is_multiple_of(256) {
                 tx.commit();
                 let _ = live.beat(1, i);
+                if i.is_multiple_of(CHUNK) && interrupted() {
+                    break 'all;
+                }
             }
         }
         tx.commit();
+        if interrupted() {
+            break;
+        }
         spin_loop();
     }
+    if i == n {
+        raised.disarm();
+    }
+    drop(raised);
     let produced = t.elapsed();
-    std::hint::black_box(consumer.join().expect("consumer"));
+    let consumed = consumer.join();
     let rate = n as f64 / t.elapsed().as_secs_f64();
     if std::env::var_os("STANDBY_DEBUG").is_some() {
-        eprintln!("produced in {produced:?}, consumed in {:?}", t.elapsed());
+        errln!("produced in {produced:?}, consumed in {:?}", t.elapsed());
     }
     done.store(true, Ordering::Relaxed);
     live.stop_waiting();
     if let Some(w) = watcher {
-        w.join().expect("watcher");
+        w.join()
+            .map_err(|_| anyhow::anyhow!("the standby thread panicked"))?;
     }
-    rate
+    std::hint::black_box(consumed.map_err(|_| anyhow::anyhow!("the ring's consumer panicked"))?);
+    ensure!(i == n, "interrupted");
+    Ok(rate)
 }
 
 fn quantile(v: &mut [u64], q: f64) -> u64 {
@@ -302,13 +413,16 @@ fn quantile(v: &mut [u64], q: f64) -> u64 {
     v[((v.len() - 1) as f64 * q) as usize]
 }
 
-fn detection(args: &Args) -> (Vec<u64>, Vec<u64>) {
+/// Report → standby awake, and silent primary → stall declared past the
+/// timeout, `--samples` times each (nanoseconds).
+fn detection(args: &Args) -> Result<(Vec<u64>, Vec<u64>)> {
     let origin = Instant::now();
     let now = move || origin.elapsed().as_nanos() as u64;
-    let mut wake = Vec::new();
-    let mut stall = Vec::new();
+    let mut wake = Vec::with_capacity(args.samples);
+    let mut stall = Vec::with_capacity(args.samples);
     let timeout = Duration::from_millis(args.timeout_ms);
     for _ in 0..args.samples {
+        ensure!(!interrupted(), "interrupted");
         // A reported failure.
         let live = Arc::new(Liveness::new(now()));
         let l2 = Arc::clone(&live);
@@ -320,8 +434,13 @@ fn detection(args: &Args) -> (Vec<u64>, Vec<u64>) {
         std::thread::sleep(Duration::from_millis(2));
         let t0 = now();
         live.report_failure(1);
-        let (w, t1) = standby.join().expect("standby");
-        assert_eq!(w, Wake::Failed);
+        let (w, t1) = standby
+            .join()
+            .map_err(|_| anyhow::anyhow!("the standby thread panicked"))?;
+        ensure!(
+            w == Wake::Failed,
+            "a reported failure woke the standby as {w:?}"
+        );
         wake.push(t1.saturating_sub(t0));
         // A primary that goes silent.
         let live = Liveness::new(now());
@@ -329,10 +448,10 @@ fn detection(args: &Args) -> (Vec<u64>, Vec<u64>) {
             Wake::Stalled { since } => {
                 stall.push(now().saturating_sub(since + timeout.as_nanos() as u64))
             }
-            w => panic!("unexpected {w:?}"),
+            w => bail!("a silent primary woke the standby as {w:?}"),
         }
     }
-    (wake, stall)
+    Ok((wake, stall))
 }
 
 /// Nanoseconds per determinant-log append by a primary (its epoch checked
@@ -340,13 +459,14 @@ fn detection(args: &Args) -> (Vec<u64>, Vec<u64>) {
 /// on another core, as a hot standby does.
 fn detlog(args: &Args, dir: &Path, follow: bool) -> Result<f64> {
     let path = dir.join("determinants.log");
-    let log = Arc::new(DetLog::create(&path, 2, 1 << 16)?);
+    let log = Arc::new(DetLog::create(&path, 2, LOG_CAPACITY)?);
     let live = Arc::new(Liveness::new(0));
     let n = args.log_entries;
     let cap = log.capacity();
     let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
     let follower = follow.then(|| {
-        let (log, read) = (Arc::clone(&log), Arc::clone(&read));
+        let (log, read, stop) = (Arc::clone(&log), Arc::clone(&read), Arc::clone(&stop));
         std::thread::spawn(move || {
             pin(1);
             let mut sum = 0u64;
@@ -358,6 +478,7 @@ fn detlog(args: &Args, dir: &Path, follow: bool) -> Result<f64> {
                         seq += 1;
                         read.store(seq, Ordering::Release);
                     }
+                    None if gone(&stop) => break,
                     None => spin_loop(),
                 }
             }
@@ -367,46 +488,64 @@ fn detlog(args: &Args, dir: &Path, follow: bool) -> Result<f64> {
     pin(0);
     let words = log.words();
     let t = Instant::now();
-    for seq in 0..n {
-        // Entries stay needed until the follower read them (a recovery
-        // point would cover them).
-        let floor = if follow {
-            let mut f = read.load(Ordering::Acquire);
-            while seq >= f + cap {
-                spin_loop();
-                f = read.load(Ordering::Acquire);
-            }
-            f
-        } else {
-            seq.saturating_sub(cap / 2)
-        };
-        let d = Det::Chunk {
-            lane: (seq & 1) as u32,
-            n: 64,
-        };
-        match fenced_append(&words, seq, floor, d, 1, || live.current()) {
-            Appended::Go(_) => {}
-            other => anyhow::bail!("append {seq}: {other:?}"),
+    let mut raised = RaiseOnDrop::armed(&stop);
+    let mut start = 0;
+    'all: while start < n {
+        if interrupted() {
+            break;
         }
+        let end = n.min(start + CHUNK);
+        for seq in start..end {
+            // Entries stay needed until the follower read them (a recovery
+            // point would cover them).
+            let floor = if follow {
+                let mut f = read.load(Ordering::Acquire);
+                while seq >= f + cap {
+                    if gone(&stop) {
+                        break 'all;
+                    }
+                    spin_loop();
+                    f = read.load(Ordering::Acquire);
+                }
+                f
+            } else {
+                seq.saturating_sub(cap / 2)
+            };
+            let d = Det::Chunk {
+                lane: (seq & 1) as u32,
+                n: 64,
+            };
+            match fenced_append(&words, seq, floor, d, 1, || live.current()) {
+                Appended::Go(_) => {}
+                other => bail!("append {seq}: {other:?}"),
+            }
+        }
+        start = end;
     }
     let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    if start == n {
+        raised.disarm();
+    }
+    drop(raised);
     if let Some(f) = follower {
-        std::hint::black_box(f.join().expect("follower"));
+        std::hint::black_box(
+            f.join()
+                .map_err(|_| anyhow::anyhow!("the log follower panicked"))?,
+        );
     }
     drop(log);
     std::fs::remove_file(&path)?;
+    ensure!(start == n, "interrupted");
     Ok(ns)
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    match check_args(&args).and_then(|()| run(&args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", tandem::error::report(&*e));
-            ExitCode::FAILURE
-        }
-    }
+    tandem_bench::cli::main(1, || {
+        let args = Args::parse();
+        let base = check_args(&args)?;
+        run(&args, &base)?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// `n` bytes in the largest binary unit that keeps it whole or above 1.
@@ -419,32 +558,37 @@ fn bytes(n: u64) -> String {
     }
 }
 
-fn run(args: &Args) -> Result<()> {
-    let scratch = Scratch::create(&args.dir.clone().unwrap_or_else(std::env::temp_dir))?;
-    let dir = scratch.0.as_path();
+/// The measurements, in a scratch directory of this run's under `base`.
+fn run(args: &Args, base: &Path) -> Result<()> {
+    // Directories of killed runs (their lock free) go first.
+    tandem::sys::scratch::sweep(base);
+    let scratch = ScratchDir::unique(base, "standby_bench")
+        .with_context(|| format!("creating a directory in {}", base.display()))?;
+    let dir = scratch.path();
+    cleanup::add(dir);
     pin(0);
     let (bq, full) = bq_throughput(args, dir)?;
-    println!(
+    outln!(
         "buffer queue: {:.2} M tuples/s ({}-byte tuples, 1 writer + 2 readers, {} bound; writer backpressured {full} times)",
         bq / 1e6,
         args.tuple_bytes,
         bytes(args.bq_memory)
-    );
-    let alone = ring(args, None);
-    let parked = ring(args, Some(false));
-    let spinning = ring(args, Some(true));
-    println!("ring alone:                    {:.1} M msg/s", alone / 1e6);
-    println!(
+    )?;
+    let alone = ring(args, None)?;
+    let parked = ring(args, Some(false))?;
+    let spinning = ring(args, Some(true))?;
+    outln!("ring alone:                    {:.1} M msg/s", alone / 1e6)?;
+    outln!(
         "ring + parked standby:         {:.1} M msg/s ({:.2}x)",
         parked / 1e6,
         parked / alone
-    );
-    println!(
+    )?;
+    outln!(
         "ring + spinning standby:       {:.1} M msg/s ({:.2}x)",
         spinning / 1e6,
         spinning / alone
-    );
-    let (mut wake, mut stall) = detection(args);
+    )?;
+    let (mut wake, mut stall) = detection(args)?;
     let log_alone = detlog(args, dir, false)?;
     let log_followed = detlog(args, dir, true)?;
     let r = Report {
@@ -461,23 +605,24 @@ fn run(args: &Args) -> Result<()> {
         detlog_append_ns: log_alone,
         detlog_append_followed_ns: log_followed,
     };
-    println!(
+    outln!(
         "failure report → standby awake: p50 {}  p99 {}  ({} samples)",
         fmt_ns(r.wake_after_report_p50_ns),
         fmt_ns(r.wake_after_report_p99_ns),
         args.samples
-    );
-    println!(
+    )?;
+    outln!(
         "silent primary → stall declared: timeout {} ms + p50 {}  p99 {}",
         args.timeout_ms,
         fmt_ns(r.stall_detected_past_timeout_p50_ns),
         fmt_ns(r.stall_detected_past_timeout_p99_ns)
-    );
-    println!(
+    )?;
+    outln!(
         "determinant log append:        {log_alone:.1} ns per chunk alone, {log_followed:.1} ns with a follower on another core ({:.2} / {:.2} ns per input at 64 inputs a chunk)",
         log_alone / 64.0,
         log_followed / 64.0
-    );
+    )?;
+    scratch.remove()?;
     if let Some(p) = &args.report {
         write_json(p, &r)?;
     }
