@@ -50,6 +50,37 @@ pub fn write_err(args: fmt::Arguments) {
     let _ = std::io::stderr().lock().write_fmt(args);
 }
 
+/// Parses the command line of `A` (see [`parse_matches`]).
+pub fn parse<A: clap::Parser>() -> A {
+    let m = parse_matches(A::command());
+    A::from_arg_matches(&m).unwrap_or_else(|e| exit_clap(e))
+}
+
+/// Parses the command line: a usage error is clap's message on standard
+/// error and status 2; `--help` and `--version` go to standard output, and
+/// a failed write there (`> /dev/full`) is an error, status 2, as for any
+/// output — not a silent success.
+pub fn parse_matches(cmd: clap::Command) -> clap::ArgMatches {
+    cmd.try_get_matches().unwrap_or_else(|e| exit_clap(e))
+}
+
+fn exit_clap(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let text = e.render().to_string();
+            if let Err(w) = write_out(format_args!("{text}")) {
+                write_err(format_args!("error: {w}\n"));
+                std::process::exit(2);
+            }
+            std::process::exit(0)
+        }
+        _ => e.exit(),
+    }
+}
+
 /// Notes for the line printed when a run is interrupted: what it kept.
 static KEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 

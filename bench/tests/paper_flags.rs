@@ -341,3 +341,30 @@ fn a_standard_output_that_cannot_be_written_is_an_error_not_a_panic() {
     }
     std::fs::remove_dir_all(tmp).unwrap();
 }
+
+#[test]
+fn help_to_a_standard_output_that_cannot_be_written_is_an_error() {
+    for bin in [
+        env!("CARGO_BIN_EXE_paper"),
+        env!("CARGO_BIN_EXE_chaos"),
+        env!("CARGO_BIN_EXE_ring"),
+        env!("CARGO_BIN_EXE_standby"),
+        env!("CARGO_BIN_EXE_snapshot"),
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = Command::new(bin)
+            .arg("--help")
+            .stdout(full)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bin}: {err}");
+        assert!(
+            err.contains("error: writing to standard output"),
+            "{bin}: {err}"
+        );
+    }
+}

@@ -384,7 +384,7 @@ fn quantiles(mut v: Vec<u64>) -> (u64, u64, u64) {
 
 fn main() -> ExitCode {
     tandem_bench::cli::main(2, || {
-        let args = Args::parse();
+        let args: Args = tandem_bench::cli::parse();
         Ok(if real_main(&args)? {
             ExitCode::SUCCESS
         } else {

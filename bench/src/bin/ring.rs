@@ -753,7 +753,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn main() -> ExitCode {
     cli::main(1, || {
-        let args = Args::parse();
+        let args: Args = tandem_bench::cli::parse();
         run(&args)?;
         Ok(ExitCode::SUCCESS)
     })

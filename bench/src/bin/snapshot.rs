@@ -161,7 +161,7 @@ struct Report {
 
 fn main() -> ExitCode {
     tandem_bench::cli::main(1, || {
-        let args = Args::parse();
+        let args: Args = tandem_bench::cli::parse();
         let base = check_args(&args)?;
         real_main(&args, &base)?;
         Ok(ExitCode::SUCCESS)

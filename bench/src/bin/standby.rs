@@ -541,7 +541,7 @@ fn detlog(args: &Args, dir: &Path, follow: bool) -> Result<f64> {
 
 fn main() -> ExitCode {
     tandem_bench::cli::main(1, || {
-        let args = Args::parse();
+        let args: Args = tandem_bench::cli::parse();
         let base = check_args(&args)?;
         run(&args, &base)?;
         Ok(ExitCode::SUCCESS)

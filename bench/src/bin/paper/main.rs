@@ -313,7 +313,7 @@ fn run(
 fn main() -> ExitCode {
     tandem_fault_inject::quiet_injected_panics();
     tandem_bench::cli::main(1, || {
-        let matches = Args::command().get_matches();
+        let matches = tandem_bench::cli::parse_matches(Args::command());
         let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         real_main(&args, &matches)?;
         Ok(ExitCode::SUCCESS)
