@@ -18,7 +18,8 @@
 //!
 //! The values of one flag run side by side (those that may each take much
 //! memory or disk, one after another). The seed is fixed; set
-//! `BENCH_NUMBERS_SEED` to draw other values.
+//! `BENCH_NUMBERS_SEED` to draw other values, and `TANDEM_FLAG_RANDOM` for
+//! more than 4 random values a flag (the bar is 10).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -30,8 +31,13 @@ use tandem_fault_inject::schedule::SplitMix64;
 const INTERRUPT_AT: Duration = Duration::from_secs(2);
 /// Every run ends within this, or the test fails.
 const DEADLINE: Duration = Duration::from_secs(10);
-/// Random values drawn per flag.
-const RANDOM_VALUES: usize = 4;
+/// Random values drawn per flag (`TANDEM_FLAG_RANDOM` overrides).
+fn random_values() -> usize {
+    std::env::var("TANDEM_FLAG_RANDOM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
+}
 
 /// One numeric flag and what its help promises.
 struct Flag {
@@ -93,7 +99,7 @@ fn values(exe: &str, flag: &Flag, seed: u64) -> Vec<u64> {
         .chain(flag.name.bytes())
         .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
     let mut rng = SplitMix64(seed ^ salt);
-    for _ in 0..RANDOM_VALUES {
+    for _ in 0..random_values() {
         // Log-uniform: a bit length 0..=64, then that many random bits.
         let bits = rng.below(65);
         v.push(match bits {

@@ -30,7 +30,7 @@ fn numeric_flags_at_any_value_never_crash_the_tool() {
     .unwrap();
     let mut state = 0x70_01u64;
     let mut values = vec!["0".to_string(), "1".into(), u64::MAX.to_string()];
-    for _ in 0..6 {
+    for _ in 0..10 {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
