@@ -203,6 +203,7 @@ fn a_signalled_paper_run_stops_with_its_status_and_leaves_nothing() {
     }
     // The moments fall inside the runs (each takes about a second): most
     // signals must have found one running.
+    eprintln!("paper: {reached} of {total} signals reached a running run");
     assert!(
         reached * 2 > total,
         "{reached} of {total} signals reached a run"
