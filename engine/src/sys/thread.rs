@@ -2,7 +2,7 @@
 //! state and the CPU time it ran and waited for. The standby's stall
 //! detector asks this of a silent primary's worker to tell a thread that
 //! is stuck (blocked, or busy inside one task) from one that merely was
-//! not scheduled (`standby::decide::activity`).
+//! not scheduled, by comparing two samples of it.
 //!
 //! Linux: `/proc/self/task/<tid>/stat` (state) and `…/schedstat` (run and
 //! run-queue wait time, in nanoseconds, and the count of times it ran).
@@ -10,12 +10,32 @@
 //! readable, [`sample`] returns `None` and the detector decides on time
 //! alone.
 
-use crate::standby::decide::ThreadSample;
-
 /// The calling thread's kernel id.
 pub fn current_tid() -> i32 {
     // SAFETY: `gettid` has no preconditions and cannot fail.
     unsafe { libc::gettid() }
+}
+
+/// The operating system's view of a thread at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadSample {
+    /// When (engine nanoseconds).
+    pub at: u64,
+    /// The scheduler state letter (`R` running or runnable, `S` sleeping,
+    /// `D` waiting for I/O, …).
+    pub state: u8,
+    /// CPU time it has run.
+    pub cpu_ns: u64,
+    /// Time it has waited on a run queue.
+    pub wait_ns: u64,
+    /// Times it was put on a CPU.
+    pub slices: u64,
+    /// The CPU it last ran on (`u32::MAX`: unknown).
+    pub cpu: u32,
+    /// Time the host took that CPU from this virtual machine ("steal"),
+    /// as the guest kernel counts it (in 10 ms steps); 0 where there is
+    /// none or it is unknown.
+    pub steal_ns: u64,
 }
 
 /// Thread `tid` of this process now, stamped `at` (engine nanoseconds).

@@ -4,27 +4,7 @@
 
 use std::fmt;
 
-/// The operating system's view of a thread at one moment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ThreadSample {
-    /// When (engine nanoseconds).
-    pub at: u64,
-    /// The scheduler state letter (`R` running or runnable, `S` sleeping,
-    /// `D` waiting for I/O, …).
-    pub state: u8,
-    /// CPU time it has run.
-    pub cpu_ns: u64,
-    /// Time it has waited on a run queue.
-    pub wait_ns: u64,
-    /// Times it was put on a CPU.
-    pub slices: u64,
-    /// The CPU it last ran on (`u32::MAX`: unknown).
-    pub cpu: u32,
-    /// Time the host took that CPU from this virtual machine ("steal"),
-    /// as the guest kernel counts it (in 10 ms steps); 0 where there is
-    /// none or it is unknown.
-    pub steal_ns: u64,
-}
+pub use crate::sys::thread::ThreadSample;
 
 /// What a thread did between two samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
