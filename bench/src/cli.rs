@@ -131,3 +131,28 @@ pub fn main(error_status: u8, body: impl FnOnce() -> anyhow::Result<ExitCode>) -
 pub fn interrupted() -> bool {
     cleanup::signal().is_some()
 }
+
+/// Raises its flag when dropped — a thread that ends early (an error, a
+/// signal, a panic unwinding) tells the threads that wait on it — unless
+/// disarmed first (the thread did all its work).
+pub struct RaiseOnDrop<'a>(&'a std::sync::atomic::AtomicBool, bool);
+
+impl<'a> RaiseOnDrop<'a> {
+    /// Raises `flag` when dropped.
+    pub fn armed(flag: &'a std::sync::atomic::AtomicBool) -> Self {
+        RaiseOnDrop(flag, true)
+    }
+
+    /// Drops without raising the flag.
+    pub fn disarm(&mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+}

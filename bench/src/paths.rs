@@ -112,3 +112,20 @@ pub fn distinct(paths: &[(&str, &Path)]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Refuses a run that writes `need` bytes into `dir` when its filesystem
+/// has less free (`what` says which flag asks for them; `named` whether the
+/// user named the directory, else the error suggests `--dir`).
+pub fn check_free(what: &str, need: u64, dir: &Path, named: bool) -> anyhow::Result<()> {
+    if let Ok(free) = tandem::sys::fs::free_bytes(dir) {
+        ensure!(
+            need <= free,
+            "{what}: the run writes up to {} in {}, which has {} free{}",
+            tandem::sys::fs::human_bytes(need),
+            dir.display(),
+            tandem::sys::fs::human_bytes(free),
+            if named { "" } else { " (name another --dir)" }
+        );
+    }
+    Ok(())
+}

@@ -44,6 +44,7 @@ use clap::Parser;
 use crossbeam_queue::ArrayQueue;
 use tandem::queue::spsc;
 use tandem::sys::fs::human_bytes;
+use tandem_bench::cli::RaiseOnDrop;
 use tandem_bench::{cli, outln};
 
 /// The most messages a measurement moves: at ~100 M msg/s, some twenty
@@ -361,28 +362,6 @@ where
         "checksum mismatch: {sum}, expected {expected}"
     );
     Ok(Some(elapsed))
-}
-
-/// Raises its flag when dropped (a side ended early, or unwinds from a
-/// panic) unless disarmed first (the side did all its work).
-struct RaiseOnDrop<'a>(&'a AtomicBool, bool);
-
-impl<'a> RaiseOnDrop<'a> {
-    fn armed(flag: &'a AtomicBool) -> Self {
-        RaiseOnDrop(flag, true)
-    }
-
-    fn disarm(&mut self) {
-        self.1 = false;
-    }
-}
-
-impl Drop for RaiseOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.1 {
-            self.0.store(true, Ordering::Release);
-        }
-    }
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {

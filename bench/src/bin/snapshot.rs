@@ -242,21 +242,12 @@ fn check_args(args: &Args) -> Result<PathBuf> {
             human_bytes(free)
         );
     }
-    if let Ok(free) = tandem::sys::fs::free_bytes(&base) {
-        let need = bytes * DISK_PER_BYTE + u64::from(args.small_files) * 8192;
-        ensure!(
-            need <= free,
-            "--sizes-mb {largest}: the run writes up to {} in {}, which has {} free{}",
-            human_bytes(need),
-            base.display(),
-            human_bytes(free),
-            if args.dir.is_none() {
-                " (name another --dir)"
-            } else {
-                ""
-            }
-        );
-    }
+    tandem_bench::paths::check_free(
+        &format!("--sizes-mb {largest}"),
+        bytes * DISK_PER_BYTE + u64::from(args.small_files) * 8192,
+        &base,
+        args.dir.is_some(),
+    )?;
     if let Some(r) = &args.report {
         tandem_bench::paths::output_file("--report", r)?;
     }

@@ -41,6 +41,7 @@ use tandem::standby::epoch::{Liveness, Wake};
 use tandem::sys::fs::human_bytes;
 use tandem::sys::scratch::ScratchDir;
 use tandem_bench::cli::interrupted;
+use tandem_bench::cli::RaiseOnDrop;
 use tandem_bench::report::{fmt_ns, write_json};
 use tandem_bench::{cleanup, errln, outln};
 
@@ -192,47 +193,16 @@ fn check_args(args: &Args) -> Result<PathBuf> {
         None => std::env::temp_dir(),
     };
     let need = cfg.file_len() + LOG_FILE_BYTES;
-    if let Ok(free) = tandem::sys::fs::free_bytes(&base) {
-        ensure!(
-            need <= free,
-            "--bq-memory {}: the queue and the log take {} in {}, which has {} free{}",
-            args.bq_memory,
-            human_bytes(need),
-            base.display(),
-            human_bytes(free),
-            if args.dir.is_none() {
-                " (name another --dir)"
-            } else {
-                ""
-            }
-        );
-    }
+    tandem_bench::paths::check_free(
+        &format!("--bq-memory {} (the queue and its log)", args.bq_memory),
+        need,
+        &base,
+        args.dir.is_some(),
+    )?;
     if let Some(r) = &args.report {
         tandem_bench::paths::output_file("--report", r)?;
     }
     Ok(base)
-}
-
-/// Drops raise the flag unless disarmed: a thread that ends early (an
-/// error, a signal, a panic) tells the threads waiting on it.
-struct RaiseOnDrop<'a>(&'a AtomicBool, bool);
-
-impl<'a> RaiseOnDrop<'a> {
-    fn armed(flag: &'a AtomicBool) -> Self {
-        RaiseOnDrop(flag, true)
-    }
-
-    fn disarm(&mut self) {
-        self.1 = false;
-    }
-}
-
-impl Drop for RaiseOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.1 {
-            self.0.store(true, Ordering::Release);
-        }
-    }
 }
 
 /// Whether a thread waiting on another should stop: it ended early, or a
