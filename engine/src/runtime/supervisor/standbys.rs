@@ -38,9 +38,18 @@ impl Supervisor {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
                 let dir = d.join(format!("standby-{number}"));
-                // Another run's with this run directory, dead (a live one
-                // holds its lock: refused below rather than shared).
-                if crate::sys::scratch::is_stale(&dir.join(crate::sys::scratch::LOCK)) {
+                // Another run's with this run directory: a dead one's (its
+                // lock free, or none) goes; a live one's (its lock held)
+                // is refused rather than shared.
+                let lock = dir.join(crate::sys::scratch::LOCK);
+                let live = lock.exists() && !crate::sys::scratch::is_stale(&lock);
+                if live {
+                    return Err(io(
+                        &dir,
+                        std::io::Error::other("a live run uses this run directory"),
+                    ));
+                }
+                if dir.exists() {
                     std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
                 }
                 crate::sys::scratch::ScratchDir::create(dir.clone()).map_err(|e| io(&dir, e))?
