@@ -301,3 +301,56 @@ fn a_savepoint_past_the_inputs_end_is_refused_before_work() {
     assert_eq!(listing(&d), ["cp", "tmp"]);
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn a_savepoint_taken_is_reported_and_one_not_taken_is_a_warning_never_an_error() {
+    // The savepoint asked for as the job ends races its end: whichever
+    // wins, the run succeeds with its output, and the report matches the
+    // directory (stderr is not a terminal here: no progress bar to hide
+    // the line).
+    let d = fresh("savepoint-race");
+    let (mut taken, mut missed) = (0, 0);
+    for ms in [5, 20, 20, 40, 80] {
+        let _ = std::fs::remove_dir_all(d.join("run"));
+        let o = paper(
+            &d,
+            &[
+                "--records",
+                "150000",
+                "--strategy",
+                "restart-all",
+                "--checkpoint-interval-ms",
+                "10",
+                "--run-dir",
+                "run",
+                "--savepoint-after-ms",
+                &ms.to_string(),
+                "--output",
+                "out.jsonl",
+            ],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(d.join("out.jsonl").exists(), "{err}");
+        let sps: Vec<String> = listing(&d.join("run/checkpoints"))
+            .into_iter()
+            .filter(|n| n.starts_with("sp-"))
+            .collect();
+        match sps.as_slice() {
+            [] => {
+                assert!(err.contains("warning: no savepoint was taken"), "{err}");
+                missed += 1;
+            }
+            [sp] => {
+                assert!(
+                    err.contains(&format!("savepoint written to run/checkpoints/{sp}")),
+                    "{sp} exists, unreported:\n{err}"
+                );
+                taken += 1;
+            }
+            more => panic!("{more:?}"),
+        }
+    }
+    eprintln!("{taken} savepoints taken, {missed} missed as the job ended");
+    std::fs::remove_dir_all(d).unwrap();
+}
