@@ -86,19 +86,12 @@ impl Supervisor {
                 members.push((n, i, upstream));
             }
         }
-        // The directory is this attempt's own (`standby-N` in the run
-        // directory, or a temp one): a failure here removes it whole.
-        let remove = |_: &Path| {
-            let _ = scratch.remove();
-        };
         // The whole run's need, checked before any file is made: every
         // file's blocks are reserved when it is created (a sparse mapping
         // dies of SIGBUS on a full filesystem), and this says up front,
-        // in one error, what the run needs.
-        if let Err(e) = check_space(&dir, cfg, &members) {
-            remove(&dir);
-            return Err(e);
-        }
+        // in one error, what the run needs. (On any error from here on,
+        // dropping `scratch` removes the attempt's directory whole.)
+        check_space(&dir, cfg, &members)?;
         let mut groups = HashMap::new();
         let now = now_ns(self.origin);
         for (n, i, upstream) in members {
@@ -127,15 +120,12 @@ impl Supervisor {
                 &dir,
                 now,
             )
-            .map_err(|e| {
-                remove(&dir);
-                JobError::Io {
-                    operator: self.names[n].to_string(),
-                    instance: i,
-                    context: "creating the standby's files".into(),
-                    path: Some(dir.clone()),
-                    source: std::io::Error::other(e.to_string()),
-                }
+            .map_err(|e| JobError::Io {
+                operator: self.names[n].to_string(),
+                instance: i,
+                context: "creating the standby's files".into(),
+                path: Some(dir.clone()),
+                source: std::io::Error::other(e.to_string()),
             })?;
             if let Some(p) = &self.config.probes {
                 let files: Vec<_> = g.queues.iter().map(|q| q.path().to_path_buf()).collect();
