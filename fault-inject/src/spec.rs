@@ -451,7 +451,7 @@ impl FromStr for FaultSpec {
             "stall" => match arg.unwrap_or_default() {
                 "forever" => FaultKind::Stall { millis: None },
                 v => FaultKind::Stall {
-                    millis: Some(delay("stall in milliseconds (or forever)", v)?),
+                    millis: Some(delay("duration in milliseconds", v)?),
                 },
             },
             "slow" => {
@@ -461,7 +461,7 @@ impl FromStr for FaultSpec {
                     None => (v, 1000),
                 };
                 let micros = int("delay in microseconds", us)?;
-                if micros.saturating_mul(n) / 1000 > MAX_DELAY_MS {
+                if micros.saturating_mul(n) > MAX_DELAY_MS * 1000 {
                     return Err(invalid(format!(
                         "{micros} µs on each of {n} records: at most {} s in all",
                         MAX_DELAY_MS / 1000
@@ -529,15 +529,11 @@ impl FromStr for FaultSpec {
 
 fn parse_when(w: &str) -> Result<When, &'static str> {
     const WHAT: &str = "position (N, P/S, +DUR, %K, N*B or ~C)";
-    const COUNT: &str = "count (1 to 10000 faults)";
     let int = |v: &str| v.trim().parse::<u64>().map_err(|_| WHAT);
-    let count = |v: &str| {
-        int(v)?;
-        v.trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|c| (1..=MAX_FAULTS).contains(c))
-            .ok_or(COUNT)
+    // Zero is refused with the other zero counts, by the caller.
+    let count = |v: &str| match int(v)? {
+        c if c > MAX_FAULTS => Err("count (at least 1, at most 10000)"),
+        c => Ok(c),
     };
     if let Some(d) = w.strip_prefix('+') {
         return parse_duration(d)
@@ -545,11 +541,7 @@ fn parse_when(w: &str) -> Result<When, &'static str> {
             .ok_or("duration (e.g. +250ms, +2s, +500us; at most an hour)");
     }
     if let Some(k) = w.strip_prefix('%') {
-        let k = int(k)?;
-        if k == 0 {
-            return Err("period (%K: every K-th record, K at least 1)");
-        }
-        return Ok(When::Every(k));
+        return Ok(When::Every(int(k)?));
     }
     if let Some(c) = w.strip_prefix('~') {
         return Ok(When::Spread(count(c)?));
@@ -662,6 +654,14 @@ mod tests {
             ("stall@flatmap:5:-1", "not a valid duration"),
             ("panic@flatmap:+5", "not a valid duration"),
             ("panic@flatmap:5*0", "count (at least 1)"),
+            ("panic@flatmap:%0", "count (at least 1)"),
+            ("panic@flatmap:5*10001", "at most 10000"),
+            ("panic@flatmap:~18446744073709551615", "at most 10000"),
+            ("stall@flatmap:5:3600001", "at most 3600000"),
+            ("mute@flatmap:5:18446744073709551615", "at most 3600000"),
+            ("slow@flatmap:5:3600000001x1", "in all"),
+            ("slow@flatmap:5:2x18446744073709551615", "in all"),
+            ("panic@flatmap:+3601s", "at most an hour"),
             ("standby@flatmap:5:after", "standby phase"),
             ("corrupt@keyed:5:melt", "damage"),
             ("ioerror@flatmap:5:eio", "targets `checkpoint`"),
