@@ -3,6 +3,9 @@
 //! removes the directories it created — `--run-dir`, `--checkpoint-dir`,
 //! the temp checkpoint dir, the dead-letter dir — leaving what was there.
 
+mod common;
+
+use common::listing;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -23,16 +26,6 @@ fn paper(dir: &Path, args: &[&str]) -> Output {
         .env("TMPDIR", &tmp)
         .output()
         .unwrap()
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 fn refused(o: &Output, want: &str, tag: &str) {

@@ -8,6 +8,9 @@
 //! issue's bar, 20, is a campaign: `TANDEM_SIGNAL_RUNS=20 cargo test
 //! --release -p tandem-bench --test signals`).
 
+mod common;
+
+use common::listing;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -46,16 +49,6 @@ fn shm_of(pid: u32) -> Vec<String> {
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.starts_with("tandem-") && n.split('-').nth(2) == Some(&pid.to_string()))
         .collect()
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 /// Starts `bin args` with its temp dir in `tmp`, signals it after `after`

@@ -122,6 +122,7 @@
 
 mod error;
 pub mod format;
+pub mod manifest;
 pub mod restore;
 pub mod store;
 
@@ -141,7 +142,8 @@ where
     rkyv::access::<T::Archived, rancor::Error>(payload)
         .map_err(|source| CheckpointError::Access { source })
 }
-pub use store::{
-    list, open_savepoint, FileEntry, LatestValid, Listing, Manifest, OperatorSnapshot, Pending,
-    Published, Skipped, SnapshotKind, SnapshotStore, DEFAULT_RETAIN, MAX_MANIFEST,
+pub use manifest::{
+    list, open_savepoint, FileEntry, LatestValid, Listing, Manifest, Skipped, SnapshotKind,
+    MAX_MANIFEST,
 };
+pub use store::{OperatorSnapshot, Pending, Published, SnapshotStore, DEFAULT_RETAIN};
