@@ -331,7 +331,7 @@ mod mapped {
 mod mapped {
     use super::{Det, Words};
     use crate::standby::bq::BqError;
-    use memmap2::{MmapMut, MmapOptions};
+    use memmap2::MmapMut;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::AtomicU64;
 
@@ -373,15 +373,9 @@ mod mapped {
                 super::file_len(capacity as u64),
                 (HEADER + 8 * capacity) as u64
             );
-            let file = crate::standby::bq::create_file(&path, super::file_len(capacity as u64))?;
-            // SAFETY: a fresh file of ours; the entries are only accessed
-            // as atomics (see `words`).
+            // The entries are only accessed as atomics (see `words`).
             let mut map =
-                unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
-                    path: path.clone(),
-                    op: "mmap",
-                    source,
-                })?;
+                crate::standby::bq::create_mapped(&path, super::file_len(capacity as u64))?;
             map[0..8].copy_from_slice(&MAGIC);
             map[8..12].copy_from_slice(&VERSION.to_le_bytes());
             map[12..16].copy_from_slice(&lanes.to_le_bytes());

@@ -32,7 +32,7 @@
 //! dropped. Each slot carries the position its state covers (the buffer
 //! queue may evict below it) and a checksum the reader verifies.
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::MmapMut;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -231,15 +231,8 @@ impl SnapshotExchange {
     pub fn create(path: impl AsRef<Path>, slot_bytes: usize) -> Result<Self, BqError> {
         let path = path.as_ref().to_path_buf();
         let slot_bytes = slot_bytes.max(1).next_multiple_of(4096);
-        let file = super::bq::create_file(&path, Self::file_len(slot_bytes))?;
-        // SAFETY: a fresh file of ours; shared access follows the protocol
-        // of the module docs.
-        let mut map =
-            unsafe { MmapOptions::new().map_mut(&file) }.map_err(|source| BqError::Io {
-                path: path.clone(),
-                op: "mmap",
-                source,
-            })?;
+        // Shared access follows the protocol of the module docs.
+        let mut map = super::bq::create_mapped(&path, Self::file_len(slot_bytes))?;
         map[0..8].copy_from_slice(&MAGIC);
         map[8..12].copy_from_slice(&VERSION.to_le_bytes());
         map[16..24].copy_from_slice(&(slot_bytes as u64).to_le_bytes());

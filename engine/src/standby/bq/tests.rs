@@ -1,6 +1,7 @@
 //! The buffer queue's unit tests (layout, protocol, eviction, damage).
 
 use super::*;
+use std::fs::OpenOptions;
 
 fn tmp(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!(
