@@ -9,7 +9,11 @@
 //! first reports the failure of the task the panicking worker is polling —
 //! a standby group's primary marks its epoch failed and wakes the standby;
 //! any other task fails its attempt — and then calls the hook that was
-//! installed before it. A hook a program sets later should chain to the
+//! installed before it, with the worker's heartbeat reading "busy, not
+//! checked" (a worker printing a backtrace is not stalled: restart-all's
+//! watchdog must not answer the panic a second time). On one core a
+//! standby shares the panicking worker, so its takeover waits for that
+//! hook to return. A hook a program sets later should chain to the
 //! one it replaces (as `std::panic::take_hook` allows) to keep this.
 //!
 //! The worker names the task it polls in a thread-local around each poll;
@@ -51,19 +55,26 @@ pub(crate) fn install_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            report(info.payload());
-            previous(info);
+        std::panic::set_hook(Box::new(move |info| match report(info.payload()) {
+            // The previous hook may symbolize a backtrace for 100+ ms on
+            // this worker: busy, not stalled. Its heartbeat reads "busy,
+            // not checked" meanwhile, and no standby takes this worker's
+            // other primaries for silent (the panicking one is failed
+            // already); restart-all's watchdog would otherwise answer the
+            // panic a second time, as a stall.
+            Some(ctx) => ctx.unwatched(|| previous(info)),
+            None => previous(info),
         }));
     });
 }
 
-fn report(payload: &(dyn std::any::Any + Send)) {
+/// Reports the failure of the task this worker polls, if it polls one,
+/// and returns that task's context.
+fn report(payload: &(dyn std::any::Any + Send)) -> Option<Rc<TaskCtx>> {
     let ctx = CURRENT
         .try_with(|c| c.try_borrow().ok().and_then(|c| c.clone()))
         .ok()
-        .flatten();
-    let Some(ctx) = ctx else { return };
+        .flatten()?;
     let e = JobError::OperatorPanicked {
         operator: ctx.shared.names[ctx.current_op()].to_string(),
         instance: ctx.instance,
@@ -83,4 +94,5 @@ fn report(payload: &(dyn std::any::Any + Send)) {
             ctx.shared.fail(e);
         }
     }
+    Some(ctx)
 }

@@ -1,0 +1,115 @@
+//! A panic answered by a standby is answered once, however long the
+//! process's panic hook takes to print it.
+//!
+//! A user's job (source → standby → map that panics once → sink, with
+//! checkpoints and a restart strategy) ran with `RUST_BACKTRACE=1`: the
+//! standby took over, and then restart-all restarted the whole job for
+//! `stalled: no heartbeat for 100 ms` — the worker was still inside the
+//! default hook, symbolizing the backtrace, and its heartbeat had stopped.
+//! Here the hook the engine chains to is made slow on purpose (it sleeps
+//! well past the heartbeat timeout before printing), which is what a
+//! symbolization does on a slow machine, only reproducibly. This file is a
+//! binary of its own: the slow hook must be in place before the first job
+//! installs the engine's.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tandem::runtime::probe::{ProbeAction, ProbeFactory, RecordProbe};
+use tandem::{
+    CheckpointConfig, IterSource, JobBuilder, RestartStrategy, RuntimeConfig, StandbyConfig,
+    TupleId,
+};
+
+const N: u64 = 20_000;
+const HEARTBEAT: Duration = Duration::from_millis(100);
+/// How long the hook takes: well past the heartbeat timeout.
+const HOOK: Duration = Duration::from_millis(500);
+const MESSAGE: &str = "injected panic, slow hook";
+
+struct Once(TupleId, Arc<AtomicBool>);
+
+impl RecordProbe for Once {
+    fn before(&mut self, id: TupleId) -> ProbeAction {
+        if id == self.0 && !self.1.swap(true, Ordering::SeqCst) {
+            ProbeAction::Panic(MESSAGE.into())
+        } else {
+            ProbeAction::Continue
+        }
+    }
+}
+
+struct F(TupleId, Arc<AtomicBool>);
+
+impl ProbeFactory for F {
+    fn probe(&self, operator: &str, _i: usize) -> Option<Box<dyn RecordProbe>> {
+        (operator == "op")
+            .then(|| Box::new(Once(self.0, Arc::clone(&self.1))) as Box<dyn RecordProbe>)
+    }
+}
+
+#[test]
+fn a_panic_taken_over_by_a_standby_is_not_also_a_stall_while_the_hook_runs() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let injected = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|m| m.starts_with(MESSAGE));
+        if injected {
+            std::thread::sleep(HOOK);
+        } else {
+            default(info);
+        }
+    }));
+    let at = TupleId::new(1, N / 4);
+    for round in 0..2 {
+        let job = JobBuilder::new("slow-hook");
+        job.default_parallelism(2);
+        let src = job
+            .source("src", |i| {
+                let (p, n) = (i.parallelism as u64, i.instance as u64);
+                IterSource((0..N).filter(move |s| s % p == n).map(|s| (s, 0)))
+            })
+            .rate_limit(100_000.0)
+            .standby();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g2 = Arc::clone(&got);
+        src.map("op", |v: u64| v * 2)
+            .for_each("sink", move |r| g2.lock().unwrap().push(r.value));
+        let cores = tandem::sys::affinity::available_cores().len().min(2);
+        let cfg = RuntimeConfig::default()
+            .cores(cores)
+            .standby(StandbyConfig::default())
+            .checkpoint(CheckpointConfig::every(Duration::from_millis(50)))
+            .restart(RestartStrategy::FixedDelay {
+                attempts: 5,
+                delay: Duration::ZERO,
+            })
+            .heartbeat_timeout(HEARTBEAT)
+            .probes(Arc::new(F(at, Arc::new(AtomicBool::new(false)))));
+        let rep = job.build().unwrap().run(&cfg).unwrap();
+        // The sink is not transactional: a restart-all would repeat records.
+        assert!(
+            rep.recovery.iter().all(|r| !r.cause.contains("stalled")),
+            "round {round}: a restart-all for the hook's time: {:?}",
+            rep.recovery
+        );
+        // One answer, the standby's, to the panic of its record; no
+        // restart-all for a worker that was printing it.
+        let answered: Vec<_> = rep
+            .recovery
+            .iter()
+            .filter(|r| r.tuple_id == Some(at))
+            .collect();
+        assert!(
+            answered.len() == 1 && answered[0].cause.contains("panicked"),
+            "round {round}: {:?}",
+            rep.recovery
+        );
+        let mut got = std::mem::take(&mut *got.lock().unwrap());
+        got.sort_unstable();
+        let want: Vec<u64> = (0..N).map(|v| v * 2).collect();
+        assert_eq!(got, want, "round {round}: the output");
+    }
+}
