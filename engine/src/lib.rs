@@ -87,7 +87,7 @@ pub mod sys;
 
 pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
-pub use job::source::{IterSource, Source, SourcePoll};
+pub use operator::source::{IterSource, Source, SourcePoll};
 pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};
 pub use metrics::{
     CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryKind,

@@ -119,7 +119,7 @@ pub enum CheckpointError {
     AlreadyPublished { id: u64, path: PathBuf },
     /// The process "crashed" while writing checkpoint `id` — before
     /// publishing it, or right after (an injected fault, see
-    /// [`crate::runtime::probe::StorageProbe`]): what is on disk stays as
+    /// [`super::probe::StorageProbe`]): what is on disk stays as
     /// a crash leaves it, and the attempt fails as a crash would end it.
     #[error("checkpoint {id}: crashed {}", if *published { "right after publishing it" } else { "between writing it and publishing it" })]
     Crashed { id: u64, published: bool },

@@ -123,6 +123,7 @@
 mod error;
 pub mod format;
 pub mod manifest;
+pub mod probe;
 pub mod restore;
 pub mod store;
 

@@ -23,7 +23,7 @@ use super::{
     restore::SnapshotFile,
     CheckpointError,
 };
-use crate::runtime::probe::{StorageAction, StorageProbe};
+use super::probe::{StorageAction, StorageProbe};
 use crate::sys::uring::{AlignedBuf, Backend, FileWriter};
 use std::sync::Arc;
 

@@ -23,10 +23,12 @@
 //! assert_eq!(sum.load(Ordering::Relaxed), (0..1000u64).map(|n| n * n).filter(|n| n % 2 == 0).sum::<u64>());
 //! ```
 
-pub(crate) mod graph;
-pub mod source;
+use crate::runtime::graph;
+pub use crate::operator::source;
 
-use crate::error::BuildError;
+use crate::error::{BuildError, JobError};
+use crate::metrics::JobReport;
+use crate::runtime::{JobHandle, RuntimeConfig};
 use crate::operator::{
     build_co_ports, CoProcess, Collector, Filter, FlatMap, KeyedOp, KeyedProcess, Map,
     OperatorInfo, Output, Process, ProcessOp, Sink, SinkOp, StateCodec,
@@ -34,7 +36,7 @@ use crate::operator::{
 use crate::record::Record;
 use crate::runtime::source::{Pacer, SourcePort};
 use crate::standby::codec::Codec;
-use crate::standby::kit::{SKit, StandbyKit};
+use crate::runtime::standby::kit::{SKit, StandbyKit};
 use crate::state::{KeyedState, StateSnapshot};
 use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
 use source::Source;
@@ -93,6 +95,21 @@ impl Job {
             .iter()
             .map(|n| n.name.to_string())
             .collect()
+    }
+
+    /// Runs the job to completion on this thread's behalf.
+    pub fn run(self, config: &RuntimeConfig) -> Result<JobReport, JobError> {
+        self.start(config)?.join()
+    }
+
+    /// Starts the job on worker threads and returns at once.
+    ///
+    /// Errors that can be known before any record flows are returned here:
+    /// too few cores, an unusable checkpoint directory, a checkpoint to
+    /// restore from that is corrupt or does not fit the job, a worker
+    /// thread that cannot be spawned.
+    pub fn start(self, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
+        crate::runtime::start(self.graph, config)
     }
 }
 

@@ -20,7 +20,7 @@
 //! forwarded, so the operators downstream align on without it.
 
 use super::{run_probe, CoProcess, Collector, Output};
-use crate::job::graph::{BuildCx, Probe};
+use crate::runtime::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{Hold, OpSlot, TaskCtx};
 use std::cell::{Cell, RefCell};

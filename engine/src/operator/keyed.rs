@@ -6,7 +6,7 @@
 
 use super::{run_probe, Collector, KeyedProcess, Output};
 use crate::checkpoint::{CheckpointError, StateCapture};
-use crate::job::graph::{BuildCx, Probe};
+use crate::runtime::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::{KeyedState, StateSnapshot};

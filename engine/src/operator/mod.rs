@@ -26,6 +26,7 @@ mod flat_map;
 mod keyed;
 mod map;
 mod sink;
+pub mod source;
 mod tee;
 mod unary;
 
@@ -51,7 +52,7 @@ use std::time::Duration;
 /// record may be processed.
 #[inline]
 pub(crate) fn run_probe(
-    probe: &mut crate::job::graph::Probe,
+    probe: &mut crate::runtime::graph::Probe,
     id: TupleId,
     ctx: &TaskCtx,
     op: usize,

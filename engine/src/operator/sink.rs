@@ -14,7 +14,7 @@
 //! after a restart and when it got back to where it was before the fault.
 
 use super::{run_probe, Collector, Sink, FINAL_EPOCH};
-use crate::job::graph::{BuildCx, Probe};
+use crate::runtime::graph::{BuildCx, Probe};
 use crate::metrics::LatencyHistogram;
 use crate::record::Record;
 use crate::runtime::coord::{Event, SinkTally};

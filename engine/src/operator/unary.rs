@@ -1,7 +1,7 @@
 //! The chain hop around a one-input [`Process`] operator.
 
 use super::{run_probe, Collector, Output, Process};
-use crate::job::graph::{BuildCx, Probe};
+use crate::runtime::graph::{BuildCx, Probe};
 use crate::record::Record;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::marker::PhantomData;

@@ -113,17 +113,17 @@ impl<T: 'static> Route<T> {
     /// The route of an edge with `partitioning` over `lanes` lanes, for
     /// producer instance `instance` (rebalance starts at its own lane).
     pub(crate) fn of(
-        partitioning: &crate::job::graph::Partitioning,
+        partitioning: &crate::runtime::graph::Partitioning,
         instance: usize,
         lanes: usize,
     ) -> Self {
-        use crate::job::graph::Partitioning;
+        use crate::runtime::graph::Partitioning;
         match partitioning {
             Partitioning::Forward => Route::Forward,
             Partitioning::Rebalance => Route::Rebalance(instance % lanes.max(1)),
             Partitioning::Broadcast => Route::Broadcast,
             Partitioning::Hash(h) => Route::Hash(
-                h.downcast_ref::<crate::job::graph::HashFn<T>>()
+                h.downcast_ref::<crate::runtime::graph::HashFn<T>>()
                     .expect("engine bug: hash function of the wrong type")
                     .clone(),
             ),

@@ -30,17 +30,18 @@ mod background;
 pub(crate) mod channel;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
+pub(crate) mod graph;
 pub(crate) mod panic;
 pub mod placement;
 pub mod probe;
 pub(crate) mod source;
+pub(crate) mod standby;
 mod supervisor;
 pub(crate) mod task;
 mod worker;
 
 use crate::error::{JobError, RuntimeError};
-use crate::job::graph::{AnySend, Graph, NodeKind, Partitioning};
-use crate::job::Job;
+use crate::runtime::graph::{AnySend, Graph, NodeKind, Partitioning};
 use crate::metrics::{JobMetrics, JobReport, OperatorStats, Progress};
 use crate::record::{Nanos, TupleId};
 use crate::recovery::restart::RestartStrategy;
@@ -319,7 +320,7 @@ pub(crate) struct JobShared {
     /// The pacing schedule's start, shared by partitions and attempts.
     pub(crate) pacing_start: Arc<OnceLock<Nanos>>,
     /// Standby groups of this attempt (`None`: no operator has a standby).
-    pub(crate) standby: Option<Arc<crate::standby::run::StandbyRun>>,
+    pub(crate) standby: Option<Arc<crate::runtime::standby::run::StandbyRun>>,
     /// The job's probes (fault injection), for the seams off the data path.
     pub(crate) probes: Option<Arc<dyn probe::ProbeFactory>>,
     /// The job's build fence, shared by all its attempts (see
@@ -660,57 +661,44 @@ pub struct JobHandle {
     graph: Arc<Graph>,
 }
 
-impl Job {
-    /// Runs the job to completion on this thread's behalf.
-    pub fn run(self, config: &RuntimeConfig) -> Result<JobReport, JobError> {
-        self.start(config)?.join()
+/// Starts `graph` on worker threads (see [`crate::Job::start`]).
+pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
+    let cores = crate::sys::affinity::available_cores();
+    let requested = config.cores.unwrap_or(cores.len());
+    if requested == 0 {
+        return Err(RuntimeError::ZeroCores.into());
     }
-
-    /// Starts the job on worker threads and returns at once.
-    ///
-    /// Errors that can be known before any record flows are returned here:
-    /// too few cores, an unusable checkpoint directory, a checkpoint to
-    /// restore from that is corrupt or does not fit the job, a worker
-    /// thread that cannot be spawned.
-    pub fn start(self, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
-        let cores = crate::sys::affinity::available_cores();
-        let requested = config.cores.unwrap_or(cores.len());
-        if requested == 0 {
-            return Err(RuntimeError::ZeroCores.into());
+    if requested > cores.len() {
+        return Err(RuntimeError::InsufficientCpus {
+            required: requested,
+            available: cores.len(),
         }
-        if requested > cores.len() {
-            return Err(RuntimeError::InsufficientCpus {
-                required: requested,
-                available: cores.len(),
-            }
-            .into());
-        }
-        panic::install_hook();
-        let graph = self.graph;
-        check_ring_memory(&graph, config)?;
-        let (ns, es) = shapes(&graph, config.standby.is_some());
-        let plan = placement::place(&ns, &es, requested, config.chaining);
-        let (sup, handle_parts) = supervisor::Supervisor::new(
-            Arc::clone(&graph),
-            plan,
-            config.clone(),
-            cores[..requested.min(cores.len())].to_vec(),
-        )?;
-        let (events, metrics) = handle_parts;
-        let supervisor = std::thread::Builder::new()
-            .name("tandem-supervisor".into())
-            .spawn(move || sup.run())
-            .map_err(|source| RuntimeError::Spawn {
-                worker: usize::MAX,
-                source,
-            })?;
-        Ok(JobHandle {
-            supervisor: Some(supervisor),
-            events,
-            metrics,
-            graph,
-        })
+        .into());
     }
+    panic::install_hook();
+    check_ring_memory(&graph, config)?;
+    let (ns, es) = shapes(&graph, config.standby.is_some());
+    let plan = placement::place(&ns, &es, requested, config.chaining);
+    let (sup, handle_parts) = supervisor::Supervisor::new(
+        Arc::clone(&graph),
+        plan,
+        config.clone(),
+        cores[..requested.min(cores.len())].to_vec(),
+    )?;
+    let (events, metrics) = handle_parts;
+    let supervisor = std::thread::Builder::new()
+        .name("tandem-supervisor".into())
+        .spawn(move || sup.run())
+        .map_err(|source| RuntimeError::Spawn {
+            worker: usize::MAX,
+            source,
+        })?;
+    Ok(JobHandle {
+        supervisor: Some(supervisor),
+        events,
+        metrics,
+        graph,
+    })
 }
 
 impl JobHandle {
@@ -785,7 +773,7 @@ pub(crate) fn operator_stats(graph: &Graph, metrics: &JobMetrics) -> Vec<Operato
                 parallelism: n.parallelism,
                 records,
                 emitted,
-                source: matches!(n.kind, crate::job::graph::NodeKind::Source { .. }),
+                source: matches!(n.kind, crate::runtime::graph::NodeKind::Source { .. }),
             }
         })
         .collect()

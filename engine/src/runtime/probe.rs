@@ -22,9 +22,9 @@
 //! The `tandem-fault-inject` crate implements these traits; the engine never
 //! imports it.
 
-use crate::checkpoint::Manifest;
+pub use crate::checkpoint::probe::{StorageAction, StorageProbe};
 use crate::record::TupleId;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,46 +72,6 @@ pub enum TakeoverStage {
     /// to replay the buffer queues as the new primary: a failure here is
     /// the new primary's, before it produced anything.
     Replaying,
-}
-
-/// What a [`StorageProbe`] asks of the snapshot store at a publication.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StorageAction {
-    /// Go on.
-    Continue,
-    /// The process "crashes" here: the store stops this checkpoint where
-    /// it is (what is on disk stays there), and the attempt fails as a
-    /// process crash would fail it, with the sinks' output of that
-    /// checkpoint not committed.
-    Crash,
-}
-
-/// Consulted by the snapshot store's I/O thread (see [`ProbeFactory::storage`]).
-///
-/// Every method has a default that does nothing; errors returned stand for
-/// what the device would have returned (EIO, ENOSPC …), so the engine's
-/// handling of a failed write is the one exercised — nothing is written for
-/// real past an injected error.
-pub trait StorageProbe: Send + Sync + 'static {
-    /// Before writing the snapshot file `path` of checkpoint `checkpoint`.
-    fn write(&self, _checkpoint: u64, _path: &Path) -> Option<std::io::Error> {
-        None
-    }
-    /// Before fsyncing the files of checkpoint `checkpoint` (`path` is the
-    /// first of them).
-    fn fsync(&self, _checkpoint: u64, _path: &Path) -> Option<std::io::Error> {
-        None
-    }
-    /// Every file of `checkpoint` and its staged manifest are durable; the
-    /// rename that publishes it comes next.
-    fn before_publish(&self, _checkpoint: u64) -> StorageAction {
-        StorageAction::Continue
-    }
-    /// `manifest` is published and durable (its files may be damaged here,
-    /// as a disk would damage them).
-    fn published(&self, _manifest: &Manifest) -> StorageAction {
-        StorageAction::Continue
-    }
 }
 
 /// Hands out probes to operator instances as they are built, and answers

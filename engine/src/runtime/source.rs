@@ -3,8 +3,8 @@
 
 use super::task::{Gate, OpSlot, Poll, Port, TaskCtx};
 use crate::error::JobError;
-use crate::job::graph::{BuildCx, Probe};
-use crate::job::source::{Source, SourcePoll};
+use crate::runtime::graph::{BuildCx, Probe};
+use crate::operator::source::{Source, SourcePoll};
 use crate::operator::{run_probe, Collector};
 use crate::record::{Nanos, Record, TupleId};
 use std::rc::Rc;

@@ -19,7 +19,7 @@ use super::coord::Event;
 use super::RuntimeConfig;
 use crate::checkpoint;
 use crate::error::JobError;
-use crate::job::graph::{Graph, NodeKind};
+use crate::runtime::graph::{Graph, NodeKind};
 use crate::metrics::{CheckpointStats, JobMetrics, JobReport, RecoveryRecord, StandbyStats};
 use crate::operator::Committer;
 use crate::runtime::dead_letter::DeadLetters;
@@ -430,7 +430,7 @@ impl Supervisor {
             }
             let primary = silent(g.reader_workers[0].load(Ordering::Acquire))?;
             let standby = g.standby_worker.load(Ordering::Acquire);
-            (standby == crate::standby::group::NONE || silent(standby).is_some()).then_some(primary)
+            (standby == crate::runtime::standby::group::NONE || silent(standby).is_some()).then_some(primary)
         })
     }
 

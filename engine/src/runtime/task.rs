@@ -125,7 +125,7 @@ pub(crate) struct TaskCtx {
     /// The epoch it is the primary of (0: none).
     pub(crate) epoch: Cell<u64>,
     /// The standby group whose incarnation the task runs.
-    pub(crate) group: std::cell::OnceCell<Arc<crate::standby::group::Group>>,
+    pub(crate) group: std::cell::OnceCell<Arc<crate::runtime::standby::group::Group>>,
     /// The task's key in its worker's task-poll marks (never 0).
     pub(crate) key: u64,
     /// Steps of progress (inputs processed, keys ended) as a primary.
@@ -471,7 +471,7 @@ pub(crate) struct Task {
     pub(crate) budget: usize,
     /// An incarnation of a standby group: its failure is the group's
     /// business (a takeover), not the attempt's.
-    pub(crate) group: Option<(Arc<crate::standby::group::Group>, u64)>,
+    pub(crate) group: Option<(Arc<crate::runtime::standby::group::Group>, u64)>,
     /// A primary's next heartbeat (engine nanoseconds).
     next_beat: u64,
 }

@@ -4,7 +4,7 @@ use super::background::Background;
 use super::task::{Gate, Poll, Task, TaskCtx};
 use super::Wiring;
 use crate::error::JobError;
-use crate::job::graph::{AnyBox, BuildCx, NodeKind};
+use crate::runtime::graph::{AnyBox, BuildCx, NodeKind};
 use crate::operator::{OperatorInfo, Restored};
 use crate::runtime::task::{Hold, OpSlot, Port};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -410,7 +410,7 @@ fn build_incarnation(
     ctx.incarnation.set(inc);
     let _ = ctx.group.set(Arc::clone(&group));
     let (w2, c2) = (Arc::clone(w), Rc::clone(&ctx));
-    let chain: crate::standby::kit::ChainBuild = Box::new(move |state| {
+    let chain: crate::runtime::standby::kit::ChainBuild = Box::new(move |state| {
         let mut tb = TaskBuild::default();
         let down = build_out(&w2, node, inst, &c2, &mut tb);
         let NodeKind::Unary(build) = &w2.graph.nodes[node].kind else {

@@ -38,12 +38,6 @@ pub mod decide;
 pub mod detlog;
 pub mod epoch;
 pub mod exchange;
-pub(crate) mod fenced;
-pub(crate) mod group;
-pub(crate) mod incarnation;
-pub(crate) mod kit;
-pub(crate) mod run;
-pub(crate) mod sender;
 
 pub use codec::{decode_bytes, decode_str, encode_bytes, Codec, CodecError};
 pub use config::{StandbyConfig, StandbyMode};

@@ -18,7 +18,7 @@ use super::measure::{restart_record, OpenRecovery};
 use super::{now_ns, Key, Supervisor, JOB_META};
 use crate::checkpoint::{self, CheckpointError, FileEntry, Manifest};
 use crate::error::{JobError, RuntimeError};
-use crate::job::graph::Graph;
+use crate::runtime::graph::Graph;
 use crate::metrics::{JobMetrics, RecoveryRecord};
 use crate::recovery::restart::Decision;
 use crate::runtime::channel::WorkerSignal;

@@ -6,7 +6,7 @@
 use super::Supervisor;
 use crate::error::JobError;
 use crate::metrics::{RecoveryKind, RecoveryRecord};
-use crate::standby::run::StandbyRun;
+use crate::runtime::standby::run::StandbyRun;
 use crate::TupleId;
 use std::sync::atomic::Ordering;
 

@@ -4,10 +4,10 @@
 
 use super::{now_ns, Supervisor};
 use crate::error::{JobError, RuntimeError};
-use crate::job::graph::{Graph, NodeKind};
+use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::{lanes, RuntimeConfig};
-use crate::standby::group::Group;
-use crate::standby::run::StandbyRun;
+use crate::runtime::standby::group::Group;
+use crate::runtime::standby::run::StandbyRun;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;

@@ -21,7 +21,7 @@ use crate::checkpoint::{ArchiveSteps, SnapshotBytes, StateCapture};
 use crate::record::Nanos;
 use crate::standby::codec::Codec;
 use crate::standby::exchange::{Staged, Staging};
-use crate::standby::group::Doing;
+use crate::runtime::standby::group::Doing;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
@@ -166,7 +166,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
 /// The archive, with a slot of its size reserved (`None`: every slot is
 /// busy).
 fn stage(
-    group: &crate::standby::group::Group,
+    group: &crate::runtime::standby::group::Group,
     bytes: SnapshotBytes,
 ) -> Result<Option<Build>, String> {
     match group.stage_state(bytes.len()) {
@@ -178,7 +178,7 @@ fn stage(
 
 /// One slice of building `build` (see the module docs).
 fn build_slice(
-    group: &crate::standby::group::Group,
+    group: &crate::runtime::standby::group::Group,
     build: &mut Build,
     seq: u64,
     clock: &crate::runtime::task::Clock,

@@ -10,14 +10,14 @@
 //! primary's recovery points; [`standby`] the standby's side and the
 //! takeover.
 
-use super::codec::Codec;
-use super::decide::Detector;
-use super::detlog::{fenced_append, Appended, Det};
+use crate::standby::codec::Codec;
+use crate::standby::decide::Detector;
+use crate::standby::detlog::{fenced_append, Appended, Det};
 use super::group::{Doing, Group, NONE};
 use super::kit::{control_kind, decode, ChainBuild, Entry, KIND_END};
 use crate::checkpoint::StateCapture;
 use crate::error::JobError;
-use crate::job::graph::downcast;
+use crate::runtime::graph::downcast;
 use crate::operator::Collector;
 use crate::record::{Nanos, Record};
 use crate::runtime::align::Alignment;
@@ -260,7 +260,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         &self,
         l: usize,
         epoch: Option<u64>,
-        f: impl FnOnce(&super::bq::BufferQueue) -> R,
+        f: impl FnOnce(&crate::standby::bq::BufferQueue) -> R,
     ) -> Option<R> {
         let q = &self.group.queues[l];
         let Some(e) = epoch else {
@@ -642,7 +642,7 @@ impl<T: crate::Data + Codec> Port for Incarnation<T> {
                     q.head(),
                     q.tail(),
                     q.covered(),
-                    (0..super::bq::MAX_READERS)
+                    (0..crate::standby::bq::MAX_READERS)
                         .map(|r| q.reader_cursor(r) as i64)
                         .collect::<Vec<_>>()
                 ))

@@ -120,7 +120,7 @@ pub(crate) struct Node {
     pub(crate) out: Option<Arc<dyn StreamKit>>,
     /// Built after `Stream::standby`: may run with a standby; its input
     /// type's buffer-queue side.
-    pub(crate) standby: Option<Arc<dyn crate::standby::kit::StandbyKit>>,
+    pub(crate) standby: Option<Arc<dyn crate::runtime::standby::kit::StandbyKit>>,
 }
 
 /// How records of an edge are spread over the consumer's instances.
@@ -175,7 +175,7 @@ pub(crate) trait StreamKit: Send + Sync {
     /// A consumer's input from standby groups `(group, consumer index)`.
     fn fenced_input(
         &self,
-        groups: Vec<(Arc<crate::standby::group::Group>, usize)>,
+        groups: Vec<(Arc<crate::runtime::standby::group::Group>, usize)>,
         target: AnyBox,
         gate: Option<Rc<Gate>>,
         ctx: &Rc<TaskCtx>,
@@ -247,12 +247,12 @@ impl<T: crate::Data> StreamKit for Kit<T> {
 
     fn fenced_input(
         &self,
-        groups: Vec<(Arc<crate::standby::group::Group>, usize)>,
+        groups: Vec<(Arc<crate::runtime::standby::group::Group>, usize)>,
         target: AnyBox,
         gate: Option<Rc<Gate>>,
         ctx: &Rc<TaskCtx>,
     ) -> Box<dyn Port> {
-        Box::new(crate::standby::fenced::FencedInput::<T>::new(
+        Box::new(crate::runtime::standby::fenced::FencedInput::<T>::new(
             groups, target, gate, ctx,
         ))
     }

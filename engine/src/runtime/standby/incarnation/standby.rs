@@ -11,8 +11,8 @@ use crate::runtime::task::Poll;
 use crate::standby::codec::Codec;
 use crate::standby::config::StandbyMode;
 use crate::standby::decide::{Evidence, Observation, Verdict, WorkerAt};
-use crate::standby::group::{Doing, Fault, Point, NONE};
-use crate::standby::run::Takeover;
+use crate::runtime::standby::group::{Doing, Fault, Point, NONE};
+use crate::runtime::standby::run::Takeover;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 

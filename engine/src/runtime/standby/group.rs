@@ -16,14 +16,14 @@
 //!
 //! Upstream writes each input once into the group's buffer queue of its
 //! lane ([`super::sender`]). The primary takes the lanes in chunks, and
-//! logs each choice in the determinant log ([`super::detlog`]) *before* it
+//! logs each choice in the determinant log ([`crate::standby::detlog`]) *before* it
 //! processes the chunk. Around each chunk's outputs it tells its chain the
 //! chunk's identity; the ring senders at the chain's end follow the
 //! outputs with a mark carrying the chunk's number and how many outputs
 //! that ring got for it ([`crate::runtime::channel::Mark`]), and start
 //! each primary's stream with a resume mark. A consumer
 //! ([`super::fenced`]) follows the marks with a
-//! [`super::decide::Tracker`]: it knows which
+//! [`crate::standby::decide::Tracker`]: it knows which
 //! chunks it has completely, acknowledges them (per lane: the queue
 //! positions; and the chunk number), and remembers their output counts.
 //!
@@ -42,7 +42,7 @@
 //!
 //! 1. The standby finds the primary's epoch failed (a panic or cut input,
 //!    reported at once — for a panic from inside the panic hook, before
-//!    any printing) or judges it stuck ([`super::decide::Detector`]), and
+//!    any printing) or judges it stuck ([`crate::standby::decide::Detector`]), and
 //!    claims the next epoch with a compare-and-swap: the old primary is
 //!    fenced from that moment (its log appends, points and end-of-stream
 //!    are refused; its rings are never read again; its queue cursor is
@@ -59,7 +59,7 @@
 //!    checks that each repeated chunk has the output count it had the
 //!    first time. A replay that starts after a chunk it has not completed,
 //!    or repeats one differently, fails the job
-//!    ([`super::decide::Diverged`]): never a silent loss.
+//!    ([`crate::standby::decide::Diverged`]): never a silent loss.
 //! 4. A new standby is started on another worker.
 //!
 //! ## End of stream
@@ -108,7 +108,7 @@
 //!   rings whenever they are polled (a sink always drains), so the
 //!   acknowledgements come; a consumer that ended no longer counts.
 //! - *The log is full*: cannot happen before the queues are (see
-//!   [`super::detlog`]); were it to, the primary takes a point and waits
+//!   [`crate::standby::detlog`]); were it to, the primary takes a point and waits
 //!   like upstream does.
 //! - *A hot standby falls behind*: it holds the queues back only up to half
 //!   a queue, then lets go and waits (warm) for a newer point.
@@ -135,13 +135,13 @@
 //! including the end entry). A job whose standby machinery lost anything
 //! fails with [`JobError::StandbyIncomplete`] instead of succeeding.
 
-use super::bq::{BqConfig, BufferQueue, MAX_READERS};
-use super::config::{StandbyConfig, StandbyMode};
-use super::detlog::DetLog;
-use super::epoch::Liveness;
-use super::exchange::{PublishError, SnapshotExchange, Staged, Staging};
+use crate::standby::bq::{BqConfig, BufferQueue, MAX_READERS};
+use crate::standby::config::{StandbyConfig, StandbyMode};
+use crate::standby::detlog::DetLog;
+use crate::standby::epoch::Liveness;
+use crate::standby::exchange::{PublishError, SnapshotExchange, Staged, Staging};
 use crate::error::JobError;
-use crate::job::graph::AnySend;
+use crate::runtime::graph::AnySend;
 use crate::record::Nanos;
 use crate::runtime::align::Alignment;
 
@@ -327,20 +327,20 @@ impl Group {
     /// snapshot exchange a stateful primary makes (a state whose archive
     /// outgrows it gets a larger one, six times the archive, while it
     /// runs).
-    pub(crate) fn files_len(lanes: usize, cfg: &StandbyConfig) -> Result<u64, super::bq::BqError> {
+    pub(crate) fn files_len(lanes: usize, cfg: &StandbyConfig) -> Result<u64, crate::standby::bq::BqError> {
         let q = Self::queue_config(cfg)?;
         let queues = q.file_len().saturating_mul(lanes as u64);
-        let log = super::detlog::file_len(q.slots.saturating_mul(lanes as u64));
+        let log = crate::standby::detlog::file_len(q.slots.saturating_mul(lanes as u64));
         let exchange = SnapshotExchange::file_len(FIRST_EXCHANGE);
         Ok(queues.saturating_add(log).saturating_add(exchange))
     }
 
     /// Bytes of one input lane's buffer queue file.
-    pub(crate) fn queue_file_len(cfg: &StandbyConfig) -> Result<u64, super::bq::BqError> {
+    pub(crate) fn queue_file_len(cfg: &StandbyConfig) -> Result<u64, crate::standby::bq::BqError> {
         Ok(Self::queue_config(cfg)?.file_len())
     }
 
-    fn queue_config(cfg: &StandbyConfig) -> Result<BqConfig, super::bq::BqError> {
+    fn queue_config(cfg: &StandbyConfig) -> Result<BqConfig, crate::standby::bq::BqError> {
         BqConfig::for_memory(cfg.queue_memory.max(64 << 10), 64, MAX_READERS as u32)
     }
 
@@ -357,7 +357,7 @@ impl Group {
         cfg: &StandbyConfig,
         dir: &Path,
         now: Nanos,
-    ) -> Result<Self, super::bq::BqError> {
+    ) -> Result<Self, crate::standby::bq::BqError> {
         let qcfg = Self::queue_config(cfg)?;
         let mut queues = Vec::with_capacity(upstream.len());
         for &u in &upstream {

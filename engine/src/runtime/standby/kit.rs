@@ -2,9 +2,9 @@
 //! input type is known: the queue entry format, and the builders of the
 //! upstream sender and of an incarnation's port.
 
-use super::codec::Codec;
+use crate::standby::codec::Codec;
 use super::group::Group;
-use crate::job::graph::AnyBox;
+use crate::runtime::graph::AnyBox;
 use crate::record::Record;
 use crate::runtime::task::{Port, TaskCtx};
 use std::rc::Rc;
@@ -83,7 +83,7 @@ pub(crate) trait StandbyKit: Send + Sync {
     fn sender(
         &self,
         lanes: Vec<(Arc<Group>, usize)>,
-        partitioning: &crate::job::graph::Partitioning,
+        partitioning: &crate::runtime::graph::Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
         window: usize,
@@ -114,7 +114,7 @@ impl<T: crate::Data + Codec> StandbyKit for SKit<T> {
     fn sender(
         &self,
         lanes: Vec<(Arc<Group>, usize)>,
-        partitioning: &crate::job::graph::Partitioning,
+        partitioning: &crate::runtime::graph::Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
         window: usize,

@@ -2,10 +2,10 @@
 //! dispatch: each record is written once; the primary and a hot standby
 //! both read it).
 
-use super::codec::Codec;
+use crate::standby::codec::Codec;
 use super::group::{Group, NONE};
 use super::kit::{encode, encode_barrier, BARRIER_ID, END_ID, KIND_END};
-use crate::job::graph::AnyBox;
+use crate::runtime::graph::AnyBox;
 use crate::operator::Collector;
 use crate::record::Record;
 use crate::runtime::channel::Route;
@@ -31,7 +31,7 @@ struct QLane {
 }
 
 impl QLane {
-    fn queue(&self) -> &super::bq::BufferQueue {
+    fn queue(&self) -> &crate::standby::bq::BufferQueue {
         &self.group.queues[self.lane]
     }
 
@@ -96,7 +96,7 @@ pub(crate) struct BqSender<T> {
 impl<T: crate::Data + Codec> BqSender<T> {
     pub(crate) fn boxed(
         lanes: Vec<(Arc<Group>, usize)>,
-        partitioning: &crate::job::graph::Partitioning,
+        partitioning: &crate::runtime::graph::Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
         window: usize,

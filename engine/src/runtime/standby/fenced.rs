@@ -8,11 +8,11 @@
 //! chunks it replays; the alignment takes a repeated barrier as stale, so
 //! barriers need no deduplication of their own.
 
-use super::decide::{Closing, Diverged, Tracker};
+use crate::standby::decide::{Closing, Diverged, Tracker};
 use super::group::{Group, NONE};
 use super::run::WATCH_IDS;
 use crate::error::JobError;
-use crate::job::graph::{downcast, AnyBox};
+use crate::runtime::graph::{downcast, AnyBox};
 use crate::operator::Collector;
 use crate::queue::spsc::Consumer;
 use crate::record::TupleId;
@@ -104,7 +104,7 @@ impl<U: 'static> FencedInput<U> {
         if s.ring.is_none() && g.primary_epoch == s.epoch && g.ready {
             let key = (s.ci, g.primary);
             if let Some(r) = g.rings.remove(&key) {
-                s.ring = Some(crate::job::graph::downcast_send::<Consumer<Msg<U>>>(
+                s.ring = Some(crate::runtime::graph::downcast_send::<Consumer<Msg<U>>>(
                     r,
                     "standby ring",
                 ));

@@ -1,0 +1,13 @@
+//! The runtime side of BQBS: standby groups at run time, the upstream
+//! sender into their buffer queues, the primary and standby ports, the
+//! consumers' fenced input, and the typed builders. The protocol's parts —
+//! the buffer queue, the determinant log, the liveness cell, the snapshot
+//! exchange and the pure decisions — are [`crate::standby`]'s, below the
+//! runtime; `group.rs` documents the protocol as a whole.
+
+pub(crate) mod fenced;
+pub(crate) mod group;
+pub(crate) mod incarnation;
+pub(crate) mod kit;
+pub(crate) mod run;
+pub(crate) mod sender;
