@@ -30,20 +30,37 @@
 //!
 //! ## Layers
 //!
+//! The top-level modules import one another in one direction only, from
+//! top to bottom (`../shared/tools/layers.py engine/src` checks it: no
+//! circle):
+//!
 //! ```text
-//! job/         the typed builder (sources, operators, sinks)
-//! runtime/     workers, placement, rings between tasks, supervision, probes
-//! recovery/    pure decisions: restart strategies, adaptive checkpoint interval,
-//!              takeover or restart-all, a checkpoint across a takeover
-//! operator/    user-facing operator traits and their chain wrappers
+//! job/         the typed builder: a Job is a graph the runtime consumes
 //! sinks/       ready-made sinks (two-phase-commit files)
+//! runtime/     what wires and runs tasks: placement, workers, rings between
+//!              tasks, the type-erased graph, the chain wrappers around
+//!              operators, supervision and checkpoints' coordination,
+//!              standby groups at run time (runtime/standby/), probes
+//! standby/     the BQBS protocol's parts: buffer queues, the determinant
+//!              log, the liveness cell, the snapshot exchange, decisions
+//! operator/    the user-facing traits (Process, KeyedProcess, CoProcess,
+//!              Sink, Source) and the interfaces they are given (Output,
+//!              Collector, OperatorInfo)
+//! error.rs     build, runtime and job errors
+//! state/       keyed state
 //! checkpoint/  durable snapshots: files, manifests, retention, restore
-//! standby/     active standby (BQBS): buffer queues, the determinant log,
-//!              the liveness cell, recovery points, the takeover protocol
-//! state/       keyed state        queue/  SPSC rings         record.rs  the envelope
-//! metrics.rs   counters, HDR latency      sys/  affinity, rusage, io_uring
-//! sync.rs      the loom shim
+//! recovery/    pure decisions: restart strategies, adaptive checkpoint
+//!              interval, takeover or restart-all, a checkpoint across a
+//!              takeover
+//! metrics.rs queue/ record.rs sys/ sync.rs
+//!              counters and HDR latency, SPSC rings, the envelope,
+//!              affinity, rusage, io_uring, files; the loom shim
 //! ```
+//!
+//! Where a lower layer needs an answer only a higher one has, it names an
+//! interface the higher one implements: an [`Output`]'s dead letters
+//! (the task), [`operator::current_record`] (the worker), the snapshot
+//! store's `StorageProbe` (the fault injector, through the runtime).
 //!
 //! ## Embedding
 //!
@@ -87,12 +104,12 @@ pub mod sys;
 
 pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
-pub use operator::source::{IterSource, Source, SourcePoll};
 pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};
 pub use metrics::{
     CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryKind,
     RecoveryRecord, StandbyStats,
 };
+pub use operator::source::{IterSource, Source, SourcePoll};
 pub use operator::{
     CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Restored, Sink, FINAL_EPOCH,
 };

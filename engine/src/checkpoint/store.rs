@@ -18,12 +18,12 @@ use xxhash_rust::xxh3::Xxh3;
 use super::manifest::{
     list, FileEntry, LatestValid, Listing, Manifest, Skipped, SnapshotKind, SAVEPOINT_MANIFEST,
 };
+use super::probe::{StorageAction, StorageProbe};
 use super::{
     format::{checksum, Position, SnapshotBytes, SnapshotHeader, FORMAT_VERSION, HEADER_BLOCK},
     restore::SnapshotFile,
     CheckpointError,
 };
-use super::probe::{StorageAction, StorageProbe};
 use crate::sys::uring::{AlignedBuf, Backend, FileWriter};
 use std::sync::Arc;
 

@@ -23,20 +23,20 @@
 //! assert_eq!(sum.load(Ordering::Relaxed), (0..1000u64).map(|n| n * n).filter(|n| n % 2 == 0).sum::<u64>());
 //! ```
 
-use crate::runtime::graph;
 pub use crate::operator::source;
+use crate::runtime::graph;
 
 use crate::error::{BuildError, JobError};
 use crate::metrics::JobReport;
-use crate::runtime::{JobHandle, RuntimeConfig};
 use crate::operator::{
-    build_co_ports, CoProcess, Collector, Filter, FlatMap, KeyedOp, KeyedProcess, Map,
-    OperatorInfo, Output, Process, ProcessOp, Sink, SinkOp, StateCodec,
+    CoProcess, Collector, Filter, FlatMap, KeyedProcess, Map, OperatorInfo, Output, Process, Sink,
 };
 use crate::record::Record;
+use crate::runtime::chain::{build_co_ports, KeyedOp, ProcessOp, SinkOp, StateCodec};
 use crate::runtime::source::{Pacer, SourcePort};
-use crate::standby::codec::Codec;
 use crate::runtime::standby::kit::{SKit, StandbyKit};
+use crate::runtime::{JobHandle, RuntimeConfig};
+use crate::standby::codec::Codec;
 use crate::state::{KeyedState, StateSnapshot};
 use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
 use source::Source;

@@ -20,98 +20,22 @@
 //! Lifecycle hooks have default no-op bodies; `on_end` is called exactly once,
 //! after the last record of every input, and may still emit.
 
-mod connect;
 mod filter;
 mod flat_map;
-mod keyed;
 mod map;
-mod sink;
 pub mod source;
 mod tee;
-mod unary;
 
 pub use filter::Filter;
 pub use flat_map::FlatMap;
 pub use map::Map;
 
-pub(crate) use connect::build_co_ports;
-pub(crate) use keyed::{KeyedOp, StateCodec};
-pub(crate) use sink::SinkOp;
 pub(crate) use tee::{Null, Tee};
-pub(crate) use unary::ProcessOp;
 
 use crate::checkpoint::{CheckpointError, SnapshotBytes, StateCapture};
 use crate::record::{Nanos, Record, TupleId};
-use crate::runtime::probe::ProbeAction;
-use crate::runtime::task::TaskCtx;
 use std::fmt::Display;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Runs an instance's probe (if any) before record `id`; returns whether the
-/// record may be processed.
-#[inline]
-pub(crate) fn run_probe(
-    probe: &mut crate::runtime::graph::Probe,
-    id: TupleId,
-    ctx: &TaskCtx,
-    op: usize,
-) -> bool {
-    ctx.record.set(Some(id));
-    let Some(p) = probe else { return true };
-    if ctx.muted.get() {
-        // A hot standby's computation: faults are the primary's.
-        return true;
-    }
-    match p.before(id) {
-        ProbeAction::Continue => true,
-        ProbeAction::Panic(message) => {
-            ctx.fault_tuple.set(Some(id));
-            panic!("{message}")
-        }
-        ProbeAction::Stall(d) => {
-            ctx.fault_tuple.set(Some(id));
-            let now = ctx.clock.now();
-            ctx.shared
-                .note_stall(op, ctx.instance, id, ctx.worker(), now, d);
-            std::thread::sleep(d);
-            true
-        }
-        ProbeAction::StallForever => {
-            ctx.fault_tuple.set(Some(id));
-            let now = ctx.clock.now();
-            ctx.shared
-                .note_stall(op, ctx.instance, id, ctx.worker(), now, Duration::MAX);
-            // Until the engine gives up on this instance: a standby fenced
-            // it, or its attempt was stopped. Then, like any stalled thread
-            // that wakes up late, it goes on fenced (its output is dropped).
-            while !ctx.shared.cancelled() && !ctx.superseded() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            true
-        }
-        ProbeAction::Delay(d) => {
-            // Slow code runs: it spins on its core (sub-millisecond sleeps
-            // would oversleep by the timer slack).
-            let until = std::time::Instant::now() + d;
-            while std::time::Instant::now() < until {
-                std::hint::spin_loop();
-            }
-            true
-        }
-        ProbeAction::MuteHeartbeat(d) => {
-            ctx.fault_tuple.set(Some(id));
-            let until = ctx.clock.now().saturating_add(d.as_nanos() as u64);
-            ctx.shared.mute(ctx.worker(), until);
-            true
-        }
-        ProbeAction::CutInput => {
-            ctx.fault_tuple.set(Some(id));
-            ctx.fail_cut(op);
-            false
-        }
-    }
-}
 
 /// The tuple ID of the record the calling operator is processing, when
 /// called from an operator's code (a `map` or `filter` closure, an
@@ -134,7 +58,16 @@ pub(crate) fn run_probe(
 /// # Ok::<(), tandem::JobError>(())
 /// ```
 pub fn current_record() -> Option<TupleId> {
-    crate::runtime::panic::current_record()
+    CURRENT_RECORD.get().and_then(|answer| answer())
+}
+
+/// How the runtime answers [`current_record`]: set once per process, when
+/// the first job starts (operators sit below the runtime that runs them).
+static CURRENT_RECORD: std::sync::OnceLock<fn() -> Option<TupleId>> = std::sync::OnceLock::new();
+
+/// The runtime's answer to [`current_record`] (the first call sets it).
+pub(crate) fn answer_current_record(answer: fn() -> Option<TupleId>) {
+    let _ = CURRENT_RECORD.set(answer);
 }
 
 /// Who an operator instance is: handed to every operator factory.
@@ -165,6 +98,17 @@ pub struct Restored {
     pub finished: bool,
 }
 
+/// A chunk of a standby operator's input — inputs `first .. first + n` of
+/// its input lane `lane`, entry `seq` of its determinant log — as the
+/// operator announces it to its chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkId {
+    pub(crate) seq: u64,
+    pub(crate) first: u64,
+    pub(crate) n: u32,
+    pub(crate) lane: u16,
+}
+
 /// The push interface between chained operators (engine-internal).
 ///
 /// `collect` hands one record over; `flush` asks every queue at the end of the
@@ -182,7 +126,7 @@ pub(crate) trait Collector<T> {
     /// follow, up to [`close_chunk`](Self::close_chunk) (or the end), are
     /// those of chunk `id` of the operator's input. Operators forward it;
     /// ring senders count what they send for it.
-    fn open_chunk(&mut self, _id: crate::runtime::channel::ChunkId) {}
+    fn open_chunk(&mut self, _id: ChunkId) {}
     /// Standby protocol: the open chunk's outputs are all emitted; ring
     /// senders put its trailing mark on every lane.
     fn close_chunk(&mut self) {}
@@ -370,15 +314,22 @@ pub struct Output<'a, O> {
     pub(crate) event_time: u64,
     pub(crate) ingest: Nanos,
     pub(crate) emitted: &'a mut u64,
-    pub(crate) task: &'a TaskCtx,
+    pub(crate) task: &'a dyn DeadLetters,
     pub(crate) op: usize,
+}
+
+/// Where an [`Output`] sends the records its operator gives up on: the
+/// runtime's dead-letter file (engine-internal; the task implements it).
+pub(crate) trait DeadLetters {
+    /// Keeps record `id` of operator `op` with `reason` and its bytes.
+    fn dead_letter(&self, op: usize, id: TupleId, reason: &str, payload: &[u8]);
 }
 
 impl<'a, O> Output<'a, O> {
     pub(crate) fn new(
         down: &'a mut dyn Collector<O>,
         emitted: &'a mut u64,
-        task: &'a TaskCtx,
+        task: &'a dyn DeadLetters,
         op: usize,
     ) -> Self {
         Output {

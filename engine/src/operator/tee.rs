@@ -27,7 +27,7 @@ impl<T: Clone> Collector<T> for Tee<T> {
     fn barrier(&mut self, id: u64) {
         self.outs.iter_mut().for_each(|o| o.barrier(id));
     }
-    fn open_chunk(&mut self, id: crate::runtime::channel::ChunkId) {
+    fn open_chunk(&mut self, id: crate::operator::ChunkId) {
         self.outs.iter_mut().for_each(|o| o.open_chunk(id));
     }
     fn close_chunk(&mut self) {

@@ -14,7 +14,7 @@
 
 use super::align::Alignment;
 use super::task::{Gate, Poll, Port, TaskCtx};
-use crate::operator::Collector;
+use crate::operator::{ChunkId, Collector};
 use crate::queue::spsc::{Consumer, Full, Producer};
 use crate::record::Record;
 use std::collections::VecDeque;
@@ -39,17 +39,6 @@ pub(crate) enum Msg<T> {
     /// Standby protocol: the data since the previous mark are the outputs
     /// of chunk `mark.seq` for this consumer.
     Chunk(Mark),
-}
-
-/// A chunk of a standby operator's input — inputs `first .. first + n` of
-/// its input lane `lane`, entry `seq` of its determinant log — as the
-/// operator announces it to its chain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ChunkId {
-    pub(crate) seq: u64,
-    pub(crate) first: u64,
-    pub(crate) n: u32,
-    pub(crate) lane: u16,
 }
 
 /// A chunk's trailing mark on one ring: its identity and the number of

@@ -27,6 +27,7 @@
 
 pub(crate) mod align;
 mod background;
+pub(crate) mod chain;
 pub(crate) mod channel;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
@@ -41,10 +42,10 @@ pub(crate) mod task;
 mod worker;
 
 use crate::error::{JobError, RuntimeError};
-use crate::runtime::graph::{AnySend, Graph, NodeKind, Partitioning};
 use crate::metrics::{JobMetrics, JobReport, OperatorStats, Progress};
 use crate::record::{Nanos, TupleId};
 use crate::recovery::restart::RestartStrategy;
+use crate::runtime::graph::{AnySend, Graph, NodeKind, Partitioning};
 use channel::WorkerSignal;
 use coord::{Event, Restore, SinkTally};
 use crossbeam_utils::CachePadded;

@@ -50,10 +50,12 @@ pub(crate) fn current_record() -> Option<crate::record::TupleId> {
         .flatten()
 }
 
-/// Installs the engine's panic hook (once per process).
+/// Installs the engine's panic hook, and the answer to
+/// [`crate::operator::current_record`] (once per process).
 pub(crate) fn install_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        crate::operator::answer_current_record(current_record);
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| match report(info.payload()) {
             // The previous hook may symbolize a backtrace for 100+ ms on

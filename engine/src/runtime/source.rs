@@ -1,12 +1,13 @@
 //! The port that drives a source partition: assigns tuple IDs, stamps
 //! ingest times, paces a rate-limited source and ends the chain at the end.
 
+use super::chain::run_probe;
 use super::task::{Gate, OpSlot, Poll, Port, TaskCtx};
 use crate::error::JobError;
-use crate::runtime::graph::{BuildCx, Probe};
 use crate::operator::source::{Source, SourcePoll};
-use crate::operator::{run_probe, Collector};
+use crate::operator::Collector;
 use crate::record::{Nanos, Record, TupleId};
+use crate::runtime::graph::{BuildCx, Probe};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};

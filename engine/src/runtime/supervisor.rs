@@ -19,10 +19,10 @@ use super::coord::Event;
 use super::RuntimeConfig;
 use crate::checkpoint;
 use crate::error::JobError;
-use crate::runtime::graph::{Graph, NodeKind};
 use crate::metrics::{CheckpointStats, JobMetrics, JobReport, RecoveryRecord, StandbyStats};
 use crate::operator::Committer;
 use crate::runtime::dead_letter::DeadLetters;
+use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::placement::Plan;
 use attempt::build_restore;
 pub(in crate::runtime) use attempt::load_restore_point;
@@ -430,7 +430,8 @@ impl Supervisor {
             }
             let primary = silent(g.reader_workers[0].load(Ordering::Acquire))?;
             let standby = g.standby_worker.load(Ordering::Acquire);
-            (standby == crate::runtime::standby::group::NONE || silent(standby).is_some()).then_some(primary)
+            (standby == crate::runtime::standby::group::NONE || silent(standby).is_some())
+                .then_some(primary)
         })
     }
 

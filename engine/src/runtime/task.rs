@@ -371,8 +371,10 @@ impl TaskCtx {
     pub(crate) fn take_failure(&self) -> Option<JobError> {
         self.failure.borrow_mut().take()
     }
+}
 
-    pub(crate) fn dead_letter(&self, op: usize, id: TupleId, reason: &str, payload: &[u8]) {
+impl crate::operator::DeadLetters for TaskCtx {
+    fn dead_letter(&self, op: usize, id: TupleId, reason: &str, payload: &[u8]) {
         match self.shared.dead_letters.write(
             &self.shared.names[op],
             self.instance,

@@ -4,9 +4,9 @@
 //! runtime has a [`StandbyConfig`], as a *standby group* per instance: a
 //! primary and a standby on another worker, fed through buffer queues by
 //! its upstream, watched through a shared liveness cell, answering to its
-//! consumers through fenced rings. `group.rs` documents the protocol: the
-//! data path, recovery points, takeover, end of stream, why every wait
-//! ends, and the end-of-run check.
+//! consumers through fenced rings. `runtime/standby/group.rs` documents
+//! the protocol: the data path, recovery points, takeover, end of stream,
+//! why every wait ends, and the end-of-run check.
 //!
 //! - [`bq`] — the buffer queue: a file-backed memory-mapped ring between an
 //!   operator's upstream and its primary and standby, indexed by position,
@@ -26,10 +26,13 @@
 //!   (what to drop, whether a replay agrees), and the stall detector.
 //! - [`codec`] — how the records of a standby operator's input become
 //!   buffer-queue bytes.
-//! - `group`, `sender`, `incarnation`, `fenced` and `kit` (engine-internal)
-//!   — the runtime side: groups and their recovery points, the upstream
-//!   sender, the primary/standby port, the consumers' input, and the typed
-//!   builders.
+//!
+//! These are the protocol's parts, and import nothing above `sys`,
+//! `record` and `checkpoint`'s file format. The runtime side — groups and
+//! their recovery points, the upstream sender, the primary/standby port,
+//! the consumers' fenced input, and the typed builders — is
+//! `runtime/standby/` (engine-internal), whose `group.rs` documents the
+//! protocol as a whole.
 
 pub mod bq;
 pub mod codec;

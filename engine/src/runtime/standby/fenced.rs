@@ -8,17 +8,17 @@
 //! chunks it replays; the alignment takes a repeated barrier as stale, so
 //! barriers need no deduplication of their own.
 
-use crate::standby::decide::{Closing, Diverged, Tracker};
 use super::group::{Group, NONE};
 use super::run::WATCH_IDS;
 use crate::error::JobError;
-use crate::runtime::graph::{downcast, AnyBox};
 use crate::operator::Collector;
 use crate::queue::spsc::Consumer;
 use crate::record::TupleId;
 use crate::runtime::align::Alignment;
 use crate::runtime::channel::Msg;
+use crate::runtime::graph::{downcast, AnyBox};
 use crate::runtime::task::{Gate, Poll, Port, TaskCtx};
+use crate::standby::decide::{Closing, Diverged, Tracker};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

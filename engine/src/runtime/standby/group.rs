@@ -135,15 +135,15 @@
 //! including the end entry). A job whose standby machinery lost anything
 //! fails with [`JobError::StandbyIncomplete`] instead of succeeding.
 
+use crate::error::JobError;
+use crate::record::Nanos;
+use crate::runtime::align::Alignment;
+use crate::runtime::graph::AnySend;
 use crate::standby::bq::{BqConfig, BufferQueue, MAX_READERS};
 use crate::standby::config::{StandbyConfig, StandbyMode};
 use crate::standby::detlog::DetLog;
 use crate::standby::epoch::Liveness;
 use crate::standby::exchange::{PublishError, SnapshotExchange, Staged, Staging};
-use crate::error::JobError;
-use crate::runtime::graph::AnySend;
-use crate::record::Nanos;
-use crate::runtime::align::Alignment;
 
 mod failures;
 
@@ -327,7 +327,10 @@ impl Group {
     /// snapshot exchange a stateful primary makes (a state whose archive
     /// outgrows it gets a larger one, six times the archive, while it
     /// runs).
-    pub(crate) fn files_len(lanes: usize, cfg: &StandbyConfig) -> Result<u64, crate::standby::bq::BqError> {
+    pub(crate) fn files_len(
+        lanes: usize,
+        cfg: &StandbyConfig,
+    ) -> Result<u64, crate::standby::bq::BqError> {
         let q = Self::queue_config(cfg)?;
         let queues = q.file_len().saturating_mul(lanes as u64);
         let log = crate::standby::detlog::file_len(q.slots.saturating_mul(lanes as u64));

@@ -10,19 +10,19 @@
 //! primary's recovery points; [`standby`] the standby's side and the
 //! takeover.
 
-use crate::standby::codec::Codec;
-use crate::standby::decide::Detector;
-use crate::standby::detlog::{fenced_append, Appended, Det};
 use super::group::{Doing, Group, NONE};
 use super::kit::{control_kind, decode, ChainBuild, Entry, KIND_END};
 use crate::checkpoint::StateCapture;
 use crate::error::JobError;
-use crate::runtime::graph::downcast;
+use crate::operator::ChunkId;
 use crate::operator::Collector;
 use crate::record::{Nanos, Record};
 use crate::runtime::align::Alignment;
-use crate::runtime::channel::ChunkId;
+use crate::runtime::graph::downcast;
 use crate::runtime::task::{Poll, Port, TaskCtx};
+use crate::standby::codec::Codec;
+use crate::standby::decide::Detector;
+use crate::standby::detlog::{fenced_append, Appended, Det};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

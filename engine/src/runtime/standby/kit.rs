@@ -2,11 +2,11 @@
 //! input type is known: the queue entry format, and the builders of the
 //! upstream sender and of an incarnation's port.
 
-use crate::standby::codec::Codec;
 use super::group::Group;
-use crate::runtime::graph::AnyBox;
 use crate::record::Record;
+use crate::runtime::graph::AnyBox;
 use crate::runtime::task::{Port, TaskCtx};
+use crate::standby::codec::Codec;
 use std::rc::Rc;
 use std::sync::Arc;
 

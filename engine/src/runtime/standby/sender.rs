@@ -2,14 +2,15 @@
 //! dispatch: each record is written once; the primary and a hot standby
 //! both read it).
 
-use crate::standby::codec::Codec;
 use super::group::{Group, NONE};
 use super::kit::{encode, encode_barrier, BARRIER_ID, END_ID, KIND_END};
-use crate::runtime::graph::AnyBox;
 use crate::operator::Collector;
+use crate::operator::DeadLetters;
 use crate::record::Record;
 use crate::runtime::channel::Route;
+use crate::runtime::graph::AnyBox;
 use crate::runtime::task::TaskCtx;
+use crate::standby::codec::Codec;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;

@@ -5,9 +5,9 @@
 use super::{now_ns, Supervisor};
 use crate::error::{JobError, RuntimeError};
 use crate::runtime::graph::{Graph, NodeKind};
-use crate::runtime::{lanes, RuntimeConfig};
 use crate::runtime::standby::group::Group;
 use crate::runtime::standby::run::StandbyRun;
+use crate::runtime::{lanes, RuntimeConfig};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;

@@ -19,9 +19,9 @@
 use super::{Incarnation, Pending};
 use crate::checkpoint::{ArchiveSteps, SnapshotBytes, StateCapture};
 use crate::record::Nanos;
+use crate::runtime::standby::group::Doing;
 use crate::standby::codec::Codec;
 use crate::standby::exchange::{Staged, Staging};
-use crate::runtime::standby::group::Doing;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 

@@ -7,12 +7,12 @@ use super::{Incarnation, Phase};
 use crate::metrics::{RecoveryKind, RecoveryRecord};
 use crate::record::Nanos;
 use crate::runtime::probe::{ProbeAction, TakeoverStage};
+use crate::runtime::standby::group::{Doing, Fault, Point, NONE};
+use crate::runtime::standby::run::Takeover;
 use crate::runtime::task::Poll;
 use crate::standby::codec::Codec;
 use crate::standby::config::StandbyMode;
 use crate::standby::decide::{Evidence, Observation, Verdict, WorkerAt};
-use crate::runtime::standby::group::{Doing, Fault, Point, NONE};
-use crate::runtime::standby::run::Takeover;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 

@@ -19,9 +19,10 @@
 //! include side records the sources' positions do not) and its barrier
 //! forwarded, so the operators downstream align on without it.
 
-use super::{run_probe, CoProcess, Collector, Output};
-use crate::runtime::graph::{BuildCx, Probe};
+use super::run_probe;
+use crate::operator::{CoProcess, Collector, Output};
 use crate::record::Record;
+use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::task::{Hold, OpSlot, TaskCtx};
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -62,7 +63,7 @@ impl<A, B, O, P: CoProcess<A, B, O>> Core<A, B, O, P> {
             if !self.finished {
                 let prev = self.ctx.enter(self.slot.op);
                 let mut out =
-                    Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
+                    Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op);
                 self.op.on_end(&mut out);
                 self.ctx.leave(prev);
             }
@@ -152,7 +153,7 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<A> for First<A, B, O, P> {
             core.ctx.leave(prev);
             return;
         }
-        let mut out = Output::new(&mut *core.down, &mut core.emitted, &core.ctx, core.slot.op)
+        let mut out = Output::new(&mut *core.down, &mut core.emitted, &*core.ctx, core.slot.op)
             .with_envelope(&rec);
         core.op.process_first(rec, &mut out);
         core.ctx.leave(prev);
@@ -174,7 +175,7 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<B> for Second<A, B, O, P> {
         core.side_record();
         core.seen += 1;
         let prev = core.ctx.enter(core.slot.op);
-        let mut out = Output::new(&mut *core.down, &mut core.emitted, &core.ctx, core.slot.op)
+        let mut out = Output::new(&mut *core.down, &mut core.emitted, &*core.ctx, core.slot.op)
             .with_envelope(&rec);
         core.op.process_second(rec, &mut out);
         core.ctx.leave(prev);

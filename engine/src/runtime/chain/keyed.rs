@@ -4,10 +4,11 @@
 //! (see `runtime::channel`), so every key lives in exactly one instance and
 //! its state never crosses a core.
 
-use super::{run_probe, Collector, KeyedProcess, Output};
+use super::run_probe;
 use crate::checkpoint::{CheckpointError, StateCapture};
-use crate::runtime::graph::{BuildCx, Probe};
+use crate::operator::{Collector, KeyedProcess, Output};
 use crate::record::Record;
+use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::{KeyedState, StateSnapshot};
 use std::hash::Hash;
@@ -105,7 +106,7 @@ where
             ctx.long(|| self.state.grow());
         }
         let mut state = self.state.get_or_default(&key);
-        let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op)
+        let mut out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op)
             .with_envelope(&rec);
         self.op.process(&key, &mut state, rec, &mut out);
         self.ctx.leave(prev);
@@ -121,7 +122,7 @@ where
         self.ctx.record.set(None);
         if !self.finished {
             let prev = self.ctx.enter(self.slot.op);
-            let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
+            let mut out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op);
             let (op, ctx) = (&mut self.op, &self.ctx);
             self.state.for_each_mut(|k, s| {
                 op.on_end(k, s, &mut out);
@@ -134,7 +135,7 @@ where
         self.down.end();
     }
 
-    fn open_chunk(&mut self, id: crate::runtime::channel::ChunkId) {
+    fn open_chunk(&mut self, id: crate::operator::ChunkId) {
         self.down.open_chunk(id);
     }
 

@@ -1,8 +1,9 @@
 //! The chain hop around a one-input [`Process`] operator.
 
-use super::{run_probe, Collector, Output, Process};
-use crate::runtime::graph::{BuildCx, Probe};
+use super::run_probe;
+use crate::operator::{Collector, Output, Process};
 use crate::record::Record;
+use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -48,7 +49,7 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
             self.ctx.leave(prev);
             return;
         }
-        let out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op)
+        let out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op)
             .with_envelope(&rec);
         let mut out = out;
         self.op.process(rec, &mut out);
@@ -63,7 +64,7 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
     fn end(&mut self) {
         if !self.finished {
             let prev = self.ctx.enter(self.slot.op);
-            let mut out = Output::new(&mut *self.down, &mut self.emitted, &self.ctx, self.slot.op);
+            let mut out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op);
             self.op.on_end(&mut out);
             self.ctx.leave(prev);
         }
@@ -71,7 +72,7 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         self.down.end();
     }
 
-    fn open_chunk(&mut self, id: crate::runtime::channel::ChunkId) {
+    fn open_chunk(&mut self, id: crate::operator::ChunkId) {
         self.down.open_chunk(id);
     }
 
