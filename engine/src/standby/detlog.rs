@@ -65,7 +65,7 @@
 //! The log cannot overflow before the queues do: every entry consumes at
 //! least one queue position, and entries are kept from the same point on
 //! as queue positions are (the newest recovery point, see
-//! `standby/group.rs`), so a capacity of at least the sum of the queues'
+//! `runtime/standby/group.rs`), so a capacity of at least the sum of the queues'
 //! slots always suffices; [`Words::append`] refuses an entry that would
 //! overwrite one still needed.
 

@@ -140,7 +140,7 @@ pub struct Observation {
 }
 
 /// Judges a primary's silence (the standby feeds it at each of its polls;
-/// `standby/group.rs` describes the protocol).
+/// `runtime/standby/group.rs` describes the protocol).
 ///
 /// A primary is stalled only when it is *stuck*: neither its heartbeat
 /// (written whenever its task is polled) nor its progress counter (one
