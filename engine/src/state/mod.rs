@@ -59,7 +59,6 @@ use rkyv::{
     with::{ArchiveWith, DeserializeWith, SerializeWith},
     Archive, Archived, Deserialize, Place, Serialize,
 };
-use rustc_hash::FxHashMap;
 use std::cell::{Ref, RefCell, RefMut};
 use std::hash::Hash;
 use std::rc::Rc;
@@ -67,6 +66,9 @@ use std::rc::Rc;
 use crate::checkpoint::{self, CheckpointError, SnapshotBytes, StateCapture};
 
 mod archive;
+mod grow;
+
+use grow::GrowMap;
 
 /// One value of type `S` per key, iterated in insertion order (see the
 /// module docs).
@@ -78,7 +80,7 @@ pub struct KeyedState<K, S> {
 
 /// The entries, their keys in insertion order, and the freezes under way.
 pub struct Table<K, S> {
-    map: FxHashMap<K, Slot<S>>,
+    map: GrowMap<K, Slot<S>>,
     /// Every key, by insertion number.
     order: Vec<K>,
     /// Freezes whose archive is under way, oldest first.
@@ -141,7 +143,7 @@ impl<S> Undo<S> {
 impl<K, S> Default for Table<K, S> {
     fn default() -> Self {
         Table {
-            map: FxHashMap::default(),
+            map: GrowMap::default(),
             order: Vec::new(),
             freezes: Vec::new(),
             next_epoch: 1,
@@ -277,7 +279,7 @@ where
     ) -> Result<Rc<RefCell<Table<K, V>>>, D::Error> {
         let n = field.len();
         let mut t = Table {
-            map: FxHashMap::with_capacity_and_hasher(n, rustc_hash::FxBuildHasher),
+            map: GrowMap::with_capacity(n),
             order: Vec::with_capacity(n),
             ..Table::default()
         };
@@ -290,7 +292,7 @@ where
                 touched: 0,
                 state: e.value.deserialize(deserializer)?,
             };
-            if t.map.insert(key.clone(), slot).is_some() {
+            if t.map.insert(key.clone(), slot, &t.order).is_some() {
                 // The same key twice: not an archive this engine wrote.
                 return Err(<D::Error as rancor::Source>::new(BrokenOrder));
             }
@@ -318,9 +320,8 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
                 ..
             } = t;
             // One hash and one probe; keys are small (cloning is a copy).
-            let slot = map.entry(key.clone()).or_insert_with(|| {
-                let seq = u32::try_from(order.len()).expect("at most 2^32 keys per keyed state");
-                order.push(key.clone());
+            let slot = map.get_or_insert_with(key, order, |n| {
+                let seq = u32::try_from(n).expect("at most 2^32 keys per keyed state");
                 Slot {
                     seq,
                     touched: 0,
@@ -357,25 +358,6 @@ impl<K, S> KeyedState<K, S> {
         K: Hash + Eq,
     {
         Ref::filter_map(self.map.borrow(), |t| t.map.get(key).map(|s| &s.state)).ok()
-    }
-
-    /// Whether inserting one more key would grow (rehash) the map — a
-    /// pause of milliseconds for a large state.
-    #[inline]
-    pub fn full(&self) -> bool {
-        let t = self.map.borrow();
-        t.map.len() == t.map.capacity()
-    }
-
-    /// Grows the map ahead of an insert (doubling it).
-    pub fn grow(&mut self)
-    where
-        K: Hash + Eq,
-    {
-        let mut t = self.map.borrow_mut();
-        let n = t.map.len().max(16);
-        t.map.reserve(n);
-        t.order.reserve(n);
     }
 
     /// Number of keys with state.

@@ -99,12 +99,6 @@ where
             return;
         }
         let key = (self.key)(&rec.value);
-        if self.state.full() {
-            // Rehashing a large state takes milliseconds inside one record:
-            // a long step, not a stall.
-            let ctx = Rc::clone(&self.ctx);
-            ctx.long(|| self.state.grow());
-        }
         let mut state = self.state.get_or_default(&key);
         let mut out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op)
             .with_envelope(&rec);
