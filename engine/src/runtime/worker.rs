@@ -31,6 +31,9 @@ fn panicked(w: &Wiring, ctx: &TaskCtx, payload: &(dyn std::any::Any + Send)) -> 
     }
 }
 
+/// A task poll longer than this is reported under `TANDEM_DEBUG`.
+const SLOW_POLL_NS: u64 = 500_000;
+
 pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
     if let Some(c) = core {
         // Best effort: a refused pin leaves the thread unpinned but working.
@@ -157,6 +160,19 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
             let r = catch_unwind(AssertUnwindSafe(|| task.poll(started)));
             super::panic::leave();
             now_ns = clock.now();
+            if debug_dump && now_ns - started > SLOW_POLL_NS {
+                // TANDEM_DEBUG: where a worker's time went, for a latency
+                // tail (a poll this long held every task behind it).
+                let what = w.plan.tasks.get(*tid).map_or("a standby".to_string(), |t| {
+                    let names: Vec<&str> = t.members.iter().map(|&m| &*shared.names[m]).collect();
+                    format!("{} (instance {})", names.join("+"), t.instance)
+                });
+                eprintln!(
+                    "tandem debug: worker {index}: {what} polled for {} µs at {} ms",
+                    (now_ns - started) / 1000,
+                    started / 1_000_000
+                );
+            }
             live.since.store(now_ns, Ordering::Relaxed);
             live.polling.store(0, Ordering::Release);
             if let Some((g, inc)) = task.group.clone() {

@@ -92,6 +92,20 @@ fn run(
     };
 
     let cpu0 = rusage::process_cpu_time();
+    // The host's steal on the cores the workers are pinned to: the share
+    // of the latency tail no engine can remove (README, *Latency and the
+    // host*).
+    let steal_cores: Vec<usize> = tandem::sys::affinity::available_cores()
+        .into_iter()
+        .take(cores)
+        .collect();
+    let steal = || -> Option<u64> {
+        steal_cores
+            .iter()
+            .map(|&c| tandem::sys::thread::cpu_steal_ns(c))
+            .sum()
+    };
+    let steal0 = steal();
     let handle = job.start(&cfg).map_err(|e| {
         let hint = match &e {
             tandem::JobError::Runtime(tandem::RuntimeError::NoSpace { .. }) => format!(
@@ -178,6 +192,7 @@ fn run(
         );
     }
     let cpu = rusage::process_cpu_time() - cpu0;
+    let host_steal = steal().zip(steal0).map(|(b, a)| b.saturating_sub(a));
     bar.finish_and_clear();
 
     let (mut records_out, mut summaries_out) = (
@@ -224,6 +239,7 @@ fn run(
         elapsed_s: secs,
         latency_ns: LatencyNs::from(&report.latency),
         cpu_seconds: cpu.as_secs_f64(),
+        host_steal_ms: host_steal.map(|ns| ns as f64 / 1e6),
         peak_rss_bytes: peak_rss,
         input_bytes,
         engine_memory_bytes: peak_rss.saturating_sub(input_bytes),

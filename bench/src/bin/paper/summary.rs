@@ -40,6 +40,9 @@ pub struct Report {
     pub elapsed_s: f64,
     pub latency_ns: LatencyNs,
     pub cpu_seconds: f64,
+    /// What the host took of the job's cores meanwhile (`/proc/stat`
+    /// steal, 10 ms steps; `None`: not reported).
+    pub host_steal_ms: Option<f64>,
     pub peak_rss_bytes: u64,
     pub input_bytes: u64,
     pub engine_memory_bytes: u64,
@@ -220,7 +223,13 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
         fmt_ns(l.max),
         l.samples
     )?;
-    outln!("  cpu               {:.2} s", rep.cpu_seconds)?;
+    match rep.host_steal_ms {
+        Some(ms) => outln!(
+            "  cpu               {:.2} s (the host took {ms:.0} ms of the job's cores: steal)",
+            rep.cpu_seconds
+        )?,
+        None => outln!("  cpu               {:.2} s", rep.cpu_seconds)?,
+    }
     outln!(
         "  peak rss          {:.1} MiB (input {:.1} MiB, engine {:.1} MiB)",
         rep.peak_rss_bytes as f64 / 1048576.0,
