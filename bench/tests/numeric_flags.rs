@@ -166,6 +166,8 @@ fn every_numeric_flag_of_paper_is_refused_or_runs_briefly_never_a_crash() {
         case("--parallelism", U64, SMALL),
         case("--ring-capacity", U64, SMALL),
         case("--malformed-every", U64, SMALL),
+        case("--idle-spin-us", U64, SMALL),
+        case("--idle-yield-us", U64, SMALL),
         case("--standby-heartbeat-ms", U64, BQBS),
         case("--standby-snapshot-ms", U64, BQBS),
         case("--standby-queue-mib", U64, BQBS),

@@ -95,6 +95,16 @@ pub struct Args {
     /// and replays) or hot (computes along, output suppressed).
     #[arg(long, default_value = "warm", value_parser = parse_standby_mode)]
     pub standby_mode: tandem::StandbyMode,
+    /// An idle worker spins this long before it yields (µs): idle spans
+    /// shorter than this cost no wake-up, and CPU for as long (see README,
+    /// *Latency and the host*).
+    #[arg(long, default_value_t = 50)]
+    pub idle_spin_us: u64,
+    /// ... and yields its core until this long (µs, at least
+    /// --idle-spin-us) before it parks; a parked worker is woken by its
+    /// producers.
+    #[arg(long, default_value_t = 500)]
+    pub idle_yield_us: u64,
     /// A primary without a heartbeat for this long has stalled (bqbs).
     #[arg(long, default_value_t = 5)]
     pub standby_heartbeat_ms: u64,

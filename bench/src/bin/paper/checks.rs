@@ -14,6 +14,9 @@ use tandem_bench::paper::{self, names, OutputMode};
 use tandem_bench::paths::{distinct, identity, output_file, writable_dir};
 use tandem_fault_inject::{FaultKind, FaultSpec, Schedule, ScheduleSpec, Space, When, CHECKPOINT};
 
+/// The longest idle spin or yield phase a worker may be given: 1 s.
+const MAX_IDLE_US: u64 = 1_000_000;
+
 /// The operators of the paper pipeline, in order.
 pub const OPERATORS: [&str; 7] = [
     names::SOURCE,
@@ -230,6 +233,18 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
             ensure!(v <= year, "{flag} {v}: at most {year} (a year)");
         }
     }
+    for (flag, v) in [
+        ("--idle-spin-us", args.idle_spin_us),
+        ("--idle-yield-us", args.idle_yield_us),
+    ] {
+        ensure!(v <= MAX_IDLE_US, "{flag} {v}: at most {MAX_IDLE_US} (1 s)");
+    }
+    ensure!(
+        args.idle_yield_us >= args.idle_spin_us,
+        "--idle-yield-us {}: at least --idle-spin-us ({})",
+        args.idle_yield_us,
+        args.idle_spin_us
+    );
     ensure!(
         args.standby_queue_mib <= 1 << 20,
         "--standby-queue-mib {}: at most {} (1 TiB)",

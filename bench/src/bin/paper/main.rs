@@ -51,6 +51,8 @@ fn run(
         .chaining(args.chaining)
         .ring_capacity(args.ring_capacity)
         .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms));
+    cfg.spin = Duration::from_micros(args.idle_spin_us);
+    cfg.yield_for = Duration::from_micros(args.idle_yield_us);
     if let Some(d) = &args.run_dir {
         cfg = cfg.run_dir(d);
     }
