@@ -58,6 +58,7 @@ pub struct Answer {
 
 const MAX_DEPTH: usize = 128;
 
+mod skip;
 mod swar;
 
 use swar::*;
@@ -722,105 +723,6 @@ impl<'a> Parser<'a> {
         self.i = i;
         Some(v)
     }
-
-    /// Validates and skips any JSON value.
-    fn skip_value(&mut self, depth: usize) -> R<()> {
-        if depth >= MAX_DEPTH {
-            return self.err("recursion limit exceeded");
-        }
-        match self.peek() {
-            Some(b'"') => {
-                self.i += 1;
-                self.string_ref().map(|_| ())
-            }
-            Some(b'{') => self.object(|p, _| p.skip_value(depth + 1)),
-            Some(b'[') => {
-                self.i += 1;
-                if self.peek() == Some(b']') {
-                    self.i += 1;
-                    return Ok(());
-                }
-                loop {
-                    self.skip_value(depth + 1)?;
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(());
-                        }
-                        None => return self.err("EOF while parsing a list"),
-                        _ => return self.err("expected `,` or `]`"),
-                    }
-                }
-            }
-            Some(b't') => self.literal(b"true"),
-            Some(b'f') => self.literal(b"false"),
-            Some(b'n') => self.literal(b"null"),
-            Some(b'-' | b'0'..=b'9') => self.skip_number(),
-            None => self.err("EOF while parsing a value"),
-            _ => self.err("expected value"),
-        }
-    }
-
-    fn literal(&mut self, lit: &[u8]) -> R<()> {
-        if self.b[self.i..].starts_with(lit) {
-            self.i += lit.len();
-            Ok(())
-        } else if self.b.len() - self.i < lit.len() && lit.starts_with(&self.b[self.i..]) {
-            self.i = self.b.len();
-            self.err("EOF while parsing a value")
-        } else {
-            self.err("expected ident")
-        }
-    }
-
-    fn skip_number(&mut self) -> R<()> {
-        if self.b.get(self.i) == Some(&b'-') {
-            self.i += 1;
-        }
-        match self.b.get(self.i) {
-            Some(b'0') => self.i += 1,
-            Some(b'1'..=b'9') => {
-                while matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-                    self.i += 1;
-                }
-            }
-            None => return self.err("EOF while parsing a value"),
-            _ => return self.err("invalid number"),
-        }
-        self.fraction_exponent().map(|_| ())
-    }
-
-    /// After a number's integer part: its optional fraction and exponent.
-    /// Returns whether there was either (the number is not an integer).
-    fn fraction_exponent(&mut self) -> R<bool> {
-        let mut float = false;
-        if self.b.get(self.i) == Some(&b'.') {
-            self.i += 1;
-            self.digits_required()?;
-            float = true;
-        }
-        if matches!(self.b.get(self.i), Some(b'e' | b'E')) {
-            self.i += 1;
-            if matches!(self.b.get(self.i), Some(b'+' | b'-')) {
-                self.i += 1;
-            }
-            self.digits_required()?;
-            float = true;
-        }
-        Ok(float)
-    }
-
-    /// One or more digits.
-    fn digits_required(&mut self) -> R<()> {
-        if !matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-            return self.err("invalid number");
-        }
-        while matches!(self.b.get(self.i), Some(b'0'..=b'9')) {
-            self.i += 1;
-        }
-        Ok(())
-    }
 }
 
 enum Key<'k> {
@@ -836,54 +738,4 @@ enum Str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_byte_order_mark_is_named_as_the_cause() {
-        let e = parse_answer(b"\xEF\xBB\xBF{\"answer_id\":1}").unwrap_err();
-        assert!(e.to_string().contains("byte order mark"), "{e}");
-    }
-
-    #[test]
-    fn swar_digit_helpers_agree_with_scalar_code() {
-        for n in [0u64, 7, 12_345_678, 99_999_999, 10_000_001, 31_415_926] {
-            let s = format!("{n:08}");
-            let w = u64::from_le_bytes(s.as_bytes().try_into().unwrap());
-            assert!(all_digits(w), "{s}");
-            assert_eq!(parse8(w), n);
-        }
-        for bad in ["1234567/", "12:45678", "a2345678", "1234 678"] {
-            let w = u64::from_le_bytes(bad.as_bytes().try_into().unwrap());
-            assert!(!all_digits(w), "{bad}");
-        }
-        for m in [0u32, 1, 0xffff, 0x8001, 0x1234] {
-            assert_eq!(ones16(m), m.count_ones());
-        }
-    }
-
-    #[test]
-    fn long_numbers_parse_exactly_and_twenty_digits_do_not_fit_the_fast_path() {
-        for n in [
-            u64::MAX / 10,
-            1_700_000_000_123_456_789,
-            9_999_999_999_999_999_999,
-        ] {
-            let line = format!("{n},");
-            let mut p = Parser {
-                s: "",
-                b: line.as_bytes(),
-                i: 0,
-                scratch: String::new(),
-            };
-            assert_eq!(p.digits(), Some(n));
-        }
-        let mut p = Parser {
-            s: "",
-            b: b"18446744073709551615,",
-            i: 0,
-            scratch: String::new(),
-        };
-        assert_eq!(p.digits(), None, "20 digits go to the general path");
-    }
-}
+mod tests;
