@@ -26,6 +26,8 @@ use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::placement::Plan;
 use attempt::build_restore;
 pub(in crate::runtime) use attempt::load_restore_point;
+#[cfg(test)]
+pub(super) use attempt::placeholder_shared as test_shared;
 use attempt::{placeholder_shared, Attempt};
 use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;

@@ -20,7 +20,7 @@ use crate::error::JobError;
 use crate::record::{Nanos, TupleId};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -256,12 +256,23 @@ impl TaskCtx {
     /// Runs `f` — an end-of-stream flush that may legitimately block on
     /// the disk for a while — outside stall detection: the worker's
     /// heartbeat reads "busy, not checked" meanwhile.
+    /// The heartbeat is restored when `f` returns or unwinds (a panic's
+    /// hook runs in here, and an operator may panic in an end-of-stream
+    /// flush).
     pub(crate) fn unwatched<R>(&self, f: impl FnOnce() -> R) -> R {
-        let beat = &self.shared.beats[self.worker];
+        /// Beats again on drop.
+        struct Beat<'a>(&'a AtomicU64, &'a Clock);
+        impl Drop for Beat<'_> {
+            fn drop(&mut self) {
+                self.0.store(self.1.now().max(1), Ordering::Relaxed);
+            }
+        }
+        let Some(beat) = self.shared.beats.get(self.worker) else {
+            return self.long(f);
+        };
         beat.store(0, Ordering::Relaxed);
-        let r = self.long(f);
-        beat.store(self.clock.now().max(1), Ordering::Relaxed);
-        r
+        let _beat = Beat(beat, &self.clock);
+        self.long(f)
     }
 
     /// Runs `f` — a long synchronous step (a state snapshot or restore, an
@@ -271,12 +282,21 @@ impl TaskCtx {
         let Some(at) = self.shared.released_at.get(self.worker) else {
             return f();
         };
-        let outer = at.swap(u64::MAX, Ordering::AcqRel) == u64::MAX;
-        let r = f();
-        if !outer {
-            at.store(self.clock.now(), Ordering::Release);
+        /// Releases the worker's primaries to their standbys' watch again
+        /// on drop — when `f` returns or unwinds (a primary that panics in
+        /// a long step fails alone; its worker's other primaries must not
+        /// stay unwatched) — unless an outer long step still runs.
+        struct Watch<'a>(&'a AtomicU64, &'a Clock, bool);
+        impl Drop for Watch<'_> {
+            fn drop(&mut self) {
+                if !self.2 {
+                    self.0.store(self.1.now(), Ordering::Release);
+                }
+            }
         }
-        r
+        let outer = at.swap(u64::MAX, Ordering::AcqRel) == u64::MAX;
+        let _watch = Watch(at, &self.clock, outer);
+        f()
     }
 
     /// Records a failure; the worker ends the attempt after this poll.
@@ -552,5 +572,57 @@ impl Task {
         } else {
             Poll::Idle { wake_at }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_utils::CachePadded;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    fn ctx() -> TaskCtx {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let mut s = super::super::supervisor::test_shared(Instant::now(), &tx);
+        s.beats = vec![CachePadded::new(AtomicU64::new(5))];
+        s.released_at = vec![CachePadded::new(AtomicU64::new(5))];
+        TaskCtx::new(0, 0, 0, Arc::new(s), Rc::new(Background::default()))
+    }
+
+    fn released(c: &TaskCtx) -> bool {
+        c.shared.released_at[0].load(Ordering::Acquire) != u64::MAX
+    }
+
+    #[test]
+    fn a_long_step_that_panics_gives_its_workers_primaries_back_to_the_watch() {
+        let c = ctx();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            c.long(|| {
+                assert!(!released(&c));
+                panic!("a long step panics")
+            })
+        }));
+        assert!(r.is_err());
+        assert!(released(&c), "still unwatched after the panic");
+        // Nested steps: the inner one's end leaves the outer one in force.
+        c.long(|| {
+            c.long(|| ());
+            assert!(!released(&c));
+        });
+        assert!(released(&c));
+    }
+
+    #[test]
+    fn an_unwatched_step_that_panics_beats_again() {
+        let c = ctx();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            c.unwatched(|| {
+                assert_eq!(c.shared.beats[0].load(Ordering::Relaxed), 0);
+                panic!("an unwatched step panics")
+            })
+        }));
+        assert!(r.is_err());
+        assert_ne!(c.shared.beats[0].load(Ordering::Relaxed), 0);
+        assert!(released(&c));
     }
 }

@@ -570,7 +570,10 @@ pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobE
 }
 
 /// A stand-in for the attempt field before the first attempt starts.
-pub(super) fn placeholder_shared(origin: Instant, tx: &mpsc::Sender<Event>) -> JobShared {
+pub(in crate::runtime) fn placeholder_shared(
+    origin: Instant,
+    tx: &mpsc::Sender<Event>,
+) -> JobShared {
     JobShared {
         origin,
         names: Vec::new(),
