@@ -12,10 +12,12 @@
 //! binary of its own: the slow hook must be in place before the first job
 //! installs the engine's.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+mod common;
+
+use common::Faults;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tandem::runtime::probe::{ProbeAction, ProbeFactory, RecordProbe};
+use tandem::runtime::probe::ProbeAction;
 use tandem::{
     CheckpointConfig, IterSource, JobBuilder, RestartStrategy, RuntimeConfig, StandbyConfig,
     TupleId,
@@ -26,27 +28,6 @@ const HEARTBEAT: Duration = Duration::from_millis(100);
 /// How long the hook takes: well past the heartbeat timeout.
 const HOOK: Duration = Duration::from_millis(500);
 const MESSAGE: &str = "injected panic, slow hook";
-
-struct Once(TupleId, Arc<AtomicBool>);
-
-impl RecordProbe for Once {
-    fn before(&mut self, id: TupleId) -> ProbeAction {
-        if id == self.0 && !self.1.swap(true, Ordering::SeqCst) {
-            ProbeAction::Panic(MESSAGE.into())
-        } else {
-            ProbeAction::Continue
-        }
-    }
-}
-
-struct F(TupleId, Arc<AtomicBool>);
-
-impl ProbeFactory for F {
-    fn probe(&self, operator: &str, _i: usize) -> Option<Box<dyn RecordProbe>> {
-        (operator == "op")
-            .then(|| Box::new(Once(self.0, Arc::clone(&self.1))) as Box<dyn RecordProbe>)
-    }
-}
 
 #[test]
 fn a_panic_taken_over_by_a_standby_is_not_also_a_stall_while_the_hook_runs() {
@@ -87,7 +68,11 @@ fn a_panic_taken_over_by_a_standby_is_not_also_a_stall_while_the_hook_runs() {
                 delay: Duration::ZERO,
             })
             .heartbeat_timeout(HEARTBEAT)
-            .probes(Arc::new(F(at, Arc::new(AtomicBool::new(false)))));
+            .probes(Arc::new(Faults::new(vec![(
+                "op",
+                at,
+                ProbeAction::Panic(MESSAGE.into()),
+            )])));
         let rep = job.build().unwrap().run(&cfg).unwrap();
         // The sink is not transactional: a restart-all would repeat records.
         assert!(
