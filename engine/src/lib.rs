@@ -31,8 +31,8 @@
 //! ## Layers
 //!
 //! The top-level modules import one another in one direction only, from
-//! top to bottom (`../shared/tools/layers.py engine/src` checks it: no
-//! circle):
+//! top to bottom: each imports only modules listed below it
+//! (`engine/tests/layers.rs` checks this list against the imports):
 //!
 //! ```text
 //! job/         the typed builder: a Job is a graph the runtime consumes
@@ -52,9 +52,11 @@
 //! recovery/    pure decisions: restart strategies, adaptive checkpoint
 //!              interval, takeover or restart-all, a checkpoint across a
 //!              takeover
-//! metrics.rs queue/ record.rs sys/ sync.rs
-//!              counters and HDR latency, SPSC rings, the envelope,
-//!              affinity, rusage, io_uring, files; the loom shim
+//! metrics.rs   counters, HDR latency, reports
+//! queue/       SPSC rings
+//! record.rs    the envelope
+//! sys/         affinity, rusage, threads, io_uring, files, limits
+//! sync.rs      the loom shim
 //! ```
 //!
 //! Where a lower layer needs an answer only a higher one has, it names an
