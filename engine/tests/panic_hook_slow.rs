@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tandem::runtime::probe::ProbeAction;
 use tandem::{
-    CheckpointConfig, IterSource, JobBuilder, RestartStrategy, RuntimeConfig, StandbyConfig,
-    TupleId,
+    CheckpointConfig, IterSource, JobBuilder, RecoveryKind, RestartStrategy, RuntimeConfig,
+    StandbyConfig, TupleId,
 };
 
 const N: u64 = 20_000;
@@ -74,21 +74,36 @@ fn a_panic_taken_over_by_a_standby_is_not_also_a_stall_while_the_hook_runs() {
                 ProbeAction::Panic(MESSAGE.into()),
             )])));
         let rep = job.build().unwrap().run(&cfg).unwrap();
-        // The sink is not transactional: a restart-all would repeat records.
+        // No restart-all for a worker that was printing the panic (the
+        // sink is not transactional: one would also repeat records).
         assert!(
-            rep.recovery.iter().all(|r| !r.cause.contains("stalled")),
+            rep.recovery
+                .iter()
+                .all(|r| r.kind != RecoveryKind::RestartAll),
             "round {round}: a restart-all for the hook's time: {:?}",
             rep.recovery
         );
-        // One answer, the standby's, to the panic of its record; no
-        // restart-all for a worker that was printing it.
+        // One answer, the standby's, to the panic of its record. (A 5 ms
+        // standby heartbeat on a shared VM may also see a primary silent
+        // for the host's reasons: such a takeover is marked unprovoked
+        // with its evidence, never blamed on the panic.)
         let answered: Vec<_> = rep
             .recovery
             .iter()
             .filter(|r| r.tuple_id == Some(at))
             .collect();
         assert!(
-            answered.len() == 1 && answered[0].cause.contains("panicked"),
+            answered.len() == 1
+                && answered[0].kind == RecoveryKind::Takeover
+                && answered[0].cause.contains("panicked"),
+            "round {round}: {:?}",
+            rep.recovery
+        );
+        assert!(
+            rep.recovery
+                .iter()
+                .filter(|r| r.tuple_id != Some(at))
+                .all(|r| r.unprovoked && r.evidence.is_some()),
             "round {round}: {:?}",
             rep.recovery
         );
