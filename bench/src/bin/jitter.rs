@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tandem::sys::affinity::{available_cores, pin_current_thread};
-use tandem::sys::thread::cpu_steal_ns;
+use tandem::sys::thread::cpus_steal_ns;
 use tandem_bench::cli::interrupted;
 use tandem_bench::outln;
 use tandem_bench::report::{fmt_ns, write_json};
@@ -68,12 +68,13 @@ struct Report {
 
 fn spin(core: usize, until: Instant) -> Core {
     let pinned = pin_current_thread(core);
-    let steal0 = cpu_steal_ns(core);
+    let steal0 = cpus_steal_ns(&[core]);
     let mut c = Core {
         core,
         ..Core::default()
     };
     let mut last = Instant::now();
+    let mut reads = 0u32;
     while last < until {
         let now = Instant::now();
         let gap = (now - last).as_nanos() as u64;
@@ -83,13 +84,16 @@ fn spin(core: usize, until: Instant) -> Core {
             c.over_500us += u64::from(gap > 500_000);
             c.over_1ms += u64::from(gap > 1_000_000);
             c.max_ns = c.max_ns.max(gap);
-            if interrupted() {
-                break;
-            }
+        }
+        // A signal is looked for every 64 k reads (a few ms), a quiet
+        // host or not.
+        reads = reads.wrapping_add(1);
+        if reads % 65_536 == 0 && interrupted() {
+            break;
         }
         last = now;
     }
-    c.steal_ns = match (pinned, steal0, cpu_steal_ns(core)) {
+    c.steal_ns = match (pinned, steal0, cpus_steal_ns(&[core])) {
         (true, Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };

@@ -83,18 +83,18 @@ impl<K: Hash + Eq, V> GrowMap<K, V> {
     /// The value of `key`, to change.
     #[inline]
     pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        if !self.retired.is_empty() && self.retired.contains_key(key) {
-            return self.retired.get_mut(key);
+        match self.live.get_mut(key) {
+            Some(v) => Some(v),
+            None => self.retired.get_mut(key),
         }
-        self.live.get_mut(key)
     }
 }
 
 impl<K: Hash + Eq + Clone, V> GrowMap<K, V> {
-    /// Inserts into a map being built (no retired table); returns the
-    /// value `key` had.
-    pub(crate) fn insert(&mut self, key: K, value: V, order: &[K]) -> Option<V> {
-        self.settle(order);
+    /// Inserts into a map being built (a restore); returns the value `key`
+    /// had.
+    pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
+        self.settle_unordered();
         self.live.insert(key, value)
     }
 

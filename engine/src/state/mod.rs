@@ -292,7 +292,7 @@ where
                 touched: 0,
                 state: e.value.deserialize(deserializer)?,
             };
-            if t.map.insert(key.clone(), slot, &t.order).is_some() {
+            if t.map.insert(key.clone(), slot).is_some() {
                 // The same key twice: not an archive this engine wrote.
                 return Err(<D::Error as rancor::Source>::new(BrokenOrder));
             }

@@ -54,12 +54,14 @@ pub fn sample(tid: i32, at: u64) -> Option<ThreadSample> {
     Some(s)
 }
 
-/// Time the host has taken CPU `cpu` from this virtual machine since it
-/// booted ("steal", as the guest kernel counts it, in 10 ms steps); `None`
-/// where `/proc/stat` does not say.
-pub fn cpu_steal_ns(cpu: usize) -> Option<u64> {
+/// Time the host has taken CPUs `cpus` from this virtual machine since it
+/// booted, summed ("steal", as the guest kernel counts it, in 10 ms
+/// steps); `None` where `/proc/stat` does not say for one of them.
+pub fn cpus_steal_ns(cpus: &[usize]) -> Option<u64> {
     let all = std::fs::read_to_string("/proc/stat").ok()?;
-    steal_of(&all, u32::try_from(cpu).ok()?)
+    cpus.iter()
+        .map(|&c| steal_of(&all, u32::try_from(c).ok()?))
+        .sum()
 }
 
 /// The steal time of `cpu` in `/proc/stat` (the eighth figure of its

@@ -101,12 +101,7 @@ fn run(
         .into_iter()
         .take(cores)
         .collect();
-    let steal = || -> Option<u64> {
-        steal_cores
-            .iter()
-            .map(|&c| tandem::sys::thread::cpu_steal_ns(c))
-            .sum()
-    };
+    let steal = || tandem::sys::thread::cpus_steal_ns(&steal_cores);
     let steal0 = steal();
     let handle = job.start(&cfg).map_err(|e| {
         let hint = match &e {
