@@ -88,7 +88,7 @@ fn spin(core: usize, until: Instant) -> Core {
         // A signal is looked for every 64 k reads (a few ms), a quiet
         // host or not.
         reads = reads.wrapping_add(1);
-        if reads % 65_536 == 0 && interrupted() {
+        if reads.is_multiple_of(65_536) && interrupted() {
             break;
         }
         last = now;
