@@ -71,10 +71,6 @@ fn flags_that_cannot_take_effect_are_refused_naming_the_flag_and_nothing_is_left
             "named twice",
         ),
         (
-            vec!["--strategy", "bqbs", "--standby", "flatmap,filter"],
-            "adjacent",
-        ),
-        (
             vec!["--standby", "keyed"],
             "--standby needs --strategy bqbs",
         ),

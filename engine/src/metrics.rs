@@ -211,8 +211,12 @@ pub struct JobReport {
 /// Figures of a run's standby groups (all attempts).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StandbyStats {
-    /// Operator instances that ran with a standby.
+    /// Operator instances that ran with a standby (one group per instance
+    /// of each backed-up chain).
     pub groups: usize,
+    /// The backed-up chains: the operators each standby runs, by name,
+    /// head first (`["flatmap", "filter"]`), in graph order.
+    pub chains: Vec<Vec<String>>,
     /// Standbys that took over (one per entry in `recovery`).
     pub takeovers: u64,
     /// Standbys that failed themselves (and were replaced).

@@ -208,10 +208,12 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
     let mut rng = SplitMix64(args.seed ^ (k << 56) ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let standby: Vec<String> = match strategy {
         "restart-all" => vec![],
-        _ => match rng.below(4) {
+        _ => match rng.below(5) {
             0 => vec!["flatmap".into()],
             1 => vec!["keyed".into()],
             2 => vec!["filter".into()],
+            // Adjacent: one backed-up chain.
+            3 => vec!["flatmap".into(), "filter".into()],
             _ => vec!["flatmap".into(), "keyed".into()],
         },
     };

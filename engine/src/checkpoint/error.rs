@@ -127,6 +127,9 @@ pub enum CheckpointError {
     /// be written through this store.
     #[error("the snapshot I/O thread has stopped")]
     WriterGone,
+    /// A backed-up chain's state, handed to its standby, does not parse.
+    #[error("{0}")]
+    ChainFrame(String),
 }
 
 impl CheckpointError {

@@ -130,12 +130,18 @@ pub(crate) trait Collector<T> {
     /// Standby protocol: the open chunk's outputs are all emitted; ring
     /// senders put its trailing mark on every lane.
     fn close_chunk(&mut self) {}
-    /// The state of the operator at the head of a standby chain, for the
-    /// standby (warm mode); `None` for a stateless operator.
-    fn snapshot(&mut self) -> Result<Option<StateCapture>, CheckpointError> {
-        Ok(None)
+    /// Standby protocol: the states of this hop's operator and of every
+    /// operator chained after it, for the standby (warm mode), appended to
+    /// `parts` as `(node, state)` in chain order (`None`: stateless). Ring
+    /// senders end a chain and add nothing.
+    fn snapshot_chain(&mut self, _parts: &mut ChainParts) -> Result<(), CheckpointError> {
+        Ok(())
     }
 }
+
+/// The states of a backed-up chain's operators, `(node, state)` in chain
+/// order (see [`Collector::snapshot_chain`]).
+pub(crate) type ChainParts = Vec<(usize, Option<StateCapture>)>;
 
 /// A one-input operator.
 ///

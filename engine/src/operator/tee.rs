@@ -33,6 +33,14 @@ impl<T: Clone> Collector<T> for Tee<T> {
     fn close_chunk(&mut self) {
         self.outs.iter_mut().for_each(|o| o.close_chunk());
     }
+    fn snapshot_chain(
+        &mut self,
+        parts: &mut super::ChainParts,
+    ) -> Result<(), crate::checkpoint::CheckpointError> {
+        self.outs
+            .iter_mut()
+            .try_for_each(|o| o.snapshot_chain(parts))
+    }
 }
 
 /// Discards records of a stream that has no consumer.

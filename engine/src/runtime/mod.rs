@@ -624,7 +624,7 @@ fn lanes(graph: &Graph, edge: usize) -> Vec<(usize, usize)> {
 }
 
 /// The shapes placement needs, read off a graph.
-/// With `standby`, operators that have one are never chained.
+/// With `standby`, operators marked for one head (or join) backed-up chains.
 pub(crate) fn shapes(graph: &Graph, standby: bool) -> (Vec<NodeShape>, Vec<EdgeShape>) {
     let mut inputs = vec![0; graph.nodes.len()];
     for e in &graph.edges {
@@ -639,6 +639,7 @@ pub(crate) fn shapes(graph: &Graph, standby: bool) -> (Vec<NodeShape>, Vec<EdgeS
             inputs: i,
             binary: matches!(n.kind, NodeKind::Binary(_)),
             standby: standby && n.standby.is_some(),
+            sink: matches!(n.kind, NodeKind::Sink(_)),
         })
         .collect();
     let edges = graph

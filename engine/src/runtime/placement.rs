@@ -15,6 +15,15 @@
 //! two-input operator, whose second input then arrives through a ring into
 //! the same task.
 //!
+//! A node marked for a standby heads a *backed-up chain*: its input arrives
+//! through the standby group's buffer queues (never a direct call), and the
+//! one-input operators after it join its chain where an edge allows
+//! chaining — when the policy chains, and always when the next operator is
+//! marked for a standby too (two adjacent marks back up one chain). The
+//! chain is what the standby runs and takes over; its outputs leave through
+//! the group's fenced rings. A sink or a co-operator never joins one (a
+//! sink's output and a second input are not in the group's log).
+//!
 //! Tasks are ordered by instance, then by position in the graph, and split
 //! into contiguous runs, one run per worker: an instance's whole pipeline
 //! tends to share a core (its forward edges stay in that core's cache), and
@@ -29,9 +38,11 @@ pub struct NodeShape {
     pub inputs: usize,
     /// Whether the node is a two-input (co-)operator.
     pub binary: bool,
-    /// Whether the node runs with a standby: its edges are rings (its
-    /// input arrives through buffer queues, its output is fenced).
+    /// Whether the node is marked for a standby: it heads a backed-up
+    /// chain, or joins the one its input comes from.
     pub standby: bool,
+    /// Whether the node is a sink.
+    pub sink: bool,
 }
 
 /// What placement needs to know about an edge.
@@ -81,12 +92,26 @@ pub struct Plan {
     pub worker_of_task: Vec<usize>,
     /// Number of workers used (≤ cores).
     pub workers: usize,
+    /// Per node: the head of the backed-up chain that holds it (`None`: it
+    /// runs without a standby).
+    pub backed: Vec<Option<usize>>,
+    /// Marked nodes that can neither head a chain nor join the one their
+    /// input comes from, with the reason (the runtime refuses the job).
+    pub refused: Vec<(usize, &'static str)>,
     /// Per node, per instance: its task (what [`Plan::task_of`] answers in
     /// constant time — wiring asks it for every lane, `p²` per keyed edge).
     task_index: Vec<Vec<usize>>,
 }
 
 impl Plan {
+    /// The nodes of the backed-up chain headed by `head`, head first, in
+    /// graph order (empty when `head` heads none).
+    pub fn chain(&self, head: usize) -> Vec<usize> {
+        (0..self.backed.len())
+            .filter(|&n| self.backed[n] == Some(head))
+            .collect()
+    }
+
     /// The task that contains instance `instance` of `node`.
     pub fn task_of(&self, node: usize, instance: usize) -> Option<usize> {
         self.task_index.get(node)?.get(instance).copied()
@@ -104,17 +129,90 @@ fn task_index(nodes: &[NodeShape], tasks: &[TaskPlan]) -> Vec<Vec<usize>> {
     index
 }
 
-/// Whether an edge can be a direct call.
-pub fn chainable(nodes: &[NodeShape], e: &EdgeShape) -> bool {
+/// Whether an edge keeps records on the same instance.
+fn same_instance(nodes: &[NodeShape], e: &EdgeShape) -> bool {
     let (a, b) = (&nodes[e.from], &nodes[e.to]);
-    if a.standby || b.standby {
-        return false;
-    }
-    let same_instance =
-        (e.forward && a.parallelism == b.parallelism) || (a.parallelism == 1 && b.parallelism == 1);
+    (e.forward && a.parallelism == b.parallelism) || (a.parallelism == 1 && b.parallelism == 1)
+}
+
+/// Whether an edge can be a direct call (between operators without a
+/// standby; see [`backed_chains`] for the others).
+pub fn chainable(nodes: &[NodeShape], e: &EdgeShape) -> bool {
+    let b = &nodes[e.to];
     let only_input = !b.binary && b.inputs == 1;
     let first_of_two = b.binary && e.port == 0;
-    same_instance && (only_input || first_of_two)
+    same_instance(nodes, e) && (only_input || first_of_two)
+}
+
+/// Why an edge out of a backed-up chain cannot take its target into the
+/// chain (`None`: it can).
+fn cannot_join(nodes: &[NodeShape], e: &EdgeShape) -> Option<&'static str> {
+    let b = &nodes[e.to];
+    if b.sink {
+        Some("a sink cannot join a backed-up chain")
+    } else if b.binary || b.inputs != 1 {
+        Some("an operator with two inputs cannot join a backed-up chain")
+    } else if !same_instance(nodes, e) {
+        Some("its input from the backed-up chain before it is repartitioned, so it cannot join that chain (back up one of the two)")
+    } else {
+        None
+    }
+}
+
+/// The backed-up chains of a graph.
+struct Chains {
+    /// Per node: the head of the chain that holds it.
+    backed: Vec<Option<usize>>,
+    /// Per edge: inside a chain (a direct call).
+    inside: Vec<bool>,
+    /// Marked nodes that fit no chain, and why.
+    refused: Vec<(usize, &'static str)>,
+}
+
+/// Decides the backed-up chains (see the module docs). `chain` is the
+/// policy's decision.
+fn backed_chains(nodes: &[NodeShape], edges: &[EdgeShape], chain: bool) -> Chains {
+    let mut backed: Vec<Option<usize>> = vec![None; nodes.len()];
+    let mut inside = vec![false; edges.len()];
+    let mut refused = Vec::new();
+    // A marked operator after `n` that could not join `n`'s chain: it would
+    // take its input from a chain (not supported), so `n` joins one only
+    // when marked itself (and then that operator is refused).
+    let strands = |n: usize| {
+        edges
+            .iter()
+            .any(|e| e.from == n && nodes[e.to].standby && cannot_join(nodes, e).is_some())
+    };
+    // Nodes are in topological order: a node's inputs are decided first.
+    for n in 0..nodes.len() {
+        let ins: Vec<usize> = (0..edges.len()).filter(|&i| edges[i].to == n).collect();
+        let from_chain = ins
+            .iter()
+            .find_map(|&i| backed[edges[i].from].map(|h| (i, h)));
+        if let Some((i, head)) = from_chain {
+            match cannot_join(nodes, &edges[i]) {
+                None if (chain && !strands(n)) || nodes[n].standby => {
+                    inside[i] = true;
+                    backed[n] = Some(head);
+                    continue;
+                }
+                None => {}
+                Some(why) if nodes[n].standby => {
+                    refused.push((n, why));
+                    continue;
+                }
+                Some(_) => {}
+            }
+        }
+        if nodes[n].standby {
+            backed[n] = Some(n);
+        }
+    }
+    Chains {
+        backed,
+        inside,
+        refused,
+    }
 }
 
 /// Places a graph on `cores` workers. Nodes must be in topological order
@@ -127,7 +225,23 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
         Chaining::Always => true,
         Chaining::Never => false,
     };
-    let mut chained: Vec<bool> = edges.iter().map(|e| chain && chainable(nodes, e)).collect();
+    let Chains {
+        backed,
+        inside,
+        refused,
+    } = backed_chains(nodes, edges, chain);
+    // Into a chain's head: its buffer queues; out of a chain: fenced rings.
+    let mut chained: Vec<bool> = edges
+        .iter()
+        .zip(&inside)
+        .map(|(e, &inside)| {
+            inside
+                || (chain
+                    && backed[e.from].is_none()
+                    && backed[e.to].is_none()
+                    && chainable(nodes, e))
+        })
+        .collect();
     let mut tasks = form_tasks(nodes, edges, &chained);
     if has_cycle(nodes, edges, &chained, &tasks) {
         // Chaining a co-operator's first input put a ring from a task back
@@ -147,6 +261,8 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
     let worker_of_task = (0..tasks.len()).map(|j| j * workers / t).collect();
     Plan {
         chained,
+        backed,
+        refused,
         task_index: task_index(nodes, &tasks),
         tasks,
         worker_of_task,
@@ -253,6 +369,7 @@ mod tests {
             inputs,
             binary: false,
             standby: false,
+            sink: false,
         }
     }
     fn e(from: usize, to: usize, forward: bool) -> EdgeShape {
@@ -335,6 +452,7 @@ mod tests {
                 inputs: 2,
                 binary: true,
                 standby: false,
+                sink: false,
             },
             n(1, 1),
         ];
@@ -364,6 +482,7 @@ mod tests {
                     inputs: 2,
                     binary: true,
                     standby: false,
+                    sink: false,
                 },
             ];
             let side = EdgeShape {
@@ -400,5 +519,120 @@ mod tests {
         let (nodes, edges) = pipeline(1);
         let plan = place(&nodes, &edges, 16, Chaining::Always);
         assert_eq!(plan.workers, 1);
+    }
+
+    fn marked(mut n: NodeShape) -> NodeShape {
+        n.standby = true;
+        n
+    }
+
+    /// source → a (marked) → b → sink, all with parallelism `p`.
+    fn backed_line(p: usize, b_marked: bool) -> (Vec<NodeShape>, Vec<EdgeShape>) {
+        let b = if b_marked { marked(n(p, 1)) } else { n(p, 1) };
+        let sink = NodeShape {
+            sink: true,
+            ..n(p, 1)
+        };
+        (
+            vec![n(p, 0), marked(n(p, 1)), b, sink],
+            vec![e(0, 1, true), e(1, 2, true), e(2, 3, true)],
+        )
+    }
+
+    #[test]
+    fn a_backed_up_chain_takes_the_one_input_operators_after_its_head_but_not_the_sink() {
+        let (nodes, edges) = backed_line(2, false);
+        let plan = place(&nodes, &edges, 2, Chaining::Auto);
+        assert_eq!(plan.backed, vec![None, Some(1), Some(1), None]);
+        assert_eq!(plan.chain(1), vec![1, 2]);
+        assert!(plan.chain(2).is_empty());
+        // Into the head: its queues; inside: a call; out: fenced rings.
+        assert_eq!(plan.chained, vec![false, true, false]);
+        assert_eq!(plan.task_of(1, 0), plan.task_of(2, 0));
+        assert!(plan.refused.is_empty());
+    }
+
+    #[test]
+    fn without_chaining_a_backed_up_chain_is_its_head_alone() {
+        let (nodes, edges) = backed_line(1, false);
+        for (cores, policy) in [(8, Chaining::Auto), (1, Chaining::Never)] {
+            let plan = place(&nodes, &edges, cores, policy);
+            assert_eq!(plan.backed, vec![None, Some(1), None, None], "{policy:?}");
+            assert_eq!(plan.chained, vec![false; 3], "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn two_adjacent_marked_operators_share_one_chain_whatever_the_policy() {
+        let (nodes, edges) = backed_line(2, true);
+        for (cores, policy) in [
+            (8, Chaining::Auto),
+            (1, Chaining::Never),
+            (1, Chaining::Always),
+        ] {
+            let plan = place(&nodes, &edges, cores, policy);
+            assert_eq!(
+                plan.backed,
+                vec![None, Some(1), Some(1), None],
+                "{policy:?}"
+            );
+            assert!(plan.chained[1], "{policy:?}");
+            assert!(plan.refused.is_empty(), "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn a_marked_operator_behind_a_repartition_of_a_backed_up_chain_is_refused() {
+        let (nodes, mut edges) = backed_line(2, true);
+        edges[1].forward = false;
+        let plan = place(&nodes, &edges, 2, Chaining::Always);
+        assert_eq!(plan.refused.len(), 1);
+        assert_eq!(plan.refused[0].0, 2);
+        assert_eq!(plan.backed[2], None);
+        // Unmarked, it simply runs after the chain's fenced ring.
+        let (nodes, mut edges) = backed_line(2, false);
+        edges[1].forward = false;
+        let plan = place(&nodes, &edges, 2, Chaining::Always);
+        assert!(plan.refused.is_empty());
+        assert_eq!(plan.backed, vec![None, Some(1), None, None]);
+        assert!(!plan.chained[1]);
+    }
+
+    #[test]
+    fn an_operator_stays_out_of_a_chain_when_a_marked_one_after_it_could_not_join() {
+        // source → a (marked) → b → [hash] → c (marked): b in a's chain
+        // would feed c's queues from a chain.
+        let (mut nodes, mut edges) = backed_line(2, false);
+        nodes[3] = marked(n(2, 1));
+        edges[2].forward = false;
+        let plan = place(&nodes, &edges, 2, Chaining::Always);
+        assert_eq!(plan.backed, vec![None, Some(1), None, Some(3)]);
+        assert!(plan.refused.is_empty());
+        assert!(!plan.chained[1] && !plan.chained[2]);
+    }
+
+    #[test]
+    fn a_co_operator_never_joins_a_backed_up_chain() {
+        // s0 → a (marked) → co ← s1
+        let nodes = vec![
+            n(1, 0),
+            marked(n(1, 1)),
+            n(1, 0),
+            NodeShape {
+                parallelism: 1,
+                inputs: 2,
+                binary: true,
+                standby: false,
+                sink: false,
+            },
+        ];
+        let side = EdgeShape {
+            port: 1,
+            ..e(2, 3, true)
+        };
+        let edges = vec![e(0, 1, true), e(1, 3, true), side];
+        let plan = place(&nodes, &edges, 1, Chaining::Always);
+        assert_eq!(plan.backed, vec![None, Some(1), None, None]);
+        assert_eq!(plan.chained, vec![false, false, false]);
     }
 }

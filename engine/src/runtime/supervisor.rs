@@ -125,7 +125,7 @@ impl Supervisor {
             .iter()
             .map(|t| t.members.iter().map(|&m| (m, t.instance)).collect())
             .collect();
-        validate_standby(&graph, &config)?;
+        validate_standby(&graph, &plan, &config)?;
         let coord = match &config.checkpoint {
             Some(c) => Some(Coordinator::open(c, &config)?),
             None => None,

@@ -426,15 +426,23 @@ fn build_incarnation(
     ctx.incarnation.set(inc);
     let _ = ctx.group.set(Arc::clone(&group));
     let (w2, c2) = (Arc::clone(w), Rc::clone(&ctx));
+    let members = group.chain.clone();
     let chain: crate::runtime::standby::kit::ChainBuild = Box::new(move |state| {
         let mut tb = TaskBuild::default();
-        let down = build_out(&w2, node, inst, &c2, &mut tb);
-        let NodeKind::Unary(build) = &w2.graph.nodes[node].kind else {
-            unreachable!("engine bug: a standby operator has one input")
-        };
-        let mut cx = build_cx(&w2, node, inst, &c2);
-        cx.standby_state = state;
-        build(cx, down)
+        if let Some(archive) = state {
+            match crate::runtime::standby::chain_state::split(archive, &members) {
+                Ok(states) => tb.states = states,
+                // Nothing restores from a damaged archive: the chain is
+                // built fresh and the failure ends the attempt.
+                Err(e) => c2.fail(JobError::Restore {
+                    operator: w2.graph.nodes[node].name.to_string(),
+                    instance: inst,
+                    source: crate::checkpoint::CheckpointError::ChainFrame(e),
+                }),
+            }
+        }
+        // The head's chain: the operators placement chained after it.
+        build_in(&w2, node, inst, &c2, &mut tb)
     });
     let kit = w.graph.nodes[node]
         .standby
@@ -457,6 +465,9 @@ struct TaskBuild {
     side_inputs: Vec<(usize, AnyBox, Vec<Hold>)>,
     checks: Vec<Box<dyn Fn() -> bool>>,
     holds: Vec<Hold>,
+    /// An incarnation's chain built from a recovery point: its operators'
+    /// states, by node.
+    states: std::collections::HashMap<usize, Vec<u8>>,
 }
 
 fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Task {
@@ -604,9 +615,14 @@ fn build_out(
                 w.config.batch,
                 w.config.ring_capacity,
             ));
-        } else if let Some(g) = w.shared.standby.as_ref().and_then(|s| s.group(node, inst)) {
-            // Out of an incarnation: rings of its own, handed to the
-            // consumers through the group.
+        } else if let Some(g) = w
+            .shared
+            .standby
+            .as_ref()
+            .and_then(|s| s.backing(node, inst))
+        {
+            // Out of an incarnation's chain: rings of its own, handed to
+            // the consumers through the group.
             let inc = ctx.incarnation.get();
             let mut lanes = Vec::new();
             let mut wake = Vec::new();
@@ -668,7 +684,9 @@ fn build_in(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>, tb: &mut Ta
     match &w.graph.nodes[node].kind {
         NodeKind::Unary(build) => {
             let down = build_out(w, node, inst, ctx, tb);
-            build(build_cx(w, node, inst, ctx), down)
+            let mut cx = build_cx(w, node, inst, ctx);
+            cx.standby_state = tb.states.remove(&node);
+            build(cx, down)
         }
         NodeKind::Sink(build) => build(build_cx(w, node, inst, ctx)),
         NodeKind::Binary(build) => {
@@ -708,13 +726,13 @@ fn input_port(
         .shared
         .standby
         .as_ref()
-        .filter(|s| s.group(e.from, 0).is_some())
+        .filter(|s| s.backing(e.from, 0).is_some())
     {
         let groups = (0..w.graph.nodes[e.from].parallelism)
             .filter(|&u| w.lanes(edge).contains(&(u, inst)))
             .map(|u| {
                 let g = sb
-                    .group(e.from, u)
+                    .backing(e.from, u)
                     .expect("engine bug: missing standby group");
                 let ci = g
                     .consumers

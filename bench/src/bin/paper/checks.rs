@@ -278,10 +278,6 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         );
         ensure!(!standby[..i].contains(s), "--standby: `{s}` is named twice");
     }
-    ensure!(
-        !(standby.iter().any(|s| s == names::FLATMAP) && standby.iter().any(|s| s == names::FILTER)),
-        "--standby flatmap,filter: two adjacent operators cannot both have a standby (the first one's output is the second one's buffer queue); back up one of them"
-    );
     if bqbs && standby.iter().any(|s| s != names::FLATMAP) {
         // A parsed record of up to --max-record-bytes enters the queues of
         // filter and keyed.

@@ -307,6 +307,7 @@ fn run(
             };
             StandbyReport {
                 operators: plan.standby.clone(),
+                chains: s.chains.iter().map(|c| c.join("→")).collect(),
                 mode: format!("{:?}", args.standby_mode).to_lowercase(),
                 heartbeat_ms: args.standby_heartbeat_ms,
                 groups: s.groups,

@@ -96,6 +96,9 @@ pub struct Report {
 #[derive(Serialize)]
 pub struct StandbyReport {
     pub operators: Vec<String>,
+    /// The chains the standbys back up: each the named operator(s) and the
+    /// one-input operators chained after them (`flatmap→filter`).
+    pub chains: Vec<String>,
     pub mode: String,
     pub heartbeat_ms: u64,
     pub groups: usize,
@@ -273,7 +276,7 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
     if let Some(s) = &rep.standby {
         outln!(
             "  standby           {} on {} ({} groups, {} mode, heartbeat {} ms): {} takeovers ({} unprovoked), {} standby failures, queue peak {:.1} MiB, {} snapshots",
-            s.operators.join(","),
+            s.chains.join(", "),
             rep.parallelism,
             s.groups,
             s.mode,

@@ -137,8 +137,12 @@ where
         self.down.close_chunk();
     }
 
-    fn snapshot(&mut self) -> Result<Option<StateCapture>, CheckpointError> {
-        (self.codec.capture)(&self.state).map(Some)
+    fn snapshot_chain(
+        &mut self,
+        parts: &mut crate::operator::ChainParts,
+    ) -> Result<(), CheckpointError> {
+        parts.push((self.slot.op, Some((self.codec.capture)(&self.state)?)));
+        self.down.snapshot_chain(parts)
     }
 
     fn barrier(&mut self, id: u64) {

@@ -80,13 +80,15 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         self.down.close_chunk();
     }
 
-    fn snapshot(
+    fn snapshot_chain(
         &mut self,
-    ) -> Result<Option<crate::checkpoint::StateCapture>, crate::checkpoint::CheckpointError> {
+        parts: &mut crate::operator::ChainParts,
+    ) -> Result<(), crate::checkpoint::CheckpointError> {
         let prev = self.ctx.enter(self.slot.op);
         let state = self.op.snapshot_state();
         self.ctx.leave(prev);
-        state.map(|s| s.map(Into::into))
+        parts.push((self.slot.op, state?.map(Into::into)));
+        self.down.snapshot_chain(parts)
     }
 
     fn barrier(&mut self, id: u64) {

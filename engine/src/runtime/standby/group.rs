@@ -228,7 +228,13 @@ pub(crate) struct Inner {
 pub(crate) struct Group {
     pub(crate) node: usize,
     pub(crate) instance: usize,
+    /// The head's name (the group's files and reports use it).
     pub(crate) name: Arc<str>,
+    /// The backed-up chain: the head (`node`) and the one-input operators
+    /// chained after it, in graph order; each incarnation runs all of them.
+    pub(crate) chain: Vec<usize>,
+    /// The chain's operators' names, in `chain`'s order.
+    pub(crate) chain_names: Vec<Arc<str>>,
     pub(crate) live: Liveness,
     /// Per input lane (upstream instance, in lane order).
     pub(crate) queues: Vec<BufferQueue>,
@@ -245,8 +251,11 @@ pub(crate) struct Group {
     /// Per lane: the position of its end-of-input entry (`u64::MAX`: not
     /// written yet).
     pub(crate) end_pos: Vec<AtomicU64>,
-    /// The operator keeps no state (known once the first primary is built).
+    /// The chain keeps no state (known once the first primary is built).
     pub(crate) stateless: AtomicBool,
+    /// Operators of the chain that had a state when the first primary was
+    /// built: a recovery point must carry at least as many.
+    pub(crate) stateful_parts: AtomicUsize,
     /// A queue writer found its queue full of entries no point covers: the
     /// primary takes one at once.
     pub(crate) point_wanted: AtomicBool,
@@ -403,6 +412,7 @@ impl Group {
             point_pos: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
             end_pos: (0..lanes).map(|_| AtomicU64::new(u64::MAX)).collect(),
             stateless: AtomicBool::new(false),
+            stateful_parts: AtomicUsize::new(0),
             point_wanted: AtomicBool::new(false),
             reader_workers: [
                 AtomicUsize::new(primary_worker),
@@ -457,9 +467,11 @@ impl Group {
             queues,
             log,
             upstream,
-            name,
+            chain: vec![node],
+            chain_names: vec![Arc::clone(&name)],
             queue_peak: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
+            name,
         })
     }
 

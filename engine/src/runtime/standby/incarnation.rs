@@ -150,9 +150,12 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             // The first primary: epoch 1, from the start of every queue.
             me.build_chain(None);
             let mut chain = me.chain.take().expect("just built");
-            let stateless = me.chain_snapshot(&mut chain).is_none();
+            let (capture, stateful) = me.chain_capture(&mut chain);
             me.chain = Some(chain);
-            me.group.stateless.store(stateless, Ordering::Release);
+            me.group.stateful_parts.store(stateful, Ordering::Release);
+            me.group
+                .stateless
+                .store(capture.is_none(), Ordering::Release);
             me.attach();
             me.phase = Phase::Primary { epoch: 1 };
             me.ctx.epoch.set(1);
@@ -178,15 +181,27 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.ctx.long(move || drop(chain));
     }
 
-    /// The chain's state now (`None`: stateless), reporting a failure.
-    fn chain_snapshot(&self, chain: &mut BoxCollector<T>) -> Option<StateCapture> {
-        match chain.snapshot() {
-            Ok(s) => s,
+    /// The chain's state now (`None`: stateless) and how many of its
+    /// operators have one, reporting a failure.
+    fn chain_capture(&self, chain: &mut BoxCollector<T>) -> (Option<StateCapture>, usize) {
+        let mut parts = Vec::with_capacity(self.group.chain.len());
+        match chain.snapshot_chain(&mut parts) {
+            Ok(()) => super::chain_state::capture(parts, self.group.chain.len()),
             Err(e) => {
                 self.fail(format!("standby snapshot: {e}"));
-                None
+                (None, 0)
             }
         }
+    }
+
+    /// The chain's state for a recovery point: `None` (no point now) when
+    /// it fails, or when fewer of its operators have a state than had one
+    /// at the start (a point must not stand for a state it lacks).
+    fn chain_snapshot(&self, chain: &mut BoxCollector<T>) -> Option<StateCapture> {
+        let (capture, stateful) = self.chain_capture(chain);
+        (stateful >= self.group.stateful_parts.load(Ordering::Acquire))
+            .then_some(capture)
+            .flatten()
     }
 
     fn attach(&mut self) -> bool {

@@ -88,7 +88,10 @@ impl StandbyLog {
 /// The standby groups of one attempt, and what workers and sinks share
 /// about them.
 pub(crate) struct StandbyRun {
+    /// Per `(chain head, instance)`.
     pub(crate) groups: HashMap<(usize, usize), Arc<Group>>,
+    /// Per node: the head of the backed-up chain that holds it.
+    pub(crate) backed: Vec<Option<usize>>,
     pub(crate) log: StandbyLog,
     /// Per worker: standby incarnations to build, `(node, instance, inc)`.
     pub(crate) inbox: Vec<Mutex<Vec<(usize, usize, u64)>>>,
@@ -102,8 +105,15 @@ pub(crate) struct StandbyRun {
 }
 
 impl StandbyRun {
-    pub(crate) fn group(&self, node: usize, instance: usize) -> Option<&Arc<Group>> {
-        self.groups.get(&(node, instance))
+    /// The group of the chain that `head` heads (its input's queues).
+    pub(crate) fn group(&self, head: usize, instance: usize) -> Option<&Arc<Group>> {
+        self.groups.get(&(head, instance))
+    }
+
+    /// The group of the chain that holds `node` (its output's fenced rings).
+    pub(crate) fn backing(&self, node: usize, instance: usize) -> Option<&Arc<Group>> {
+        let head = (*self.backed.get(node)?)?;
+        self.groups.get(&(head, instance))
     }
 
     /// Removes the groups' files and their directory now, while workers of

@@ -104,13 +104,14 @@ impl Supervisor {
             probes: self.config.probes.clone(),
             build_fence: Arc::clone(&self.build_fence),
         });
-        let has_standby = |n: usize| standby.as_ref().is_some_and(|s| s.group(n, 0).is_some());
+        let backed = |n: usize| standby.as_ref().is_some_and(|s| s.backing(n, 0).is_some());
+        let head = |n: usize| standby.as_ref().is_some_and(|s| s.group(n, 0).is_some());
         let mut producers = HashMap::new();
         let mut consumers = HashMap::new();
         for (ei, e) in self.graph.edges.iter().enumerate() {
-            // Edges of an operator with a standby: buffer queues in, rings
-            // of each incarnation's own out.
-            if self.plan.chained[ei] || has_standby(e.from) || has_standby(e.to) {
+            // Edges of a backed-up chain: buffer queues into its head, rings
+            // of each incarnation's own out of it.
+            if self.plan.chained[ei] || backed(e.from) || head(e.to) {
                 continue;
             }
             let kit = self.graph.nodes[e.from]

@@ -143,6 +143,13 @@ impl Supervisor {
         takeovers.sort_by_key(|t| t.fault_at);
         let stats = self.standby_stats.get_or_insert_with(Default::default);
         stats.groups = sb.groups.len();
+        let mut chains: Vec<&Vec<usize>> = sb.groups.values().map(|g| &g.chain).collect();
+        chains.sort();
+        chains.dedup();
+        stats.chains = chains
+            .into_iter()
+            .map(|c| c.iter().map(|&n| self.names[n].to_string()).collect())
+            .collect();
         stats.takeovers += takeovers.len() as u64;
         stats.standby_failures += sb.log.standby_failures.load(Ordering::Relaxed);
         for g in sb.groups.values() {

@@ -21,8 +21,9 @@ impl Supervisor {
         let Some(cfg) = &self.config.standby else {
             return Ok(None);
         };
+        // One group per instance of each backed-up chain, named by its head.
         let nodes: Vec<usize> = (0..self.graph.nodes.len())
-            .filter(|&n| self.graph.nodes[n].standby.is_some())
+            .filter(|&n| self.plan.backed[n] == Some(n))
             .collect();
         if nodes.is_empty() {
             return Ok(None);
@@ -95,9 +96,11 @@ impl Supervisor {
         let mut groups = HashMap::new();
         let now = now_ns(self.origin);
         for (n, i, upstream) in members {
+            let chain = self.plan.chain(n);
+            // The consumers of every ring that leaves the chain.
             let mut consumers = Vec::new();
             for (ej, e) in self.graph.edges.iter().enumerate() {
-                if e.from != n {
+                if !chain.contains(&e.from) || self.plan.chained[ej] {
                     continue;
                 }
                 for (u, d) in lanes(&self.graph, ej) {
@@ -107,7 +110,7 @@ impl Supervisor {
                 }
             }
             let pw = worker_of(n, i);
-            let g = Group::create(
+            let mut g = Group::create(
                 n,
                 i,
                 Arc::clone(&self.names[n]),
@@ -127,15 +130,21 @@ impl Supervisor {
                 path: Some(dir.clone()),
                 source: std::io::Error::other(e.to_string()),
             })?;
+            g.chain_names = chain.iter().map(|&m| Arc::clone(&self.names[m])).collect();
+            g.chain = chain;
             if let Some(p) = &self.config.probes {
+                // The chain's input queues, under each of its operators.
                 let files: Vec<_> = g.queues.iter().map(|q| q.path().to_path_buf()).collect();
-                p.standby_files(&self.names[n], i, &files);
+                for name in &g.chain_names {
+                    p.standby_files(name, i, &files);
+                }
             }
             groups.insert((n, i), Arc::new(g));
         }
         Ok(Some(Arc::new(StandbyRun {
             live: AtomicUsize::new(groups.len()),
             groups,
+            backed: self.plan.backed.clone(),
             log: Default::default(),
             inbox: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
             pending: (0..workers).map(|_| AtomicBool::new(false)).collect(),
@@ -189,33 +198,32 @@ pub(super) fn memory_dir() -> PathBuf {
 }
 
 /// Standby operators must fit the engine's protocol (checked before
-/// anything runs).
-pub(super) fn validate_standby(graph: &Graph, config: &RuntimeConfig) -> Result<(), JobError> {
+/// anything runs): a marked operator has one input and heads a backed-up
+/// chain or joins the one its input comes from.
+pub(super) fn validate_standby(
+    graph: &Graph,
+    plan: &crate::runtime::placement::Plan,
+    config: &RuntimeConfig,
+) -> Result<(), JobError> {
     if config.standby.is_none() {
         return Ok(());
     }
-    let has = |n: usize| graph.nodes[n].standby.is_some();
     let err = |n: usize, why: &str| -> JobError {
         RuntimeError::Standby(format!("operator `{}`: {why}", graph.nodes[n].name)).into()
     };
     for (n, node) in graph.nodes.iter().enumerate() {
-        if !has(n) {
+        if node.standby.is_none() {
             continue;
         }
         if !matches!(node.kind, NodeKind::Unary(_)) {
             return Err(err(n, "only one-input operators can have a standby"));
         }
-        for e in &graph.edges {
-            if e.to == n && has(e.from) {
-                return Err(err(
-                    n,
-                    "its upstream operator has a standby too (not supported)",
-                ));
-            }
-        }
         if graph.edges.iter().filter(|e| e.to == n).count() != 1 {
             return Err(err(n, "it must have exactly one input"));
         }
+    }
+    if let Some(&(n, why)) = plan.refused.first() {
+        return Err(err(n, why));
     }
     Ok(())
 }

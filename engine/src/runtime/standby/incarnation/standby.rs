@@ -194,7 +194,15 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         let Some(p) = &self.ctx.shared.probes else {
             return;
         };
-        match p.takeover(&self.group.name, self.group.instance, stage) {
+        // Any operator of the chain may be the one whose standby fails.
+        let action = self
+            .group
+            .chain_names
+            .iter()
+            .map(|name| p.takeover(name, self.group.instance, stage))
+            .find(|a| !matches!(a, ProbeAction::Continue))
+            .unwrap_or(ProbeAction::Continue);
+        match action {
             ProbeAction::Panic(message) => panic!("{message}"),
             ProbeAction::Stall(d) => std::thread::sleep(d),
             ProbeAction::CutInput => self.fail(format!("taking over: input cut ({stage:?})")),

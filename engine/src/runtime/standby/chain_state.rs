@@ -1,0 +1,248 @@
+//! A backed-up chain's state at a recovery point: one archive for the
+//! states of all its operators.
+//!
+//! A chain of one operator hands over that operator's archive as it is. A
+//! longer chain frames its operators' archives, each under its node:
+//!
+//! ```text
+//! "TDMCHAIN" · u32 parts · per part: u64 node · u8 present · u64 len · payload
+//! ```
+//!
+//! (little-endian). The parts are archived one after another, each in the
+//! steps its own capture takes, so a large keyed state anywhere in the
+//! chain is archived between the primary's records, as the head's is.
+//! A frame that does not parse is an error, never a fresh state.
+
+use crate::checkpoint::{ArchiveSteps, CheckpointError, SnapshotBytes, StateCapture};
+use crate::operator::ChainParts;
+use std::collections::HashMap;
+
+const MAGIC: &[u8; 8] = b"TDMCHAIN";
+
+/// What a chain's parts come to: `None` when no operator has a state; the
+/// archive of the only operator of a chain of one; else the frame, built in
+/// steps. `stateful` is how many parts carry a state.
+pub(crate) fn capture(mut parts: ChainParts, chain_len: usize) -> (Option<StateCapture>, usize) {
+    let stateful = parts.iter().filter(|(_, s)| s.is_some()).count();
+    if stateful == 0 {
+        return (None, 0);
+    }
+    if chain_len == 1 && parts.len() == 1 {
+        return (parts.pop().and_then(|(_, s)| s), 1);
+    }
+    let steps = FrameSteps {
+        parts: parts
+            .into_iter()
+            .map(|(n, s)| (n, s.map(Part::Capture)))
+            .collect(),
+        at: 0,
+    };
+    (Some(StateCapture::Steps(Box::new(steps))), stateful)
+}
+
+enum Part {
+    Capture(StateCapture),
+    Done(SnapshotBytes),
+}
+
+/// Archives the parts in turn, then frames them.
+struct FrameSteps {
+    parts: Vec<(usize, Option<Part>)>,
+    /// The first part not archived yet.
+    at: usize,
+}
+
+impl ArchiveSteps for FrameSteps {
+    fn step(&mut self, entries: usize) -> Result<Option<SnapshotBytes>, CheckpointError> {
+        while let Some((_, part)) = self.parts.get_mut(self.at) {
+            match part.take() {
+                None => self.at += 1,
+                Some(Part::Done(b)) => {
+                    *part = Some(Part::Done(b));
+                    self.at += 1;
+                }
+                Some(Part::Capture(StateCapture::Bytes(b))) => {
+                    *part = Some(Part::Done(b));
+                    self.at += 1;
+                }
+                Some(Part::Capture(StateCapture::Steps(mut s))) => match s.step(entries)? {
+                    Some(b) => {
+                        *part = Some(Part::Done(b));
+                        self.at += 1;
+                    }
+                    None => {
+                        *part = Some(Part::Capture(StateCapture::Steps(s)));
+                        return Ok(None);
+                    }
+                },
+            }
+        }
+        if self.parts.is_empty() {
+            return Ok(None); // framed already
+        }
+        Ok(Some(self.frame()))
+    }
+}
+
+impl FrameSteps {
+    fn frame(&mut self) -> SnapshotBytes {
+        let parts = std::mem::take(&mut self.parts);
+        let len: usize = parts
+            .iter()
+            .map(|(_, p)| match p {
+                Some(Part::Done(b)) => 17 + b.len(),
+                _ => 17,
+            })
+            .sum();
+        let mut v = Vec::with_capacity(12 + len);
+        v.extend_from_slice(MAGIC);
+        v.extend_from_slice(&(parts.len() as u32).to_le_bytes());
+        for (node, part) in &parts {
+            v.extend_from_slice(&(*node as u64).to_le_bytes());
+            match part {
+                Some(Part::Done(b)) => {
+                    v.push(1);
+                    v.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                    v.extend_from_slice(b.payload());
+                }
+                _ => {
+                    v.push(0);
+                    v.extend_from_slice(&0u64.to_le_bytes());
+                }
+            }
+        }
+        SnapshotBytes::from_payload(&v)
+    }
+}
+
+/// Splits a chain's archive into its operators' states, by node: for a
+/// chain of one (`head` alone), the archive is the head's.
+pub(crate) fn split(archive: Vec<u8>, chain: &[usize]) -> Result<HashMap<usize, Vec<u8>>, String> {
+    if chain.len() == 1 {
+        return Ok(HashMap::from([(chain[0], archive)]));
+    }
+    let bad = |what: &str| format!("a backed-up chain's state: {what}");
+    let mut rest = archive
+        .strip_prefix(MAGIC.as_slice())
+        .ok_or_else(|| bad("no frame"))?;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        if rest.len() < n {
+            return Err(bad("cut short"));
+        }
+        let (a, b) = rest.split_at(n);
+        rest = b;
+        Ok(a)
+    };
+    let u64_of = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let count = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+    if count > chain.len() {
+        return Err(bad(&format!(
+            "{count} parts for a chain of {}",
+            chain.len()
+        )));
+    }
+    let mut states = HashMap::new();
+    for _ in 0..count {
+        let node = u64_of(take(8)?) as usize;
+        let present = take(1)?[0];
+        let len = u64_of(take(8)?);
+        if !chain.contains(&node) || states.contains_key(&node) {
+            return Err(bad(&format!(
+                "node {node} is not once in the chain {chain:?}"
+            )));
+        }
+        let len = usize::try_from(len).map_err(|_| bad("a part longer than memory"))?;
+        let payload = take(len)?;
+        match present {
+            1 => {
+                states.insert(node, payload.to_vec());
+            }
+            0 if len == 0 => {}
+            _ => return Err(bad(&format!("part of node {node} has flag {present}"))),
+        }
+    }
+    if !rest.is_empty() {
+        return Err(bad(&format!("{} bytes after the last part", rest.len())));
+    }
+    Ok(states)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(b: &[u8]) -> Option<StateCapture> {
+        Some(StateCapture::Bytes(SnapshotBytes::from_payload(b)))
+    }
+
+    /// A capture archived in `n` steps.
+    struct Slow(usize, Vec<u8>);
+    impl ArchiveSteps for Slow {
+        fn step(&mut self, _: usize) -> Result<Option<SnapshotBytes>, CheckpointError> {
+            if self.0 == 0 {
+                return Ok(Some(SnapshotBytes::from_payload(&self.1)));
+            }
+            self.0 -= 1;
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn a_chain_of_one_hands_over_its_operators_archive_unframed() {
+        let (c, n) = capture(vec![(3, bytes(b"abc"))], 1);
+        assert_eq!(n, 1);
+        let a = c.unwrap().archive().unwrap();
+        assert_eq!(a.payload(), b"abc");
+        let s = split(a.payload().to_vec(), &[3]).unwrap();
+        assert_eq!(s[&3], b"abc");
+    }
+
+    #[test]
+    fn a_stateless_chain_has_no_capture() {
+        let (c, n) = capture(vec![(1, None), (2, None)], 2);
+        assert!(c.is_none());
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn a_longer_chain_frames_each_state_under_its_node_after_every_step() {
+        let slow = Some(StateCapture::Steps(Box::new(Slow(3, b"keyed".to_vec()))));
+        let (c, n) = capture(vec![(1, bytes(b"x")), (2, None), (4, slow)], 3);
+        assert_eq!(n, 2);
+        let Some(StateCapture::Steps(mut s)) = c else {
+            panic!("a frame is built in steps")
+        };
+        let mut steps = 0;
+        let a = loop {
+            steps += 1;
+            if let Some(a) = s.step(1).unwrap() {
+                break a;
+            }
+        };
+        assert_eq!(
+            steps, 4,
+            "one step per step of the slow part, then the frame"
+        );
+        assert!(s.step(1).unwrap().is_none(), "Some exactly once");
+        let states = split(a.payload().to_vec(), &[1, 2, 4]).unwrap();
+        assert_eq!(states.len(), 2);
+        assert_eq!(states[&1], b"x");
+        assert_eq!(states[&4], b"keyed");
+    }
+
+    #[test]
+    fn a_damaged_frame_is_an_error_never_a_fresh_state() {
+        let (c, _) = capture(vec![(1, bytes(b"state")), (2, None)], 2);
+        let a = c.unwrap().archive().unwrap().payload().to_vec();
+        assert!(split(a.clone(), &[1, 2]).is_ok());
+        assert!(split(a[..a.len() - 1].to_vec(), &[1, 2]).is_err());
+        assert!(split(b"TDMCHAIX".to_vec(), &[1, 2]).is_err());
+        assert!(
+            split(a.clone(), &[7, 2]).is_err(),
+            "a node not in the chain"
+        );
+        let mut extra = a;
+        extra.push(0);
+        assert!(split(extra, &[1, 2]).is_err());
+    }
+}

@@ -1,0 +1,241 @@
+//! The chain as the unit of backup: a standby backs up its operator and the
+//! one-input operators chained after it, keeps all their states in its
+//! recovery points, and takes the whole chain over — whichever of its
+//! operators fails. Two adjacent operators marked for a standby share one
+//! chain; one that cannot join its upstream's chain is refused.
+//!
+//! Every faulted run's output is compared with a fault-free run.
+
+mod common;
+
+use common::{cores, quiet_injected_panics, Faults};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tandem::runtime::probe::ProbeAction;
+use tandem::standby::{StandbyConfig, StandbyMode};
+use tandem::Chaining;
+use tandem::{IterSource, JobBuilder, JobReport, RecoveryKind, RuntimeConfig, TupleId};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    quiet_injected_panics();
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const KEYS: u64 = 61;
+
+/// The job's shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Shape {
+    /// Two partitions: src → op (marked) → map `f` → filter `g` → sink.
+    Stateless { both_marked: bool },
+    /// One partition: src → op (marked) → key_by → running count `count`
+    /// (chained: parallelism 1) → sink. The count's keyed state lives in
+    /// a member of the chain, not its head.
+    Count { both_marked: bool },
+}
+
+struct Run {
+    shape: Shape,
+    records: u64,
+    mode: Option<StandbyMode>,
+    faults: Vec<(&'static str, TupleId, ProbeAction)>,
+}
+
+impl Run {
+    fn go(&self) -> (Vec<String>, JobReport) {
+        let job = JobBuilder::new("standby-chain");
+        let records = self.records;
+        let p = match self.shape {
+            Shape::Stateless { .. } => 2,
+            Shape::Count { .. } => 1,
+        };
+        job.default_parallelism(p);
+        let src = job
+            .source("src", move |i| {
+                let (p, n) = (i.parallelism as u64, i.instance as u64);
+                IterSource((0..records).filter(move |s| s % p == n).map(|s| (s, s)))
+            })
+            .standby();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l2 = Arc::clone(&lines);
+        let out = match self.shape {
+            Shape::Stateless { both_marked } => {
+                let m = src.map("op", |s: u64| ((s * 7919) % KEYS, s));
+                let m = if both_marked { m.standby() } else { m };
+                m.map("f", |(k, s): (u64, u64)| (k, s * 3))
+                    .filter("g", |&(k, _): &(u64, u64)| k % 5 != 0)
+                    .map("fmt", |(k, v): (u64, u64)| format!("m {k} {v}"))
+            }
+            Shape::Count { both_marked } => {
+                let m = src.map("op", |s: u64| ((s * 7919) % KEYS, s));
+                let m = if both_marked { m.standby() } else { m };
+                m.key_by(|p: &(u64, u64)| p.0)
+                    .aggregate("count", |n: &mut u64, p: &(u64, u64)| {
+                        *n += 1;
+                        format!("c {} {} {}", p.0, p.1, *n)
+                    })
+            }
+        };
+        out.for_each("sink", move |r| l2.lock().unwrap().push(r.value));
+        let mut cfg = RuntimeConfig::default()
+            .cores(cores())
+            .chaining(Chaining::Always)
+            .ring_capacity(256);
+        if let Some(mode) = self.mode {
+            cfg = cfg.standby(StandbyConfig {
+                mode,
+                heartbeat_timeout: Duration::from_millis(30),
+                snapshot_interval: Duration::from_millis(5),
+                queue_memory: 2 << 20,
+            });
+        }
+        if !self.faults.is_empty() {
+            cfg = cfg.probes(Arc::new(Faults::new(self.faults.clone())));
+        }
+        let report = job
+            .build()
+            .unwrap()
+            .run(&cfg)
+            .unwrap_or_else(|e| panic!("{:?} {:?}: {e}", self.shape, self.mode));
+        let mut v = std::mem::take(&mut *lines.lock().unwrap());
+        v.sort();
+        (v, report)
+    }
+}
+
+fn panic_in(op: &'static str, partition: u32, seq: u64) -> (&'static str, TupleId, ProbeAction) {
+    (
+        op,
+        TupleId::new(partition, seq),
+        ProbeAction::Panic(format!("injected in {op} at {seq}")),
+    )
+}
+
+fn cut_in(op: &'static str, partition: u32, seq: u64) -> (&'static str, TupleId, ProbeAction) {
+    (op, TupleId::new(partition, seq), ProbeAction::CutInput)
+}
+
+/// Runs `shape` clean and then faulted in both modes; the outputs must be
+/// the same, each fault answered by a takeover of the chain, none by a
+/// restart.
+fn exact_under_faults(
+    shape: Shape,
+    records: u64,
+    chain: &[&str],
+    faults: Vec<(&'static str, TupleId, ProbeAction)>,
+) {
+    let clean = Run {
+        shape,
+        records,
+        mode: None,
+        faults: vec![],
+    }
+    .go()
+    .0;
+    assert!(!clean.is_empty());
+    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+        let (got, rep) = Run {
+            shape,
+            records,
+            mode: Some(mode),
+            faults: faults.clone(),
+        }
+        .go();
+        let what = format!("{shape:?} {mode:?}");
+        let stats = rep.standby.as_ref().expect("a standby run");
+        let want: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
+        assert_eq!(stats.chains, vec![want], "{what}: the backed-up chain");
+        assert_eq!(rep.restarts, 0, "{what}: a takeover is not a restart");
+        let takeovers = rep
+            .recovery
+            .iter()
+            .filter(|r| r.kind == RecoveryKind::Takeover && !r.unprovoked)
+            .count();
+        assert_eq!(takeovers, faults.len(), "{what}: one takeover a fault");
+        assert_eq!(got.len(), clean.len(), "{what}: line count");
+        assert!(
+            got == clean,
+            "{what}: the output differs from the clean run"
+        );
+    }
+}
+
+#[test]
+fn a_standby_takes_over_its_whole_chain_whichever_operator_of_it_fails() {
+    let _g = serial();
+    exact_under_faults(
+        Shape::Stateless { both_marked: false },
+        60_000,
+        &["op", "f", "g", "fmt"],
+        vec![
+            panic_in("op", 0, 4_000),
+            panic_in("g", 1, 11_000),
+            cut_in("f", 0, 18_000),
+            panic_in("fmt", 1, 25_000),
+        ],
+    );
+}
+
+#[test]
+fn a_keyed_state_inside_the_chain_is_restored_by_the_takeover() {
+    let _g = serial();
+    // The running count's outputs name each record's count: one lost or
+    // repeated update of the member's state changes every later line.
+    exact_under_faults(
+        Shape::Count { both_marked: false },
+        60_000,
+        &["op", "count"],
+        vec![
+            panic_in("count", 0, 9_000),
+            panic_in("op", 0, 30_000),
+            cut_in("count", 0, 47_000),
+        ],
+    );
+}
+
+#[test]
+fn two_adjacent_marked_operators_share_one_backed_up_chain() {
+    let _g = serial();
+    exact_under_faults(
+        Shape::Count { both_marked: true },
+        40_000,
+        &["op", "count"],
+        vec![panic_in("count", 0, 12_000), panic_in("op", 0, 27_000)],
+    );
+    exact_under_faults(
+        Shape::Stateless { both_marked: true },
+        40_000,
+        &["op", "f", "g", "fmt"],
+        vec![panic_in("f", 0, 7_000)],
+    );
+}
+
+#[test]
+fn a_marked_operator_that_cannot_join_its_upstreams_chain_is_refused() {
+    let _g = serial();
+    let job = JobBuilder::new("refused");
+    job.default_parallelism(2);
+    job.source("src", |i| {
+        let n = i.instance as u64;
+        IterSource((0..100u64).filter(move |s| s % 2 == n).map(|s| (s, s)))
+    })
+    .standby()
+    .map("op", |s: u64| (s % 7, s))
+    .standby()
+    .key_by(|p: &(u64, u64)| p.0)
+    .aggregate("count", |n: &mut u64, _: &(u64, u64)| {
+        *n += 1;
+        *n
+    })
+    .for_each("sink", |_| {});
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .standby(StandbyConfig::default());
+    let err = job.build().unwrap().run(&cfg).unwrap_err().to_string();
+    assert!(
+        err.contains("`count`") && err.contains("repartitioned"),
+        "the error names the operator and why: {err}"
+    );
+}
