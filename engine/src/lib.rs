@@ -117,6 +117,7 @@ pub use operator::{
 };
 pub use record::{Record, TupleId};
 pub use recovery::restart::RestartStrategy;
+pub use runtime::panic::PanicOutput;
 pub use runtime::placement::Chaining;
 pub use runtime::{CheckpointConfig, CheckpointMode, JobHandle, RuntimeConfig};
 pub use standby::{StandbyConfig, StandbyMode};

@@ -32,7 +32,7 @@ pub(crate) mod channel;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
 pub(crate) mod graph;
-pub(crate) mod panic;
+pub mod panic;
 pub mod placement;
 pub mod probe;
 pub(crate) mod source;
@@ -154,6 +154,8 @@ pub struct RuntimeConfig {
     /// Active standbys for the operators built after
     /// [`crate::Stream::standby`] (`None`: those run without one).
     pub standby: Option<crate::standby::StandbyConfig>,
+    /// Who prints an operator's panic, and on which thread.
+    pub panic_output: panic::PanicOutput,
 }
 
 impl std::fmt::Debug for dyn probe::ProbeFactory {
@@ -181,6 +183,7 @@ impl Default for RuntimeConfig {
             heartbeat_timeout: Duration::from_millis(100),
             restore_from: None,
             standby: None,
+            panic_output: panic::PanicOutput::Chained,
         }
     }
 }
@@ -242,6 +245,11 @@ impl RuntimeConfig {
         self.standby = Some(s);
         self
     }
+    /// Sets who prints an operator's panic (see [`panic::PanicOutput`]).
+    pub fn panic_output(mut self, p: panic::PanicOutput) -> Self {
+        self.panic_output = p;
+        self
+    }
     /// Starts from a checkpoint or savepoint.
     pub fn restore_from(mut self, path: impl Into<PathBuf>) -> Self {
         self.restore_from = Some(path.into());
@@ -283,6 +291,7 @@ pub(crate) struct WorkerLive {
 /// What every thread of one attempt of a job shares.
 pub(crate) struct JobShared {
     pub(crate) origin: Instant,
+    pub(crate) panic_output: panic::PanicOutput,
     pub(crate) names: Vec<Arc<str>>,
     pub(crate) metrics: Arc<JobMetrics>,
     pub(crate) dead_letters: Arc<dead_letter::DeadLetters>,

@@ -13,8 +13,12 @@
 //! checked" (a worker printing a backtrace is not stalled: restart-all's
 //! watchdog must not answer the panic a second time). On one core a
 //! standby shares the panicking worker, so its takeover waits for that
-//! hook to return. A hook a program sets later should chain to the
-//! one it replaces (as `std::panic::take_hook` allows) to keep this.
+//! hook to return — unless the job asks for [`PanicOutput::Deferred`]:
+//! then the engine prints the panic's line itself and hands its backtrace,
+//! captured but not resolved, to a printer thread that resolves and prints
+//! it, and the worker goes on at once. A hook a program sets later should
+//! chain to the one it replaces (as `std::panic::take_hook` allows) to
+//! keep this.
 //!
 //! The worker names the task it polls in a thread-local around each poll;
 //! panics elsewhere (other threads, the engine's own setup) pass straight
@@ -22,9 +26,32 @@
 
 use super::task::TaskCtx;
 use crate::error::JobError;
+use std::backtrace::{Backtrace, BacktraceStatus};
 use std::cell::RefCell;
+use std::io::Write;
 use std::rc::Rc;
-use std::sync::Once;
+use std::sync::mpsc;
+use std::sync::{Mutex, Once, OnceLock};
+
+/// Who prints a panic in one of a job's operators
+/// ([`crate::RuntimeConfig::panic_output`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PanicOutput {
+    /// The hook installed before the engine's prints it, on the panicking
+    /// worker: a program's own hook sees every panic. With `RUST_BACKTRACE`
+    /// set, the default hook resolves the backtrace's symbols there first
+    /// (tens to hundreds of milliseconds); on one core, a standby taking
+    /// over shares that worker and waits for it.
+    #[default]
+    Chained,
+    /// The engine prints the panic's first line (thread, location,
+    /// message) at once, to stderr, and captures its backtrace as
+    /// `RUST_BACKTRACE` asks — without resolving it — for a printer thread
+    /// of its own to resolve and print; the worker goes on at once. The
+    /// hook installed before the engine's is not called for panics in this
+    /// job's operators (it still is for every other panic).
+    Deferred,
+}
 
 thread_local! {
     static CURRENT: RefCell<Option<Rc<TaskCtx>>> = const { RefCell::new(None) };
@@ -58,6 +85,7 @@ pub(crate) fn install_hook() {
         crate::operator::answer_current_record(current_record);
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| match report(info.payload()) {
+            Some(ctx) if ctx.shared.panic_output == PanicOutput::Deferred => deferred(info),
             // The previous hook may symbolize a backtrace for 100+ ms on
             // this worker: busy, not stalled. Its heartbeat reads "busy,
             // not checked" meanwhile, and no standby takes this worker's
@@ -97,4 +125,48 @@ fn report(payload: &(dyn std::any::Any + Send)) -> Option<Rc<TaskCtx>> {
         }
     }
     Some(ctx)
+}
+
+/// [`PanicOutput::Deferred`]: the panic's line now, its backtrace from the
+/// printer thread.
+fn deferred(info: &std::panic::PanicHookInfo<'_>) {
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("<unnamed>");
+    let message = super::worker::panic_message(info.payload());
+    let at = info
+        .location()
+        .map_or_else(String::new, |l| format!(" at {l}"));
+    let line = format!("thread '{name}' panicked{at}:\n{message}\n");
+    // Walking the stack is quick; resolving its symbols is what is slow.
+    let trace = Backtrace::capture();
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    if trace.status() == BacktraceStatus::Captured {
+        let sent = printer()
+            .lock()
+            .map(|tx| tx.send((line, trace)).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            let _ = writeln!(std::io::stderr(), "(its backtrace could not be printed)");
+        }
+    }
+}
+
+/// The printer thread's inbox, started with the first deferred backtrace.
+fn printer() -> &'static Mutex<mpsc::Sender<(String, Backtrace)>> {
+    static TX: OnceLock<Mutex<mpsc::Sender<(String, Backtrace)>>> = OnceLock::new();
+    TX.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<(String, Backtrace)>();
+        // Should the thread not start, the receiver goes with it: every
+        // send fails, and each panic's line alone is printed.
+        let _ = std::thread::Builder::new()
+            .name("tandem-panic-printer".into())
+            .spawn(move || {
+                for (line, trace) in rx {
+                    // Resolving the symbols happens here, off the worker.
+                    let text = format!("stack backtrace of {line}{trace}\n");
+                    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                }
+            });
+        Mutex::new(tx)
+    })
 }

@@ -70,6 +70,7 @@ impl Supervisor {
         let standby = self.standby_run(number)?;
         let shared = Arc::new(JobShared {
             origin: self.origin,
+            panic_output: self.config.panic_output,
             names: self.names.clone(),
             metrics: Arc::clone(&self.metrics),
             dead_letters: Arc::clone(&self.dead_letters),
@@ -576,6 +577,7 @@ pub(in crate::runtime) fn placeholder_shared(
     tx: &mpsc::Sender<Event>,
 ) -> JobShared {
     JobShared {
+        panic_output: Default::default(),
         origin,
         names: Vec::new(),
         metrics: Arc::new(JobMetrics::new(&[])),
