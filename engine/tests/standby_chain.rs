@@ -117,6 +117,16 @@ fn cut_in(op: &'static str, partition: u32, seq: u64) -> (&'static str, TupleId,
     (op, TupleId::new(partition, seq), ProbeAction::CutInput)
 }
 
+/// A stall well past the heartbeat: the standby must find it, and the
+/// takeover must be attributed to it (not be unprovoked).
+fn stall_in(op: &'static str, partition: u32, seq: u64) -> (&'static str, TupleId, ProbeAction) {
+    (
+        op,
+        TupleId::new(partition, seq),
+        ProbeAction::Stall(Duration::from_millis(150)),
+    )
+}
+
 /// Runs `shape` clean and then faulted in both modes; the outputs must be
 /// the same, each fault answered by a takeover of the chain, none by a
 /// restart.
@@ -172,6 +182,7 @@ fn a_standby_takes_over_its_whole_chain_whichever_operator_of_it_fails() {
         vec![
             panic_in("op", 0, 4_000),
             panic_in("g", 1, 11_000),
+            stall_in("g", 0, 14_000),
             cut_in("f", 0, 18_000),
             panic_in("fmt", 1, 25_000),
         ],
@@ -238,4 +249,104 @@ fn a_marked_operator_that_cannot_join_its_upstreams_chain_is_refused() {
         err.contains("`count`") && err.contains("repartitioned"),
         "the error names the operator and why: {err}"
     );
+}
+
+/// Sums the values below `FIRST` (the input's first ones), emits the sum
+/// with the last of them, and from then on keeps no state: its snapshot is
+/// `None`, and a fresh instance behaves as it does (it only counts values
+/// below `FIRST`).
+#[derive(Default)]
+struct SumFirst {
+    sum: u64,
+    seen: u64,
+}
+
+const FIRST: u64 = 5_000;
+
+impl tandem::Process<(u64, u64), String> for SumFirst {
+    fn process(&mut self, r: tandem::Record<(u64, u64)>, out: &mut tandem::Output<'_, String>) {
+        if r.value.1 < FIRST {
+            self.sum += r.value.1;
+            self.seen += 1;
+            if self.seen == FIRST {
+                out.emit(format!("sum {}", self.sum));
+            }
+        }
+        out.emit(format!("r {}", r.value.1));
+    }
+
+    fn snapshot_state(
+        &mut self,
+    ) -> Result<Option<tandem::checkpoint::SnapshotBytes>, tandem::CheckpointError> {
+        if self.seen >= FIRST {
+            return Ok(None);
+        }
+        tandem::checkpoint::serialize(&(self.sum, self.seen), 64).map(Some)
+    }
+
+    fn restore_state(&mut self, payload: &[u8]) -> Result<(), tandem::CheckpointError> {
+        let s = tandem::checkpoint::access::<(u64, u64)>(payload)?;
+        (self.sum, self.seen) = (s.0.to_native(), s.1.to_native());
+        Ok(())
+    }
+}
+
+/// A member whose state ends (its snapshot turns `None`) neither stops
+/// the recovery points — the queue, which only a point empties, would
+/// fill and hold the job — nor restores an older state after a takeover.
+#[test]
+fn a_member_whose_state_ends_keeps_the_points_going_and_restores_none() {
+    let _g = serial();
+    let run = |mode: Option<StandbyMode>, faults: Vec<(&'static str, TupleId, ProbeAction)>| {
+        let job = JobBuilder::new("state-ends");
+        job.default_parallelism(1);
+        let n = 60_000u64;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l2 = Arc::clone(&lines);
+        job.source("src", move |_| IterSource((0..n).map(|s| (s, s))))
+            .standby()
+            .map("op", |s: u64| (s % 7, s))
+            .process("sum", |_| SumFirst::default())
+            .for_each("sink", move |r| l2.lock().unwrap().push(r.value));
+        let mut cfg = RuntimeConfig::default()
+            .cores(cores())
+            .chaining(Chaining::Always)
+            .ring_capacity(256);
+        if let Some(mode) = mode {
+            cfg = cfg.standby(StandbyConfig {
+                mode,
+                heartbeat_timeout: Duration::from_millis(30),
+                snapshot_interval: Duration::from_millis(2),
+                // Far less than the input: only points let it through.
+                queue_memory: 256 << 10,
+            });
+        }
+        if !faults.is_empty() {
+            cfg = cfg.probes(Arc::new(Faults::new(faults)));
+        }
+        let rep = job.build().unwrap().run(&cfg).unwrap();
+        let mut v = std::mem::take(&mut *lines.lock().unwrap());
+        v.sort();
+        (v, rep)
+    };
+    let (clean, _) = run(None, vec![]);
+    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+        let faults = vec![
+            panic_in("sum", 0, 2_000),
+            panic_in("sum", 0, 30_000),
+            panic_in("op", 0, 50_000),
+        ];
+        let (got, rep) = run(Some(mode), faults);
+        let stats = rep.standby.as_ref().unwrap();
+        assert_eq!(
+            stats.chains,
+            vec![vec!["op".to_string(), "sum".to_string()]]
+        );
+        assert!(stats.snapshots_published > 3, "{mode:?}: points went on");
+        assert_eq!(rep.restarts, 0);
+        assert!(
+            got == clean,
+            "{mode:?}: the output differs from the clean run"
+        );
+    }
 }

@@ -42,6 +42,10 @@ pub(crate) struct BuildCx {
     pub(crate) restore: Option<crate::runtime::coord::InstanceRestore>,
     /// A new primary's (or hot standby's) state from the standby exchange.
     pub(crate) standby_state: Option<Vec<u8>>,
+    /// Built from a standby's recovery point: without `standby_state` the
+    /// operator had none there, and starts fresh — not from the attempt's
+    /// checkpoint, which is older than the point.
+    pub(crate) from_point: bool,
 }
 
 impl BuildCx {
@@ -63,6 +67,9 @@ impl BuildCx {
             }
             // An instance the attempt's checkpoint restored as finished
             // stays finished whichever incarnation runs it.
+            return self.restore.as_ref().is_some_and(|r| r.finished);
+        }
+        if self.from_point {
             return self.restore.as_ref().is_some_and(|r| r.finished);
         }
         let Some(r) = &self.restore else {

@@ -469,7 +469,7 @@ impl JobShared {
     /// overlaps it, not attributed yet. It is attributed from now on.
     pub(crate) fn take_stall(
         &self,
-        op: usize,
+        ops: &[usize],
         instance: usize,
         silence: Nanos,
         now: Nanos,
@@ -477,7 +477,7 @@ impl JobShared {
         let mut v = self.stalls.lock().unwrap_or_else(|p| p.into_inner());
         let n = v.iter_mut().find(|n| {
             !n.taken
-                && n.op == op
+                && ops.contains(&n.op)
                 && n.instance == instance
                 && n.at <= now
                 && n.until.saturating_add(1_000_000) >= silence

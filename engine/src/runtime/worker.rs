@@ -395,6 +395,7 @@ fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> Buil
             .and_then(|p| p.probe(&n.name, instance)),
         restore,
         standby_state: None,
+        from_point: false,
     }
 }
 
@@ -430,11 +431,14 @@ fn build_incarnation(
     let chain: crate::runtime::standby::kit::ChainBuild = Box::new(move |state| {
         let mut tb = TaskBuild::default();
         if let Some(archive) = state {
+            tb.from_point = true;
             match crate::runtime::standby::chain_state::split(archive, &members) {
                 Ok(states) => tb.states = states,
-                // Nothing restores from a damaged archive: the chain is
-                // built fresh and the failure ends the attempt.
-                Err(e) => c2.fail(JobError::Restore {
+                // The group's own record of the chain's state is damaged:
+                // every standby would read the same bytes. The attempt
+                // fails (restart-all, or the job's error); the chain built
+                // meanwhile never reads an input.
+                Err(e) => c2.shared.fail(JobError::Restore {
                     operator: w2.graph.nodes[node].name.to_string(),
                     instance: inst,
                     source: crate::checkpoint::CheckpointError::ChainFrame(e),
@@ -466,8 +470,9 @@ struct TaskBuild {
     checks: Vec<Box<dyn Fn() -> bool>>,
     holds: Vec<Hold>,
     /// An incarnation's chain built from a recovery point: its operators'
-    /// states, by node.
+    /// states, by node (one without a state there starts fresh).
     states: std::collections::HashMap<usize, Vec<u8>>,
+    from_point: bool,
 }
 
 fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Task {
@@ -686,6 +691,7 @@ fn build_in(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>, tb: &mut Ta
             let down = build_out(w, node, inst, ctx, tb);
             let mut cx = build_cx(w, node, inst, ctx);
             cx.standby_state = tb.states.remove(&node);
+            cx.from_point = tb.from_point;
             build(cx, down)
         }
         NodeKind::Sink(build) => build(build_cx(w, node, inst, ctx)),

@@ -20,16 +20,21 @@ use std::collections::{HashMap, VecDeque};
 
 const MAGIC: &[u8; 8] = b"TDMCHAIN";
 
-/// What a chain's parts come to: `None` when no operator has a state; the
-/// archive of the only operator of a chain of one; else the frame, built in
-/// steps. `stateful` is how many parts carry a state.
-pub(crate) fn capture(mut parts: ChainParts, chain_len: usize) -> (Option<StateCapture>, usize) {
-    let stateful = parts.iter().filter(|(_, s)| s.is_some()).count();
-    if stateful == 0 {
-        return (None, 0);
-    }
+/// What a chain's parts come to: the archive of the only operator of a
+/// chain of one (`None`: it has no state); for a longer chain, the frame,
+/// built in steps — `None` only when no operator has a state and `frame`
+/// is not asked for (a recovery point frames even that: an operator
+/// without a state there restores none, not an older one).
+pub(crate) fn capture(
+    mut parts: ChainParts,
+    chain_len: usize,
+    frame: bool,
+) -> Option<StateCapture> {
     if chain_len == 1 && parts.len() == 1 {
-        return (parts.pop().and_then(|(_, s)| s), 1);
+        return parts.pop().and_then(|(_, s)| s);
+    }
+    if !frame && parts.iter().all(|(_, s)| s.is_none()) {
+        return None;
     }
     let mut out = SnapshotBytes::new();
     put(&mut out, MAGIC);
@@ -39,7 +44,7 @@ pub(crate) fn capture(mut parts: ChainParts, chain_len: usize) -> (Option<StateC
         copying: None,
         out: Some(out),
     };
-    (Some(StateCapture::Steps(Box::new(steps))), stateful)
+    Some(StateCapture::Steps(Box::new(steps)))
 }
 
 /// Bytes a step copies of an archived part into the frame.
@@ -170,7 +175,7 @@ mod tests {
     #[test]
     fn a_large_part_is_copied_into_the_frame_a_slice_at_a_time() {
         let big = vec![7u8; 5 * COPY + 3];
-        let (c, _) = capture(vec![(1, bytes(&big)), (2, bytes(b"y"))], 2);
+        let c = capture(vec![(1, bytes(&big)), (2, bytes(b"y"))], 2, true);
         let Some(StateCapture::Steps(mut s)) = c else {
             panic!("a frame is built in steps")
         };
@@ -204,8 +209,7 @@ mod tests {
 
     #[test]
     fn a_chain_of_one_hands_over_its_operators_archive_unframed() {
-        let (c, n) = capture(vec![(3, bytes(b"abc"))], 1);
-        assert_eq!(n, 1);
+        let c = capture(vec![(3, bytes(b"abc"))], 1, true);
         let a = c.unwrap().archive().unwrap();
         assert_eq!(a.payload(), b"abc");
         let s = split(a.payload().to_vec(), &[3]).unwrap();
@@ -214,16 +218,19 @@ mod tests {
 
     #[test]
     fn a_stateless_chain_has_no_capture() {
-        let (c, n) = capture(vec![(1, None), (2, None)], 2);
-        assert!(c.is_none());
-        assert_eq!(n, 0);
+        assert!(capture(vec![(1, None), (2, None)], 2, false).is_none());
+        // At a recovery point: a frame with no state in it.
+        let a = capture(vec![(1, None), (2, None)], 2, true)
+            .unwrap()
+            .archive()
+            .unwrap();
+        assert!(split(a.payload().to_vec(), &[1, 2]).unwrap().is_empty());
     }
 
     #[test]
     fn a_longer_chain_frames_each_state_under_its_node_after_every_step() {
         let slow = Some(StateCapture::Steps(Box::new(Slow(3, b"keyed".to_vec()))));
-        let (c, n) = capture(vec![(1, bytes(b"x")), (2, None), (4, slow)], 3);
-        assert_eq!(n, 2);
+        let c = capture(vec![(1, bytes(b"x")), (2, None), (4, slow)], 3, false);
         let Some(StateCapture::Steps(mut s)) = c else {
             panic!("a frame is built in steps")
         };
@@ -244,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_damaged_frame_is_an_error_never_a_fresh_state() {
-        let (c, _) = capture(vec![(1, bytes(b"state")), (2, None)], 2);
+        let c = capture(vec![(1, bytes(b"state")), (2, None)], 2, true);
         let a = c.unwrap().archive().unwrap().payload().to_vec();
         assert!(split(a.clone(), &[1, 2]).is_ok());
         assert!(split(a[..a.len() - 1].to_vec(), &[1, 2]).is_err());

@@ -253,9 +253,6 @@ pub(crate) struct Group {
     pub(crate) end_pos: Vec<AtomicU64>,
     /// The chain keeps no state (known once the first primary is built).
     pub(crate) stateless: AtomicBool,
-    /// Operators of the chain that had a state when the first primary was
-    /// built: a recovery point must carry at least as many.
-    pub(crate) stateful_parts: AtomicUsize,
     /// A queue writer found its queue full of entries no point covers: the
     /// primary takes one at once.
     pub(crate) point_wanted: AtomicBool,
@@ -412,7 +409,6 @@ impl Group {
             point_pos: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
             end_pos: (0..lanes).map(|_| AtomicU64::new(u64::MAX)).collect(),
             stateless: AtomicBool::new(false),
-            stateful_parts: AtomicUsize::new(0),
             point_wanted: AtomicBool::new(false),
             reader_workers: [
                 AtomicUsize::new(primary_worker),

@@ -150,12 +150,9 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             // The first primary: epoch 1, from the start of every queue.
             me.build_chain(None);
             let mut chain = me.chain.take().expect("just built");
-            let (capture, stateful) = me.chain_capture(&mut chain);
+            let stateless = me.chain_capture(&mut chain, false).is_none();
             me.chain = Some(chain);
-            me.group.stateful_parts.store(stateful, Ordering::Release);
-            me.group
-                .stateless
-                .store(capture.is_none(), Ordering::Release);
+            me.group.stateless.store(stateless, Ordering::Release);
             me.attach();
             me.phase = Phase::Primary { epoch: 1 };
             me.ctx.epoch.set(1);
@@ -181,27 +178,25 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.ctx.long(move || drop(chain));
     }
 
-    /// The chain's state now (`None`: stateless) and how many of its
-    /// operators have one, reporting a failure.
-    fn chain_capture(&self, chain: &mut BoxCollector<T>) -> (Option<StateCapture>, usize) {
+    /// The chain's state now (`None`: stateless; see
+    /// [`super::chain_state::capture`] for `frame`), reporting a failure.
+    fn chain_capture(&self, chain: &mut BoxCollector<T>, frame: bool) -> Option<StateCapture> {
         let mut parts = Vec::with_capacity(self.group.chain.len());
         match chain.snapshot_chain(&mut parts) {
-            Ok(()) => super::chain_state::capture(parts, self.group.chain.len()),
+            Ok(()) => super::chain_state::capture(parts, self.group.chain.len(), frame),
             Err(e) => {
                 self.fail(format!("standby snapshot: {e}"));
-                (None, 0)
+                None
             }
         }
     }
 
-    /// The chain's state for a recovery point: `None` (no point now) when
-    /// it fails, or when fewer of its operators have a state than had one
-    /// at the start (a point must not stand for a state it lacks).
+    /// The chain's state for a recovery point (`None`: no point now — it
+    /// failed, or the operator of a chain of one has no state to stand
+    /// for). A longer chain's point always has its frame: an operator
+    /// without a state there restores none.
     fn chain_snapshot(&self, chain: &mut BoxCollector<T>) -> Option<StateCapture> {
-        let (capture, stateful) = self.chain_capture(chain);
-        (stateful >= self.group.stateful_parts.load(Ordering::Acquire))
-            .then_some(capture)
-            .flatten()
+        self.chain_capture(chain, true)
     }
 
     fn attach(&mut self) -> bool {

@@ -262,9 +262,15 @@ impl Supervisor {
         let groups = self.attempt.shared.standby.clone();
         let mut finished = std::borrow::Cow::Borrowed(&self.attempt.finished);
         if let Some(sb) = &groups {
-            for (&k, g) in &sb.groups {
-                if g.done.load(Ordering::Acquire) && !finished.contains(&k) {
-                    finished.to_mut().insert(k);
+            for g in sb.groups.values() {
+                if !g.done.load(Ordering::Acquire) {
+                    continue;
+                }
+                // Every operator of the chain.
+                for &m in &g.chain {
+                    if !finished.contains(&(m, g.instance)) {
+                        finished.to_mut().insert((m, g.instance));
+                    }
                 }
             }
         }

@@ -340,8 +340,11 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             };
         };
         let beat = now.saturating_sub(e.silence_ns);
-        let cause = format!("operator `{}` instance {} stalled: {e}", g.name, g.instance);
-        match self.ctx.shared.take_stall(g.node, g.instance, beat, now) {
+        // A stall noted in any operator of the chain.
+        let stall = self.ctx.shared.take_stall(&g.chain, g.instance, beat, now);
+        let name = stall.map_or(&g.name, |n| &self.ctx.shared.names[n.op]);
+        let cause = format!("operator `{name}` instance {} stalled: {e}", g.instance);
+        match stall {
             Some(n) => Attributed {
                 at: beat.max(n.at),
                 cause,
