@@ -136,7 +136,7 @@ fn same_instance(nodes: &[NodeShape], e: &EdgeShape) -> bool {
 }
 
 /// Whether an edge can be a direct call (between operators without a
-/// standby; see [`backed_chains`] for the others).
+/// standby; `backed_chains` decides the others).
 pub fn chainable(nodes: &[NodeShape], e: &EdgeShape) -> bool {
     let b = &nodes[e.to];
     let only_input = !b.binary && b.inputs == 1;
@@ -372,6 +372,20 @@ mod tests {
             sink: false,
         }
     }
+    /// A co-operator of parallelism `p`.
+    fn co(p: usize) -> NodeShape {
+        NodeShape {
+            binary: true,
+            ..n(p, 2)
+        }
+    }
+    /// The edge into a co-operator's second input.
+    fn side(from: usize, to: usize, forward: bool) -> EdgeShape {
+        EdgeShape {
+            port: 1,
+            ..e(from, to, forward)
+        }
+    }
     fn e(from: usize, to: usize, forward: bool) -> EdgeShape {
         EdgeShape {
             from,
@@ -444,22 +458,8 @@ mod tests {
     #[test]
     fn a_two_input_operator_chains_its_first_input_only() {
         // s0 → co ← s1 (side), co → sink
-        let nodes = vec![
-            n(1, 0),
-            n(1, 0),
-            NodeShape {
-                parallelism: 1,
-                inputs: 2,
-                binary: true,
-                standby: false,
-                sink: false,
-            },
-            n(1, 1),
-        ];
-        let side = EdgeShape {
-            port: 1,
-            ..e(1, 2, true)
-        };
+        let nodes = vec![n(1, 0), n(1, 0), co(1), n(1, 1)];
+        let side = side(1, 2, true);
         let edges = vec![e(0, 2, true), side, e(2, 3, true)];
         let plan = place(&nodes, &edges, 1, Chaining::Always);
         assert_eq!(plan.chained, vec![true, false, true]);
@@ -473,22 +473,8 @@ mod tests {
     #[test]
     fn a_diamond_into_a_co_operator_is_not_chained_into_a_cycle() {
         for p in [1, 2] {
-            let nodes = vec![
-                n(p, 0),
-                n(p, 1),
-                n(p, 1),
-                NodeShape {
-                    parallelism: p,
-                    inputs: 2,
-                    binary: true,
-                    standby: false,
-                    sink: false,
-                },
-            ];
-            let side = EdgeShape {
-                port: 1,
-                ..e(2, 3, false)
-            };
+            let nodes = vec![n(p, 0), n(p, 1), n(p, 1), co(p)];
+            let side = side(2, 3, false);
             let edges = vec![e(0, 1, true), e(0, 2, true), e(1, 3, true), side];
             let plan = place(&nodes, &edges, 1, Chaining::Always);
             assert!(
@@ -614,22 +600,8 @@ mod tests {
     #[test]
     fn a_co_operator_never_joins_a_backed_up_chain() {
         // s0 → a (marked) → co ← s1
-        let nodes = vec![
-            n(1, 0),
-            marked(n(1, 1)),
-            n(1, 0),
-            NodeShape {
-                parallelism: 1,
-                inputs: 2,
-                binary: true,
-                standby: false,
-                sink: false,
-            },
-        ];
-        let side = EdgeShape {
-            port: 1,
-            ..e(2, 3, true)
-        };
+        let nodes = vec![n(1, 0), marked(n(1, 1)), n(1, 0), co(1)];
+        let side = side(2, 3, true);
         let edges = vec![e(0, 1, true), e(1, 3, true), side];
         let plan = place(&nodes, &edges, 1, Chaining::Always);
         assert_eq!(plan.backed, vec![None, Some(1), None, None]);
