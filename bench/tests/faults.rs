@@ -205,6 +205,7 @@ fn run_standby(
             heartbeat_timeout: std::time::Duration::from_millis(heartbeat_ms),
             snapshot_interval: std::time::Duration::from_millis(10),
             queue_memory: 4 << 20,
+            replay_sources: true,
         });
     let report = job
         .run(&cfg)

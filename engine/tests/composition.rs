@@ -33,6 +33,15 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 const N: u64 = 40_000;
 
+/// Warm and hot, with `fm`'s groups replaying the source and reading it
+/// from buffer queues.
+const BOTH_WAYS: [(StandbyMode, bool); 4] = [
+    (StandbyMode::Warm, true),
+    (StandbyMode::Hot, true),
+    (StandbyMode::Warm, false),
+    (StandbyMode::Hot, false),
+];
+
 /// The job; `keyed` instances are built by `factory`.
 fn build(
     out: &Path,
@@ -56,7 +65,9 @@ fn build(
     job.build().unwrap()
 }
 
-fn config(dir: &Path, mode: StandbyMode, every: Duration) -> RuntimeConfig {
+/// `replay`: the groups of `fm` replay the source (no queue) rather than
+/// read its records from buffer queues.
+fn config(dir: &Path, mode: StandbyMode, replay: bool, every: Duration) -> RuntimeConfig {
     let mut cp = CheckpointConfig::every(every);
     cp.dir = Some(dir.join("checkpoints"));
     RuntimeConfig::default()
@@ -72,38 +83,39 @@ fn config(dir: &Path, mode: StandbyMode, every: Duration) -> RuntimeConfig {
             heartbeat_timeout: Duration::from_millis(20),
             snapshot_interval: Duration::from_millis(10),
             queue_memory: 4 << 20,
+            replay_sources: replay,
         })
 }
 
 /// The committed output of one run with `probes`, and its report.
 fn run(
     tag: &str,
-    mode: StandbyMode,
+    (mode, replay): (StandbyMode, bool),
     every: Duration,
     probes: Option<Arc<dyn ProbeFactory>>,
     factory: impl Fn(&OperatorInfo) -> PerKey + Send + Sync + 'static,
 ) -> (Vec<String>, JobReport) {
-    run_in(tag, mode, every, |_| probes, factory)
+    run_in(tag, (mode, replay), every, |_| probes, factory)
 }
 
 /// As [`run`], with probes that may look at the run's checkpoint
 /// directory.
 fn run_in(
     tag: &str,
-    mode: StandbyMode,
+    (mode, replay): (StandbyMode, bool),
     every: Duration,
     probes: impl FnOnce(&Path) -> Option<Arc<dyn ProbeFactory>>,
     factory: impl Fn(&OperatorInfo) -> PerKey + Send + Sync + 'static,
 ) -> (Vec<String>, JobReport) {
     let dir = tempdir(tag);
     let out = dir.join("out");
-    let mut cfg = config(&dir, mode, every);
+    let mut cfg = config(&dir, mode, replay, every);
     if let Some(p) = probes(&dir.join("checkpoints")) {
         cfg = cfg.probes(p);
     }
     let report = build(&out, factory)
         .run(&cfg)
-        .unwrap_or_else(|e| panic!("{tag} ({mode:?}): {e}"));
+        .unwrap_or_else(|e| panic!("{tag} ({mode:?}, replay {replay}): {e}"));
     let lines = committed_lines(&out);
     std::fs::remove_dir_all(dir).unwrap();
     (lines, report)
@@ -116,7 +128,7 @@ fn clean() -> Vec<String> {
     if c.is_empty() {
         let (lines, _) = run(
             "clean",
-            StandbyMode::Warm,
+            (StandbyMode::Warm, true),
             Duration::from_millis(10),
             None,
             |_| PerKey,
@@ -223,7 +235,7 @@ impl ProbeFactory for WithMid {
 fn takeover_then_restart_all_then_takeover_commit_exactly_the_clean_output() {
     let _g = serial();
     let clean = clean();
-    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+    for mode in BOTH_WAYS {
         let faults = Faults::new(vec![panic_in("fm", 0, 4_000), panic_in("keyed", 0, 14_000)]);
         let mid = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (f2, m2) = (faults.clone(), Arc::clone(&mid));
@@ -285,7 +297,7 @@ fn takeover_then_restart_all_then_takeover_commit_exactly_the_clean_output() {
 fn takeovers_while_checkpoints_align_end_with_the_clean_output() {
     let _g = serial();
     let clean = clean();
-    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+    for mode in BOTH_WAYS {
         let faults = Faults::new(vec![
             panic_in("fm", 1, 3_000),
             panic_in("keyed", 0, 6_000),
@@ -323,7 +335,7 @@ fn a_restart_during_a_takeover_ends_with_the_clean_output() {
         let faults = Faults::new(vec![panic_in("fm", 0, 8_000), panic_in("mid", 0, 8_000)]);
         let (got, report) = run(
             "during",
-            mode,
+            (mode, true),
             Duration::from_millis(10),
             Some(Arc::new(faults.clone())),
             |_| PerKey,
@@ -361,7 +373,7 @@ fn when_primary_and_standbys_of_a_group_fail_it_falls_back_to_restart_all() {
     // first build of each instance is its primary's).
     let (got, report) = run(
         "gone",
-        StandbyMode::Hot,
+        (StandbyMode::Hot, true),
         Duration::from_millis(10),
         Some(Arc::new(faults.clone())),
         move |info| {
@@ -417,7 +429,7 @@ fn a_record_that_fails_two_primaries_in_a_row_is_restart_all() {
     let fired = Arc::new(AtomicUsize::new(0));
     let (got, report) = run(
         "poison",
-        StandbyMode::Warm,
+        (StandbyMode::Warm, true),
         Duration::from_millis(10),
         Some(Arc::new(F(Arc::clone(&fired)))),
         |_| PerKey,

@@ -148,6 +148,7 @@ impl Spec {
             heartbeat_timeout: Duration::from_millis(heartbeat_ms),
             snapshot_interval: Duration::from_millis(10),
             queue_memory: 4 << 20,
+            replay_sources: true,
         });
         self
     }
@@ -219,9 +220,12 @@ impl Spec {
             self.kind,
             self.records,
             self.rate.map_or("full rate".into(), |r| format!("{r}/s")),
-            self.standby
-                .as_ref()
-                .map(|s| (s.mode, s.heartbeat_timeout, s.queue_memory)),
+            self.standby.as_ref().map(|s| (
+                s.mode,
+                s.heartbeat_timeout,
+                s.queue_memory,
+                s.replay_sources
+            )),
             self.ring,
             self.faults
                 .iter()
@@ -408,14 +412,19 @@ fn the_smallest_queues_at_full_rate_neither_hang_nor_lose() {
     let _g = serial();
     for kind in KINDS {
         for mode in [StandbyMode::Warm, StandbyMode::Hot] {
-            for f in [Vec::new(), three_faults(60_000, 10)] {
-                let mut s = Spec::new(kind, 60_000).standby(mode, 5).faults(f);
-                if let Some(c) = &mut s.standby {
-                    c.queue_memory = 64 << 10;
-                    c.snapshot_interval = Duration::from_millis(200);
+            // `map` right after the source replays it (its log, sized like
+            // one queue, fills instead), or reads its records from a queue.
+            for replay in [true, false] {
+                for f in [Vec::new(), three_faults(60_000, 10)] {
+                    let mut s = Spec::new(kind, 60_000).standby(mode, 5).faults(f);
+                    if let Some(c) = &mut s.standby {
+                        c.queue_memory = 64 << 10;
+                        c.snapshot_interval = Duration::from_millis(200);
+                        c.replay_sources = replay;
+                    }
+                    s.ring = 2;
+                    s.check();
                 }
-                s.ring = 2;
-                s.check();
             }
         }
     }
@@ -570,6 +579,7 @@ fn a_failed_standby_is_replaced_and_its_replacement_takes_over() {
             heartbeat_timeout: Duration::from_millis(20),
             snapshot_interval: Duration::from_millis(10),
             queue_memory: 4 << 20,
+            replay_sources: true,
         })
         .probes(faults(&[(
             TupleId::new(0, 20_000),

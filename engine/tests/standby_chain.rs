@@ -41,6 +41,9 @@ struct Run {
     records: u64,
     mode: Option<StandbyMode>,
     faults: Vec<(&'static str, TupleId, ProbeAction)>,
+    /// The chain replays `src` (no queue) rather than reading its records
+    /// from a buffer queue.
+    replay: bool,
 }
 
 impl Run {
@@ -89,6 +92,7 @@ impl Run {
                 heartbeat_timeout: Duration::from_millis(30),
                 snapshot_interval: Duration::from_millis(5),
                 queue_memory: 2 << 20,
+                replay_sources: self.replay,
             });
         }
         if !self.faults.is_empty() {
@@ -141,21 +145,34 @@ fn exact_under_faults(
         records,
         mode: None,
         faults: vec![],
+        replay: false,
     }
     .go()
     .0;
     assert!(!clean.is_empty());
-    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+    for (mode, replay) in [
+        (StandbyMode::Warm, true),
+        (StandbyMode::Hot, true),
+        (StandbyMode::Warm, false),
+        (StandbyMode::Hot, false),
+    ] {
         let (got, rep) = Run {
             shape,
             records,
             mode: Some(mode),
             faults: faults.clone(),
+            replay,
         }
         .go();
-        let what = format!("{shape:?} {mode:?}");
+        let what = format!("{shape:?} {mode:?} replaying the source: {replay}");
         let stats = rep.standby.as_ref().expect("a standby run");
-        let want: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
+        // A chain that replays its source runs it too.
+        let want: Vec<String> = replay
+            .then_some("src")
+            .iter()
+            .chain(chain)
+            .map(|s| s.to_string())
+            .collect();
         assert_eq!(stats.chains, vec![want], "{what}: the backed-up chain");
         assert_eq!(rep.restarts, 0, "{what}: a takeover is not a restart");
         let takeovers = rep
@@ -221,6 +238,52 @@ fn two_adjacent_marked_operators_share_one_backed_up_chain() {
         &["op", "f", "g", "fmt"],
         vec![panic_in("f", 0, 7_000)],
     );
+}
+
+/// A chain that replays its source runs the source's code too: a panic,
+/// a stall or a cut in the source is one takeover of the chain (with a
+/// queue, the source is outside every group and its failure restart-all).
+#[test]
+fn a_chain_that_replays_its_source_takes_over_faults_in_the_source() {
+    let _g = serial();
+    let shape = Shape::Stateless { both_marked: false };
+    let records = 60_000;
+    let clean = Run {
+        shape,
+        records,
+        mode: None,
+        faults: vec![],
+        replay: false,
+    }
+    .go()
+    .0;
+    let faults = vec![
+        panic_in("src", 0, 3_000),
+        stall_in("src", 1, 11_000),
+        cut_in("src", 0, 20_000),
+        panic_in("src", 1, 27_000),
+    ];
+    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+        let (got, rep) = Run {
+            shape,
+            records,
+            mode: Some(mode),
+            faults: faults.clone(),
+            replay: true,
+        }
+        .go();
+        assert_eq!(rep.restarts, 0, "{mode:?}: a takeover is not a restart");
+        let takeovers: Vec<_> = rep
+            .recovery
+            .iter()
+            .filter(|r| r.kind == RecoveryKind::Takeover && !r.unprovoked)
+            .collect();
+        assert_eq!(takeovers.len(), faults.len(), "{mode:?}: {takeovers:?}");
+        assert!(
+            got == clean,
+            "{mode:?}: the output differs from the clean run"
+        );
+    }
 }
 
 #[test]
@@ -297,7 +360,9 @@ impl tandem::Process<(u64, u64), String> for SumFirst {
 #[test]
 fn a_member_whose_state_ends_keeps_the_points_going_and_restores_none() {
     let _g = serial();
-    let run = |mode: Option<StandbyMode>, faults: Vec<(&'static str, TupleId, ProbeAction)>| {
+    let run = |mode: Option<StandbyMode>,
+               replay: bool,
+               faults: Vec<(&'static str, TupleId, ProbeAction)>| {
         let job = JobBuilder::new("state-ends");
         job.default_parallelism(1);
         let n = 60_000u64;
@@ -319,6 +384,7 @@ fn a_member_whose_state_ends_keeps_the_points_going_and_restores_none() {
                 snapshot_interval: Duration::from_millis(2),
                 // Far less than the input: only points let it through.
                 queue_memory: 256 << 10,
+                replay_sources: replay,
             });
         }
         if !faults.is_empty() {
@@ -329,24 +395,33 @@ fn a_member_whose_state_ends_keeps_the_points_going_and_restores_none() {
         v.sort();
         (v, rep)
     };
-    let (clean, _) = run(None, vec![]);
-    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+    let (clean, _) = run(None, false, vec![]);
+    for (mode, replay) in [
+        (StandbyMode::Warm, true),
+        (StandbyMode::Hot, true),
+        (StandbyMode::Warm, false),
+        (StandbyMode::Hot, false),
+    ] {
         let faults = vec![
             panic_in("sum", 0, 2_000),
             panic_in("sum", 0, 30_000),
             panic_in("op", 0, 50_000),
         ];
-        let (got, rep) = run(Some(mode), faults);
+        let (got, rep) = run(Some(mode), replay, faults);
         let stats = rep.standby.as_ref().unwrap();
-        assert_eq!(
-            stats.chains,
-            vec![vec!["op".to_string(), "sum".to_string()]]
+        let mut want = vec!["op".to_string(), "sum".to_string()];
+        if replay {
+            want.insert(0, "src".into());
+        }
+        assert_eq!(stats.chains, vec![want], "{mode:?} replay {replay}");
+        assert!(
+            stats.snapshots_published > 3,
+            "{mode:?} replay {replay}: points went on"
         );
-        assert!(stats.snapshots_published > 3, "{mode:?}: points went on");
         assert_eq!(rep.restarts, 0);
         assert!(
             got == clean,
-            "{mode:?}: the output differs from the clean run"
+            "{mode:?} replay {replay}: the output differs from the clean run"
         );
     }
 }

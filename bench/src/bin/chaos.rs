@@ -94,6 +94,9 @@ struct Config {
     standby: Vec<String>,
     heartbeat_ms: u64,
     queue_mib: u64,
+    /// The source's records go through a buffer queue even where a chain
+    /// could replay the source.
+    queue_source: bool,
     checkpoint_ms: Option<u64>,
     rate: Option<f64>,
     schedule: String,
@@ -119,6 +122,9 @@ impl Config {
                     self.heartbeat_ms,
                     self.queue_mib
                 );
+                if self.queue_source {
+                    c += " --standby-queue-source";
+                }
             }
         }
         if let Some(ms) = self.checkpoint_ms {
@@ -226,6 +232,8 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         .then(|| [10, 20, 50, 100][rng.below(4) as usize]);
     // Half at full rate, half throttled to 100–400 k records/s.
     let rate = (rng.below(2) == 0).then(|| (100_000 + 50_000 * rng.below(7)) as f64);
+    // Half the chains after the source replay it, half read a queue.
+    let queue_source = rng.below(2) == 0;
     let secs = args.records as f64 / rate.unwrap_or(2e6);
     let protection = Protection {
         standby: standby.clone(),
@@ -235,6 +243,9 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         checkpoints_expected: checkpoint_ms
             .map_or(0, |ms| ((secs * 1e3 / ms as f64) as u64).clamp(1, 50)),
         cores,
+        replays_source: strategy.starts_with("bqbs")
+            && !queue_source
+            && standby.iter().any(|s| s == paper::names::FLATMAP),
     };
     let spec = ScheduleSpec::Random {
         seed: rng.next_u64(),
@@ -252,6 +263,7 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         standby,
         heartbeat_ms: [2, 5, 10][rng.below(3) as usize],
         queue_mib: [2, 16][rng.below(2) as usize],
+        queue_source,
         checkpoint_ms,
         rate,
         schedule: schedule.to_string(),
@@ -299,6 +311,7 @@ fn run_job(
             },
             heartbeat_timeout: Duration::from_millis(cfg.heartbeat_ms),
             queue_memory: cfg.queue_mib << 20,
+            replay_sources: !cfg.queue_source,
             ..Default::default()
         });
     }
@@ -471,6 +484,7 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
         standby: vec![],
         heartbeat_ms: 5,
         queue_mib: 16,
+        queue_source: false,
         checkpoint_ms: None,
         rate: None,
         schedule: String::new(),

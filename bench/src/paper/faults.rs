@@ -22,6 +22,11 @@ pub struct Protection {
     /// Cores the job runs on (a standby on the only core cannot watch a
     /// primary that holds it).
     pub cores: usize,
+    /// The chain backed up with `flatmap` replays the source (standbys
+    /// run, `flatmap` has one, and the source is not copied into a buffer
+    /// queue): a fault in the source is one of the chain's, and the chain
+    /// has no queue to damage.
+    pub replays_source: bool,
 }
 
 impl Protection {
@@ -41,7 +46,9 @@ impl Protection {
     /// - panics and cut inputs where a standby or a restart answers them;
     /// - stalls that never end where something detects them;
     /// - faulty standbys on backed-up operators, and damaged buffer-queue
-    ///   entries where a restart can replace the group's queues;
+    ///   entries where a restart can replace the group's queues (a chain
+    ///   that replays its source has none);
+    /// - panics and cut inputs of the source where a chain replays it;
     /// - with checkpoints, panics of the source, snapshot I/O errors,
     ///   crashes around a publication, damaged snapshots, and failed
     ///   commits of a transactional output.
@@ -60,10 +67,15 @@ impl Protection {
             }
             if backed {
                 s = s.allow("standby", op);
-                if self.checkpoints && self.restarts {
+                let queued =
+                    !(self.replays_source && [names::FLATMAP, names::FILTER].contains(&op));
+                if self.checkpoints && self.restarts && queued {
                     s = s.allow("corrupt", op);
                 }
             }
+        }
+        if self.replays_source {
+            s = s.allow("panic", names::SOURCE).allow("cut", names::SOURCE);
         }
         if !(self.checkpoints && self.restarts) {
             // Two stalls that never end, at once, may hold every core, and

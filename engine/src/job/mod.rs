@@ -145,6 +145,12 @@ impl JobBuilder {
         S: Source<T>,
         F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
     {
+        let factory = Arc::new(factory);
+        let f = Arc::clone(&factory);
+        let open: graph::SourceOpen = Arc::new(move |info: &OperatorInfo| -> AnyBox {
+            let src: Box<dyn Source<T>> = Box::new(f(info));
+            Box::new(src)
+        });
         let build: graph::SourceBuild = Arc::new(move |cx: BuildCx, down: AnyBox, rate, gate| {
             let src: Box<dyn Source<T>> = Box::new(factory(&cx.info));
             let down = downcast::<BoxCollector<T>>(down, "source output");
@@ -159,7 +165,11 @@ impl JobBuilder {
         let node = add_node(
             &self.inner,
             name,
-            NodeKind::Source { build, rate: None },
+            NodeKind::Source {
+                build,
+                open,
+                rate: None,
+            },
             Some(Kit::<T>::arc()),
             &[],
         );

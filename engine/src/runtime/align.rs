@@ -76,6 +76,11 @@ impl Alignment {
     pub(crate) fn aligning(&self) -> u64 {
         self.aligning
     }
+
+    /// The newest barrier forwarded (0: none).
+    pub(crate) fn forwarded(&self) -> u64 {
+        self.forwarded
+    }
 }
 
 #[cfg(test)]

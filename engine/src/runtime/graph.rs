@@ -109,9 +109,15 @@ pub(crate) type BinaryBuild = Arc<dyn Fn(BuildCx, AnyBox) -> CoInputs + Send + S
 /// Builds a sink: `cx -> input collector`.
 pub(crate) type SinkBuild = Arc<dyn Fn(BuildCx) -> AnyBox + Send + Sync>;
 
+/// Opens an instance of a source partition, type-erased (a
+/// `Box<dyn Source<T>>`): what a backed-up chain that replays the source
+/// runs in place of the source's own port.
+pub(crate) type SourceOpen = Arc<dyn Fn(&OperatorInfo) -> AnyBox + Send + Sync>;
+
 pub(crate) enum NodeKind {
     Source {
         build: SourceBuild,
+        open: SourceOpen,
         rate: Option<f64>,
     },
     Unary(UnaryBuild),

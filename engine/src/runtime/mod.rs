@@ -633,8 +633,14 @@ fn lanes(graph: &Graph, edge: usize) -> Vec<(usize, usize)> {
 }
 
 /// The shapes placement needs, read off a graph.
-/// With `standby`, operators marked for one head (or join) backed-up chains.
-pub(crate) fn shapes(graph: &Graph, standby: bool) -> (Vec<NodeShape>, Vec<EdgeShape>) {
+/// With `standby`, operators marked for one head (or join) backed-up chains
+/// (and, with `replay_sources`, take the source before them in as their
+/// queue).
+pub(crate) fn shapes(
+    graph: &Graph,
+    standby: bool,
+    replay_sources: bool,
+) -> (Vec<NodeShape>, Vec<EdgeShape>) {
     let mut inputs = vec![0; graph.nodes.len()];
     for e in &graph.edges {
         inputs[e.to] += 1;
@@ -649,6 +655,7 @@ pub(crate) fn shapes(graph: &Graph, standby: bool) -> (Vec<NodeShape>, Vec<EdgeS
             binary: matches!(n.kind, NodeKind::Binary(_)),
             standby: standby && n.standby.is_some(),
             sink: matches!(n.kind, NodeKind::Sink(_)),
+            source: standby && replay_sources && matches!(n.kind, NodeKind::Source { .. }),
         })
         .collect();
     let edges = graph
@@ -688,7 +695,11 @@ pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHand
     }
     panic::install_hook();
     check_ring_memory(&graph, config)?;
-    let (ns, es) = shapes(&graph, config.standby.is_some());
+    let (ns, es) = shapes(
+        &graph,
+        config.standby.is_some(),
+        config.standby.as_ref().is_some_and(|s| s.replay_sources),
+    );
     let plan = placement::place(&ns, &es, requested, config.chaining);
     let (sup, handle_parts) = supervisor::Supervisor::new(
         Arc::clone(&graph),

@@ -24,6 +24,13 @@
 //! the group's fenced rings. A sink or a co-operator never joins one (a
 //! sink's output and a second input are not in the group's log).
 //!
+//! A chain whose head's only input is a *replayable source* instance on the
+//! same instance (forward, equal parallelism, the source feeding nothing
+//! else) takes that source in as well: the source is its queue. The task
+//! is then `source → head → …`, the source's records are never copied, and
+//! a takeover replays them from the source itself (it can seek by tuple
+//! ID); see `runtime/standby/incarnation/source_lane.rs`.
+//!
 //! Tasks are ordered by instance, then by position in the graph, and split
 //! into contiguous runs, one run per worker: an instance's whole pipeline
 //! tends to share a core (its forward edges stay in that core's cache), and
@@ -43,6 +50,9 @@ pub struct NodeShape {
     pub standby: bool,
     /// Whether the node is a sink.
     pub sink: bool,
+    /// Whether the node is a source that a backed-up chain after it may
+    /// replay instead of copying its records into a buffer queue.
+    pub source: bool,
 }
 
 /// What placement needs to know about an edge.
@@ -98,6 +108,10 @@ pub struct Plan {
     /// Marked nodes that can neither head a chain nor join the one their
     /// input comes from, with the reason (the runtime refuses the job).
     pub refused: Vec<(usize, &'static str)>,
+    /// Per node: for the head of a backed-up chain, the source it replays
+    /// as its queue (that source is chained into the head's task and runs
+    /// inside the chain's incarnations).
+    pub replays: Vec<Option<usize>>,
     /// Per node, per instance: its task (what [`Plan::task_of`] answers in
     /// constant time — wiring asks it for every lane, `p²` per keyed edge).
     task_index: Vec<Vec<usize>>,
@@ -167,6 +181,8 @@ struct Chains {
     inside: Vec<bool>,
     /// Marked nodes that fit no chain, and why.
     refused: Vec<(usize, &'static str)>,
+    /// Per head: the source it replays.
+    replays: Vec<Option<usize>>,
 }
 
 /// Decides the backed-up chains (see the module docs). `chain` is the
@@ -208,10 +224,24 @@ fn backed_chains(nodes: &[NodeShape], edges: &[EdgeShape], chain: bool) -> Chain
             backed[n] = Some(n);
         }
     }
+    // A head fed only by a replayable source instance of its own takes the
+    // source in as its queue.
+    let mut replays = vec![None; nodes.len()];
+    for h in (0..nodes.len()).filter(|&h| backed[h] == Some(h)) {
+        let ins: Vec<usize> = (0..edges.len()).filter(|&i| edges[i].to == h).collect();
+        let [i] = ins[..] else { continue };
+        let s = edges[i].from;
+        let alone = edges.iter().filter(|e| e.from == s).count() == 1;
+        if nodes[s].source && alone && same_instance(nodes, &edges[i]) {
+            inside[i] = true;
+            replays[h] = Some(s);
+        }
+    }
     Chains {
         backed,
         inside,
         refused,
+        replays,
     }
 }
 
@@ -229,6 +259,7 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
         backed,
         inside,
         refused,
+        replays,
     } = backed_chains(nodes, edges, chain);
     // Into a chain's head: its buffer queues; out of a chain: fenced rings.
     let mut chained: Vec<bool> = edges
@@ -263,6 +294,7 @@ pub fn place(nodes: &[NodeShape], edges: &[EdgeShape], cores: usize, chaining: C
         chained,
         backed,
         refused,
+        replays,
         task_index: task_index(nodes, &tasks),
         tasks,
         worker_of_task,
@@ -370,6 +402,7 @@ mod tests {
             binary: false,
             standby: false,
             sink: false,
+            source: false,
         }
     }
     /// A co-operator of parallelism `p`.
@@ -606,5 +639,56 @@ mod tests {
         let plan = place(&nodes, &edges, 1, Chaining::Always);
         assert_eq!(plan.backed, vec![None, Some(1), None, None]);
         assert_eq!(plan.chained, vec![false, false, false]);
+    }
+
+    fn replayable(mut n: NodeShape) -> NodeShape {
+        n.source = true;
+        n
+    }
+
+    #[test]
+    fn a_chain_fed_by_a_replayable_source_takes_the_source_in_as_its_queue() {
+        let (mut nodes, edges) = backed_line(2, false);
+        nodes[0] = replayable(nodes[0]);
+        for (cores, policy) in [
+            (2, Chaining::Auto),
+            (8, Chaining::Auto),
+            (1, Chaining::Never),
+        ] {
+            let plan = place(&nodes, &edges, cores, policy);
+            assert_eq!(plan.replays, vec![None, Some(0), None, None], "{policy:?}");
+            assert!(
+                plan.chained[0],
+                "{policy:?}: the source is called, not queued"
+            );
+            // Not a member of the chain the standby snapshots: its state
+            // is the chain's position.
+            assert_eq!(plan.backed[0], None, "{policy:?}");
+            assert_eq!(plan.task_of(0, 1), plan.task_of(1, 1), "{policy:?}");
+            let t = &plan.tasks[plan.task_of(1, 1).unwrap()];
+            assert_eq!(t.head, 0, "{policy:?}: the task starts at the source");
+        }
+    }
+
+    #[test]
+    fn a_source_that_feeds_more_or_is_repartitioned_stays_a_queue_writer() {
+        // Repartitioned into the head.
+        let (mut nodes, mut edges) = backed_line(2, false);
+        nodes[0] = replayable(nodes[0]);
+        edges[0].forward = false;
+        let plan = place(&nodes, &edges, 2, Chaining::Always);
+        assert_eq!(plan.replays, vec![None; 4]);
+        assert!(!plan.chained[0]);
+        // A second consumer of the source.
+        let (mut nodes, mut edges) = backed_line(2, false);
+        nodes[0] = replayable(nodes[0]);
+        edges.push(e(0, 3, true));
+        nodes[3].inputs = 2;
+        let plan = place(&nodes, &edges, 2, Chaining::Always);
+        assert_eq!(plan.replays, vec![None; 4]);
+        // Not replayable (the runtime's choice).
+        let (nodes, edges) = backed_line(2, false);
+        let plan = place(&nodes, &edges, 2, Chaining::Always);
+        assert_eq!(plan.replays, vec![None; 4]);
     }
 }

@@ -35,7 +35,7 @@ impl Pacer {
     }
 
     #[inline]
-    fn due(&mut self, k: u64, now: Nanos) -> Nanos {
+    pub(crate) fn due(&mut self, k: u64, now: Nanos) -> Nanos {
         let start = *self
             .start
             .get_or_insert_with(|| *self.origin.get_or_init(|| now));

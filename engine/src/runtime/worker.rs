@@ -452,7 +452,23 @@ fn build_incarnation(
         .standby
         .as_ref()
         .expect("engine bug: a standby group of an operator without a standby kit");
-    let port = kit.incarnation(Arc::clone(&group), inc, primary, chain, &ctx);
+    // A chain that replays its source runs an instance of it.
+    let source = group.source.map(|s| {
+        let NodeKind::Source { open, rate, .. } = &w.graph.nodes[s].kind else {
+            unreachable!("engine bug: a replayed source that is not a source")
+        };
+        let cx = build_cx(w, s, inst, &ctx);
+        crate::runtime::standby::incarnation::source_lane::SourceSpec {
+            node: s,
+            rate: rate.map(|r| r / cx.info.parallelism as f64),
+            origin: Arc::clone(&ctx.shared.pacing_start),
+            open: Arc::clone(open),
+            finished: cx.restore.as_ref().is_some_and(|r| r.finished),
+            probe: cx.probe,
+            info: cx.info,
+        }
+    });
+    let port = kit.incarnation(Arc::clone(&group), inc, primary, chain, &ctx, source);
     ctx.enter(node);
     let mut t = Task::new(vec![port], ctx, w.config.budget);
     t.group = Some((group, inc));
@@ -478,12 +494,19 @@ struct TaskBuild {
 fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Task {
     let tp = &w.plan.tasks[t];
     let (head, inst) = (tp.head, tp.instance);
+    // A backed-up chain's head, or the source such a chain replays.
+    let group_head = tp
+        .members
+        .iter()
+        .copied()
+        .find(|&m| w.plan.replays[m] == Some(head))
+        .unwrap_or(head);
     if w.shared
         .standby
         .as_ref()
-        .is_some_and(|s| s.group(head, inst).is_some())
+        .is_some_and(|s| s.group(group_head, inst).is_some())
     {
-        return build_incarnation(w, index, &ctx.background(), head, inst, 0, true);
+        return build_incarnation(w, index, &ctx.background(), group_head, inst, 0, true);
     }
     let node = &w.graph.nodes[head];
     let in_edge = |port: usize| {
@@ -495,7 +518,7 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
     };
     let mut tb = TaskBuild::default();
     let mut ports: Vec<Box<dyn Port>> = match &node.kind {
-        NodeKind::Source { build, rate } => {
+        NodeKind::Source { build, rate, .. } => {
             let down = build_out(w, head, inst, ctx, &mut tb);
             let gate = Gate::new(
                 std::mem::take(&mut tb.checks),

@@ -38,6 +38,14 @@ pub struct StandbyConfig {
     /// `/dev/shm` (memory-backed: a disk-backed mapping pays for the
     /// kernel's writeback of its dirty pages in latency).
     pub queue_memory: u64,
+    /// A backed-up chain whose input is a source instance of its own
+    /// (forward, the source feeding nothing else) runs that source itself
+    /// and logs only how many records each chunk took: the source is the
+    /// queue, nothing is copied, and a takeover replays the records from a
+    /// fresh instance of the source, sought to the recovery point
+    /// ([`crate::Source::seek`] — override it where the source can jump).
+    /// `false`: the source writes into a buffer queue like any upstream.
+    pub replay_sources: bool,
 }
 
 impl Default for StandbyConfig {
@@ -47,6 +55,7 @@ impl Default for StandbyConfig {
             heartbeat_timeout: Duration::from_millis(5),
             snapshot_interval: Duration::from_millis(200),
             queue_memory: 16 << 20,
+            replay_sources: true,
         }
     }
 }

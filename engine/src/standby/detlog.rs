@@ -39,7 +39,14 @@
 //! ```
 //!
 //! `ctl` set: a control entry taking one queue position — `n` = 1 the
-//! lane's end, `n` = 2 a checkpoint barrier.
+//! lane's end, `n` = 2 a checkpoint barrier whose id is in its queue
+//! entry. A lane that is a replayed source (no queue: see
+//! `runtime/standby/incarnation/source_lane.rs`) has no entry to carry a
+//! barrier's id, so its barrier entries carry the id's low 22 bits: `n` =
+//! 2²² + (id mod 2²²). A reader recovers the id as the largest one not
+//! above the newest checkpoint triggered with those low bits
+//! ([`barrier_id`]): exact while fewer than 2²² checkpoints are triggered
+//! between the entry's append and its replay.
 //!
 //! The lap tag is `(s / capacity) mod (2^24 − 1) + 1`: never zero (a fresh
 //! file reads as empty), and different for consecutive laps, so a reader
@@ -90,14 +97,38 @@ pub enum Det {
     Barrier {
         /// The input lane.
         lane: u32,
+        /// The barrier's id modulo 2²² where the lane has no queue entry
+        /// to carry it (a replayed source); `None`: the id is in the
+        /// queue entry.
+        low: Option<u32>,
     },
+}
+
+/// Bits of a checkpoint id a barrier entry carries.
+pub const BARRIER_LOW_BITS: u32 = 22;
+const LOW_MASK: u64 = (1 << BARRIER_LOW_BITS) - 1;
+
+/// The low bits of checkpoint `id` a barrier entry carries.
+#[inline]
+pub fn barrier_low(id: u64) -> u32 {
+    (id & LOW_MASK) as u32
+}
+
+/// The checkpoint id whose low bits are `low`: the largest not above
+/// `newest` (the newest checkpoint triggered, which no logged barrier
+/// exceeds).
+#[inline]
+pub fn barrier_id(low: u32, newest: u64) -> u64 {
+    newest - (newest.wrapping_sub(low as u64) & LOW_MASK)
 }
 
 impl Det {
     /// The lane the entry takes from.
     pub fn lane(&self) -> usize {
         match *self {
-            Det::Chunk { lane, .. } | Det::End { lane } | Det::Barrier { lane } => lane as usize,
+            Det::Chunk { lane, .. } | Det::End { lane } | Det::Barrier { lane, .. } => {
+                lane as usize
+            }
         }
     }
 
@@ -134,7 +165,11 @@ pub fn encode(seq: u64, log2_cap: u32, det: Det) -> u64 {
     let (lane, end, n) = match det {
         Det::Chunk { lane, n } => (lane, 0u64, n),
         Det::End { lane } => (lane, 1, 1),
-        Det::Barrier { lane } => (lane, 1, 2),
+        Det::Barrier { lane, low: None } => (lane, 1, 2),
+        Det::Barrier {
+            lane,
+            low: Some(low),
+        } => (lane, 1, 1 << BARRIER_LOW_BITS | low & LOW_MASK as u32),
     };
     debug_assert!(lane <= MAX_LANE && (1..=MAX_CHUNK).contains(&n));
     lap_tag(seq, log2_cap) << TAG_SHIFT | (lane as u64) << 24 | end << 23 | n as u64
@@ -150,8 +185,13 @@ pub fn decode(word: u64, seq: u64, log2_cap: u32) -> Option<Det> {
     let lane = ((word >> 24) & 0xffff) as u32;
     let n = (word & MAX_CHUNK as u64) as u32;
     Some(if word & 1 << 23 != 0 {
-        if n == 2 {
-            Det::Barrier { lane }
+        if n & 1 << BARRIER_LOW_BITS != 0 {
+            Det::Barrier {
+                lane,
+                low: Some(n & LOW_MASK as u32),
+            }
+        } else if n == 2 {
+            Det::Barrier { lane, low: None }
         } else {
             Det::End { lane }
         }
@@ -441,13 +481,57 @@ mod tests {
                 },
             ),
             (1 << 30, Det::End { lane: MAX_LANE }),
-            (7, Det::Barrier { lane: 2 }),
-            (9, Det::Barrier { lane: MAX_LANE }),
+            (7, Det::Barrier { lane: 2, low: None }),
+            (
+                9,
+                Det::Barrier {
+                    lane: MAX_LANE,
+                    low: None,
+                },
+            ),
+            (
+                11,
+                Det::Barrier {
+                    lane: 0,
+                    low: Some(0),
+                },
+            ),
+            (
+                12,
+                Det::Barrier {
+                    lane: 1,
+                    low: Some((1 << BARRIER_LOW_BITS) - 1),
+                },
+            ),
         ] {
             let w = encode(seq, 4, det);
             assert_eq!(decode(w, seq, 4), Some(det));
             assert_eq!(decode(w, seq + 16, 4), None, "the next lap's entry");
             assert_eq!(decode(0, seq, 4), None, "a fresh word");
+        }
+    }
+
+    #[test]
+    fn a_barrier_id_is_recovered_from_its_low_bits_and_a_newer_trigger() {
+        let span = 1u64 << BARRIER_LOW_BITS;
+        for id in [
+            0,
+            1,
+            5,
+            span - 1,
+            span,
+            span + 3,
+            7 * span + 11,
+            u64::MAX >> 2,
+        ] {
+            for later in [0, 1, 2, span / 2, span - 1] {
+                let newest = id + later;
+                assert_eq!(
+                    barrier_id(barrier_low(id), newest),
+                    id,
+                    "id {id} newest {newest}"
+                );
+            }
         }
     }
 

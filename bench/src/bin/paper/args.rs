@@ -114,6 +114,12 @@ pub struct Args {
     /// Bytes of each buffer queue, in MiB (bqbs).
     #[arg(long, default_value_t = 16)]
     pub standby_queue_mib: u64,
+    /// Copy the source's records into a buffer queue even where the
+    /// backed-up chain could replay the source itself (bqbs; by default a
+    /// chain right after a source, such as `--standby flatmap`'s, uses the
+    /// source as its queue).
+    #[arg(long)]
+    pub standby_queue_source: bool,
     /// Also run the same job with --strategy none first (no faults) and
     /// print the throughput and p99 ratios (bqbs / none).
     #[arg(long)]

@@ -502,6 +502,9 @@ impl Plan {
             transactional: args.output.is_some() && self.output_mode == OutputMode::Transactional,
             checkpoints_expected: ((secs / interval) as u64).clamp(1, 1000),
             cores: self.cores,
+            replays_source: self.bqbs
+                && !args.standby_queue_source
+                && self.standby.iter().any(|s| s == paper::names::FLATMAP),
         }
         .space(records)
     }

@@ -79,6 +79,7 @@ fn run(
             heartbeat_timeout: Duration::from_millis(args.standby_heartbeat_ms),
             snapshot_interval: Duration::from_millis(args.standby_snapshot_ms),
             queue_memory: args.standby_queue_mib << 20,
+            replay_sources: !args.standby_queue_source,
         });
     }
     let p = parallelism;

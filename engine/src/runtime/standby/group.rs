@@ -235,6 +235,9 @@ pub(crate) struct Group {
     pub(crate) chain: Vec<usize>,
     /// The chain's operators' names, in `chain`'s order.
     pub(crate) chain_names: Vec<Arc<str>>,
+    /// The source the chain replays as its one lane (no queue; see
+    /// `incarnation/source_lane.rs`).
+    pub(crate) source: Option<usize>,
     pub(crate) live: Liveness,
     /// Per input lane (upstream instance, in lane order).
     pub(crate) queues: Vec<BufferQueue>,
@@ -329,18 +332,19 @@ impl Doing {
 }
 
 impl Group {
-    /// Bytes of the files a group with `lanes` input lanes creates at
-    /// once: a buffer queue per lane, the determinant log, and the first
+    /// Bytes of the files a group with `lanes` queued input lanes creates
+    /// at once: a buffer queue per lane, the determinant log, and the first
     /// snapshot exchange a stateful primary makes (a state whose archive
     /// outgrows it gets a larger one, six times the archive, while it
-    /// runs).
+    /// runs). A group that replays a source has no queue and a log of one
+    /// queue's slots.
     pub(crate) fn files_len(
         lanes: usize,
         cfg: &StandbyConfig,
     ) -> Result<u64, crate::standby::bq::BqError> {
         let q = Self::queue_config(cfg)?;
         let queues = q.file_len().saturating_mul(lanes as u64);
-        let log = crate::standby::detlog::file_len(q.slots.saturating_mul(lanes as u64));
+        let log = crate::standby::detlog::file_len(q.slots.saturating_mul(lanes.max(1) as u64));
         let exchange = SnapshotExchange::file_len(FIRST_EXCHANGE);
         Ok(queues.saturating_add(log).saturating_add(exchange))
     }
@@ -367,10 +371,12 @@ impl Group {
         cfg: &StandbyConfig,
         dir: &Path,
         now: Nanos,
+        source: Option<(usize, u64)>,
     ) -> Result<Self, crate::standby::bq::BqError> {
         let qcfg = Self::queue_config(cfg)?;
         let mut queues = Vec::with_capacity(upstream.len());
-        for &u in &upstream {
+        // A replayed source's lane has no queue.
+        for &u in upstream.iter().filter(|_| source.is_none()) {
             let q = BufferQueue::create(dir.join(format!("{name}-{instance}-from-{u}.bq")), qcfg)?;
             for r in 0..MAX_READERS {
                 q.release(r);
@@ -379,12 +385,20 @@ impl Group {
         }
         let lanes = upstream.len();
         // Every log entry consumes at least one queue position, and both
-        // are kept from the newest point on: the log never fills first.
+        // are kept from the newest point on: the log never fills first. A
+        // replayed source's log may (it then asks for a point, as a full
+        // queue does): one queue's worth of entries, each up to a chunk.
         let log = DetLog::create(
             dir.join(format!("{name}-{instance}.log")),
             lanes as u32,
-            queues.iter().map(|q| q.config().slots).sum::<u64>(),
+            if source.is_some() {
+                qcfg.slots
+            } else {
+                queues.iter().map(|q| q.config().slots).sum::<u64>()
+            },
         )?;
+        // Where the input starts: a restored source's position.
+        let start = source.map_or(0, |(_, at)| at);
         let mut owners = [None; MAX_READERS];
         owners[0] = Some(0);
         owners[1] = Some(1);
@@ -406,7 +420,7 @@ impl Group {
                 .collect(),
             point_seq: AtomicU64::new(0),
             start_seq: AtomicU64::new(0),
-            point_pos: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
+            point_pos: (0..lanes).map(|_| AtomicU64::new(start)).collect(),
             end_pos: (0..lanes).map(|_| AtomicU64::new(u64::MAX)).collect(),
             stateless: AtomicBool::new(false),
             point_wanted: AtomicBool::new(false),
@@ -447,7 +461,7 @@ impl Group {
                 rings: HashMap::new(),
                 point: Point {
                     seq: 0,
-                    pos: vec![0; lanes],
+                    pos: vec![start; lanes],
                     xseq: 0,
                     align: Alignment::new(lanes),
                 },
@@ -465,6 +479,7 @@ impl Group {
             upstream,
             chain: vec![node],
             chain_names: vec![Arc::clone(&name)],
+            source: source.map(|(s, _)| s),
             queue_peak: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
             name,
@@ -476,7 +491,13 @@ impl Group {
     }
 
     pub(crate) fn lanes(&self) -> usize {
-        self.queues.len()
+        self.upstream.len()
+    }
+
+    /// The operators the group runs: the replayed source (if any), then
+    /// the chain.
+    pub(crate) fn members(&self) -> Vec<usize> {
+        self.source.iter().chain(&self.chain).copied().collect()
     }
 
     /// Registers a new standby incarnation on a worker other than the
@@ -584,10 +605,11 @@ impl Group {
             let ended = c.ended.load(Ordering::Acquire);
             for (l, a) in c.acked.iter().enumerate() {
                 let end = self.end_pos[l].load(Ordering::Acquire);
-                let produced = if end == u64::MAX {
-                    self.queues[l].tail()
-                } else {
-                    end + 1
+                let produced = match (end, self.queues.get(l)) {
+                    (u64::MAX, q) => q.map_or(0, |q| q.tail()),
+                    // A replayed source's end takes no position.
+                    (end, None) => end,
+                    (end, Some(_)) => end + 1,
                 };
                 let accepted = a.load(Ordering::Acquire);
                 if !ended || end == u64::MAX || accepted != produced {

@@ -18,6 +18,7 @@ use crate::operator::ChunkId;
 use crate::operator::Collector;
 use crate::record::{Nanos, Record};
 use crate::runtime::align::Alignment;
+use crate::runtime::chain::run_probe;
 use crate::runtime::graph::downcast;
 use crate::runtime::task::{Poll, Port, TaskCtx};
 use crate::standby::codec::Codec;
@@ -28,7 +29,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod point;
+pub(crate) mod source_lane;
 mod standby;
+
+use source_lane::{SourceLane, SourceSpec, Take};
 
 type BoxCollector<T> = Box<dyn Collector<T>>;
 
@@ -101,6 +105,8 @@ pub(crate) struct Incarnation<T> {
     /// A hot standby that fell behind starts again only from a point newer
     /// than this.
     hot_after: Option<u64>,
+    /// The lane is a replayed source (the group has no queue).
+    src: Option<SourceLane<T>>,
 }
 
 impl<T: crate::Data + Codec> Incarnation<T> {
@@ -110,6 +116,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         primary: bool,
         build: ChainBuild,
         ctx: &Rc<TaskCtx>,
+        source: Option<SourceSpec>,
     ) -> Self {
         let lanes = group.lanes();
         let slot = group.slot_of(inc).unwrap_or(NONE);
@@ -121,7 +128,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             phase: Phase::Standby,
             backs: 0,
             seq: 0,
-            pos: vec![0; lanes],
+            // Where the group's input starts (a restored source's position).
+            pos: (0..lanes).map(|l| group.covered(l)).collect(),
             ended: vec![false; lanes],
             live: lanes,
             align: Alignment::new(lanes),
@@ -138,6 +146,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             caught_up: true,
             detector: Detector::new(group.timeout_ns),
             hot_after: None,
+            src: source.map(SourceLane::new),
             inc,
             group,
         };
@@ -148,6 +157,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         }
         if primary {
             // The first primary: epoch 1, from the start of every queue.
+            me.open_source();
             me.build_chain(None);
             let mut chain = me.chain.take().expect("just built");
             let stateless = me.chain_capture(&mut chain, false).is_none();
@@ -230,10 +240,38 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         self.align = align;
         self.live = self.pos.len();
         for l in 0..self.pos.len() {
+            // (A replayed source's end takes no position: a point never
+            // lies past it.)
             self.ended[l] = self.group.end_pos[l].load(Ordering::Acquire) < self.pos[l];
             if self.ended[l] {
                 self.live -= 1;
             }
+        }
+        self.open_source();
+    }
+
+    /// A replayed source lane: a fresh instance of the source at the
+    /// lane's position.
+    fn open_source(&mut self) {
+        let Some(src) = &mut self.src else { return };
+        if let Err(reason) = src.place(self.pos[0], &self.ctx) {
+            self.ctx.fail(JobError::SourceSeek {
+                operator: src.spec.info.name.to_string(),
+                instance: src.spec.info.instance,
+                position: self.pos[0],
+                reason,
+            });
+        }
+    }
+
+    /// Lane positions entry `det` takes: a replayed source's barrier and
+    /// end take none (its positions are the source's records).
+    #[inline]
+    fn consumes(&self, det: Det) -> u64 {
+        match det {
+            Det::Chunk { n, .. } => n as u64,
+            _ if self.src.is_some() => 0,
+            _ => 1,
         }
     }
 
@@ -287,6 +325,13 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     /// that delivered the barrier being aligned is not read meanwhile
     /// (exactly-once).
     fn choose(&mut self, max: u64, epoch: u64) -> Result<Option<Det>, Stop> {
+        if let Some(src) = &mut self.src {
+            if self.ended[0] {
+                return Ok(None);
+            }
+            let newest = self.ctx.shared.trigger.load(Ordering::Acquire);
+            return Ok(src.choose(0, max, newest, self.align.forwarded(), &self.ctx));
+        }
         let lanes = self.pos.len();
         let exactly_once = self.ctx.exactly_once();
         for k in 0..lanes {
@@ -314,7 +359,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 }
                 match q.get(first).and_then(|e| control_kind(e.bytes)) {
                     Some(KIND_END) => Some(Det::End { lane }),
-                    Some(_) => Some(Det::Barrier { lane }),
+                    Some(_) => Some(Det::Barrier { lane, low: None }),
                     None => None,
                 }
             });
@@ -344,7 +389,11 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 // A hot standby never ends the operator: the primary does.
                 break;
             }
-            self.copy_chunk(det, epoch)?;
+            if !self.copy_chunk(det, epoch)? {
+                // A replayed source has not produced the logged records
+                // yet.
+                break;
+            }
             moved += self.run_chunk(det)?;
         }
         Ok(moved)
@@ -392,9 +441,12 @@ impl<T: crate::Data + Codec> Incarnation<T> {
 
     /// Copies the inputs of chunk `det` out of its queue into `self.buf`
     /// (for a primary, inside its copying mark), checking them against the
-    /// entry.
-    fn copy_chunk(&mut self, det: Det, epoch: Option<u64>) -> Result<(), Stop> {
+    /// entry; `false`: a replayed source has not produced them yet.
+    fn copy_chunk(&mut self, det: Det, epoch: Option<u64>) -> Result<bool, Stop> {
         self.doing(Doing::Copying);
+        if self.src.is_some() {
+            return self.take_from_source(det);
+        }
         let (l, n, seq) = (det.lane(), det.len(), self.seq);
         let first = self.pos[l];
         let mut buf = std::mem::take(&mut self.buf);
@@ -456,7 +508,34 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 self.fail(why);
                 Err(Stop::Failed)
             }
-            Some(Ok(())) => Ok(()),
+            Some(Ok(())) => Ok(true),
+        }
+    }
+
+    /// [`Self::copy_chunk`] from a replayed source.
+    fn take_from_source(&mut self, det: Det) -> Result<bool, Stop> {
+        let src = self.src.as_mut().expect("a source lane");
+        self.buf.clear();
+        let taken = match det {
+            Det::Chunk { n, .. } => src.take(n as usize, &mut self.buf, &self.ctx),
+            Det::End { .. } => src.take_end(&self.ctx),
+            Det::Barrier { low: Some(low), .. } => {
+                let newest = self.ctx.shared.trigger.load(Ordering::Acquire);
+                self.barrier = crate::standby::detlog::barrier_id(low, newest);
+                Ok(Take::Ready)
+            }
+            Det::Barrier { low: None, .. } => Err(format!(
+                "determinant log entry {} is a barrier without its id on a source lane",
+                self.seq
+            )),
+        };
+        match taken {
+            Ok(Take::Ready) => Ok(true),
+            Ok(Take::NotYet) => Ok(false),
+            Err(why) => {
+                self.fail(why);
+                Err(Stop::Failed)
+            }
         }
     }
 
@@ -467,7 +546,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
     /// consumed.
     fn run_chunk(&mut self, det: Det) -> Result<u64, Stop> {
         self.doing(Doing::Operator);
-        let (l, n, seq) = (det.lane(), det.len(), self.seq);
+        let (l, n, seq) = (det.lane(), self.consumes(det), self.seq);
         let first = self.pos[l];
         let chain = self
             .chain
@@ -479,7 +558,18 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             n: n as u32,
             lane: l as u16,
         });
+        let mut src = self.src.as_mut();
         for r in self.buf.drain(..) {
+            if let Some(s) = &mut src {
+                // The source's own fault injection, before its record
+                // enters the chain.
+                let prev = self.ctx.enter(s.spec.node);
+                let go = run_probe(&mut s.spec.probe, r.id, &self.ctx, s.spec.node);
+                self.ctx.leave(prev);
+                if !go {
+                    return Err(Stop::Failed);
+                }
+            }
             chain.collect(r);
             // A sign of life inside a long poll (see `Detector`).
             self.ctx.tick();
@@ -491,15 +581,34 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             }
         }
         self.pos[l] = first + n;
-        self.group.queues[l].advance(self.slot, first + n);
+        if let Some(q) = self.group.queues.get(l) {
+            q.advance(self.slot, first + n);
+        }
+        if let Some(s) = &src {
+            if !self.ctx.muted.get() {
+                // The source's position, as its own port publishes it.
+                let c = &self.ctx.shared.metrics.counters[s.spec.node][s.spec.info.instance];
+                c.records.store(first + n, Ordering::Relaxed);
+                c.emitted.store(first + n, Ordering::Relaxed);
+            }
+        }
         self.seq += 1;
         match det {
             Det::Barrier { .. } => {
                 if let Some(id) = self.align.on_barrier(l, self.barrier, &self.ended) {
+                    if let Some(s) = &src {
+                        // The source's acknowledgement: its position.
+                        if self.ctx.wants_snapshot(id) {
+                            self.ctx.ack(s.spec.node, id, None, Some(first), None);
+                        }
+                    }
                     chain.barrier(id);
                 }
             }
             Det::End { .. } => {
+                if src.is_some() {
+                    self.group.end_pos[l].store(first, Ordering::Release);
+                }
                 self.ended[l] = true;
                 self.live -= 1;
                 if let Some(id) = self.align.try_complete(&self.ended) {
@@ -568,7 +677,9 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         if moved > 0 || self.building() {
             Poll::Progress
         } else {
-            Poll::Idle { wake_at: None }
+            Poll::Idle {
+                wake_at: self.src.as_ref().and_then(|s| s.wake_at),
+            }
         }
     }
 

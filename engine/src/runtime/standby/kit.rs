@@ -3,6 +3,7 @@
 //! upstream sender and of an incarnation's port.
 
 use super::group::Group;
+use super::incarnation::source_lane::SourceSpec;
 use crate::record::Record;
 use crate::runtime::graph::AnyBox;
 use crate::runtime::task::{Port, TaskCtx};
@@ -88,7 +89,8 @@ pub(crate) trait StandbyKit: Send + Sync {
         batch: usize,
         window: usize,
     ) -> AnyBox;
-    /// The port of incarnation `inc` of `group`.
+    /// The port of incarnation `inc` of `group` (whose lane is the source
+    /// `source` describes, if the group replays one).
     fn incarnation(
         &self,
         group: Arc<Group>,
@@ -96,6 +98,7 @@ pub(crate) trait StandbyKit: Send + Sync {
         primary: bool,
         build: ChainBuild,
         ctx: &Rc<TaskCtx>,
+        source: Option<SourceSpec>,
     ) -> Box<dyn Port>;
 }
 
@@ -129,9 +132,10 @@ impl<T: crate::Data + Codec> StandbyKit for SKit<T> {
         primary: bool,
         build: ChainBuild,
         ctx: &Rc<TaskCtx>,
+        source: Option<SourceSpec>,
     ) -> Box<dyn Port> {
         Box::new(super::incarnation::Incarnation::<T>::new(
-            group, inc, primary, build, ctx,
+            group, inc, primary, build, ctx, source,
         ))
     }
 }

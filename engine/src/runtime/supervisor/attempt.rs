@@ -67,7 +67,7 @@ impl Supervisor {
             .iter()
             .map(|k| (*k, Arc::new(SinkTally::new(*targets.get(k).unwrap_or(&0)))))
             .collect();
-        let standby = self.standby_run(number)?;
+        let standby = self.standby_run(number, restore.as_deref())?;
         let shared = Arc::new(JobShared {
             origin: self.origin,
             panic_output: self.config.panic_output,

@@ -267,7 +267,7 @@ impl Supervisor {
                     continue;
                 }
                 // Every operator of the chain.
-                for &m in &g.chain {
+                for m in g.members() {
                     if !finished.contains(&(m, g.instance)) {
                         finished.to_mut().insert((m, g.instance));
                     }

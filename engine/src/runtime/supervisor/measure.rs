@@ -143,7 +143,7 @@ impl Supervisor {
         takeovers.sort_by_key(|t| t.fault_at);
         let stats = self.standby_stats.get_or_insert_with(Default::default);
         stats.groups = sb.groups.len();
-        let mut chains: Vec<&Vec<usize>> = sb.groups.values().map(|g| &g.chain).collect();
+        let mut chains: Vec<Vec<usize>> = sb.groups.values().map(|g| g.members()).collect();
         chains.sort();
         chains.dedup();
         stats.chains = chains

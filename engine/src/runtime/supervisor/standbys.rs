@@ -17,7 +17,11 @@ use std::sync::{Arc, Mutex};
 impl Supervisor {
     /// The standby groups of attempt `number` (`None` when no operator
     /// runs with a standby).
-    pub(super) fn standby_run(&self, number: u32) -> Result<Option<Arc<StandbyRun>>, JobError> {
+    pub(super) fn standby_run(
+        &self,
+        number: u32,
+        restore: Option<&crate::runtime::coord::Restore>,
+    ) -> Result<Option<Arc<StandbyRun>>, JobError> {
         let Some(cfg) = &self.config.standby else {
             return Ok(None);
         };
@@ -84,7 +88,15 @@ impl Supervisor {
                     .filter(|&(_, d)| d == i)
                     .map(|(u, _)| u)
                     .collect();
-                members.push((n, i, upstream));
+                // A replayed source: its restored position starts the lane.
+                let source = self.plan.replays[n].map(|s| {
+                    let at = restore
+                        .and_then(|r| r.instances.get(&(s, i)))
+                        .and_then(|r| r.position)
+                        .unwrap_or(0);
+                    (s, at)
+                });
+                members.push((n, i, upstream, source));
             }
         }
         // The whole run's need, checked before any file is made: every
@@ -95,7 +107,7 @@ impl Supervisor {
         check_space(&dir, cfg, &members)?;
         let mut groups = HashMap::new();
         let now = now_ns(self.origin);
-        for (n, i, upstream) in members {
+        for (n, i, upstream, source) in members {
             let chain = self.plan.chain(n);
             // The consumers of every ring that leaves the chain.
             let mut consumers = Vec::new();
@@ -122,6 +134,7 @@ impl Supervisor {
                 cfg,
                 &dir,
                 now,
+                source,
             )
             .map_err(|e| JobError::Io {
                 operator: self.names[n].to_string(),
@@ -153,20 +166,26 @@ impl Supervisor {
     }
 }
 
+/// A group to be made: its head, instance, upstream lanes, and the source
+/// it replays with the position it starts at.
+type Member = (usize, usize, Vec<usize>, Option<(usize, u64)>);
+
 /// Refuses a run whose standby files would not fit `dir`'s filesystem.
 fn check_space(
     dir: &Path,
     cfg: &crate::standby::StandbyConfig,
-    members: &[(usize, usize, Vec<usize>)],
+    members: &[Member],
 ) -> Result<(), JobError> {
     let config = |e: crate::standby::bq::BqError| -> JobError {
         RuntimeError::Standby(format!("queue memory {}: {e}", cfg.queue_memory)).into()
     };
     let mut needed = 0u64;
     let mut files = 0;
-    for (_, _, upstream) in members {
-        needed = needed.saturating_add(Group::files_len(upstream.len(), cfg).map_err(config)?);
-        files += upstream.len() + 2;
+    for (_, _, upstream, source) in members {
+        // A replayed source's lane has no queue file.
+        let queued = if source.is_some() { 0 } else { upstream.len() };
+        needed = needed.saturating_add(Group::files_len(queued, cfg).map_err(config)?);
+        files += queued + 2;
     }
     let Ok(free) = crate::sys::fs::free_bytes(dir) else {
         // A filesystem that cannot say: each file's reservation still

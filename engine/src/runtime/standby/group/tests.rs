@@ -23,6 +23,7 @@ fn group(tag: &str) -> (Group, PathBuf) {
         &cfg,
         &dir,
         1,
+        None,
     )
     .unwrap();
     (g, dir)

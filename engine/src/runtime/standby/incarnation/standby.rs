@@ -99,11 +99,19 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             .queues
             .iter()
             .zip(&self.pos)
-            .any(|(q, &p)| q.tail().saturating_sub(p) > q.config().slots / 2);
+            .any(|(q, &p)| q.tail().saturating_sub(p) > q.config().slots / 2)
+            // A replayed source has no queue: half a log behind the
+            // newest point (the log keeps entries from there on).
+            || self.src.is_some()
+                && self.group.point_seq.load(Ordering::Acquire)
+                    > self.seq + self.group.log.capacity() / 2;
         if behind {
             self.hot_after = Some(self.group.point_seq.load(Ordering::Acquire));
             self.detach();
             self.drop_chain();
+            if let Some(s) = &mut self.src {
+                s.close();
+            }
         }
         moved
     }
@@ -293,7 +301,22 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             self.reclaim = Some(old);
             self.try_reclaim();
         }
-        self.backlog = group.queues.iter().map(|q| q.tail()).collect();
+        self.backlog = if self.src.is_some() {
+            // A replayed source: what the log holds past the point.
+            let mut b = self.pos.clone();
+            let mut s = self.seq;
+            while let Some(d) = group.log.get(s) {
+                if let crate::standby::detlog::Det::Chunk { lane, n } = d {
+                    if let Some(p) = b.get_mut(lane as usize) {
+                        *p += n as u64;
+                    }
+                }
+                s += 1;
+            }
+            b
+        } else {
+            group.queues.iter().map(|q| q.tail()).collect()
+        };
         self.caught_up = false;
         // Inputs read again from the queues: from where the replay starts
         // to what they held at the takeover.
@@ -341,7 +364,10 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         };
         let beat = now.saturating_sub(e.silence_ns);
         // A stall noted in any operator of the chain.
-        let stall = self.ctx.shared.take_stall(&g.chain, g.instance, beat, now);
+        let stall = self
+            .ctx
+            .shared
+            .take_stall(&g.members(), g.instance, beat, now);
         let name = stall.map_or(&g.name, |n| &self.ctx.shared.names[n.op]);
         let cause = format!("operator `{name}` instance {} stalled: {e}", g.instance);
         match stall {

@@ -1,0 +1,253 @@
+//! A lane that is a replayed source: the source is the queue.
+//!
+//! A backed-up chain whose input is a source instance of its own (placement
+//! decides: `runtime/placement.rs`) does not have the source write its
+//! records into a buffer queue for the primary to read back. Each
+//! incarnation opens an instance of the source partition itself, and the
+//! lane's position is the source's sequence number: tuple ID `k` of the
+//! partition is position `k`. What the source's order does not fix is
+//! logged, as for any lane: how many records each chunk took (the primary
+//! takes what the source has ready, up to a chunk), where each checkpoint
+//! barrier fell (the primary injects the newest one the coordinator asked
+//! for between chunks; the entry carries the id's low bits, see
+//! [`crate::standby::detlog`]), and the end.
+//!
+//! A later reader — a new primary replaying from a recovery point, a hot
+//! standby following — opens a fresh instance, seeks it to the point's
+//! position ([`crate::Source::seek`]: a source that can jump makes the
+//! restore cheap; the default reads the records before it again), and takes
+//! exactly the logged counts. A source is deterministic per partition (the
+//! trait's contract), so it reads the primary's records; one that yields
+//! fewer, more, or ends elsewhere fails the group loudly, never silently.
+//!
+//! Ingest stamps: a rate-limited source's stamp is the record's scheduled
+//! release time, the same in every incarnation; an unpaced one is stamped
+//! when the incarnation reads it (a replayed record's latency counts from
+//! its replay).
+
+use crate::operator::source::{Source, SourcePoll};
+use crate::operator::OperatorInfo;
+use crate::record::{Nanos, Record, TupleId};
+use crate::runtime::graph::{downcast, Probe, SourceOpen};
+use crate::runtime::source::Pacer;
+use crate::runtime::task::TaskCtx;
+use crate::standby::detlog::{barrier_low, Det};
+use std::collections::VecDeque;
+use std::sync::{Arc, OnceLock};
+
+/// What an incarnation needs to run a source partition as its lane.
+pub(crate) struct SourceSpec {
+    /// The source's node.
+    pub(crate) node: usize,
+    pub(crate) info: OperatorInfo,
+    pub(crate) open: SourceOpen,
+    /// Records per second of this partition (a rate-limited source).
+    pub(crate) rate: Option<f64>,
+    /// The schedule's start, shared by every partition and incarnation.
+    pub(crate) origin: Arc<OnceLock<Nanos>>,
+    /// Fault injection on the source's records.
+    pub(crate) probe: Probe,
+    /// The partition had finished at the checkpoint this attempt restored.
+    pub(crate) finished: bool,
+}
+
+/// Whether a chunk could be taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Take {
+    Ready,
+    /// The source has not produced the logged records yet: ask again.
+    NotYet,
+}
+
+/// A source partition as an incarnation's lane (see the module docs).
+pub(super) struct SourceLane<T> {
+    pub(super) spec: SourceSpec,
+    src: Option<Box<dyn Source<T>>>,
+    /// The position of `ahead`'s first record.
+    at: u64,
+    /// Records read from the source and not yet in a chunk.
+    ahead: VecDeque<Record<T>>,
+    /// A paced record read before it was due (its position is
+    /// `at + ahead.len()`).
+    held: Option<(T, u64)>,
+    /// The source said it has no more records.
+    ended: bool,
+    pacer: Option<Pacer>,
+    /// When the held record is due (a primary with nothing to do sleeps
+    /// until then).
+    pub(super) wake_at: Option<Nanos>,
+}
+
+impl<T: crate::Data> SourceLane<T> {
+    pub(super) fn new(spec: SourceSpec) -> Self {
+        let pacer = spec.rate.map(|r| Pacer::new(r, Arc::clone(&spec.origin)));
+        SourceLane {
+            spec,
+            src: None,
+            at: 0,
+            ahead: VecDeque::new(),
+            held: None,
+            ended: false,
+            pacer,
+            wake_at: None,
+        }
+    }
+
+    /// Opens a fresh instance whose next record is position `pos` (a
+    /// restored partition that had finished opens none: it has ended).
+    pub(super) fn place(&mut self, pos: u64, ctx: &TaskCtx) -> Result<(), String> {
+        self.ahead.clear();
+        self.held = None;
+        self.wake_at = None;
+        self.at = pos;
+        self.src = None;
+        self.ended = self.spec.finished;
+        if self.ended {
+            return Ok(());
+        }
+        let prev = ctx.enter(self.spec.node);
+        let mut src = downcast::<Box<dyn Source<T>>>((self.spec.open)(&self.spec.info), "source");
+        let sought = if pos > 0 { src.seek(pos) } else { Ok(()) };
+        ctx.leave(prev);
+        self.src = Some(src);
+        sought
+    }
+
+    /// Drops the instance (a standby that stops following).
+    pub(super) fn close(&mut self) {
+        self.src = None;
+        self.ahead.clear();
+        self.held = None;
+    }
+
+    /// Reads records until `want` are ahead, the source has none now or
+    /// ended, or — `paced`, a live primary — the next is not due yet.
+    fn fill(&mut self, want: usize, paced: bool, ctx: &TaskCtx) {
+        let Some(src) = self.src.as_mut() else {
+            return;
+        };
+        let mut now = ctx.clock.now();
+        let partition = self.spec.info.instance as u32;
+        while self.ahead.len() < want && !self.ended {
+            let (value, event_time) = match self.held.take() {
+                Some(v) => v,
+                None => {
+                    let prev = ctx.enter(self.spec.node);
+                    let next = src.poll_next();
+                    ctx.leave(prev);
+                    match next {
+                        SourcePoll::Ready { value, event_time } => (value, event_time),
+                        SourcePoll::Pending => break,
+                        SourcePoll::End => {
+                            self.ended = true;
+                            break;
+                        }
+                    }
+                }
+            };
+            let seq = self.at + self.ahead.len() as u64;
+            let ingest = match &mut self.pacer {
+                Some(p) => {
+                    let due = p.due(seq, now);
+                    if paced && due > now {
+                        now = ctx.clock.now();
+                        if due > now {
+                            self.held = Some((value, event_time));
+                            self.wake_at = Some(due);
+                            break;
+                        }
+                    }
+                    due
+                }
+                None => now,
+            };
+            self.ahead.push_back(Record {
+                id: TupleId::new(partition, seq),
+                event_time,
+                ingest,
+                value,
+            });
+        }
+    }
+
+    /// A live primary's next entry for this lane (`lane`): the newest
+    /// checkpoint barrier if the last one it forwarded is older, else the
+    /// records the source has ready and due (up to `max`), else its end;
+    /// `None`: nothing now.
+    pub(super) fn choose(
+        &mut self,
+        lane: u32,
+        max: u64,
+        newest: u64,
+        forwarded: u64,
+        ctx: &TaskCtx,
+    ) -> Option<Det> {
+        self.wake_at = None;
+        if newest > forwarded && !self.spec.finished {
+            return Some(Det::Barrier {
+                lane,
+                low: Some(barrier_low(newest)),
+            });
+        }
+        let want = max.clamp(1, super::CHUNK) as usize;
+        if self.ahead.len() < want {
+            self.fill(want, true, ctx);
+        }
+        let n = self.ahead.len().min(want);
+        if n > 0 {
+            Some(Det::Chunk { lane, n: n as u32 })
+        } else if self.ended && self.held.is_none() {
+            Some(Det::End { lane })
+        } else {
+            None
+        }
+    }
+
+    /// Moves the next `n` records into `buf` (reading them from the source
+    /// if they are not ahead yet).
+    pub(super) fn take(
+        &mut self,
+        n: usize,
+        buf: &mut Vec<Record<T>>,
+        ctx: &TaskCtx,
+    ) -> Result<Take, String> {
+        if self.ahead.len() < n {
+            self.fill(n, false, ctx);
+        }
+        if self.ahead.len() < n {
+            if self.ended || self.src.is_none() {
+                return Err(format!(
+                    "the log takes positions {}..{} of source `{}` partition {}, which ended at {}",
+                    self.at,
+                    self.at + n as u64,
+                    self.spec.info.name,
+                    self.spec.info.instance,
+                    self.at + self.ahead.len() as u64
+                ));
+            }
+            return Ok(Take::NotYet);
+        }
+        buf.extend(self.ahead.drain(..n));
+        self.at += n as u64;
+        Ok(Take::Ready)
+    }
+
+    /// Checks the logged end against the source: it must have no record at
+    /// this position.
+    pub(super) fn take_end(&mut self, ctx: &TaskCtx) -> Result<Take, String> {
+        if self.ahead.is_empty() && self.held.is_none() && !self.ended {
+            self.fill(1, false, ctx);
+        }
+        if !self.ahead.is_empty() || self.held.is_some() {
+            return Err(format!(
+                "the log ends source `{}` partition {} at position {}, where it has a record",
+                self.spec.info.name, self.spec.info.instance, self.at
+            ));
+        }
+        Ok(if self.ended {
+            Take::Ready
+        } else {
+            Take::NotYet
+        })
+    }
+}
