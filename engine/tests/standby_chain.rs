@@ -9,6 +9,7 @@
 mod common;
 
 use common::{cores, quiet_injected_panics, Faults};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tandem::runtime::probe::ProbeAction;
@@ -284,6 +285,88 @@ fn a_chain_that_replays_its_source_takes_over_faults_in_the_source() {
             "{mode:?}: the output differs from the clean run"
         );
     }
+}
+
+/// Partition `instance` of `0..end`, with a seek that reads (as the
+/// trait's default does) and counts the records it reads.
+struct CountedSeek {
+    next: u64,
+    end: u64,
+    step: u64,
+    read_in_seek: Arc<AtomicU64>,
+}
+
+impl tandem::Source<u64> for CountedSeek {
+    fn poll_next(&mut self) -> tandem::SourcePoll<u64> {
+        if self.next >= self.end {
+            return tandem::SourcePoll::End;
+        }
+        self.next += self.step;
+        tandem::SourcePoll::Ready {
+            value: self.next - self.step,
+            event_time: 0,
+        }
+    }
+
+    fn seek(&mut self, next_seq: u64) -> Result<(), String> {
+        self.read_in_seek.fetch_add(next_seq, Ordering::SeqCst);
+        self.next += next_seq * self.step;
+        Ok(())
+    }
+}
+
+/// A source that cannot jump is not read again from its start by a
+/// takeover (a restart in disguise): the warm standby keeps an instance of
+/// its own near the newest recovery point, and the takeover reads on from
+/// there.
+#[test]
+fn a_takeover_reads_a_source_that_cannot_jump_from_near_the_point_not_from_its_start() {
+    let _g = serial();
+    let n = 40_000u64;
+    let read_in_seek = Arc::new(AtomicU64::new(0));
+    let job = JobBuilder::new("keep-up");
+    job.default_parallelism(2);
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (l2, r2) = (Arc::clone(&lines), Arc::clone(&read_in_seek));
+    job.source("src", move |i| CountedSeek {
+        next: i.instance as u64,
+        end: n,
+        step: i.parallelism as u64,
+        read_in_seek: Arc::clone(&r2),
+    })
+    // ~100 ms a partition: the standby has long kept up by the faults.
+    .rate_limit(200_000.0)
+    .standby()
+    .map("op", |s: u64| format!("m {s}"))
+    .for_each("sink", move |r| l2.lock().unwrap().push(r.value));
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .standby(StandbyConfig {
+            mode: StandbyMode::Warm,
+            heartbeat_timeout: Duration::from_millis(30),
+            snapshot_interval: Duration::from_millis(5),
+            queue_memory: 2 << 20,
+            replay_sources: true,
+        })
+        .probes(Arc::new(Faults::new(vec![
+            panic_in("op", 0, 15_000),
+            panic_in("op", 1, 18_000),
+        ])));
+    let rep = job.build().unwrap().run(&cfg).unwrap();
+    let mut got = std::mem::take(&mut *lines.lock().unwrap());
+    got.sort();
+    let mut want: Vec<String> = (0..n).map(|s| format!("m {s}")).collect();
+    want.sort();
+    assert!(got == want, "{} lines, {} expected", got.len(), want.len());
+    let takeovers = rep
+        .recovery
+        .iter()
+        .filter(|r| r.kind == RecoveryKind::Takeover && !r.unprovoked)
+        .count();
+    assert_eq!(takeovers, 2, "{:?}", rep.recovery);
+    // Reading from the start would have sought 15 000 + 18 000 records.
+    let sought = read_in_seek.load(Ordering::SeqCst);
+    assert!(sought < 5_000, "takeovers sought {sought} records");
 }
 
 #[test]

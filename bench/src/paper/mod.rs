@@ -351,6 +351,10 @@ impl Source<LineRef> for JsonSource {
         self.next = at;
         Ok(())
     }
+
+    fn seeks_directly(&self) -> bool {
+        true
+    }
 }
 
 struct LevelSource(usize);

@@ -70,6 +70,18 @@ pub trait Source<T>: 'static {
         }
         Ok(())
     }
+
+    /// Whether [`Source::seek`] jumps to the position (an offset into a log
+    /// or a file) rather than reading the records before it. A standby
+    /// whose chain replays this source then opens it at the recovery point
+    /// when it takes over; otherwise — the default — a warm standby keeps
+    /// an instance of its own near the newest recovery point, reading and
+    /// discarding the partition's records as the points advance, so that
+    /// a takeover reads only what came after the point (never the whole
+    /// partition again).
+    fn seeks_directly(&self) -> bool {
+        false
+    }
 }
 
 /// A source over an iterator of `(value, event_time)` pairs.

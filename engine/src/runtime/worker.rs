@@ -464,6 +464,7 @@ fn build_incarnation(
             origin: Arc::clone(&ctx.shared.pacing_start),
             open: Arc::clone(open),
             finished: cx.restore.as_ref().is_some_and(|r| r.finished),
+            start: cx.restore.as_ref().and_then(|r| r.position).unwrap_or(0),
             probe: cx.probe,
             info: cx.info,
         }

@@ -20,6 +20,15 @@
 //! trait's contract), so it reads the primary's records; one that yields
 //! fewer, more, or ends elsewhere fails the group loudly, never silently.
 //!
+//! A source whose seek reads the records before the position (the
+//! trait's default: [`crate::Source::seeks_directly`] is false) would make
+//! a takeover read the whole partition again — a restart in disguise. So
+//! a warm standby keeps an instance of its own near the newest recovery
+//! point ([`SourceLane::keep_up`]: reading and discarding, a bounded
+//! number of records a poll, on the standby's worker), and its takeover
+//! reads on from there to the point: only the records since the last
+//! poll.
+//!
 //! Ingest stamps: a rate-limited source's stamp is the record's scheduled
 //! release time, the same in every incarnation; an unpaced one is stamped
 //! when the incarnation reads it (a replayed record's latency counts from
@@ -49,7 +58,13 @@ pub(crate) struct SourceSpec {
     pub(crate) probe: Probe,
     /// The partition had finished at the checkpoint this attempt restored.
     pub(crate) finished: bool,
+    /// Where the attempt starts reading it (the restored position).
+    pub(crate) start: u64,
 }
+
+/// Records a standby reads and discards per poll to keep up with the
+/// recovery points (tens of microseconds for a cheap source).
+const KEEP_UP: u64 = 4096;
 
 /// Whether a chunk could be taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +91,9 @@ pub(super) struct SourceLane<T> {
     /// When the held record is due (a primary with nothing to do sleeps
     /// until then).
     pub(super) wake_at: Option<Nanos>,
+    /// Whether the source jumps to a position (known once an instance was
+    /// opened).
+    direct: Option<bool>,
 }
 
 impl<T: crate::Data> SourceLane<T> {
@@ -90,34 +108,92 @@ impl<T: crate::Data> SourceLane<T> {
             ended: false,
             pacer,
             wake_at: None,
+            direct: None,
         }
     }
 
     /// Opens a fresh instance whose next record is position `pos` (a
     /// restored partition that had finished opens none: it has ended).
     pub(super) fn place(&mut self, pos: u64, ctx: &TaskCtx) -> Result<(), String> {
+        // An instance kept up behind `pos` (nothing read ahead of its
+        // position) reads on to it; any other is replaced.
+        let kept = self.src.is_some()
+            && self.direct == Some(false)
+            && self.ahead.is_empty()
+            && self.held.is_none()
+            && self.at <= pos;
         self.ahead.clear();
         self.held = None;
         self.wake_at = None;
-        self.at = pos;
-        self.src = None;
-        self.ended = self.spec.finished;
-        if self.ended {
+        if self.spec.finished {
+            self.at = pos;
+            self.src = None;
+            self.ended = true;
             return Ok(());
         }
+        if kept {
+            self.skip(pos - self.at, ctx)?;
+            if self.at == pos {
+                return Ok(());
+            }
+            // It ended or paused short of the point: a fresh instance says
+            // which.
+        }
+        self.at = pos;
+        self.src = None;
+        self.ended = false;
         let prev = ctx.enter(self.spec.node);
         let mut src = downcast::<Box<dyn Source<T>>>((self.spec.open)(&self.spec.info), "source");
+        self.direct = Some(src.seeks_directly());
         let sought = if pos > 0 { src.seek(pos) } else { Ok(()) };
         ctx.leave(prev);
         self.src = Some(src);
         sought
     }
 
-    /// Drops the instance (a standby that stops following).
-    pub(super) fn close(&mut self) {
-        self.src = None;
-        self.ahead.clear();
-        self.held = None;
+    /// Reads and discards up to `n` records (fewer if the source has none
+    /// now, or ended).
+    fn skip(&mut self, n: u64, ctx: &TaskCtx) -> Result<u64, String> {
+        let Some(src) = self.src.as_mut() else {
+            return Ok(0);
+        };
+        let prev = ctx.enter(self.spec.node);
+        let mut read = 0;
+        while read < n && !self.ended {
+            match src.poll_next() {
+                SourcePoll::Ready { .. } => read += 1,
+                SourcePoll::Pending => break,
+                SourcePoll::End => self.ended = true,
+            }
+        }
+        ctx.leave(prev);
+        self.at += read;
+        Ok(read)
+    }
+
+    /// A warm standby's instance follows the group's newest recovery point
+    /// (`point`, a position) where the source cannot jump (see the module
+    /// docs); returns whether it read anything.
+    pub(super) fn keep_up(&mut self, point: u64, ctx: &TaskCtx) -> Result<bool, String> {
+        if self.spec.finished || self.direct == Some(true) {
+            return Ok(false);
+        }
+        if self.src.is_none() {
+            // From where the attempt starts (a restored position of a
+            // source that cannot jump takes a while to reach: not a
+            // stall).
+            let start = self.spec.start;
+            ctx.long(|| self.place(start, ctx))?;
+            if self.direct == Some(true) {
+                // It jumps: a takeover opens it where it needs it.
+                self.src = None;
+                return Ok(false);
+            }
+        }
+        if !self.ahead.is_empty() || self.held.is_some() || self.at >= point {
+            return Ok(false);
+        }
+        Ok(self.skip((point - self.at).min(KEEP_UP), ctx)? > 0)
     }
 
     /// Reads records until `want` are ahead, the source has none now or

@@ -73,6 +73,21 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             self.detach();
             self.drop_chain();
         }
+        if self.chain.is_none() {
+            // Warm (or not yet following): a replayed source that cannot
+            // jump is kept near the newest point.
+            if let Some(s) = &mut self.src {
+                match s.keep_up(g.covered(0), &self.ctx) {
+                    Ok(read) => moved |= read,
+                    Err(why) => {
+                        self.fail(format!(
+                            "keeping the source up with the recovery points: {why}"
+                        ));
+                        return Poll::Progress;
+                    }
+                }
+            }
+        }
         if moved {
             Poll::Progress
         } else {
@@ -109,9 +124,8 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             self.hot_after = Some(self.group.point_seq.load(Ordering::Acquire));
             self.detach();
             self.drop_chain();
-            if let Some(s) = &mut self.src {
-                s.close();
-            }
+            // (A replayed source's instance stays where it is: it keeps up
+            // with the points from there.)
         }
         moved
     }
