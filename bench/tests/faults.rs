@@ -206,6 +206,7 @@ fn run_standby(
             snapshot_interval: std::time::Duration::from_millis(10),
             queue_memory: 4 << 20,
             replay_sources: true,
+            encoded_queues: false,
         });
     let report = job
         .run(&cfg)

@@ -52,15 +52,15 @@ fn outcome(o: &Output, tag: &str) -> (i32, String) {
 }
 
 #[test]
-fn a_standby_run_in_a_64_mib_dev_shm_is_refused_before_work_naming_the_space_needed() {
+fn a_standby_run_in_a_32_mib_dev_shm_is_refused_before_work_naming_the_space_needed() {
     let Some(o) = in_namespace(
-        "mount -t tmpfs -o size=64m tmpfs /dev/shm && \
+        "mount -t tmpfs -o size=32m tmpfs /dev/shm && \
          \"$PAPER\" --records 20000 --strategy bqbs --standby flatmap,keyed; \
          rc=$?; echo \"left: $(ls -A /dev/shm)\" >&2; exit $rc",
     ) else {
         return;
     };
-    let (code, err) = outcome(&o, "64 MiB /dev/shm");
+    let (code, err) = outcome(&o, "32 MiB /dev/shm");
     assert_eq!(code, 1, "{err}");
     for want in [
         "need",

@@ -34,12 +34,12 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 const N: u64 = 40_000;
 
 /// Warm and hot, with `fm`'s groups replaying the source and reading it
-/// from buffer queues.
-const BOTH_WAYS: [(StandbyMode, bool); 4] = [
-    (StandbyMode::Warm, true),
-    (StandbyMode::Hot, true),
-    (StandbyMode::Warm, false),
-    (StandbyMode::Hot, false),
+/// from buffer queues, the queues' records in typed slots and encoded.
+const BOTH_WAYS: [(StandbyMode, bool, bool); 4] = [
+    (StandbyMode::Warm, true, false),
+    (StandbyMode::Hot, true, true),
+    (StandbyMode::Warm, false, true),
+    (StandbyMode::Hot, false, false),
 ];
 
 /// The job; `keyed` instances are built by `factory`.
@@ -66,8 +66,13 @@ fn build(
 }
 
 /// `replay`: the groups of `fm` replay the source (no queue) rather than
-/// read its records from buffer queues.
-fn config(dir: &Path, mode: StandbyMode, replay: bool, every: Duration) -> RuntimeConfig {
+/// read its records from buffer queues; `encoded`: the queues hold records
+/// encoded rather than in typed slots.
+fn config(
+    dir: &Path,
+    (mode, replay, encoded): (StandbyMode, bool, bool),
+    every: Duration,
+) -> RuntimeConfig {
     let mut cp = CheckpointConfig::every(every);
     cp.dir = Some(dir.join("checkpoints"));
     RuntimeConfig::default()
@@ -84,38 +89,39 @@ fn config(dir: &Path, mode: StandbyMode, replay: bool, every: Duration) -> Runti
             snapshot_interval: Duration::from_millis(10),
             queue_memory: 4 << 20,
             replay_sources: replay,
+            encoded_queues: encoded,
         })
 }
 
 /// The committed output of one run with `probes`, and its report.
 fn run(
     tag: &str,
-    (mode, replay): (StandbyMode, bool),
+    how: (StandbyMode, bool, bool),
     every: Duration,
     probes: Option<Arc<dyn ProbeFactory>>,
     factory: impl Fn(&OperatorInfo) -> PerKey + Send + Sync + 'static,
 ) -> (Vec<String>, JobReport) {
-    run_in(tag, (mode, replay), every, |_| probes, factory)
+    run_in(tag, how, every, |_| probes, factory)
 }
 
 /// As [`run`], with probes that may look at the run's checkpoint
 /// directory.
 fn run_in(
     tag: &str,
-    (mode, replay): (StandbyMode, bool),
+    how: (StandbyMode, bool, bool),
     every: Duration,
     probes: impl FnOnce(&Path) -> Option<Arc<dyn ProbeFactory>>,
     factory: impl Fn(&OperatorInfo) -> PerKey + Send + Sync + 'static,
 ) -> (Vec<String>, JobReport) {
     let dir = tempdir(tag);
     let out = dir.join("out");
-    let mut cfg = config(&dir, mode, replay, every);
+    let mut cfg = config(&dir, how, every);
     if let Some(p) = probes(&dir.join("checkpoints")) {
         cfg = cfg.probes(p);
     }
     let report = build(&out, factory)
         .run(&cfg)
-        .unwrap_or_else(|e| panic!("{tag} ({mode:?}, replay {replay}): {e}"));
+        .unwrap_or_else(|e| panic!("{tag} ({how:?}): {e}"));
     let lines = committed_lines(&out);
     std::fs::remove_dir_all(dir).unwrap();
     (lines, report)
@@ -128,7 +134,7 @@ fn clean() -> Vec<String> {
     if c.is_empty() {
         let (lines, _) = run(
             "clean",
-            (StandbyMode::Warm, true),
+            (StandbyMode::Warm, true, false),
             Duration::from_millis(10),
             None,
             |_| PerKey,
@@ -335,7 +341,7 @@ fn a_restart_during_a_takeover_ends_with_the_clean_output() {
         let faults = Faults::new(vec![panic_in("fm", 0, 8_000), panic_in("mid", 0, 8_000)]);
         let (got, report) = run(
             "during",
-            (mode, true),
+            (mode, true, false),
             Duration::from_millis(10),
             Some(Arc::new(faults.clone())),
             |_| PerKey,
@@ -373,7 +379,7 @@ fn when_primary_and_standbys_of_a_group_fail_it_falls_back_to_restart_all() {
     // first build of each instance is its primary's).
     let (got, report) = run(
         "gone",
-        (StandbyMode::Hot, true),
+        (StandbyMode::Hot, true, false),
         Duration::from_millis(10),
         Some(Arc::new(faults.clone())),
         move |info| {
@@ -429,7 +435,7 @@ fn a_record_that_fails_two_primaries_in_a_row_is_restart_all() {
     let fired = Arc::new(AtomicUsize::new(0));
     let (got, report) = run(
         "poison",
-        (StandbyMode::Warm, true),
+        (StandbyMode::Warm, true, false),
         Duration::from_millis(10),
         Some(Arc::new(F(Arc::clone(&fired)))),
         |_| PerKey,

@@ -99,46 +99,59 @@ fn closures_without_an_output_can_ask_for_the_record_they_handle() {
     assert_eq!(tandem::operator::current_record(), None, "outside a job");
 }
 
+/// An encoded buffer queue takes entries up to a quarter of its arena: a
+/// larger record is a dead letter and the rest arrive. A queue of typed
+/// slots, or a chain that replays its source, has no such limit.
 #[test]
 fn a_record_too_large_for_a_standbys_buffer_queue_is_a_dead_letter_and_the_rest_arrive() {
-    let dir = tempdir("embedding-large");
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = Arc::clone(&seen);
-    let job = JobBuilder::new("large");
-    job.default_parallelism(1);
-    // Every 100th record is 20 KiB: a 64 KiB queue takes entries of 8 KiB.
-    job.source("text", |_| {
-        IterSource((0..2_000u64).map(|n| {
-            let len = if n % 100 == 50 { 20 << 10 } else { 16 };
-            ("x".repeat(len), n)
-        }))
-    })
-    .standby()
-    .map("len", |t: String| t.len())
-    .for_each("collect", move |r| s.lock().unwrap().push(r.value));
-    let report = job
-        .build()
-        .unwrap()
-        .run(
-            &RuntimeConfig::default()
-                .cores(cores())
-                .pin(false)
-                .run_dir(&dir)
-                .standby(tandem::StandbyConfig {
-                    queue_memory: 64 << 10,
-                    ..Default::default()
-                }),
-        )
-        .unwrap();
-    assert_eq!(report.dead_letters, 20);
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), 1_980);
-    assert!(seen.iter().all(|&l| l == 16));
-    let letters = std::fs::read_to_string(report.dead_letter_path.unwrap()).unwrap();
-    assert_eq!(letters.lines().count(), 20);
-    assert!(
-        letters.contains("does not fit the standby's buffer queue"),
-        "{letters}"
-    );
-    std::fs::remove_dir_all(dir).unwrap();
+    for (replay, encoded) in [(false, true), (false, false), (true, false)] {
+        let dir = tempdir("embedding-large");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        let job = JobBuilder::new("large");
+        job.default_parallelism(1);
+        // Every 100th record is 20 KiB: a 64 KiB queue takes entries of 8 KiB.
+        job.source("text", |_| {
+            IterSource((0..2_000u64).map(|n| {
+                let len = if n % 100 == 50 { 20 << 10 } else { 16 };
+                ("x".repeat(len), n)
+            }))
+        })
+        .standby()
+        .map("len", |t: String| t.len())
+        .for_each("collect", move |r| s.lock().unwrap().push(r.value));
+        let report = job
+            .build()
+            .unwrap()
+            .run(
+                &RuntimeConfig::default()
+                    .cores(cores())
+                    .pin(false)
+                    .run_dir(&dir)
+                    .standby(tandem::StandbyConfig {
+                        queue_memory: 64 << 10,
+                        replay_sources: replay,
+                        encoded_queues: encoded,
+                        ..Default::default()
+                    }),
+            )
+            .unwrap();
+        let seen = seen.lock().unwrap();
+        if !encoded {
+            assert_eq!(report.dead_letters, 0, "replay {replay}");
+            assert_eq!(seen.len(), 2_000, "replay {replay}");
+            std::fs::remove_dir_all(dir).unwrap();
+            continue;
+        }
+        assert_eq!(report.dead_letters, 20);
+        assert_eq!(seen.len(), 1_980);
+        assert!(seen.iter().all(|&l| l == 16));
+        let letters = std::fs::read_to_string(report.dead_letter_path.unwrap()).unwrap();
+        assert_eq!(letters.lines().count(), 20);
+        assert!(
+            letters.contains("does not fit the standby's buffer queue"),
+            "{letters}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -149,6 +149,7 @@ impl Spec {
             snapshot_interval: Duration::from_millis(10),
             queue_memory: 4 << 20,
             replay_sources: true,
+            encoded_queues: false,
         });
         self
     }
@@ -224,7 +225,8 @@ impl Spec {
                 s.mode,
                 s.heartbeat_timeout,
                 s.queue_memory,
-                s.replay_sources
+                s.replay_sources,
+                s.encoded_queues
             )),
             self.ring,
             self.faults
@@ -306,7 +308,11 @@ fn every_operator_mode_and_heartbeat_at_full_rate_matches_the_clean_run() {
         for kind in KINDS {
             for mode in [StandbyMode::Warm, StandbyMode::Hot] {
                 for hb in [1, 5] {
-                    let s = Spec::new(kind, 40_000).standby(mode, hb);
+                    let mut s = Spec::new(kind, 40_000).standby(mode, hb);
+                    // The second round with the queues' records encoded.
+                    if let Some(c) = &mut s.standby {
+                        c.encoded_queues = round == 1;
+                    }
                     let rep = s.check();
                     eprintln!(
                         "round {round} {}: {} takeovers",
@@ -326,9 +332,12 @@ fn every_operator_mode_and_heartbeat_at_full_rate_survives_each_fault_kind() {
         for kind in KINDS {
             for mode in [StandbyMode::Warm, StandbyMode::Hot] {
                 for hb in [1, 5] {
-                    let s = Spec::new(kind, 40_000)
+                    let mut s = Spec::new(kind, 40_000)
                         .standby(mode, hb)
                         .faults(three_faults(40_000, 10 * hb));
+                    if let Some(c) = &mut s.standby {
+                        c.encoded_queues = round == 1;
+                    }
                     let rep = s.check();
                     let sb = rep.standby.expect("standby stats");
                     assert!(sb.takeovers >= 3, "{}: {:?}", s.describe(), rep.recovery);
@@ -413,14 +422,16 @@ fn the_smallest_queues_at_full_rate_neither_hang_nor_lose() {
     for kind in KINDS {
         for mode in [StandbyMode::Warm, StandbyMode::Hot] {
             // `map` right after the source replays it (its log, sized like
-            // one queue, fills instead), or reads its records from a queue.
-            for replay in [true, false] {
+            // one queue, fills instead), or reads its records from a queue;
+            // queues hold records in typed slots, or encoded.
+            for (replay, encoded) in [(true, false), (false, false), (false, true)] {
                 for f in [Vec::new(), three_faults(60_000, 10)] {
                     let mut s = Spec::new(kind, 60_000).standby(mode, 5).faults(f);
                     if let Some(c) = &mut s.standby {
                         c.queue_memory = 64 << 10;
                         c.snapshot_interval = Duration::from_millis(200);
                         c.replay_sources = replay;
+                        c.encoded_queues = encoded;
                     }
                     s.ring = 2;
                     s.check();
@@ -580,6 +591,7 @@ fn a_failed_standby_is_replaced_and_its_replacement_takes_over() {
             snapshot_interval: Duration::from_millis(10),
             queue_memory: 4 << 20,
             replay_sources: true,
+            encoded_queues: false,
         })
         .probes(faults(&[(
             TupleId::new(0, 20_000),

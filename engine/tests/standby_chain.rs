@@ -45,6 +45,8 @@ struct Run {
     /// The chain replays `src` (no queue) rather than reading its records
     /// from a buffer queue.
     replay: bool,
+    /// The queue holds records encoded rather than in typed slots.
+    encoded: bool,
 }
 
 impl Run {
@@ -94,6 +96,7 @@ impl Run {
                 snapshot_interval: Duration::from_millis(5),
                 queue_memory: 2 << 20,
                 replay_sources: self.replay,
+                encoded_queues: self.encoded,
             });
         }
         if !self.faults.is_empty() {
@@ -147,15 +150,16 @@ fn exact_under_faults(
         mode: None,
         faults: vec![],
         replay: false,
+        encoded: false,
     }
     .go()
     .0;
     assert!(!clean.is_empty());
-    for (mode, replay) in [
-        (StandbyMode::Warm, true),
-        (StandbyMode::Hot, true),
-        (StandbyMode::Warm, false),
-        (StandbyMode::Hot, false),
+    for (mode, replay, encoded) in [
+        (StandbyMode::Warm, true, false),
+        (StandbyMode::Hot, true, false),
+        (StandbyMode::Warm, false, false),
+        (StandbyMode::Hot, false, true),
     ] {
         let (got, rep) = Run {
             shape,
@@ -163,9 +167,11 @@ fn exact_under_faults(
             mode: Some(mode),
             faults: faults.clone(),
             replay,
+            encoded,
         }
         .go();
-        let what = format!("{shape:?} {mode:?} replaying the source: {replay}");
+        let what =
+            format!("{shape:?} {mode:?} replaying the source: {replay}, encoded queue: {encoded}");
         let stats = rep.standby.as_ref().expect("a standby run");
         // A chain that replays its source runs it too.
         let want: Vec<String> = replay
@@ -255,6 +261,7 @@ fn a_chain_that_replays_its_source_takes_over_faults_in_the_source() {
         mode: None,
         faults: vec![],
         replay: false,
+        encoded: false,
     }
     .go()
     .0;
@@ -271,6 +278,7 @@ fn a_chain_that_replays_its_source_takes_over_faults_in_the_source() {
             mode: Some(mode),
             faults: faults.clone(),
             replay: true,
+            encoded: false,
         }
         .go();
         assert_eq!(rep.restarts, 0, "{mode:?}: a takeover is not a restart");
@@ -347,6 +355,7 @@ fn a_takeover_reads_a_source_that_cannot_jump_from_near_the_point_not_from_its_s
             snapshot_interval: Duration::from_millis(5),
             queue_memory: 2 << 20,
             replay_sources: true,
+            encoded_queues: false,
         })
         .probes(Arc::new(Faults::new(vec![
             panic_in("op", 0, 15_000),
@@ -468,6 +477,7 @@ fn a_member_whose_state_ends_keeps_the_points_going_and_restores_none() {
                 // Far less than the input: only points let it through.
                 queue_memory: 256 << 10,
                 replay_sources: replay,
+                encoded_queues: !replay && mode == StandbyMode::Hot,
             });
         }
         if !faults.is_empty() {

@@ -97,6 +97,8 @@ struct Config {
     /// The source's records go through a buffer queue even where a chain
     /// could replay the source.
     queue_source: bool,
+    /// Buffer queues hold records encoded, not in typed slots.
+    encoded_queue: bool,
     checkpoint_ms: Option<u64>,
     rate: Option<f64>,
     schedule: String,
@@ -124,6 +126,9 @@ impl Config {
                 );
                 if self.queue_source {
                     c += " --standby-queue-source";
+                }
+                if self.encoded_queue {
+                    c += " --standby-encoded-queue";
                 }
             }
         }
@@ -264,6 +269,7 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         heartbeat_ms: [2, 5, 10][rng.below(3) as usize],
         queue_mib: [2, 16][rng.below(2) as usize],
         queue_source,
+        encoded_queue: rng.below(2) == 0,
         checkpoint_ms,
         rate,
         schedule: schedule.to_string(),
@@ -312,6 +318,7 @@ fn run_job(
             heartbeat_timeout: Duration::from_millis(cfg.heartbeat_ms),
             queue_memory: cfg.queue_mib << 20,
             replay_sources: !cfg.queue_source,
+            encoded_queues: cfg.encoded_queue,
             ..Default::default()
         });
     }
@@ -485,6 +492,7 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
         heartbeat_ms: 5,
         queue_mib: 16,
         queue_source: false,
+        encoded_queue: false,
         checkpoint_ms: None,
         rate: None,
         schedule: String::new(),

@@ -508,14 +508,16 @@ impl<T: Data> Stream<T> {
     }
 }
 
-impl<T: Data + Codec> Stream<T> {
+impl<T: Data + Codec + Sync> Stream<T> {
     /// The next one-input operator built on this stream (`map`, `filter`,
     /// `flat_map`, `process`, or a keyed operator after `key_by`) may run
     /// with an active standby: when the runtime has a
     /// [`crate::StandbyConfig`], each of its instances gets a standby on
     /// another core, fed from a buffer queue that this stream's records are
-    /// written to once ([`crate::standby`]). `T` needs a [`Codec`] for
-    /// that queue.
+    /// written to once ([`crate::standby`]): moved into a typed slot that
+    /// primary and standby clone from (`T: Sync`), or encoded with its
+    /// [`Codec`] (`StandbyConfig::encoded_queues`, as a standby in another
+    /// process will need).
     ///
     /// The operator must produce the same outputs, in the same order, when
     /// an input is processed again from the same state (replay after a

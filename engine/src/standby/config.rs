@@ -46,6 +46,12 @@ pub struct StandbyConfig {
     /// ([`crate::Source::seek`] — override it where the source can jump).
     /// `false`: the source writes into a buffer queue like any upstream.
     pub replay_sources: bool,
+    /// Write each record into its buffer queue encoded (its `Codec`), and
+    /// decode it again in each reader, rather than move the record itself
+    /// into a typed slot beside the queue that the readers clone it from
+    /// (the default: one write, no encode or decode). The encoded form is
+    /// what a standby in another process will need.
+    pub encoded_queues: bool,
 }
 
 impl Default for StandbyConfig {
@@ -56,6 +62,7 @@ impl Default for StandbyConfig {
             snapshot_interval: Duration::from_millis(200),
             queue_memory: 16 << 20,
             replay_sources: true,
+            encoded_queues: false,
         }
     }
 }

@@ -120,6 +120,11 @@ pub struct Args {
     /// source as its queue).
     #[arg(long)]
     pub standby_queue_source: bool,
+    /// Encode each record into its buffer queue and decode it again in the
+    /// primary and standby (bqbs), as a standby in another process would
+    /// need, rather than hand them the record itself in a typed slot.
+    #[arg(long)]
+    pub standby_encoded_queue: bool,
     /// Also run the same job with --strategy none first (no faults) and
     /// print the throughput and p99 ratios (bqbs / none).
     #[arg(long)]

@@ -278,9 +278,9 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         );
         ensure!(!standby[..i].contains(s), "--standby: `{s}` is named twice");
     }
-    if bqbs && standby.iter().any(|s| s != names::FLATMAP) {
+    if bqbs && args.standby_encoded_queue && standby.iter().any(|s| s != names::FLATMAP) {
         // A parsed record of up to --max-record-bytes enters the queues of
-        // filter and keyed.
+        // filter and keyed, encoded (typed slots take any size).
         let cfg = tandem::standby::bq::BqConfig::for_memory(
             (args.standby_queue_mib << 20).max(64 << 10),
             64,

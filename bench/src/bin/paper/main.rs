@@ -80,6 +80,7 @@ fn run(
             snapshot_interval: Duration::from_millis(args.standby_snapshot_ms),
             queue_memory: args.standby_queue_mib << 20,
             replay_sources: !args.standby_queue_source,
+            encoded_queues: args.standby_encoded_queue,
         });
     }
     let p = parallelism;

@@ -241,6 +241,12 @@ pub(crate) struct Group {
     pub(crate) live: Liveness,
     /// Per input lane (upstream instance, in lane order).
     pub(crate) queues: Vec<BufferQueue>,
+    /// Per queue: its typed slots (a `slots::TypedSlots<T>` for the
+    /// chain's input type), made by the first of upstream and the
+    /// incarnations to need them — unless records are encoded.
+    typed: Vec<std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>>,
+    /// Records go into the queues encoded (`StandbyConfig::encoded_queues`).
+    encoded: bool,
     pub(crate) log: DetLog,
     /// Upstream instance of each lane.
     pub(crate) upstream: Vec<usize>,
@@ -474,6 +480,8 @@ impl Group {
             done: AtomicBool::new(false),
             replaying: AtomicBool::new(false),
             standbys_gone: AtomicBool::new(false),
+            typed: queues.iter().map(|_| Default::default()).collect(),
+            encoded: cfg.encoded_queues,
             queues,
             log,
             upstream,
@@ -492,6 +500,25 @@ impl Group {
 
     pub(crate) fn lanes(&self) -> usize {
         self.upstream.len()
+    }
+
+    /// The typed slots of lane `lane`'s queue (`None`: records are encoded,
+    /// or the lane has no queue).
+    pub(crate) fn typed_slots<T: crate::Data + Sync>(
+        &self,
+        lane: usize,
+    ) -> Option<Arc<super::slots::TypedSlots<T>>> {
+        if self.encoded {
+            return None;
+        }
+        let q = self.queues.get(lane)?;
+        let any = self.typed[lane]
+            .get_or_init(|| Arc::new(super::slots::TypedSlots::<T>::new(q.config().slots)));
+        Some(
+            Arc::clone(any)
+                .downcast::<super::slots::TypedSlots<T>>()
+                .expect("engine bug: a group's typed slots of another type"),
+        )
     }
 
     /// The operators the group runs: the replayed source (if any), then

@@ -11,7 +11,7 @@
 //! takeover.
 
 use super::group::{Doing, Group, NONE};
-use super::kit::{control_kind, decode, ChainBuild, Entry, KIND_END};
+use super::kit::{control_kind, decode, ChainBuild, Entry, KIND_END, KIND_TYPED};
 use crate::checkpoint::StateCapture;
 use crate::error::JobError;
 use crate::operator::ChunkId;
@@ -107,9 +107,11 @@ pub(crate) struct Incarnation<T> {
     hot_after: Option<u64>,
     /// The lane is a replayed source (the group has no queue).
     src: Option<SourceLane<T>>,
+    /// Per lane: its queue's typed slots (`None`: records are encoded).
+    typed: Vec<Option<Arc<super::slots::TypedSlots<T>>>>,
 }
 
-impl<T: crate::Data + Codec> Incarnation<T> {
+impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     pub(crate) fn new(
         group: Arc<Group>,
         inc: u64,
@@ -147,6 +149,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
             detector: Detector::new(group.timeout_ns),
             hot_after: None,
             src: source.map(SourceLane::new),
+            typed: (0..lanes).map(|l| group.typed_slots::<T>(l)).collect(),
             inc,
             group,
         };
@@ -452,6 +455,7 @@ impl<T: crate::Data + Codec> Incarnation<T> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut barrier = 0;
+        let typed = self.typed.get(l).and_then(|t| t.as_deref());
         let copied = self.reading(l, epoch, |q| {
             for p in first..first + n {
                 let Some(e) = q.get(p) else {
@@ -466,7 +470,21 @@ impl<T: crate::Data + Codec> Incarnation<T> {
                 if let Err(why) = e.verify() {
                     return Err((true, format!("buffer queue {}: {why}", q.path().display())));
                 }
-                match (decode::<T>(e.tuple_id, e.bytes), det) {
+                let entry = match (e.bytes, typed) {
+                    // The record itself, in the queue's typed slot.
+                    ([KIND_TYPED], Some(t)) => match t.get(p) {
+                        Some(r) if r.id.0 == e.tuple_id => Ok(Entry::Data(r)),
+                        _ => {
+                            return Err((true, format!(
+                                "buffer queue {} position {p}: its typed slot does not hold tuple {:#x}",
+                                q.path().display(),
+                                e.tuple_id
+                            )))
+                        }
+                    },
+                    _ => decode::<T>(e.tuple_id, e.bytes),
+                };
+                match (entry, det) {
                     (Ok(Entry::Data(r)), Det::Chunk { .. }) => buf.push(r),
                     (Ok(Entry::End), Det::End { .. }) => {}
                     (Ok(Entry::Barrier(id)), Det::Barrier { .. }) => barrier = id,
@@ -725,7 +743,7 @@ impl<T> Drop for Incarnation<T> {
     }
 }
 
-impl<T: crate::Data + Codec> Port for Incarnation<T> {
+impl<T: crate::Data + Codec + Sync> Port for Incarnation<T> {
     fn poll(&mut self, budget: usize) -> Poll {
         let now = self.ctx.clock.now();
         match self.phase {

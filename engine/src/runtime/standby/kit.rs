@@ -14,6 +14,8 @@ use std::sync::Arc;
 pub(crate) const KIND_DATA: u8 = 0;
 pub(crate) const KIND_END: u8 = 1;
 pub(crate) const KIND_BARRIER: u8 = 2;
+/// A record held in the queue's typed slot (`slots.rs`), not in its entry.
+pub(crate) const KIND_TYPED: u8 = 3;
 /// The tuple ID of an end-of-input entry.
 pub(crate) const END_ID: u64 = u64::MAX;
 /// The tuple ID of a checkpoint barrier entry.
@@ -107,13 +109,13 @@ pub(crate) type ChainBuild = Box<dyn FnMut(Option<Vec<u8>>) -> AnyBox>;
 
 pub(crate) struct SKit<T>(std::marker::PhantomData<fn() -> T>);
 
-impl<T: crate::Data + Codec> SKit<T> {
+impl<T: crate::Data + Codec + Sync> SKit<T> {
     pub(crate) fn arc() -> Arc<dyn StandbyKit> {
         Arc::new(SKit::<T>(std::marker::PhantomData))
     }
 }
 
-impl<T: crate::Data + Codec> StandbyKit for SKit<T> {
+impl<T: crate::Data + Codec + Sync> StandbyKit for SKit<T> {
     fn sender(
         &self,
         lanes: Vec<(Arc<Group>, usize)>,

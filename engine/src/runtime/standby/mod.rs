@@ -1,5 +1,5 @@
 //! The runtime side of BQBS: standby groups at run time, the upstream
-//! sender into their buffer queues, the primary and standby ports, the
+//! sender into their buffer queues (and the typed slots beside them), the primary and standby ports, the
 //! consumers' fenced input, and the typed builders. The protocol's parts —
 //! the buffer queue, the determinant log, the liveness cell, the snapshot
 //! exchange and the pure decisions — are [`crate::standby`]'s, below the
@@ -12,3 +12,4 @@ pub(crate) mod incarnation;
 pub(crate) mod kit;
 pub(crate) mod run;
 pub(crate) mod sender;
+pub(crate) mod slots;

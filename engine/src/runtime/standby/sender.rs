@@ -1,9 +1,11 @@
 //! Upstream's output into the buffer queues of standby groups (dual
 //! dispatch: each record is written once; the primary and a hot standby
-//! both read it).
+//! both read it) — moved into the queue's typed slots (`slots.rs`), or
+//! encoded into the queue where the group keeps records encoded.
 
 use super::group::{Group, NONE};
-use super::kit::{encode, encode_barrier, BARRIER_ID, END_ID, KIND_END};
+use super::kit::{encode, encode_barrier, BARRIER_ID, END_ID, KIND_END, KIND_TYPED};
+use super::slots::TypedSlots;
 use crate::operator::Collector;
 use crate::operator::DeadLetters;
 use crate::record::Record;
@@ -21,26 +23,78 @@ type BoxCollector<T> = Box<dyn Collector<T>>;
 /// Pushes between evictions.
 const EVICT_EVERY: u64 = 256;
 
-struct QLane {
+/// An entry that did not fit its queue yet.
+enum Held<T> {
+    Bytes(u64, Vec<u8>),
+    Typed(Record<T>),
+}
+
+struct QLane<T> {
     group: Arc<Group>,
     lane: usize,
-    overflow: VecDeque<(u64, Vec<u8>)>,
+    /// The queue's typed slots (`None`: records are encoded).
+    slots: Option<Arc<TypedSlots<T>>>,
+    overflow: VecDeque<Held<T>>,
     unsignalled: usize,
     /// The primary's cursor, as last read.
     read: u64,
     window: u64,
 }
 
-impl QLane {
+impl<T: crate::Data + Sync> QLane<T> {
     fn queue(&self) -> &crate::standby::bq::BufferQueue {
         &self.group.queues[self.lane]
     }
 
-    /// Pushes, evicting what the newest recovery point and the readers
-    /// allow first if the queue is full. Refuses (backpressure) while the
-    /// primary is `window` entries behind, as a ring of that size would:
-    /// the queue holds what replay needs, not a backlog.
     fn push(&mut self, id: u64, bytes: &[u8]) -> bool {
+        self.push_with(id, |q| q.push(id, bytes).is_ok())
+    }
+
+    /// Pushes an entry that waited in the overflow; gives it back if it
+    /// still does not fit.
+    fn push_held(&mut self, held: Held<T>) -> Result<(), Held<T>> {
+        match held {
+            Held::Bytes(id, b) => {
+                if self.push(id, &b) {
+                    Ok(())
+                } else {
+                    Err(Held::Bytes(id, b))
+                }
+            }
+            Held::Typed(rec) => self.push_typed(rec).map_err(Held::Typed),
+        }
+    }
+
+    /// Moves `rec` into the queue's typed slots.
+    fn push_typed(&mut self, rec: Record<T>) -> Result<(), Record<T>> {
+        let slots = Arc::clone(self.slots.as_ref().expect("a typed lane"));
+        let id = rec.id.0;
+        let mut rec = Some(rec);
+        let pushed = self.push_with(id, |q| {
+            match slots.push(q, rec.take().expect("given back"), &[KIND_TYPED]) {
+                Ok(()) => true,
+                Err(back) => {
+                    rec = Some(back);
+                    false
+                }
+            }
+        });
+        match rec {
+            Some(r) if !pushed => Err(r),
+            _ => Ok(()),
+        }
+    }
+
+    /// Pushes with `try_push`, evicting what the newest recovery point and
+    /// the readers allow first if the queue is full. Refuses
+    /// (backpressure) while the primary is `window` entries behind, as a
+    /// ring of that size would: the queue holds what replay needs, not a
+    /// backlog.
+    fn push_with(
+        &mut self,
+        id: u64,
+        mut try_push: impl FnMut(&crate::standby::bq::BufferQueue) -> bool,
+    ) -> bool {
         let q = &self.group.queues[self.lane];
         let tail = q.tail();
         if tail.saturating_sub(self.read) >= self.window {
@@ -50,10 +104,10 @@ impl QLane {
                 return false;
             }
         }
-        let pushed = q.push(id, bytes).is_ok() || {
+        let pushed = try_push(q) || {
             q.set_covered(self.group.covered(self.lane));
             q.evict();
-            let ok = q.push(id, bytes).is_ok();
+            let ok = try_push(q);
             if !ok {
                 // Full of what no recovery point covers yet: ask the
                 // primary for one now rather than at its interval.
@@ -83,7 +137,7 @@ impl QLane {
 /// queue keeps the entry in a per-lane overflow and raises the task's
 /// `blocked`, exactly as a full ring does.
 pub(crate) struct BqSender<T> {
-    lanes: Vec<QLane>,
+    lanes: Vec<QLane<T>>,
     /// The largest entry every lane's queue takes (bytes).
     max_entry: usize,
     route: Route<T>,
@@ -94,7 +148,7 @@ pub(crate) struct BqSender<T> {
     pushes: u64,
 }
 
-impl<T: crate::Data + Codec> BqSender<T> {
+impl<T: crate::Data + Codec + Sync> BqSender<T> {
     pub(crate) fn boxed(
         lanes: Vec<(Arc<Group>, usize)>,
         partitioning: &crate::runtime::graph::Partitioning,
@@ -113,6 +167,7 @@ impl<T: crate::Data + Codec> BqSender<T> {
             lanes: lanes
                 .into_iter()
                 .map(|(group, lane)| QLane {
+                    slots: group.typed_slots::<T>(lane),
                     group,
                     lane,
                     overflow: VecDeque::new(),
@@ -131,16 +186,38 @@ impl<T: crate::Data + Codec> BqSender<T> {
     }
 }
 
-impl<T: Codec> BqSender<T> {
+impl<T: crate::Data + Codec + Sync> BqSender<T> {
     fn send_bytes(&mut self, lane: usize, id: u64) {
         let l = &mut self.lanes[lane];
         if !l.overflow.is_empty() || !l.push(id, &self.buf) {
             if l.overflow.is_empty() {
                 self.ctx.blocked.set(self.ctx.blocked.get() + 1);
             }
-            l.overflow.push_back((id, self.buf.clone()));
+            l.overflow.push_back(Held::Bytes(id, self.buf.clone()));
             return;
         }
+        self.pushed(lane);
+    }
+
+    fn send_typed(&mut self, lane: usize, rec: Record<T>) {
+        let l = &mut self.lanes[lane];
+        let rec = if l.overflow.is_empty() {
+            match l.push_typed(rec) {
+                Ok(()) => return self.pushed(lane),
+                Err(r) => r,
+            }
+        } else {
+            rec
+        };
+        if l.overflow.is_empty() {
+            self.ctx.blocked.set(self.ctx.blocked.get() + 1);
+        }
+        l.overflow.push_back(Held::Typed(rec));
+    }
+
+    /// Lane `lane` took an entry: its readers' wake-up, the eviction.
+    fn pushed(&mut self, lane: usize) {
+        let l = &mut self.lanes[lane];
         l.unsignalled += 1;
         if l.unsignalled >= self.batch {
             l.notify(&self.ctx);
@@ -159,9 +236,23 @@ impl<T: Codec> BqSender<T> {
     }
 }
 
-impl<T: Codec + Clone + 'static> Collector<T> for BqSender<T> {
+impl<T: crate::Data + Codec + Sync> Collector<T> for BqSender<T> {
     #[inline]
     fn collect(&mut self, rec: Record<T>) {
+        if self.lanes.first().is_some_and(|l| l.slots.is_some()) {
+            // One write: the record itself, into its lane's slot.
+            match self.route.pick(&rec.value, self.lanes.len()) {
+                Some(lane) => self.send_typed(lane, rec),
+                None => {
+                    let last = self.lanes.len() - 1;
+                    for lane in 0..last {
+                        self.send_typed(lane, rec.clone());
+                    }
+                    self.send_typed(last, rec);
+                }
+            }
+            return;
+        }
         encode(&mut self.buf, &rec);
         if self.buf.len() > self.max_entry {
             // Kept, with the reason, rather than a queue it cannot enter
@@ -192,9 +283,9 @@ impl<T: Codec + Clone + 'static> Collector<T> for BqSender<T> {
     fn flush(&mut self) {
         for l in &mut self.lanes {
             if !l.overflow.is_empty() {
-                while let Some((id, b)) = l.overflow.pop_front() {
-                    if !l.push(id, &b) {
-                        l.overflow.push_front((id, b));
+                while let Some(h) = l.overflow.pop_front() {
+                    if let Err(h) = l.push_held(h) {
+                        l.overflow.push_front(h);
                         break;
                     }
                     l.unsignalled += 1;

@@ -69,7 +69,7 @@ enum Slice {
     Failed(String),
 }
 
-impl<T: crate::Data + Codec> Incarnation<T> {
+impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     /// Takes, builds and publishes recovery points (see the module docs).
     pub(super) fn points(&mut self, now: Nanos, epoch: u64) {
         if self.live == 0 {

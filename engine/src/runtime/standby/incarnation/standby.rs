@@ -16,7 +16,7 @@ use crate::standby::decide::{Evidence, Observation, Verdict, WorkerAt};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-impl<T: crate::Data + Codec> Incarnation<T> {
+impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     pub(super) fn poll_standby(&mut self, now: Nanos, budget: usize) -> Poll {
         let g = Arc::clone(&self.group);
         if g.done.load(Ordering::Acquire) || g.live.current() != self.backs {
