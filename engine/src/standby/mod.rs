@@ -25,7 +25,11 @@
 //! - [`decide`] — the pure decisions: a consumer's tracking of chunks
 //!   (what to drop, whether a replay agrees), and the stall detector.
 //! - [`codec`] — how the records of a standby operator's input become
-//!   buffer-queue bytes.
+//!   buffer-queue bytes where the queue holds them encoded
+//!   ([`StandbyConfig::encoded_queues`]; by default the record itself sits
+//!   in a typed slot beside its queue entry, and a chain right after a
+//!   source replays the source instead of a queue:
+//!   [`StandbyConfig::replay_sources`]).
 //!
 //! These are the protocol's parts, and import nothing above `sys`,
 //! `record` and `checkpoint`'s file format. The runtime side — groups and

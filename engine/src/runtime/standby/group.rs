@@ -15,7 +15,11 @@
 //! ## The data path
 //!
 //! Upstream writes each input once into the group's buffer queue of its
-//! lane ([`super::sender`]). The primary takes the lanes in chunks, and
+//! lane ([`super::sender`]: the record itself into the typed slot beside
+//! its position, [`super::slots`], or its encoded bytes). A chain right
+//! after a source of its own has no queue: its one lane is the source,
+//! replayed ([`super::incarnation::source_lane`]). The primary takes the
+//! lanes in chunks, and
 //! logs each choice in the determinant log ([`crate::standby::detlog`]) *before* it
 //! processes the chunk. Around each chunk's outputs it tells its chain the
 //! chunk's identity; the ring senders at the chain's end follow the
