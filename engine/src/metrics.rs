@@ -246,7 +246,9 @@ pub struct RecoveryRecord {
     /// Which recovery ran: a standby's takeover, or restart-all.
     pub kind: RecoveryKind,
     /// The failed operator (for a stall without a probe: the operators of
-    /// the stalled worker, joined by `+`).
+    /// the stalled worker, joined by `+`; for a takeover, the operator of
+    /// the backed-up chain — or the source it replays — that failed, or the
+    /// chain's head when nothing says which).
     pub operator: String,
     /// Its instance.
     pub instance: usize,

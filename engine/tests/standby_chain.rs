@@ -135,16 +135,9 @@ fn stall_in(op: &'static str, partition: u32, seq: u64) -> (&'static str, TupleI
     )
 }
 
-/// Runs `shape` clean and then faulted in both modes; the outputs must be
-/// the same, each fault answered by a takeover of the chain, none by a
-/// restart.
-fn exact_under_faults(
-    shape: Shape,
-    records: u64,
-    chain: &[&str],
-    faults: Vec<(&'static str, TupleId, ProbeAction)>,
-) {
-    let clean = Run {
+/// The fault-free output of `shape` over `records`, without a standby.
+fn clean(shape: Shape, records: u64) -> Vec<String> {
+    let lines = Run {
         shape,
         records,
         mode: None,
@@ -154,7 +147,20 @@ fn exact_under_faults(
     }
     .go()
     .0;
-    assert!(!clean.is_empty());
+    assert!(!lines.is_empty());
+    lines
+}
+
+/// Runs `shape` clean and then faulted in both modes; the outputs must be
+/// the same, each fault answered by a takeover of the chain, none by a
+/// restart.
+fn exact_under_faults(
+    shape: Shape,
+    records: u64,
+    chain: &[&str],
+    faults: Vec<(&'static str, TupleId, ProbeAction)>,
+) {
+    let clean = clean(shape, records);
     for (mode, replay, encoded) in [
         (StandbyMode::Warm, true, false),
         (StandbyMode::Hot, true, false),
@@ -182,12 +188,17 @@ fn exact_under_faults(
             .collect();
         assert_eq!(stats.chains, vec![want], "{what}: the backed-up chain");
         assert_eq!(rep.restarts, 0, "{what}: a takeover is not a restart");
-        let takeovers = rep
+        // One takeover a fault, each naming the operator that failed.
+        let mut named: Vec<&str> = rep
             .recovery
             .iter()
             .filter(|r| r.kind == RecoveryKind::Takeover && !r.unprovoked)
-            .count();
-        assert_eq!(takeovers, faults.len(), "{what}: one takeover a fault");
+            .map(|r| r.operator.as_str())
+            .collect();
+        named.sort_unstable();
+        let mut failed: Vec<&str> = faults.iter().map(|f| f.0).collect();
+        failed.sort_unstable();
+        assert_eq!(named, failed, "{what}: {:?}", rep.recovery);
         assert_eq!(got.len(), clean.len(), "{what}: line count");
         assert!(
             got == clean,
@@ -255,16 +266,7 @@ fn a_chain_that_replays_its_source_takes_over_faults_in_the_source() {
     let _g = serial();
     let shape = Shape::Stateless { both_marked: false };
     let records = 60_000;
-    let clean = Run {
-        shape,
-        records,
-        mode: None,
-        faults: vec![],
-        replay: false,
-        encoded: false,
-    }
-    .go()
-    .0;
+    let clean = clean(shape, records);
     let faults = vec![
         panic_in("src", 0, 3_000),
         stall_in("src", 1, 11_000),
@@ -288,6 +290,10 @@ fn a_chain_that_replays_its_source_takes_over_faults_in_the_source() {
             .filter(|r| r.kind == RecoveryKind::Takeover && !r.unprovoked)
             .collect();
         assert_eq!(takeovers.len(), faults.len(), "{mode:?}: {takeovers:?}");
+        assert!(
+            takeovers.iter().all(|r| r.operator == "src"),
+            "{mode:?}: each names the source: {takeovers:?}"
+        );
         assert!(
             got == clean,
             "{mode:?}: the output differs from the clean run"

@@ -32,7 +32,7 @@ mod point;
 pub(crate) mod source_lane;
 mod standby;
 
-use source_lane::{SourceLane, SourceSpec, Take};
+use source_lane::{SourceLane, SourceSpec};
 
 type BoxCollector<T> = Box<dyn Collector<T>>;
 
@@ -251,31 +251,6 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             }
         }
         self.open_source();
-    }
-
-    /// A replayed source lane: a fresh instance of the source at the
-    /// lane's position.
-    fn open_source(&mut self) {
-        let Some(src) = &mut self.src else { return };
-        if let Err(reason) = src.place(self.pos[0], &self.ctx) {
-            self.ctx.fail(JobError::SourceSeek {
-                operator: src.spec.info.name.to_string(),
-                instance: src.spec.info.instance,
-                position: self.pos[0],
-                reason,
-            });
-        }
-    }
-
-    /// Lane positions entry `det` takes: a replayed source's barrier and
-    /// end take none (its positions are the source's records).
-    #[inline]
-    fn consumes(&self, det: Det) -> u64 {
-        match det {
-            Det::Chunk { n, .. } => n as u64,
-            _ if self.src.is_some() => 0,
-            _ => 1,
-        }
     }
 
     #[inline]
@@ -527,33 +502,6 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 Err(Stop::Failed)
             }
             Some(Ok(())) => Ok(true),
-        }
-    }
-
-    /// [`Self::copy_chunk`] from a replayed source.
-    fn take_from_source(&mut self, det: Det) -> Result<bool, Stop> {
-        let src = self.src.as_mut().expect("a source lane");
-        self.buf.clear();
-        let taken = match det {
-            Det::Chunk { n, .. } => src.take(n as usize, &mut self.buf, &self.ctx),
-            Det::End { .. } => src.take_end(&self.ctx),
-            Det::Barrier { low: Some(low), .. } => {
-                let newest = self.ctx.shared.trigger.load(Ordering::Acquire);
-                self.barrier = crate::standby::detlog::barrier_id(low, newest);
-                Ok(Take::Ready)
-            }
-            Det::Barrier { low: None, .. } => Err(format!(
-                "determinant log entry {} is a barrier without its id on a source lane",
-                self.seq
-            )),
-        };
-        match taken {
-            Ok(Take::Ready) => Ok(true),
-            Ok(Take::NotYet) => Ok(false),
-            Err(why) => {
-                self.fail(why);
-                Err(Stop::Failed)
-            }
         }
     }
 

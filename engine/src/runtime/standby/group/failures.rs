@@ -14,6 +14,8 @@ pub(crate) struct Fault {
     pub(crate) at: Nanos,
     pub(crate) cause: String,
     pub(crate) tuple: Option<TupleId>,
+    /// The operator of the group that failed, when the error names one.
+    pub(crate) operator: Option<String>,
 }
 
 /// What the group knows of its primaries' failures.
@@ -93,6 +95,7 @@ impl Group {
             at,
             cause: e.to_string(),
             tuple,
+            operator: e.operator().map(str::to_string),
         });
         drop(f);
         if self.live.report_failure(epoch) {

@@ -34,6 +34,8 @@
 //! when the incarnation reads it (a replayed record's latency counts from
 //! its replay).
 
+use super::Stop;
+use crate::error::JobError;
 use crate::operator::source::{Source, SourcePoll};
 use crate::operator::OperatorInfo;
 use crate::record::{Nanos, Record, TupleId};
@@ -42,6 +44,7 @@ use crate::runtime::source::Pacer;
 use crate::runtime::task::TaskCtx;
 use crate::standby::detlog::{barrier_low, Det};
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 /// What an incarnation needs to run a source partition as its lane.
@@ -325,5 +328,60 @@ impl<T: crate::Data> SourceLane<T> {
         } else {
             Take::NotYet
         })
+    }
+}
+
+/// The incarnation's side of a replayed source lane.
+impl<T: crate::Data + crate::standby::codec::Codec + Sync> super::Incarnation<T> {
+    /// A replayed source lane: a fresh instance of the source at the
+    /// lane's position.
+    pub(super) fn open_source(&mut self) {
+        let Some(src) = &mut self.src else { return };
+        if let Err(reason) = src.place(self.pos[0], &self.ctx) {
+            self.ctx.fail(JobError::SourceSeek {
+                operator: src.spec.info.name.to_string(),
+                instance: src.spec.info.instance,
+                position: self.pos[0],
+                reason,
+            });
+        }
+    }
+
+    /// Lane positions entry `det` takes: a replayed source's barrier and
+    /// end take none (its positions are the source's records).
+    #[inline]
+    pub(super) fn consumes(&self, det: Det) -> u64 {
+        match det {
+            Det::Chunk { n, .. } => n as u64,
+            _ if self.src.is_some() => 0,
+            _ => 1,
+        }
+    }
+
+    /// [`Self::copy_chunk`] from a replayed source.
+    pub(super) fn take_from_source(&mut self, det: Det) -> Result<bool, Stop> {
+        let src = self.src.as_mut().expect("a source lane");
+        self.buf.clear();
+        let taken = match det {
+            Det::Chunk { n, .. } => src.take(n as usize, &mut self.buf, &self.ctx),
+            Det::End { .. } => src.take_end(&self.ctx),
+            Det::Barrier { low: Some(low), .. } => {
+                let newest = self.ctx.shared.trigger.load(Ordering::Acquire);
+                self.barrier = crate::standby::detlog::barrier_id(low, newest);
+                Ok(Take::Ready)
+            }
+            Det::Barrier { low: None, .. } => Err(format!(
+                "determinant log entry {} is a barrier without its id on a source lane",
+                self.seq
+            )),
+        };
+        match taken {
+            Ok(Take::Ready) => Ok(true),
+            Ok(Take::NotYet) => Ok(false),
+            Err(why) => {
+                self.fail(why);
+                Err(Stop::Failed)
+            }
+        }
     }
 }

@@ -272,7 +272,9 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         let k = self.standby_log().open(Takeover {
             record: RecoveryRecord {
                 kind: RecoveryKind::Takeover,
-                operator: group.name.to_string(),
+                // The operator of the chain (or its replayed source) that
+                // failed; the chain's head when nothing says which.
+                operator: fault.operator.unwrap_or_else(|| group.name.to_string()),
                 instance: group.instance,
                 cause: fault.cause,
                 tuple_id: fault.tuple,
@@ -368,12 +370,14 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                     at: now,
                     cause: "reported failure".into(),
                     tuple: None,
+                    operator: None,
                 });
             return Attributed {
                 at: f.at,
                 cause: f.cause,
                 tuple: f.tuple,
                 unprovoked: false,
+                operator: f.operator,
             };
         };
         let beat = now.saturating_sub(e.silence_ns);
@@ -390,12 +394,14 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 cause,
                 tuple: Some(n.tuple),
                 unprovoked: false,
+                operator: Some(name.to_string()),
             },
             None => Attributed {
                 at: beat,
                 cause,
                 tuple: None,
                 unprovoked: true,
+                operator: None,
             },
         }
     }
@@ -406,4 +412,6 @@ struct Attributed {
     cause: String,
     tuple: Option<crate::record::TupleId>,
     unprovoked: bool,
+    /// The operator that failed or stalled, when known.
+    operator: Option<String>,
 }
