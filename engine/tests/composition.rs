@@ -262,7 +262,15 @@ fn takeover_then_restart_all_then_takeover_commit_exactly_the_clean_output() {
         let what = format!("{mode:?}");
         assert!(
             faults.all_fired() && mid.load(Ordering::SeqCst),
-            "{what}: every fault fired"
+            "{what}: every fault fired: {:?}, mid {}; checkpoints {:?}; recovery {:?}",
+            faults
+                .0
+                .iter()
+                .map(|f| (&f.0, f.3.load(Ordering::SeqCst)))
+                .collect::<Vec<_>>(),
+            mid.load(Ordering::SeqCst),
+            report.checkpoints,
+            report.recovery
         );
         assert_same(&clean, &got);
         assert_eq!(
