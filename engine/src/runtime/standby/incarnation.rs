@@ -109,6 +109,8 @@ pub(crate) struct Incarnation<T> {
     src: Option<SourceLane<T>>,
     /// Per lane: its queue's typed slots (`None`: records are encoded).
     typed: Vec<Option<Arc<super::slots::TypedSlots<T>>>>,
+    /// The log was full at this poll: the next one takes a point.
+    log_full: bool,
 }
 
 impl<T: crate::Data + Codec + Sync> Incarnation<T> {
@@ -150,6 +152,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             hot_after: None,
             src: source.map(SourceLane::new),
             typed: (0..lanes).map(|l| group.typed_slots::<T>(l)).collect(),
+            log_full: false,
             inc,
             group,
         };
@@ -395,7 +398,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                     Appended::Go(d) => d,
                     Appended::Fenced => return Err(Stop::Fenced),
                     Appended::Full => {
+                        // Only a point frees the log; nobody else wakes
+                        // this primary to take it (a replayed source has
+                        // no writer), so its next poll comes at once.
                         self.group.point_wanted.store(true, Ordering::Release);
+                        self.log_full = true;
                         return Ok(None);
                     }
                 }
@@ -640,7 +647,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             self.phase = Phase::Ending { epoch };
             return self.poll_ending(epoch);
         }
-        if moved > 0 || self.building() {
+        if moved > 0 || self.building() || std::mem::take(&mut self.log_full) {
             Poll::Progress
         } else {
             Poll::Idle {

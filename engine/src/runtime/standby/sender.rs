@@ -67,7 +67,8 @@ impl<T: crate::Data + Sync> QLane<T> {
 
     /// Moves `rec` into the queue's typed slots.
     fn push_typed(&mut self, rec: Record<T>) -> Result<(), Record<T>> {
-        let slots = Arc::clone(self.slots.as_ref().expect("a typed lane"));
+        // Held aside for the push (no reference count touched per record).
+        let slots = self.slots.take().expect("a typed lane");
         let id = rec.id.0;
         let mut rec = Some(rec);
         let pushed = self.push_with(id, |q| {
@@ -79,6 +80,7 @@ impl<T: crate::Data + Sync> QLane<T> {
                 }
             }
         });
+        self.slots = Some(slots);
         match rec {
             Some(r) if !pushed => Err(r),
             _ => Ok(()),
