@@ -33,6 +33,9 @@ pub enum BuildError {
     /// A standby was asked for where the engine cannot run one.
     #[error("operator `{name}` cannot have a standby: {reason}")]
     Standby { name: String, reason: String },
+    /// Event time or windows configured in a way that cannot work.
+    #[error("operator `{name}`: {reason}")]
+    Window { name: String, reason: String },
 }
 
 /// Errors of the runtime: the machine cannot host the job as configured.

@@ -41,6 +41,8 @@
 //!              tasks, the type-erased graph, the chain wrappers around
 //!              operators, supervision and checkpoints' coordination,
 //!              standby groups at run time (runtime/standby/), probes
+//! time/        event time: watermark strategies, windows and what a key
+//!              keeps of them
 //! standby/     the BQBS protocol's parts: buffer queues, the determinant
 //!              log, the liveness cell, the snapshot exchange, decisions
 //! operator/    the user-facing traits (Process, KeyedProcess, CoProcess,
@@ -103,10 +105,14 @@ pub mod standby;
 pub mod state;
 pub mod sync;
 pub mod sys;
+pub mod time;
 
 pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
-pub use job::{key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream};
+pub use job::{
+    key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, Stream, WindowOutput,
+    WindowedStream,
+};
 pub use metrics::{
     CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryKind,
     RecoveryRecord, StandbyStats,

@@ -26,6 +26,9 @@
 pub use crate::operator::source;
 use crate::runtime::graph;
 
+mod window;
+pub use window::{WindowOutput, WindowedStream};
+
 use crate::error::{BuildError, JobError};
 use crate::metrics::JobReport;
 use crate::operator::{
@@ -58,6 +61,8 @@ struct Inner {
     edges: Vec<Edge>,
     errors: Vec<BuildError>,
     parallelism: usize,
+    /// Operators that work in event time: their sources need watermarks.
+    event_time: Vec<usize>,
 }
 
 impl Inner {
@@ -68,8 +73,27 @@ impl Inner {
             edges: Vec::new(),
             errors: Vec::new(),
             parallelism: 1,
+            event_time: Vec::new(),
         }
     }
+}
+
+/// The first source upstream of `node` without watermarks, if any.
+fn source_without_watermarks(nodes: &[Node], edges: &[Edge], node: usize) -> Option<usize> {
+    let mut stack = vec![node];
+    let mut seen = HashSet::new();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        if let NodeKind::Source { watermarks, .. } = &nodes[n].kind {
+            if watermarks.is_none() {
+                return Some(n);
+            }
+        }
+        stack.extend(edges.iter().filter(|e| e.to == n).map(|e| e.from));
+    }
+    None
 }
 
 /// Builds a job. See the [module docs](self).
@@ -151,17 +175,25 @@ impl JobBuilder {
             let src: Box<dyn Source<T>> = Box::new(f(info));
             Box::new(src)
         });
-        let build: graph::SourceBuild = Arc::new(move |cx: BuildCx, down: AnyBox, rate, gate| {
-            let src: Box<dyn Source<T>> = Box::new(factory(&cx.info));
-            let down = downcast::<BoxCollector<T>>(down, "source output");
-            let per_partition = rate.map(|r: f64| {
-                Pacer::new(
-                    r / cx.info.parallelism as f64,
-                    Arc::clone(&cx.ctx.shared.pacing_start),
-                )
+        let build: graph::SourceBuild =
+            Arc::new(move |cx: BuildCx, down: AnyBox, rate, gate, watermarks| {
+                let src: Box<dyn Source<T>> = Box::new(factory(&cx.info));
+                let down = downcast::<BoxCollector<T>>(down, "source output");
+                let per_partition = rate.map(|r: f64| {
+                    Pacer::new(
+                        r / cx.info.parallelism as f64,
+                        Arc::clone(&cx.ctx.shared.pacing_start),
+                    )
+                });
+                Box::new(SourcePort::new(
+                    src,
+                    down,
+                    per_partition,
+                    gate,
+                    watermarks,
+                    cx,
+                ))
             });
-            Box::new(SourcePort::new(src, down, per_partition, gate, cx))
-        });
         let node = add_node(
             &self.inner,
             name,
@@ -169,6 +201,7 @@ impl JobBuilder {
                 build,
                 open,
                 rate: None,
+                watermarks: None,
             },
             Some(Kit::<T>::arc()),
             &[],
@@ -185,10 +218,23 @@ impl JobBuilder {
             nodes,
             edges,
             mut errors,
+            event_time,
             ..
         } = inner;
         if !errors.is_empty() {
             return Err(errors.swap_remove(0));
+        }
+        for &n in &event_time {
+            if let Some(s) = source_without_watermarks(&nodes, &edges, n) {
+                return Err(BuildError::Window {
+                    name: nodes[n].name.to_string(),
+                    reason: format!(
+                        "it works in event time, and source `{}` has no watermarks (give it \
+                         some with `Stream::watermarks`)",
+                        nodes[s].name
+                    ),
+                });
+            }
         }
         if !nodes
             .iter()
@@ -351,6 +397,34 @@ impl<T: Data> Stream<T> {
                 _ => g.errors.push(BuildError::InvalidRate {
                     name,
                     reason: "only a source can be rate limited".into(),
+                }),
+            }
+        }
+        self
+    }
+
+    /// Gives the source that produces this stream watermarks (see
+    /// [`crate::time`]): what event-time operators downstream — windows —
+    /// need to know how far their input has come.
+    ///
+    /// ```
+    /// # use tandem::{IterSource, JobBuilder};
+    /// use std::time::Duration;
+    /// use tandem::time::Watermarks;
+    /// # let job = JobBuilder::new("doc");
+    /// let clicks = job
+    ///     .source("clicks", |_| IterSource((0..10u64).map(|n| (n, n * 1000))))
+    ///     .watermarks(Watermarks::bounded(Duration::from_micros(5)));
+    /// ```
+    pub fn watermarks(self, strategy: crate::time::Watermarks) -> Self {
+        {
+            let mut g = self.job.borrow_mut();
+            let name = g.nodes[self.node].name.to_string();
+            match &mut g.nodes[self.node].kind {
+                NodeKind::Source { watermarks, .. } => *watermarks = Some(strategy),
+                _ => g.errors.push(BuildError::Window {
+                    name,
+                    reason: "only a source generates watermarks".into(),
                 }),
             }
         }

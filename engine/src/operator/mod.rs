@@ -122,6 +122,15 @@ pub(crate) trait Collector<T> {
     /// been handed over, none after it. An operator snapshots its state,
     /// acknowledges, and forwards the barrier.
     fn barrier(&mut self, id: u64);
+    /// Event time (see [`crate::time`]): no record after this one on this
+    /// hop's input has an event time below `wm`, late records excepted.
+    /// Operators forward it; an event-time operator first takes what it
+    /// releases and fires its timers.
+    fn watermark(&mut self, wm: u64);
+    /// Every input of this hop has gone idle (see [`crate::time`]):
+    /// forwarded, so that an operator downstream with other inputs does not
+    /// wait for this one's watermark.
+    fn idle(&mut self);
     /// Standby protocol (an operator with a standby): the outputs that
     /// follow, up to [`close_chunk`](Self::close_chunk) (or the end), are
     /// those of chunk `id` of the operator's input. Operators forward it;

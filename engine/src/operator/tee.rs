@@ -27,6 +27,12 @@ impl<T: Clone> Collector<T> for Tee<T> {
     fn barrier(&mut self, id: u64) {
         self.outs.iter_mut().for_each(|o| o.barrier(id));
     }
+    fn watermark(&mut self, wm: u64) {
+        self.outs.iter_mut().for_each(|o| o.watermark(wm));
+    }
+    fn idle(&mut self) {
+        self.outs.iter_mut().for_each(|o| o.idle());
+    }
     fn open_chunk(&mut self, id: crate::operator::ChunkId) {
         self.outs.iter_mut().for_each(|o| o.open_chunk(id));
     }
@@ -51,4 +57,6 @@ impl<T> Collector<T> for Null {
     fn flush(&mut self) {}
     fn end(&mut self) {}
     fn barrier(&mut self, _id: u64) {}
+    fn watermark(&mut self, _wm: u64) {}
+    fn idle(&mut self) {}
 }

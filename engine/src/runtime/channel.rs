@@ -13,6 +13,7 @@
 //! chunk.
 
 use super::align::Alignment;
+use super::lanes::{Forward, LaneClock};
 use super::task::{Gate, Poll, Port, TaskCtx};
 use crate::operator::{ChunkId, Collector};
 use crate::queue::spsc::{Consumer, Full, Producer};
@@ -33,6 +34,11 @@ pub(crate) enum Msg<T> {
     /// Checkpoint barrier: every record of this producer before it belongs
     /// to checkpoint `id`, none after it.
     Barrier(u64),
+    /// Event time: no record after this one on this ring has an event time
+    /// below the watermark, late records excepted (see `crate::time`).
+    Watermark(u64),
+    /// The producer has gone idle (see `crate::time`).
+    Idle,
     /// Standby protocol (only on edges leaving an operator with a standby;
     /// see `standby::group`): this primary's stream starts at chunk `seq`.
     Resume(u64),
@@ -316,6 +322,26 @@ impl<T: Clone + 'static> Collector<T> for RingSender<T> {
         self.flush();
     }
 
+    fn watermark(&mut self, wm: u64) {
+        // A hot standby's watermarks are its primary's to send.
+        if self.ended || self.muted() {
+            return;
+        }
+        for lane in 0..self.lanes.len() {
+            self.send(lane, Msg::Watermark(wm));
+        }
+    }
+
+    fn idle(&mut self) {
+        if self.ended || self.muted() {
+            return;
+        }
+        for lane in 0..self.lanes.len() {
+            self.send(lane, Msg::Idle);
+        }
+        self.flush();
+    }
+
     fn open_chunk(&mut self, id: ChunkId) {
         if self.ended || self.muted() {
             return;
@@ -369,6 +395,20 @@ pub(crate) struct RingInput<T> {
     gate: Option<Rc<Gate>>,
     ctx: Rc<TaskCtx>,
     align: Alignment,
+    clock: LaneClock,
+}
+
+/// Applies what a lane's clock decided to the chain.
+pub(crate) fn forward_time<T>(f: Forward, target: &mut dyn Collector<T>) {
+    match f {
+        Forward::Nothing => {}
+        Forward::Watermark(wm) => target.watermark(wm),
+        Forward::Idle => target.idle(),
+        Forward::IdleAt(wm) => {
+            target.watermark(wm);
+            target.idle();
+        }
+    }
 }
 
 impl<T> RingInput<T> {
@@ -390,6 +430,7 @@ impl<T> RingInput<T> {
             gate,
             ctx,
             align: Alignment::new(n),
+            clock: LaneClock::new(n),
         }
     }
 
@@ -432,12 +473,28 @@ impl<T> Port for RingInput<T> {
                 continue;
             }
             let target = &mut self.target;
+            let clock = &mut self.clock;
+            let ctx = &self.ctx;
+            ctx.lane.set(i as u32);
+            ctx.lane_wm.set(clock.lane(i));
             let mut got_end = false;
             let mut barrier = None;
             let take = CHUNK.min(budget - moved);
             let k = self.rings[i].pop_batch_until(take, |m| match m {
                 Msg::Data(r) => {
+                    clock.on_data(i);
                     target.collect(r);
+                    true
+                }
+                Msg::Watermark(wm) => {
+                    let f = clock.on_watermark(i, wm);
+                    ctx.lane_wm.set(clock.lane(i));
+                    forward_time(f, &mut **target);
+                    true
+                }
+                Msg::Idle => {
+                    let f = clock.on_idle(i);
+                    forward_time(f, &mut **target);
                     true
                 }
                 Msg::End => {
@@ -463,6 +520,10 @@ impl<T> Port for RingInput<T> {
                 self.ended[i] = true;
                 self.live -= 1;
                 self.try_complete();
+                if self.live > 0 {
+                    let f = self.clock.on_end(i);
+                    forward_time(f, &mut *self.target);
+                }
             }
             if k == 0 {
                 idle_rounds += 1;

@@ -91,9 +91,19 @@ impl BuildCx {
 /// An operator instance's probe, if the runtime installed one.
 pub(crate) type Probe = Option<Box<dyn crate::runtime::probe::RecordProbe>>;
 
-/// Builds a source port: `(cx, downstream collector, rate, gate) -> port`.
-pub(crate) type SourceBuild =
-    Arc<dyn Fn(BuildCx, AnyBox, Option<f64>, Option<Rc<Gate>>) -> Box<dyn Port> + Send + Sync>;
+/// Builds a source port: `(cx, downstream collector, rate, gate,
+/// watermarks) -> port`.
+pub(crate) type SourceBuild = Arc<
+    dyn Fn(
+            BuildCx,
+            AnyBox,
+            Option<f64>,
+            Option<Rc<Gate>>,
+            Option<crate::time::Watermarks>,
+        ) -> Box<dyn Port>
+        + Send
+        + Sync,
+>;
 /// Builds a one-input hop: `(cx, downstream collector) -> input collector`.
 pub(crate) type UnaryBuild = Arc<dyn Fn(BuildCx, AnyBox) -> AnyBox + Send + Sync>;
 /// The type-erased input side of a co-operator: its two input collectors,
@@ -119,6 +129,8 @@ pub(crate) enum NodeKind {
         build: SourceBuild,
         open: SourceOpen,
         rate: Option<f64>,
+        /// How its partitions generate watermarks (`None`: they do not).
+        watermarks: Option<crate::time::Watermarks>,
     },
     Unary(UnaryBuild),
     Binary(BinaryBuild),

@@ -33,6 +33,7 @@ pub(crate) mod config;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
 pub(crate) mod graph;
+pub(crate) mod lanes;
 pub mod panic;
 pub mod placement;
 pub mod probe;
@@ -457,7 +458,18 @@ pub(crate) fn shapes(
             binary: matches!(n.kind, NodeKind::Binary(_)),
             standby: standby && n.standby.is_some(),
             sink: matches!(n.kind, NodeKind::Sink(_)),
-            source: standby && replay_sources && matches!(n.kind, NodeKind::Source { .. }),
+            // A source with watermarks is not replayed in place (its
+            // idleness is a matter of time, not of its records): its
+            // chain's queue holds them.
+            source: standby
+                && replay_sources
+                && matches!(
+                    n.kind,
+                    NodeKind::Source {
+                        watermarks: None,
+                        ..
+                    }
+                ),
         })
         .collect();
     let edges = graph

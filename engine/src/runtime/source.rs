@@ -8,6 +8,7 @@ use crate::operator::source::{Source, SourcePoll};
 use crate::operator::Collector;
 use crate::record::{Nanos, Record, TupleId};
 use crate::runtime::graph::{BuildCx, Probe};
+use crate::time::{WatermarkGen, Watermarks};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -63,6 +64,15 @@ pub(crate) struct SourcePort<T> {
     /// A paced partition's next record, polled but not due yet: polling
     /// ahead finds the end of the input at once, not an interval later.
     held: Option<(T, u64)>,
+    /// Event time: the partition's watermark strategy and generator.
+    watermarks: Option<Watermarks>,
+    gen: WatermarkGen,
+    /// A restored partition sends its last watermark before any record.
+    resend: bool,
+    /// Since when the source has had nothing (for the idle timeout), and
+    /// whether it said it is idle.
+    quiet_since: Option<Nanos>,
+    idle: bool,
 }
 
 impl<T: 'static> SourcePort<T> {
@@ -71,8 +81,17 @@ impl<T: 'static> SourcePort<T> {
         target: Box<dyn Collector<T>>,
         pacer: Option<Pacer>,
         gate: Option<Rc<Gate>>,
+        watermarks: Option<Watermarks>,
         cx: BuildCx,
     ) -> Self {
+        let mut gen = WatermarkGen::default();
+        if watermarks.is_some() {
+            cx.restore_state(|payload| {
+                gen = WatermarkGen::from_bytes(payload)
+                    .map_err(crate::checkpoint::CheckpointError::ChainFrame)?;
+                Ok(())
+            });
+        }
         let mut seq = 0;
         let mut restored_finished = false;
         if let Some(r) = &cx.restore {
@@ -103,6 +122,11 @@ impl<T: 'static> SourcePort<T> {
             restored_finished,
             last_barrier: 0,
             held: None,
+            watermarks,
+            resend: gen.sent > 0,
+            gen,
+            quiet_since: None,
+            idle: false,
         }
     }
 
@@ -114,8 +138,33 @@ impl<T: 'static> SourcePort<T> {
         let t = self.ctx.shared.trigger.load(Ordering::Acquire);
         if t > self.last_barrier {
             self.last_barrier = t;
-            self.ctx.ack(self.slot.op, t, None, Some(self.seq), None);
+            // A partition with watermarks keeps its generator's state with
+            // its position.
+            let state = self.watermarks.map(|_| {
+                crate::checkpoint::StateCapture::Bytes(
+                    crate::checkpoint::SnapshotBytes::from_payload(&self.gen.to_bytes()),
+                )
+            });
+            self.ctx.ack(self.slot.op, t, state, Some(self.seq), None);
             self.target.barrier(t);
+        }
+    }
+
+    /// The source had nothing: past the idle timeout, it says it is idle
+    /// (once); until then it wakes when the timeout is due.
+    fn quiet(&mut self, now: Nanos) -> Poll {
+        let Some(timeout) = self.watermarks.and_then(|w| w.idle_timeout()) else {
+            return Poll::Idle { wake_at: None };
+        };
+        let since = *self.quiet_since.get_or_insert(now);
+        let due = since.saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
+        if now >= due {
+            if !std::mem::replace(&mut self.idle, true) {
+                self.target.idle();
+            }
+            Poll::Idle { wake_at: None }
+        } else {
+            Poll::Idle { wake_at: Some(due) }
         }
     }
 
@@ -146,6 +195,13 @@ impl<T: 'static> Port for SourcePort<T> {
         if self.gate.as_ref().is_some_and(|g| !g.is_open()) {
             return Poll::Idle { wake_at: None };
         }
+        // Operators chained after the source judge its records by its own
+        // watermark.
+        self.ctx.lane.set(0);
+        if std::mem::take(&mut self.resend) {
+            self.target.watermark(self.gen.sent);
+        }
+        self.ctx.lane_wm.set(self.gen.sent);
         let mut now = self.ctx.clock.now();
         let mut moved = 0;
         let mut outcome = None;
@@ -161,7 +217,7 @@ impl<T: 'static> Port for SourcePort<T> {
                     match next {
                         SourcePoll::Ready { value, event_time } => (value, event_time),
                         SourcePoll::Pending => {
-                            outcome = Some(Poll::Idle { wake_at: None });
+                            outcome = Some(self.quiet(now));
                             break;
                         }
                         SourcePoll::End => return self.end(),
@@ -195,12 +251,22 @@ impl<T: 'static> Port for SourcePort<T> {
             if !go {
                 break;
             }
+            if self.idle {
+                self.idle = false;
+            }
+            self.quiet_since = None;
             self.target.collect(Record {
                 id,
                 event_time,
                 ingest,
                 value,
             });
+            if let Some(spec) = &self.watermarks {
+                if let Some(wm) = self.gen.on_record(spec, id.seq(), event_time) {
+                    self.target.watermark(wm);
+                    self.ctx.lane_wm.set(wm);
+                }
+            }
         }
         self.slot.publish_position(self.seq);
         match outcome {

@@ -113,6 +113,12 @@ pub(crate) struct TaskCtx {
     /// The record an operator of the task processes now (set before its
     /// code runs; names the record of a failure no probe caused).
     pub(crate) record: Cell<Option<TupleId>>,
+    /// The lane of its input the record being processed came on (set by
+    /// the port that reads it), and that lane's watermark there — what an
+    /// event-time operator orders and judges the record by
+    /// (`runtime::lanes`).
+    pub(crate) lane: Cell<u32>,
+    pub(crate) lane_wm: Cell<u64>,
     pub(crate) clock: Clock,
     pub(crate) shared: Arc<JobShared>,
     /// A standby's chain: its ring senders send nothing and probes are not
@@ -154,6 +160,8 @@ impl TaskCtx {
             failure: RefCell::new(None),
             fault_tuple: Cell::new(None),
             record: Cell::new(None),
+            lane: Cell::new(0),
+            lane_wm: Cell::new(0),
             clock: Clock::new(shared.origin),
             shared,
             muted: std::rc::Rc::new(Cell::new(false)),

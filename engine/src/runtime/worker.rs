@@ -519,13 +519,24 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
     };
     let mut tb = TaskBuild::default();
     let mut ports: Vec<Box<dyn Port>> = match &node.kind {
-        NodeKind::Source { build, rate, .. } => {
+        NodeKind::Source {
+            build,
+            rate,
+            watermarks,
+            ..
+        } => {
             let down = build_out(w, head, inst, ctx, &mut tb);
             let gate = Gate::new(
                 std::mem::take(&mut tb.checks),
                 std::mem::take(&mut tb.holds),
             );
-            vec![build(build_cx(w, head, inst, ctx), down, *rate, gate)]
+            vec![build(
+                build_cx(w, head, inst, ctx),
+                down,
+                *rate,
+                gate,
+                *watermarks,
+            )]
         }
         NodeKind::Unary(_) | NodeKind::Sink(_) => {
             let target = build_in(w, head, inst, ctx, &mut tb);

@@ -333,6 +333,64 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         })
     }
 
+    /// The state of `key` (created with `S::default()` on first use) and
+    /// the key's insertion number, which names it for
+    /// [`with_key_at`](Self::with_key_at).
+    pub(crate) fn get_or_default_numbered(&mut self, key: &K) -> (u32, RefMut<'_, S>) {
+        let mut seq = 0;
+        let state = RefMut::map(self.map.borrow_mut(), |t| {
+            let Table {
+                map,
+                order,
+                freezes,
+                ..
+            } = t;
+            let slot = map.get_or_insert_with(key, order, |n| {
+                let seq = u32::try_from(n).expect("at most 2^32 keys per keyed state");
+                Slot {
+                    seq,
+                    touched: 0,
+                    state: S::default(),
+                }
+            });
+            touch(freezes, slot);
+            seq = slot.seq;
+            &mut slot.state
+        });
+        (seq, state)
+    }
+
+    /// Calls `f` with the key numbered `seq` (its insertion number) and
+    /// its state; `None` if there is no such key.
+    pub(crate) fn with_key_at<R>(
+        &mut self,
+        seq: u32,
+        f: impl FnOnce(&K, &mut S) -> R,
+    ) -> Option<R> {
+        let mut t = self.map.borrow_mut();
+        let Table {
+            map,
+            order,
+            freezes,
+            ..
+        } = &mut *t;
+        let key = order.get(seq as usize)?;
+        let slot = map.get_mut(key)?;
+        touch(freezes, slot);
+        Some(f(key, &mut slot.state))
+    }
+
+    /// Calls `f` with every key's insertion number and state, in insertion
+    /// order, without marking anything written (`f` only reads).
+    pub(crate) fn for_each_numbered(&self, mut f: impl FnMut(u32, &S)) {
+        let t = self.map.borrow();
+        for key in t.order.iter() {
+            if let Some(slot) = t.map.get(key) {
+                f(slot.seq, &slot.state);
+            }
+        }
+    }
+
     /// Calls `f` with every key and its state, in insertion order.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut S)) {
         let mut t = self.map.borrow_mut();

@@ -22,7 +22,9 @@
 use super::run_probe;
 use crate::operator::{CoProcess, Collector, Output};
 use crate::record::Record;
+use crate::runtime::channel::forward_time;
 use crate::runtime::graph::{BuildCx, Probe};
+use crate::runtime::lanes::LaneClock;
 use crate::runtime::task::{Hold, OpSlot, TaskCtx};
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -47,13 +49,29 @@ struct Core<A, B, O, P> {
     side_unheld: bool,
     forwarded: u64,
     holds: [Hold; 2],
+    /// Event time over the two inputs (each one lane here).
+    clock: LaneClock,
     _in: PhantomData<fn(A, B)>,
 }
 
 impl<A, B, O, P: CoProcess<A, B, O>> Core<A, B, O, P> {
+    fn watermark(&mut self, port: usize, wm: u64) {
+        let f = self.clock.on_watermark(port, wm);
+        forward_time(f, &mut *self.down);
+    }
+
+    fn idle(&mut self, port: usize) {
+        let f = self.clock.on_idle(port);
+        forward_time(f, &mut *self.down);
+    }
+
     fn end_port(&mut self, port: usize) {
         if std::mem::replace(&mut self.ended[port], true) {
             return;
+        }
+        if !self.ended[1 - port] {
+            let f = self.clock.on_end(port);
+            forward_time(f, &mut *self.down);
         }
         // The other input waiting on this one's barrier need not wait now.
         if self.aligning != 0 && self.delivered[1 - port] {
@@ -167,6 +185,12 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<A> for First<A, B, O, P> {
     fn barrier(&mut self, id: u64) {
         self.0.borrow_mut().barrier(0, id);
     }
+    fn watermark(&mut self, wm: u64) {
+        self.0.borrow_mut().watermark(0, wm);
+    }
+    fn idle(&mut self) {
+        self.0.borrow_mut().idle(0);
+    }
 }
 
 impl<A, B, O, P: CoProcess<A, B, O>> Collector<B> for Second<A, B, O, P> {
@@ -175,6 +199,13 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<B> for Second<A, B, O, P> {
         core.side_record();
         core.seen += 1;
         let prev = core.ctx.enter(core.slot.op);
+        // The second input's records are the operator's records too: they
+        // name the record a failure happens on, and faults are injected
+        // before them as before the first input's.
+        if !run_probe(&mut core.probe, rec.id, &core.ctx, core.slot.op) {
+            core.ctx.leave(prev);
+            return;
+        }
         let mut out = Output::new(&mut *core.down, &mut core.emitted, &*core.ctx, core.slot.op)
             .with_envelope(&rec);
         core.op.process_second(rec, &mut out);
@@ -188,6 +219,12 @@ impl<A, B, O, P: CoProcess<A, B, O>> Collector<B> for Second<A, B, O, P> {
     }
     fn barrier(&mut self, id: u64) {
         self.0.borrow_mut().barrier(1, id);
+    }
+    fn watermark(&mut self, wm: u64) {
+        self.0.borrow_mut().watermark(1, wm);
+    }
+    fn idle(&mut self) {
+        self.0.borrow_mut().idle(1);
     }
 }
 
@@ -228,6 +265,7 @@ where
         side_unheld: false,
         forwarded: 0,
         holds: holds.clone(),
+        clock: LaneClock::new(2),
         _in: PhantomData,
     }));
     let ready = {

@@ -129,6 +129,14 @@ where
         self.down.end();
     }
 
+    fn watermark(&mut self, wm: u64) {
+        self.down.watermark(wm);
+    }
+
+    fn idle(&mut self) {
+        self.down.idle();
+    }
+
     fn open_chunk(&mut self, id: crate::operator::ChunkId) {
         self.down.open_chunk(id);
     }

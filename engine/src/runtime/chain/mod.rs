@@ -9,11 +9,13 @@ mod connect;
 mod keyed;
 mod sink;
 mod unary;
+mod window;
 
 pub(crate) use connect::build_co_ports;
 pub(crate) use keyed::{KeyedOp, StateCodec};
 pub(crate) use sink::SinkOp;
 pub(crate) use unary::ProcessOp;
+pub(crate) use window::{SideCodec, WindowOp, WindowSpec};
 
 use super::probe::ProbeAction;
 use super::task::TaskCtx;

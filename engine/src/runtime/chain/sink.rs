@@ -187,6 +187,11 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
         self.merged = true;
     }
 
+    // A sink has no event time of its own to pass on.
+    fn watermark(&mut self, _wm: u64) {}
+
+    fn idle(&mut self) {}
+
     fn barrier(&mut self, id: u64) {
         self.record_latencies();
         self.publish();

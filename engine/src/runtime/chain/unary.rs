@@ -72,6 +72,14 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         self.down.end();
     }
 
+    fn watermark(&mut self, wm: u64) {
+        self.down.watermark(wm);
+    }
+
+    fn idle(&mut self) {
+        self.down.idle();
+    }
+
     fn open_chunk(&mut self, id: crate::operator::ChunkId) {
         self.down.open_chunk(id);
     }

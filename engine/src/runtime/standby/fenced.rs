@@ -15,8 +15,9 @@ use crate::operator::Collector;
 use crate::queue::spsc::Consumer;
 use crate::record::TupleId;
 use crate::runtime::align::Alignment;
-use crate::runtime::channel::Msg;
+use crate::runtime::channel::{forward_time, Msg};
 use crate::runtime::graph::{downcast, AnyBox};
+use crate::runtime::lanes::LaneClock;
 use crate::runtime::task::{Gate, Poll, Port, TaskCtx};
 use crate::standby::decide::{Closing, Diverged, Tracker};
 use std::rc::Rc;
@@ -44,6 +45,9 @@ pub(crate) struct FencedInput<U> {
     srcs: Vec<Source<U>>,
     live: usize,
     align: Alignment,
+    /// Event time over the groups (a new primary's replay repeats
+    /// watermarks; a lane's watermark never goes back).
+    clock: LaneClock,
     next: usize,
     target: BoxCollector<U>,
     gate: Option<Rc<Gate>>,
@@ -73,6 +77,7 @@ impl<U: 'static> FencedInput<U> {
         FencedInput {
             live: srcs.len(),
             align: Alignment::new(srcs.len()),
+            clock: LaneClock::new(srcs.len()),
             srcs,
             next: 0,
             target: downcast::<BoxCollector<U>>(target, "fenced input target"),
@@ -163,6 +168,10 @@ impl<U: 'static> Port for FencedInput<U> {
                 continue;
             };
             let target = &mut self.target;
+            let clock = &mut self.clock;
+            let ctx = &self.ctx;
+            ctx.lane.set(i as u32);
+            ctx.lane_wm.set(clock.lane(i));
             let tracker = &mut s.tracker;
             let consumer = &s.group.consumers[s.ci];
             let mut got_end = false;
@@ -173,7 +182,20 @@ impl<U: 'static> Port for FencedInput<U> {
             let take = CHUNK.min(budget - moved);
             let k = ring.pop_batch_until(take, |m| {
                 let r = match m {
+                    Msg::Watermark(wm) => {
+                        let f = clock.on_watermark(i, wm);
+                        ctx.lane_wm.set(clock.lane(i));
+                        forward_time(f, &mut **target);
+                        Ok(())
+                    }
+                    Msg::Idle => {
+                        let f = clock.on_idle(i);
+                        forward_time(f, &mut **target);
+                        Ok(())
+                    }
                     Msg::Data(r) => tracker.on_data().map(|pass| {
+                        // A replayed record is the lane speaking too.
+                        clock.on_data(i);
                         if pass {
                             if watching && accepted.is_none() {
                                 accepted = Some(r.id);
@@ -232,6 +254,10 @@ impl<U: 'static> Port for FencedInput<U> {
                     consumer.ended.store(true, Ordering::Release);
                     s.ended = true;
                     self.live -= 1;
+                    if self.live > 0 {
+                        let f = self.clock.on_end(i);
+                        forward_time(f, &mut *self.target);
+                    }
                 }
             }
             if barrier.is_some() || got_end {

@@ -188,6 +188,9 @@ pub(crate) struct Point {
     /// Checkpoint barriers over the lanes at the point: a replay that
     /// starts here while one was aligning knows which lanes delivered it.
     pub(crate) align: Alignment,
+    /// The lanes' watermarks at the point: a replay that starts here
+    /// judges its first records as the primary did.
+    pub(crate) clock: crate::runtime::lanes::LaneClock,
 }
 
 /// The standby incarnation of a group.
@@ -474,6 +477,7 @@ impl Group {
                     pos: vec![start; lanes],
                     xseq: 0,
                     align: Alignment::new(lanes),
+                    clock: crate::runtime::lanes::LaneClock::new(lanes),
                 },
                 exchange: None,
                 spare: None,

@@ -19,7 +19,9 @@ use crate::operator::Collector;
 use crate::record::{Nanos, Record};
 use crate::runtime::align::Alignment;
 use crate::runtime::chain::run_probe;
+use crate::runtime::channel::forward_time;
 use crate::runtime::graph::downcast;
+use crate::runtime::lanes::LaneClock;
 use crate::runtime::task::{Poll, Port, TaskCtx};
 use crate::standby::codec::Codec;
 use crate::standby::decide::Detector;
@@ -66,7 +68,17 @@ struct Pending {
     seq: u64,
     pos: Vec<u64>,
     align: Alignment,
+    clock: LaneClock,
     build: point::Build,
+}
+
+/// One input of a chunk, as copied out of its queue.
+pub(crate) enum Item<T> {
+    Rec(Record<T>),
+    /// The lane's watermark.
+    Wm(u64),
+    /// The lane's producer went idle.
+    Idle,
 }
 
 /// The port of one incarnation (see the module docs).
@@ -87,11 +99,13 @@ pub(crate) struct Incarnation<T> {
     live: usize,
     /// Checkpoint barriers over the lanes, as of entry `seq`.
     align: Alignment,
+    /// Event time over the lanes, as of entry `seq`.
+    clock: LaneClock,
     /// The id of the barrier entry copied out last.
     barrier: u64,
     attached: bool,
     rr: usize,
-    buf: Vec<Record<T>>,
+    buf: Vec<Item<T>>,
     /// A fenced predecessor's reader slot, until its cursor is reclaimed.
     reclaim: Option<(u64, usize)>,
     pending: Option<Pending>,
@@ -137,6 +151,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             ended: vec![false; lanes],
             live: lanes,
             align: Alignment::new(lanes),
+            clock: LaneClock::new(lanes),
             barrier: 0,
             attached: false,
             rr: 0,
@@ -240,10 +255,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     /// Takes position `pos` of every lane and the barrier alignment there
     /// (a recovery point's): lanes whose end entry lies before it have
     /// ended.
-    fn place(&mut self, seq: u64, pos: Vec<u64>, align: Alignment) {
+    fn place(&mut self, seq: u64, pos: Vec<u64>, align: Alignment, clock: LaneClock) {
         self.seq = seq;
         self.pos = pos;
         self.align = align;
+        self.clock = clock;
         self.live = self.pos.len();
         for l in 0..self.pos.len() {
             // (A replayed source's end takes no position: a point never
@@ -467,7 +483,9 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                     _ => decode::<T>(e.tuple_id, e.bytes),
                 };
                 match (entry, det) {
-                    (Ok(Entry::Data(r)), Det::Chunk { .. }) => buf.push(r),
+                    (Ok(Entry::Data(r)), Det::Chunk { .. }) => buf.push(Item::Rec(r)),
+                    (Ok(Entry::Watermark(wm)), Det::Chunk { .. }) => buf.push(Item::Wm(wm)),
+                    (Ok(Entry::Idle), Det::Chunk { .. }) => buf.push(Item::Idle),
                     (Ok(Entry::End), Det::End { .. }) => {}
                     (Ok(Entry::Barrier(id)), Det::Barrier { .. }) => barrier = id,
                     (Ok(_), _) => {
@@ -532,7 +550,26 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             lane: l as u16,
         });
         let mut src = self.src.as_mut();
-        for r in self.buf.drain(..) {
+        self.ctx.lane.set(l as u32);
+        self.ctx.lane_wm.set(self.clock.lane(l));
+        for item in self.buf.drain(..) {
+            let r = match item {
+                Item::Rec(r) => {
+                    self.clock.on_data(l);
+                    r
+                }
+                Item::Wm(wm) => {
+                    let f = self.clock.on_watermark(l, wm);
+                    self.ctx.lane_wm.set(self.clock.lane(l));
+                    forward_time(f, &mut **chain);
+                    continue;
+                }
+                Item::Idle => {
+                    let f = self.clock.on_idle(l);
+                    forward_time(f, &mut **chain);
+                    continue;
+                }
+            };
             if let Some(s) = &mut src {
                 // The source's own fault injection, before its record
                 // enters the chain.
@@ -586,6 +623,10 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 self.live -= 1;
                 if let Some(id) = self.align.try_complete(&self.ended) {
                     chain.barrier(id);
+                }
+                if self.live > 0 {
+                    let f = self.clock.on_end(l);
+                    forward_time(f, &mut **chain);
                 }
                 if self.live == 0 {
                     // Its end-of-stream outputs, the last chunk's mark, the

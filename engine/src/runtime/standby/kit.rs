@@ -16,6 +16,15 @@ pub(crate) const KIND_END: u8 = 1;
 pub(crate) const KIND_BARRIER: u8 = 2;
 /// A record held in the queue's typed slot (`slots.rs`), not in its entry.
 pub(crate) const KIND_TYPED: u8 = 3;
+/// A watermark: part of a chunk like a record (its place among the
+/// records is the lane's), consumed by the incarnation's lane clock.
+pub(crate) const KIND_WATERMARK: u8 = 4;
+/// The producer went idle (as a watermark, part of a chunk).
+pub(crate) const KIND_IDLE: u8 = 5;
+/// The tuple ID of a watermark entry.
+pub(crate) const WATERMARK_ID: u64 = u64::MAX - 2;
+/// The tuple ID of an idle entry.
+pub(crate) const IDLE_ID: u64 = u64::MAX - 3;
 /// The tuple ID of an end-of-input entry.
 pub(crate) const END_ID: u64 = u64::MAX;
 /// The tuple ID of a checkpoint barrier entry.
@@ -37,9 +46,20 @@ pub(crate) fn encode_barrier(buf: &mut Vec<u8>, id: u64) {
     buf.extend_from_slice(&id.to_le_bytes());
 }
 
+/// A watermark entry's bytes: kind, watermark.
+pub(crate) fn encode_watermark(buf: &mut Vec<u8>, wm: u64) {
+    buf.clear();
+    buf.push(KIND_WATERMARK);
+    buf.extend_from_slice(&wm.to_le_bytes());
+}
+
 /// A decoded queue entry.
 pub(crate) enum Entry<T> {
     Data(Record<T>),
+    /// The lane's watermark.
+    Watermark(u64),
+    /// The lane's producer went idle.
+    Idle,
     End,
     /// Checkpoint barrier `id`: every input of the lane before it belongs
     /// to checkpoint `id`, none after it.
@@ -61,6 +81,10 @@ pub(crate) fn decode<T: Codec>(id: u64, bytes: &[u8]) -> Result<Entry<T>, String
         Some(&KIND_BARRIER) if bytes.len() == 9 => Ok(Entry::Barrier(u64::from_le_bytes(
             bytes[1..9].try_into().expect("8 bytes"),
         ))),
+        Some(&KIND_WATERMARK) if bytes.len() == 9 => Ok(Entry::Watermark(u64::from_le_bytes(
+            bytes[1..9].try_into().expect("8 bytes"),
+        ))),
+        Some(&KIND_IDLE) if bytes.len() == 1 => Ok(Entry::Idle),
         Some(&KIND_DATA) if bytes.len() >= 17 => {
             let u = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
             let (value, rest) = T::decode(&bytes[17..]).map_err(|e| e.to_string())?;

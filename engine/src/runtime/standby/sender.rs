@@ -4,7 +4,10 @@
 //! encoded into the queue where the group keeps records encoded.
 
 use super::group::{Group, NONE};
-use super::kit::{encode, encode_barrier, BARRIER_ID, END_ID, KIND_END, KIND_TYPED};
+use super::kit::{
+    encode, encode_barrier, encode_watermark, BARRIER_ID, END_ID, IDLE_ID, KIND_END, KIND_IDLE,
+    KIND_TYPED, WATERMARK_ID,
+};
 use super::slots::TypedSlots;
 use crate::operator::Collector;
 use crate::operator::DeadLetters;
@@ -313,6 +316,30 @@ impl<T: crate::Data + Codec + Sync> Collector<T> for BqSender<T> {
         }
         for l in &self.lanes {
             l.group.note_queue_bytes();
+        }
+        self.flush();
+    }
+
+    fn watermark(&mut self, wm: u64) {
+        if self.ended {
+            return;
+        }
+        // In order with the records, on every lane: the group's primary
+        // reads it as part of a chunk, into its lane's clock.
+        encode_watermark(&mut self.buf, wm);
+        for lane in 0..self.lanes.len() {
+            self.send_bytes(lane, WATERMARK_ID);
+        }
+    }
+
+    fn idle(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.buf.clear();
+        self.buf.push(KIND_IDLE);
+        for lane in 0..self.lanes.len() {
+            self.send_bytes(lane, IDLE_ID);
         }
         self.flush();
     }

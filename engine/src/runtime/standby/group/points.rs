@@ -104,6 +104,7 @@ impl Group {
         seq: u64,
         pos: &[u64],
         align: &Alignment,
+        clock: &crate::runtime::lanes::LaneClock,
         state: Option<Staged>,
     ) -> std::io::Result<bool> {
         let mut g = self.lock();
@@ -133,6 +134,7 @@ impl Group {
             pos: pos.to_vec(),
             xseq,
             align: align.clone(),
+            clock: clock.clone(),
         };
         for (a, &p) in self.point_pos.iter().zip(pos) {
             a.store(p, Ordering::Release);

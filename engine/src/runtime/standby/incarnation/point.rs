@@ -108,7 +108,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             };
             let published = self
                 .group
-                .publish_point(epoch, p.seq, &p.pos, &p.align, state);
+                .publish_point(epoch, p.seq, &p.pos, &p.align, &p.clock, state);
             if let Err(e) = published {
                 self.fail(format!("publishing a recovery point: {e}"));
             }
@@ -167,6 +167,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             seq: self.seq,
             pos: self.pos.clone(),
             align: self.align.clone(),
+            clock: self.clock.clone(),
             build,
         });
         true

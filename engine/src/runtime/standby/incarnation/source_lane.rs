@@ -287,7 +287,7 @@ impl<T: crate::Data> SourceLane<T> {
     pub(super) fn take(
         &mut self,
         n: usize,
-        buf: &mut Vec<Record<T>>,
+        buf: &mut Vec<super::Item<T>>,
         ctx: &TaskCtx,
     ) -> Result<Take, String> {
         if self.ahead.len() < n {
@@ -306,7 +306,7 @@ impl<T: crate::Data> SourceLane<T> {
             }
             return Ok(Take::NotYet);
         }
-        buf.extend(self.ahead.drain(..n));
+        buf.extend(self.ahead.drain(..n).map(super::Item::Rec));
         self.at += n as u64;
         Ok(Take::Ready)
     }

@@ -158,7 +158,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         if !near {
             return false;
         }
-        self.place(p.seq, p.pos, p.align);
+        self.place(p.seq, p.pos, p.align, p.clock);
         if !self.attach() {
             return false;
         }
@@ -192,7 +192,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 self.drop_chain();
             }
             self.detach();
-            self.place(p.seq, p.pos, p.align);
+            self.place(p.seq, p.pos, p.align, p.clock);
             self.group
                 .doing
                 .store(Doing::Restoring as u32, Ordering::Relaxed);

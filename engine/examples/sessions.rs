@@ -1,0 +1,276 @@
+//! Sessionized clicks: a click count per user and session, from clicks that
+//! arrive out of order and some late — exact under injected faults.
+//!
+//! Two source partitions of clicks `(user, page)` with event times up to
+//! 5 ms out of order; one click in a hundred arrives 100 ms late. Each
+//! user's clicks are cut into sessions (a gap of 30 ms closes one; 10 ms
+//! of allowed lateness), counted per session by operator `window`; late
+//! clicks go to the window's side output and are counted.
+//!
+//! ```sh
+//! cargo run --release -p tandem --example sessions -- \
+//!     [--records 200000] [--seed 1] [--strategy none|restart-all|bqbs] \
+//!     [--fault-schedule 'panic@window:~10'] [--output sessions.jsonl]
+//! ```
+//!
+//! The output is JSONL, sorted: `{"user":U,"start":NS,"end":NS,"clicks":N}`
+//! per session firing and `{"late":U,"page":P,"t":NS}` per late click. Run
+//! it once without faults and once with, and compare the files (`tandem
+//! check`, or `cmp`): they are identical.
+
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tandem::sinks::transactional::TransactionalFile;
+use tandem::time::{Watermarks, Window, WindowAggregate, Windows};
+use tandem::{
+    CheckpointConfig, Committer, IterSource, JobBuilder, OperatorInfo, Output, Record,
+    RestartStrategy, RuntimeConfig, Sink, StandbyConfig, TupleId,
+};
+use tandem_fault_inject::{FaultInjector, ScheduleSpec, Space};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Strategy {
+    /// No recovery: a fault fails the job.
+    None,
+    /// Checkpoints every 100 ms; a failure restarts every operator from the
+    /// last one.
+    RestartAll,
+    /// An active standby on the window operator takes over.
+    Bqbs,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "A click count per user session, exact under injected faults")]
+struct Args {
+    /// Clicks in all (over two source partitions).
+    #[arg(long, default_value_t = 200_000)]
+    records: u64,
+    /// Seed of the clicks.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// What recovers from a failure.
+    #[arg(long, value_enum, default_value_t = Strategy::Bqbs)]
+    strategy: Strategy,
+    /// Faults to inject (the fault language; operator `window`), e.g.
+    /// `panic@window:~10` or `random:7:5`.
+    #[arg(long)]
+    fault_schedule: Option<String>,
+    /// Where the sorted JSONL output goes (default: counted, not kept).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Worker cores (default: up to 2).
+    #[arg(long)]
+    cores: Option<usize>,
+}
+
+const PARTITIONS: u64 = 2;
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+
+/// Click `i` of the whole input: `((user, page), event time)`. Users click
+/// in turn at random; times advance 20 µs a click, jittered up to 5 ms;
+/// one in a hundred is 100 ms late.
+fn click(seed: u64, i: u64) -> ((u32, u64), u64) {
+    let mut h = (i ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 31;
+    let user = (h % 1_500) as u32;
+    let jitter = (h >> 20) % (5 * MS);
+    let mut t = 200 * MS + i * 20 * US + jitter;
+    if (h >> 50).is_multiple_of(100) {
+        t -= 100 * MS;
+    }
+    ((user, i), t)
+}
+
+/// Clicks per session.
+struct Count;
+
+impl WindowAggregate<u32, (u32, u64), String> for Count {
+    const COMMUTATIVE: bool = true;
+    type Acc = u64;
+    fn add(&self, n: &mut u64, _c: &(u32, u64)) {
+        *n += 1;
+    }
+    fn merge(&self, n: &mut u64, other: u64) {
+        *n += other;
+    }
+    fn result(&self, user: &u32, w: Window, n: &u64) -> String {
+        format!(
+            "{{\"user\":{user},\"start\":{},\"end\":{},\"clicks\":{n}}}",
+            w.start, w.end
+        )
+    }
+}
+
+/// Lines, exactly once: two-phase-commit files.
+struct Lines(TransactionalFile);
+
+impl Lines {
+    fn open(dir: &std::path::Path, info: &OperatorInfo) -> Self {
+        let t = TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
+            .unwrap_or_else(|e| panic!("opening the output in {}: {e}", dir.display()));
+        Lines(t)
+    }
+}
+
+impl Sink<String> for Lines {
+    fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
+        self.0.write(r.value.as_bytes())?;
+        self.0.write(b"\n")
+    }
+    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        self.0.pre_commit(checkpoint)
+    }
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        Some(Box::new(self.0.committer()))
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    if args.records == 0 {
+        return Err("--records must be at least 1".into());
+    }
+    tandem_fault_inject::quiet_injected_panics();
+    let work = tempdir()?;
+    let result = run(&args, &work);
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+fn tempdir() -> std::io::Result<PathBuf> {
+    let d = std::env::temp_dir().join(format!("tandem-sessions-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let (records, seed) = (args.records, args.seed);
+    let job = JobBuilder::new("sessions");
+    job.default_parallelism(PARTITIONS as usize);
+    let clicks = job
+        .source("clicks", move |info| {
+            let (me, n) = (info.instance as u64, info.parallelism as u64);
+            IterSource(
+                (0..records)
+                    .filter(move |i| i % n == me)
+                    .map(move |i| click(seed, i)),
+            )
+        })
+        .watermarks(Watermarks::bounded(Duration::from_millis(5)).every(32));
+    let clicks = if args.strategy == Strategy::Bqbs {
+        clicks.standby()
+    } else {
+        clicks
+    };
+    let sessions = clicks
+        .key_by(|c: &(u32, u64)| c.0)
+        .window(Windows::session(Duration::from_millis(30)))
+        .allowed_lateness(Duration::from_millis(10))
+        .aggregate("window", Count);
+    let out = work.join("out");
+    let late = work.join("late");
+    let o = out.clone();
+    sessions
+        .results()
+        .sink("sessions", move |info| Lines::open(&o, info));
+    let l = late.clone();
+    sessions
+        .late()
+        .flat_map(
+            "late-line",
+            |c: (u32, u64), out: &mut Output<'_, String>| {
+                let t = out.event_time();
+                out.emit(format!("{{\"late\":{},\"page\":{},\"t\":{t}}}", c.0, c.1))
+            },
+        )
+        .sink("late-clicks", move |info| Lines::open(&l, info));
+
+    let cores = args
+        .cores
+        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len().clamp(1, 2));
+    let mut config = RuntimeConfig::default().cores(cores);
+    match args.strategy {
+        Strategy::None => {}
+        Strategy::RestartAll => {
+            let mut c = CheckpointConfig::every(Duration::from_millis(100));
+            c.dir = Some(work.join("checkpoints"));
+            config = config.checkpoint(c).restart(RestartStrategy::FixedDelay {
+                attempts: 100,
+                delay: Duration::ZERO,
+            });
+        }
+        Strategy::Bqbs => config = config.standby(StandbyConfig::default()),
+    }
+    let injector = match &args.fault_schedule {
+        None => None,
+        Some(s) => {
+            let spec: ScheduleSpec = s.parse()?;
+            let space = Space::new(records)
+                .allow("panic", "window")
+                .allow("stall", "window")
+                .allow("cut", "window");
+            let schedule = spec.expand(&space)?;
+            println!("schedule: {schedule}");
+            let injector = FaultInjector::builder(&schedule)
+                .records(records)
+                // Click i is the (i / 2)-th record of partition i % 2.
+                .resolver(|i| TupleId::new((i % PARTITIONS) as u32, i / PARTITIONS))
+                .build()?;
+            config = config.probes(Arc::new(injector.clone()));
+            Some(injector)
+        }
+    };
+
+    let report = job.build()?.run(&config)?;
+    let mut lines = committed(&out)?;
+    let sessions_n = lines.len();
+    let late_lines = committed(&late)?;
+    let late_n = late_lines.len();
+    lines.extend(late_lines);
+    lines.sort();
+    println!(
+        "{records} clicks, {sessions_n} session results, {late_n} late clicks (side output), {:.0} clicks/s",
+        report.throughput()
+    );
+    if let Some(i) = &injector {
+        println!(
+            "{} faults fired, {} recoveries",
+            i.fired(),
+            report.recovery.len()
+        );
+    }
+    for r in &report.recovery {
+        println!(
+            "  recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs, {} inputs replayed",
+            r.kind,
+            r.operator,
+            r.instance,
+            r.tuple_id,
+            r.cause,
+            r.first_output_us.map_or("-".into(), |u| u.to_string()),
+            r.replayed_tuples
+        );
+    }
+    if let Some(path) = &args.output {
+        let mut text = lines.join("\n");
+        text.push('\n');
+        std::fs::write(path, text)?;
+        println!("output: {}", path.display());
+    }
+    Ok(())
+}
+
+/// Every line committed in `dir`.
+fn committed(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let mut v = Vec::new();
+    if !dir.exists() {
+        return Ok(v);
+    }
+    for p in TransactionalFile::committed_files(dir)? {
+        v.extend(std::fs::read_to_string(p)?.lines().map(str::to_string));
+    }
+    Ok(v)
+}

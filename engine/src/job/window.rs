@@ -1,0 +1,229 @@
+//! Windows on keyed streams: [`KeyedStream::window`] and what it gives.
+//! The semantics are in [`crate::time::window`].
+
+use super::{add_node_with, BoxCollector, Data, KeyedStream, Stream};
+use crate::error::BuildError;
+use crate::operator::Output;
+use crate::runtime::chain::{SideCodec, StateCodec, WindowOp, WindowSpec};
+use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, Kit, NodeKind};
+use crate::state::{KeyedState, StateSnapshot};
+use crate::time::window::{
+    Aggregating, KeyWindows, Processing, WinOut, Window, WindowAggregate, WindowFn, WindowSide,
+    Windows,
+};
+use std::hash::Hash;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A keyed stream cut into windows ([`KeyedStream::window`]), ready to be
+/// aggregated.
+pub struct WindowedStream<K, T> {
+    keyed: KeyedStream<K, T>,
+    windows: Windows,
+    lateness: u64,
+}
+
+/// What a window operator gives: its results, and the records that came
+/// too late for any window (its *late side output*; its records are also
+/// counted in the report, as operator `NAME.late`).
+pub struct WindowOutput<O, T> {
+    results: Stream<O>,
+    late: Stream<T>,
+}
+
+impl<O: Data, T: Data> WindowOutput<O, T> {
+    /// The windows' results (operator `NAME.results`, chained after the
+    /// window operator).
+    pub fn results(&self) -> Stream<O> {
+        self.results.clone()
+    }
+
+    /// The records too late for any window, in their own envelopes.
+    pub fn late(&self) -> Stream<T> {
+        self.late.clone()
+    }
+}
+
+impl<K, T> KeyedStream<K, T>
+where
+    K: Hash + Eq + Clone + Send + 'static,
+    T: Data,
+{
+    /// Cuts the keyed stream into `windows`: tumbling, sliding, session or
+    /// count windows (see [`crate::time::window`]). The stream's sources
+    /// need watermarks ([`Stream::watermarks`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tandem::time::{Watermarks, Windows};
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("clicks-per-second");
+    /// // (user, event time in ns)
+    /// let clicks = (0..1000u64).map(|n| ((n % 3) as u32, n * 10_000_000));
+    /// let counts = job
+    ///     .source("clicks", move |_| IterSource(clicks.clone()))
+    ///     .watermarks(Watermarks::bounded(Duration::from_millis(100)))
+    ///     .key_by(|user: &u32| *user)
+    ///     .window(Windows::tumbling(Duration::from_secs(1)))
+    ///     .process("per-second", |user: &u32, w, clicks: &[u32], out| {
+    ///         out((*user, w.start, clicks.len() as u64))
+    ///     });
+    /// counts.results().for_each("print", |r| assert!(r.value.2 > 0));
+    /// job.build()?.run(&RuntimeConfig::default().cores(1))?;
+    /// # Ok::<(), tandem::JobError>(())
+    /// ```
+    pub fn window(&self, windows: Windows) -> WindowedStream<K, T> {
+        if let Some(reason) = windows.invalid() {
+            self.stream
+                .job
+                .borrow_mut()
+                .errors
+                .push(BuildError::Window {
+                    name: "<window>".into(),
+                    reason,
+                });
+        }
+        WindowedStream {
+            keyed: KeyedStream {
+                stream: self.stream.clone(),
+                key: Arc::clone(&self.key),
+            },
+            windows,
+            lateness: 0,
+        }
+    }
+}
+
+impl<K, T> WindowedStream<K, T>
+where
+    K: Hash + Eq + Clone + Send + 'static,
+    T: Data,
+    WindowSide<T>: StateSnapshot,
+{
+    /// Records up to `lateness` behind the watermark past their window's
+    /// end are still added to it, and the window fires again (default:
+    /// none). Count windows have no lateness.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.lateness = u64::try_from(lateness.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Incremental aggregation: one accumulator per key and window.
+    pub fn aggregate<O, G>(&self, name: &str, agg: G) -> WindowOutput<O, T>
+    where
+        O: Data,
+        G: WindowAggregate<K, T, O>,
+        KeyedState<K, KeyWindows<G::Acc>>: StateSnapshot,
+    {
+        let agg = Arc::new(agg);
+        self.build(name, move || Aggregating(Arc::clone(&agg)))
+    }
+
+    /// Reduces each window's records with `f`; the result is the reduced
+    /// record.
+    pub fn reduce<F>(&self, name: &str, f: F) -> WindowOutput<T, T>
+    where
+        F: Fn(&T, &T) -> T + Send + Sync + 'static,
+        KeyedState<K, KeyWindows<Option<T>>>: StateSnapshot,
+    {
+        self.aggregate(name, Reducing(f))
+    }
+
+    /// A function over all of a window's records when it fires (taken in
+    /// event-time order, then by tuple ID), emitting any number of results
+    /// through `out`. Keeps every record of an open window.
+    pub fn process<O, F>(&self, name: &str, f: F) -> WindowOutput<O, T>
+    where
+        O: Data,
+        F: Fn(&K, Window, &[T], &mut dyn FnMut(O)) + Send + Sync + 'static,
+        KeyedState<K, KeyWindows<Vec<T>>>: StateSnapshot,
+    {
+        let f = Arc::new(f);
+        self.build(name, move || Processing(Arc::clone(&f)))
+    }
+
+    fn build<O, F, M>(&self, name: &str, make: M) -> WindowOutput<O, T>
+    where
+        O: Data,
+        F: WindowFn<K, T, O>,
+        M: Fn() -> F + Send + Sync + 'static,
+        KeyedState<K, KeyWindows<F::Acc>>: StateSnapshot,
+    {
+        let key = Arc::clone(&self.keyed.key);
+        let (windows, lateness) = (self.windows, self.lateness);
+        let lateness = if matches!(windows, Windows::Count { .. }) {
+            0
+        } else {
+            lateness
+        };
+        let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
+            let down = downcast::<BoxCollector<WinOut<O, T>>>(down, "window output");
+            let op = WindowOp::new(
+                make(),
+                WindowSpec { windows, lateness },
+                Arc::clone(&key),
+                StateCodec::of(),
+                SideCodec::of(),
+                down,
+                cx,
+            );
+            Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
+        });
+        let stream = &self.keyed.stream;
+        let node = add_node_with(
+            &stream.job,
+            name,
+            NodeKind::Unary(build),
+            Some(Kit::<WinOut<O, T>>::arc()),
+            &[stream.input()],
+            stream.standby.clone(),
+        );
+        stream.job.borrow_mut().event_time.push(node);
+        let out: Stream<WinOut<O, T>> = Stream::new(Rc::clone(&stream.job), node);
+        let results = out.flat_map(
+            &format!("{name}.results"),
+            |w: WinOut<O, T>, o: &mut Output<'_, O>| {
+                if let WinOut::Result(v) = w {
+                    o.emit(v)
+                }
+            },
+        );
+        let late = out.flat_map(
+            &format!("{name}.late"),
+            |w: WinOut<O, T>, o: &mut Output<'_, T>| {
+                if let WinOut::Late(v) = w {
+                    o.emit(v)
+                }
+            },
+        );
+        WindowOutput { results, late }
+    }
+}
+
+/// `reduce` as a window aggregate.
+struct Reducing<F>(F);
+
+impl<K, T, F> WindowAggregate<K, T, T> for Reducing<F>
+where
+    T: Clone + 'static,
+    F: Fn(&T, &T) -> T + Send + Sync + 'static,
+{
+    type Acc = Option<T>;
+    fn add(&self, acc: &mut Option<T>, value: &T) {
+        *acc = Some(match acc.take() {
+            Some(a) => (self.0)(&a, value),
+            None => value.clone(),
+        });
+    }
+    fn merge(&self, acc: &mut Option<T>, other: Option<T>) {
+        if let Some(b) = other {
+            <Self as WindowAggregate<K, T, T>>::add(self, acc, &b);
+        }
+    }
+    fn result(&self, _key: &K, _window: Window, acc: &Option<T>) -> T {
+        acc.clone()
+            .expect("a window fires only with at least one record")
+    }
+}
