@@ -16,8 +16,13 @@
 
 use std::fmt;
 
-/// Identity of a record: `partition` in the top 24 bits, the per-partition
-/// sequence number in the low 40 bits.
+/// Identity of a record: its source partition in the top 24 bits, the
+/// per-partition sequence number in the low 40 bits.
+///
+/// Partitions are numbered across the job's sources, in the order the
+/// sources were added: with a source `orders` of parallelism 2 added first
+/// and `payments` of parallelism 1 after it, `orders` has partitions 0 and
+/// 1 and `payments` partition 2 — two sources' records never share an ID.
 ///
 /// ```text
 ///  63            40 39                                    0

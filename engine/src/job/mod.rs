@@ -175,8 +175,8 @@ impl JobBuilder {
             let src: Box<dyn Source<T>> = Box::new(f(info));
             Box::new(src)
         });
-        let build: graph::SourceBuild =
-            Arc::new(move |cx: BuildCx, down: AnyBox, rate, gate, watermarks| {
+        let build: graph::SourceBuild = Arc::new(
+            move |cx: BuildCx, down: AnyBox, rate, gate, watermarks, first| {
                 let src: Box<dyn Source<T>> = Box::new(factory(&cx.info));
                 let down = downcast::<BoxCollector<T>>(down, "source output");
                 let per_partition = rate.map(|r: f64| {
@@ -191,9 +191,11 @@ impl JobBuilder {
                     per_partition,
                     gate,
                     watermarks,
+                    first,
                     cx,
                 ))
-            });
+            },
+        );
         let node = add_node(
             &self.inner,
             name,
@@ -202,6 +204,7 @@ impl JobBuilder {
                 open,
                 rate: None,
                 watermarks: None,
+                first_partition: 0,
             },
             Some(Kit::<T>::arc()),
             &[],
@@ -215,7 +218,7 @@ impl JobBuilder {
         let inner = std::mem::replace(&mut *self.inner.borrow_mut(), Inner::new(String::new()));
         let Inner {
             name,
-            nodes,
+            mut nodes,
             edges,
             mut errors,
             event_time,
@@ -254,12 +257,25 @@ impl JobBuilder {
                     name: n.name.to_string(),
                 });
             }
-            if matches!(n.kind, NodeKind::Source { .. }) && n.parallelism > (1 << 24) {
-                return Err(BuildError::ParallelismTooLarge {
-                    name: n.name.to_string(),
-                    parallelism: n.parallelism,
-                    max: 1 << 24,
-                });
+        }
+        // Source partitions are numbered across the job's sources (tuple
+        // IDs name the partition in 24 bits).
+        let mut next: usize = 0;
+        for n in &mut nodes {
+            if let NodeKind::Source {
+                first_partition, ..
+            } = &mut n.kind
+            {
+                let max = (1usize << 24) - next;
+                if n.parallelism > max {
+                    return Err(BuildError::ParallelismTooLarge {
+                        name: n.name.to_string(),
+                        parallelism: n.parallelism,
+                        max,
+                    });
+                }
+                *first_partition = next as u32;
+                next += n.parallelism;
             }
         }
         Ok(Job {
@@ -653,6 +669,14 @@ where
             self.stream.standby.clone(),
         );
         Stream::new(Rc::clone(&self.stream.job), node)
+    }
+
+    /// Connects two streams keyed the same way: records of either with
+    /// equal keys reach the same instance of the two-input operator
+    /// ([`Connected::process`]) — orders and payments by order ID, each
+    /// read once (no broadcast).
+    pub fn connect<B: Data>(&self, other: &KeyedStream<K, B>) -> Connected<T, B> {
+        self.stream.connect(&other.stream)
     }
 
     /// Emits, for every record, the running reduction of its key's records.

@@ -92,7 +92,7 @@ impl BuildCx {
 pub(crate) type Probe = Option<Box<dyn crate::runtime::probe::RecordProbe>>;
 
 /// Builds a source port: `(cx, downstream collector, rate, gate,
-/// watermarks) -> port`.
+/// watermarks, first partition) -> port`.
 pub(crate) type SourceBuild = Arc<
     dyn Fn(
             BuildCx,
@@ -100,6 +100,7 @@ pub(crate) type SourceBuild = Arc<
             Option<f64>,
             Option<Rc<Gate>>,
             Option<crate::time::Watermarks>,
+            u32,
         ) -> Box<dyn Port>
         + Send
         + Sync,
@@ -131,6 +132,10 @@ pub(crate) enum NodeKind {
         rate: Option<f64>,
         /// How its partitions generate watermarks (`None`: they do not).
         watermarks: Option<crate::time::Watermarks>,
+        /// The job-wide number of its partition 0: the job's source
+        /// partitions are numbered across its sources, in the order they
+        /// were added, so two sources' tuple IDs never coincide.
+        first_partition: u32,
     },
     Unary(UnaryBuild),
     Binary(BinaryBuild),

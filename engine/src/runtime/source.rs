@@ -82,6 +82,7 @@ impl<T: 'static> SourcePort<T> {
         pacer: Option<Pacer>,
         gate: Option<Rc<Gate>>,
         watermarks: Option<Watermarks>,
+        first_partition: u32,
         cx: BuildCx,
     ) -> Self {
         let mut gen = WatermarkGen::default();
@@ -110,7 +111,8 @@ impl<T: 'static> SourcePort<T> {
         }
         SourcePort {
             src,
-            partition: cx.slot.instance as u32,
+            // Job-wide: no two sources' records share a tuple ID.
+            partition: first_partition + cx.slot.instance as u32,
             seq,
             target,
             ctx: cx.ctx,

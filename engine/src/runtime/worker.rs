@@ -454,7 +454,13 @@ fn build_incarnation(
         .expect("engine bug: a standby group of an operator without a standby kit");
     // A chain that replays its source runs an instance of it.
     let source = group.source.map(|s| {
-        let NodeKind::Source { open, rate, .. } = &w.graph.nodes[s].kind else {
+        let NodeKind::Source {
+            open,
+            rate,
+            first_partition,
+            ..
+        } = &w.graph.nodes[s].kind
+        else {
             unreachable!("engine bug: a replayed source that is not a source")
         };
         let cx = build_cx(w, s, inst, &ctx);
@@ -465,6 +471,7 @@ fn build_incarnation(
             open: Arc::clone(open),
             finished: cx.restore.as_ref().is_some_and(|r| r.finished),
             start: cx.restore.as_ref().and_then(|r| r.position).unwrap_or(0),
+            first_partition: *first_partition,
             probe: cx.probe,
             info: cx.info,
         }
@@ -523,6 +530,7 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
             build,
             rate,
             watermarks,
+            first_partition,
             ..
         } => {
             let down = build_out(w, head, inst, ctx, &mut tb);
@@ -536,6 +544,7 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
                 *rate,
                 gate,
                 *watermarks,
+                *first_partition,
             )]
         }
         NodeKind::Unary(_) | NodeKind::Sink(_) => {

@@ -34,7 +34,7 @@ use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::window::{KeyWindows, Waiting, WinOut, Window, WindowFn, WindowSide, Windows};
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::hash::Hash;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -169,6 +169,35 @@ impl<T: Clone> Pending<T> {
     }
 }
 
+/// Timers: per time, the numbers of the keys due then. They fire in the
+/// order `(time, key number)` — sorted when they fire, so adding one is a
+/// push (all the keys' tumbling windows end at the same times).
+#[derive(Default)]
+struct Timers(BTreeMap<u64, Vec<u32>>);
+
+impl Timers {
+    #[inline]
+    fn add(&mut self, at: u64, seq: u32) {
+        self.0.entry(at).or_default().push(seq);
+    }
+
+    /// The earliest time at or below `t` and its keys, in order, once each.
+    fn take_first(&mut self, t: u64) -> Option<(u64, Vec<u32>)> {
+        let e = self.0.first_entry()?;
+        if *e.key() > t {
+            return None;
+        }
+        let (at, mut seqs) = e.remove_entry();
+        seqs.sort_unstable();
+        seqs.dedup();
+        Some((at, seqs))
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// The frame's part numbers: keyed state, side state.
 const KEYED: usize = 0;
 const SIDE: usize = 1;
@@ -188,7 +217,7 @@ pub(crate) struct WindowOp<K, T, O, F: WindowFn<K, T, O>> {
     side_codec: SideCodec<T>,
     waiting: Pending<T>,
     /// Timers `(time, key number)`.
-    timers: BTreeSet<(u64, u32)>,
+    timers: Timers,
     wm_in: u64,
     wm_out: u64,
     /// Virtual time: every timer at or below it has fired.
@@ -233,7 +262,7 @@ where
             codec,
             side_codec,
             waiting: Pending::new(),
-            timers: BTreeSet::new(),
+            timers: Timers::default(),
             wm_in: 0,
             wm_out: 0,
             now: 0,
@@ -285,7 +314,7 @@ where
                 } else {
                     o.window.end
                 };
-                timers.insert((at, seq));
+                timers.add(at, seq);
             }
         });
     }
@@ -327,15 +356,13 @@ where
 
     /// Fires every timer at or below `t` and moves the virtual time there.
     fn fire_until(&mut self, t: u64) {
-        while let Some(&(at, seq)) = self.timers.first() {
-            if at > t {
-                break;
-            }
-            self.timers.pop_first();
+        while let Some((at, seqs)) = self.timers.take_first(t) {
             self.now = self.now.max(at);
-            self.on_timer(at, seq);
-            // Firing many windows takes a while: each is progress.
-            self.ctx.tick();
+            for seq in seqs {
+                self.on_timer(at, seq);
+                // Firing many windows takes a while: each is progress.
+                self.ctx.tick();
+            }
         }
         self.now = self.now.max(t);
     }
@@ -362,7 +389,7 @@ where
                     o.fired = true;
                     emit(f, key, o, down, ctx, slot.op, emitted, *wm_out);
                     if lateness > 0 {
-                        timers.insert((o.window.end.saturating_add(lateness), seq));
+                        timers.add(o.window.end.saturating_add(lateness), seq);
                     }
                 }
                 !(o.fired && o.window.end.saturating_add(lateness) <= at)
@@ -455,9 +482,9 @@ where
                     // Late, within the allowed lateness: fires again.
                     o.fired = true;
                     emit(f, &key, o, down, ctx, slot.op, emitted, *wm_out);
-                    timers.insert((o.window.end.saturating_add(lateness), seq));
+                    timers.add(o.window.end.saturating_add(lateness), seq);
                 } else {
-                    timers.insert((o.window.end, seq));
+                    timers.add(o.window.end, seq);
                 }
             }
             Windows::Tumbling { .. } | Windows::Sliding { .. } => {
@@ -478,10 +505,10 @@ where
                         o.fired = true;
                         emit(f, &key, o, down, ctx, slot.op, emitted, *wm_out);
                         if first {
-                            timers.insert((win.end.saturating_add(lateness), seq));
+                            timers.add(win.end.saturating_add(lateness), seq);
                         }
                     } else if created {
-                        timers.insert((win.end, seq));
+                        timers.add(win.end, seq);
                     }
                 }
                 if !kept {

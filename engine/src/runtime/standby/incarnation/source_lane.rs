@@ -63,6 +63,8 @@ pub(crate) struct SourceSpec {
     pub(crate) finished: bool,
     /// Where the attempt starts reading it (the restored position).
     pub(crate) start: u64,
+    /// The job-wide number of the source's partition 0 (tuple IDs).
+    pub(crate) first_partition: u32,
 }
 
 /// Records a standby reads and discards per poll to keep up with the
@@ -206,7 +208,7 @@ impl<T: crate::Data> SourceLane<T> {
             return;
         };
         let mut now = ctx.clock.now();
-        let partition = self.spec.info.instance as u32;
+        let partition = self.spec.first_partition + self.spec.info.instance as u32;
         while self.ahead.len() < want && !self.ended {
             let (value, event_time) = match self.held.take() {
                 Some(v) => v,
