@@ -237,8 +237,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
     );
     if let Some(i) = &injector {
         println!(
-            "{} faults fired, {} recoveries",
+            "{} of {} faults fired, {} recoveries",
             i.fired(),
+            i.armed(),
             report.recovery.len()
         );
     }
@@ -259,6 +260,18 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         text.push('\n');
         std::fs::write(path, text)?;
         println!("output: {}", path.display());
+    }
+    // A fault that never fired is a test that did not run: say so.
+    if let Some(i) = &injector {
+        let unfired: Vec<String> = i
+            .status()
+            .into_iter()
+            .filter(|(_, times)| *times == 0)
+            .map(|(f, _)| f)
+            .collect();
+        if !unfired.is_empty() {
+            return Err(format!("faults that never fired: {}", unfired.join(", ")).into());
+        }
     }
     Ok(())
 }

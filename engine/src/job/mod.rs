@@ -26,7 +26,9 @@
 pub use crate::operator::source;
 use crate::runtime::graph;
 
+mod union;
 mod window;
+pub use union::StandbyConnected;
 pub use window::{WindowOutput, WindowedStream};
 
 use crate::error::{BuildError, JobError};
@@ -383,6 +385,17 @@ impl<T: Data> Stream<T> {
         }
     }
 
+    /// A connected stream is marked for a standby on the connection
+    /// (`a.connect(&b).standby()`), not on an input.
+    fn no_standby_reason(&self) -> Option<BuildError> {
+        self.standby.as_ref().map(|_| BuildError::Standby {
+            name: "<connect>".to_string(),
+            reason: "a two-input operator gets one with `a.connect(&b).standby().process(..)`, \
+                     not by marking an input"
+                .into(),
+        })
+    }
+
     /// Sets the parallelism of the operator that produces this stream.
     pub fn parallelism(self, p: usize) -> Self {
         {
@@ -560,8 +573,12 @@ impl<T: Data> Stream<T> {
     /// [`Connected::process`]). Use `other.broadcast()` for a side stream
     /// every instance must see.
     pub fn connect<B: Data>(&self, other: &Stream<B>) -> Connected<T, B> {
-        self.no_standby("<connect>", "a two-input operator");
-        other.no_standby("<connect>", "a two-input operator");
+        for s in [self.no_standby_reason(), other.no_standby_reason()]
+            .into_iter()
+            .flatten()
+        {
+            self.job.borrow_mut().errors.push(s);
+        }
         Connected {
             first: self.clone(),
             second: other.clone(),

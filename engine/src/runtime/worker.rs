@@ -553,7 +553,12 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
                 std::mem::take(&mut tb.checks),
                 std::mem::take(&mut tb.holds),
             );
-            vec![input_port(w, in_edge(0), inst, target, gate, ctx)]
+            // Every input edge (a union has several), one port over all
+            // their lanes.
+            let edges: Vec<usize> = (0..w.graph.edges.len())
+                .filter(|&e| w.graph.edges[e].to == head)
+                .collect();
+            vec![input_port(w, &edges, inst, target, gate, ctx)]
         }
         NodeKind::Binary(build) => {
             let down = build_out(w, head, inst, ctx, &mut tb);
@@ -581,7 +586,7 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
             vec![
                 input_port(
                     w,
-                    in_edge(1),
+                    &[in_edge(1)],
                     inst,
                     co.second,
                     Gate::new(shared_checks(None), second_holds),
@@ -589,7 +594,7 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
                 ),
                 input_port(
                     w,
-                    in_edge(0),
+                    &[in_edge(0)],
                     inst,
                     co.first,
                     Gate::new(shared_checks(Some(co.ready)), first_holds),
@@ -603,7 +608,7 @@ fn build_task(w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Tas
         .side_inputs
         .into_iter()
         .map(|(edge, target, holds)| {
-            input_port(w, edge, inst, target, Gate::new(Vec::new(), holds), ctx)
+            input_port(w, &[edge], inst, target, Gate::new(Vec::new(), holds), ctx)
         })
         .collect();
     sides.append(&mut ports);
@@ -648,7 +653,7 @@ fn build_out(
                     let lane = g
                         .upstream
                         .iter()
-                        .position(|&x| x == u)
+                        .position(|&x| x == (ei, u))
                         .expect("engine bug: upstream not a lane of its group");
                     (Arc::clone(g), lane)
                 })
@@ -763,24 +768,43 @@ fn build_in(w: &Wiring, node: usize, inst: usize, ctx: &Rc<TaskCtx>, tb: &mut Ta
     }
 }
 
+/// The port reading `edges` (all into the same node, of the same type;
+/// several for a union) for instance `inst`: one port over the lanes of
+/// them all, in edge order. Either every edge comes from a standby group
+/// (the lanes are the groups' current primaries) or none does — the job
+/// builder refuses a union of both kinds.
 fn input_port(
     w: &Wiring,
-    edge: usize,
+    edges: &[usize],
     inst: usize,
     target: AnyBox,
     gate: Option<Rc<Gate>>,
     ctx: &Rc<TaskCtx>,
 ) -> Box<dyn Port> {
-    let e = &w.graph.edges[edge];
-    if let Some(sb) = w
-        .shared
-        .standby
+    let first = &w.graph.edges[edges[0]];
+    let kit = w.graph.nodes[first.from]
+        .out
         .as_ref()
-        .filter(|s| s.backing(e.from, 0).is_some())
-    {
-        let groups = (0..w.graph.nodes[e.from].parallelism)
-            .filter(|&u| w.lanes(edge).contains(&(u, inst)))
-            .map(|u| {
+        .expect("engine bug: an edge leaves a sink");
+    let backed = |e: usize| {
+        let from = w.graph.edges[e].from;
+        w.shared
+            .standby
+            .as_ref()
+            .is_some_and(|s| s.backing(from, 0).is_some())
+    };
+    if let Some(sb) = w.shared.standby.as_ref().filter(|_| backed(edges[0])) {
+        let mut groups = Vec::new();
+        for &edge in edges {
+            assert!(
+                backed(edge),
+                "engine bug: a union of backed and plain inputs"
+            );
+            let e = &w.graph.edges[edge];
+            for u in 0..w.graph.nodes[e.from].parallelism {
+                if !w.lanes(edge).contains(&(u, inst)) {
+                    continue;
+                }
                 let g = sb
                     .backing(e.from, u)
                     .expect("engine bug: missing standby group");
@@ -789,31 +813,27 @@ fn input_port(
                     .iter()
                     .position(|c| c.edge == edge && c.instance == inst)
                     .expect("engine bug: consumer not in its group");
-                (Arc::clone(g), ci)
-            })
-            .collect();
-        let kit = w.graph.nodes[e.from]
-            .out
-            .as_ref()
-            .expect("engine bug: an edge leaves a sink");
+                groups.push((Arc::clone(g), ci));
+            }
+        }
         return kit.fenced_input(groups, target, gate, ctx);
     }
-    let rings = {
+    let mut rings = Vec::new();
+    {
         let mut cons = w.consumers.lock().unwrap_or_else(|p| p.into_inner());
-        w.lanes(edge)
-            .into_iter()
-            .filter(|&(_, d)| d == inst)
-            .map(|(u, d)| {
+        for &edge in edges {
+            assert!(
+                !backed(edge),
+                "engine bug: a union of backed and plain inputs"
+            );
+            let e = &w.graph.edges[edge];
+            for (u, d) in w.lanes(edge).into_iter().filter(|&(_, d)| d == inst) {
                 let c = cons
                     .remove(&(edge, u, d))
                     .expect("engine bug: ring consumer taken twice");
-                (c, Arc::clone(&w.signals[w.worker_of(e.from, u)]))
-            })
-            .collect()
-    };
-    let kit = w.graph.nodes[e.from]
-        .out
-        .as_ref()
-        .expect("engine bug: an edge leaves a sink");
+                rings.push((c, Arc::clone(&w.signals[w.worker_of(e.from, u)])));
+            }
+        }
+    }
     kit.input(rings, target, gate, ctx)
 }

@@ -255,8 +255,9 @@ pub(crate) struct Group {
     /// Records go into the queues encoded (`StandbyConfig::encoded_queues`).
     encoded: bool,
     pub(crate) log: DetLog,
-    /// Upstream instance of each lane.
-    pub(crate) upstream: Vec<usize>,
+    /// Each lane's input edge and upstream instance (a union's group has
+    /// the lanes of every input edge, in edge order).
+    pub(crate) upstream: Vec<(usize, usize)>,
     pub(crate) consumers: Vec<ConsumerLane>,
     /// The newest recovery point's chunk and positions (also in `inner`).
     pub(crate) point_seq: AtomicU64,
@@ -376,7 +377,7 @@ impl Group {
         node: usize,
         instance: usize,
         name: Arc<str>,
-        upstream: Vec<usize>,
+        upstream: Vec<(usize, usize)>,
         consumers: Vec<(usize, usize, usize, usize)>,
         primary_worker: usize,
         standby_worker: usize,
@@ -389,8 +390,9 @@ impl Group {
         let qcfg = Self::queue_config(cfg)?;
         let mut queues = Vec::with_capacity(upstream.len());
         // A replayed source's lane has no queue.
-        for &u in upstream.iter().filter(|_| source.is_none()) {
-            let q = BufferQueue::create(dir.join(format!("{name}-{instance}-from-{u}.bq")), qcfg)?;
+        for &(e, u) in upstream.iter().filter(|_| source.is_none()) {
+            let q =
+                BufferQueue::create(dir.join(format!("{name}-{instance}-from-{e}-{u}.bq")), qcfg)?;
             for r in 0..MAX_READERS {
                 q.release(r);
             }
@@ -652,7 +654,7 @@ impl Group {
                         operator: self.name.to_string(),
                         instance: self.instance,
                         lane: l,
-                        upstream: self.upstream[l],
+                        upstream: self.upstream[l].1,
                         consumer: format!(
                             "{}[{}]",
                             names.get(c.node).map_or("?", |n| &**n),

@@ -76,17 +76,20 @@ impl Supervisor {
         // Each group's input lanes, and what their files take.
         let mut members = Vec::new();
         for &n in &nodes {
-            let ein = self
-                .graph
-                .edges
-                .iter()
-                .position(|e| e.to == n)
-                .expect("validated: one input");
+            // Every input edge (a union has several): its lanes, in edge
+            // order.
+            let ins: Vec<usize> = (0..self.graph.edges.len())
+                .filter(|&e| self.graph.edges[e].to == n)
+                .collect();
             for i in 0..self.graph.nodes[n].parallelism {
-                let upstream: Vec<usize> = lanes(&self.graph, ein)
-                    .into_iter()
-                    .filter(|&(_, d)| d == i)
-                    .map(|(u, _)| u)
+                let upstream: Vec<(usize, usize)> = ins
+                    .iter()
+                    .flat_map(|&ein| {
+                        lanes(&self.graph, ein)
+                            .into_iter()
+                            .filter(|&(_, d)| d == i)
+                            .map(move |(u, _)| (ein, u))
+                    })
                     .collect();
                 // A replayed source: its restored position starts the lane.
                 let source = self.plan.replays[n].map(|s| {
@@ -168,7 +171,7 @@ impl Supervisor {
 
 /// A group to be made: its head, instance, upstream lanes, and the source
 /// it replays with the position it starts at.
-type Member = (usize, usize, Vec<usize>, Option<(usize, u64)>);
+type Member = (usize, usize, Vec<(usize, usize)>, Option<(usize, u64)>);
 
 /// Refuses a run whose standby files would not fit `dir`'s filesystem.
 fn check_space(
@@ -217,8 +220,10 @@ pub(super) fn memory_dir() -> PathBuf {
 }
 
 /// Standby operators must fit the engine's protocol (checked before
-/// anything runs): a marked operator has one input and heads a backed-up
-/// chain or joins the one its input comes from.
+/// anything runs): a marked operator is a one-input operator (its input
+/// may be a union of several edges) and heads a backed-up chain or joins
+/// the one its input comes from; a union reads either only from backed-up
+/// chains or from none.
 pub(super) fn validate_standby(
     graph: &Graph,
     plan: &crate::runtime::placement::Plan,
@@ -237,8 +242,20 @@ pub(super) fn validate_standby(
         if !matches!(node.kind, NodeKind::Unary(_)) {
             return Err(err(n, "only one-input operators can have a standby"));
         }
-        if graph.edges.iter().filter(|e| e.to == n).count() != 1 {
-            return Err(err(n, "it must have exactly one input"));
+    }
+    for n in 0..graph.nodes.len() {
+        let backed: Vec<bool> = graph
+            .edges
+            .iter()
+            .filter(|e| e.to == n)
+            .map(|e| plan.backed[e.from].is_some())
+            .collect();
+        if backed.iter().any(|&b| b) && !backed.iter().all(|&b| b) {
+            return Err(err(
+                n,
+                "a union of inputs from backed-up operators and from operators without a \
+                 standby is not supported",
+            ));
         }
     }
     if let Some(&(n, why)) = plan.refused.first() {

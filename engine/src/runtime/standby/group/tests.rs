@@ -16,7 +16,7 @@ fn group(tag: &str) -> (Group, PathBuf) {
         3,
         0,
         "op".into(),
-        vec![0, 1],
+        vec![(0, 0), (0, 1)],
         vec![(5, 4, 0, 0)],
         0,
         1,
