@@ -195,7 +195,10 @@ fn assert_checkpoints_accounted(report: &JobReport, what: &str) {
 
 /// `mid` panics once, on a record of partition 1 from `from` on, once a
 /// checkpoint is complete in `dir` — so that the restart restores one,
-/// however slow the machine (it looks every 250 records).
+/// however slow the machine. Until one is, each of those records takes
+/// 200 µs more: a run whose checkpoints were declined by takeovers (or
+/// slow to complete) still gets one before partition 1 ends, instead of
+/// ending with the fault unfired.
 struct MidAfterCheckpoint {
     dir: std::path::PathBuf,
     from: u64,
@@ -204,12 +207,14 @@ struct MidAfterCheckpoint {
 
 impl RecordProbe for MidAfterCheckpoint {
     fn before(&mut self, id: TupleId) -> ProbeAction {
-        let due = id.partition() == 1 && id.seq() >= self.from && id.seq().is_multiple_of(250);
-        if due
-            && !self.fired.load(Ordering::SeqCst)
-            && tandem::checkpoint::list(&self.dir).is_ok_and(|l| !l.is_empty())
-            && !self.fired.swap(true, Ordering::SeqCst)
-        {
+        let due = id.partition() == 1 && id.seq() >= self.from;
+        if !due || self.fired.load(Ordering::SeqCst) {
+            return ProbeAction::Continue;
+        }
+        if !tandem::checkpoint::list(&self.dir).is_ok_and(|l| !l.is_empty()) {
+            return ProbeAction::Delay(Duration::from_micros(200));
+        }
+        if !self.fired.swap(true, Ordering::SeqCst) {
             return ProbeAction::Panic("injected in mid after a checkpoint".into());
         }
         ProbeAction::Continue
