@@ -26,9 +26,11 @@
 pub use crate::operator::source;
 use crate::runtime::graph;
 
+mod join;
 mod union;
 mod window;
-pub use union::StandbyConnected;
+pub use join::{IntervalJoin, Sides};
+pub use union::{StandbyConnected, Two};
 pub use window::{WindowOutput, WindowedStream};
 
 use crate::error::{BuildError, JobError};

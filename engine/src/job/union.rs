@@ -29,9 +29,11 @@ use std::sync::Arc;
 
 /// A record of a two-input operator's first or second input (the element
 /// of the union its standby backs up).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Two<A, B> {
+#[derive(Clone, Debug, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub enum Two<A, B> {
+    /// A record of the first input.
     First(A),
+    /// A record of the second input.
     Second(B),
 }
 
@@ -225,7 +227,7 @@ where
 
 /// `input` tagged as one side of a two-input operator: a pass-through on
 /// the producer's instances (forward, chained to it).
-fn tag<X: Data, Y: Data>(input: &Stream<X>, name: &str, f: fn(X) -> Y) -> Stream<Y> {
+pub(super) fn tag<X: Data, Y: Data>(input: &Stream<X>, name: &str, f: fn(X) -> Y) -> Stream<Y> {
     let producer = input.job.borrow().nodes[input.node].parallelism;
     let mut plain = input.clone();
     plain.partitioning = Partitioning::Forward;
@@ -235,7 +237,7 @@ fn tag<X: Data, Y: Data>(input: &Stream<X>, name: &str, f: fn(X) -> Y) -> Stream
 
 /// The partitioning of an edge carrying `Two<A, B>` where the original
 /// carried `X`: the same, a hash by key reading the tagged value.
-fn retype<X: 'static, A: 'static, B: 'static>(
+pub(super) fn retype<X: 'static, A: 'static, B: 'static>(
     p: &Partitioning,
     f: fn(&Two<A, B>, &HashFn<X>) -> u64,
 ) -> Partitioning {

@@ -32,10 +32,12 @@
 //! Event times are nanoseconds, as the sources give them
 //! ([`crate::Record::event_time`]).
 
+pub mod process;
 pub mod window;
 
 use std::time::Duration;
 
+pub use process::{TimedProcess, TimerContext};
 pub use window::{Window, WindowAggregate, Windows};
 
 /// How a source's partitions generate watermarks: bounded

@@ -7,13 +7,16 @@
 
 mod connect;
 mod keyed;
+mod merge;
 mod sink;
+mod timed;
 mod unary;
 mod window;
 
 pub(crate) use connect::build_co_ports;
 pub(crate) use keyed::{KeyedOp, StateCodec};
 pub(crate) use sink::SinkOp;
+pub(crate) use timed::TimedOp;
 pub(crate) use unary::ProcessOp;
 pub(crate) use window::{SideCodec, WindowOp, WindowSpec};
 

@@ -24,6 +24,7 @@
 //! restore. The two are framed as one state (`standby::chain_state`).
 
 use super::keyed::StateCodec;
+use super::merge::{Pending, Timers};
 use super::run_probe;
 use crate::checkpoint::{CheckpointError, SnapshotBytes, StateCapture};
 use crate::operator::{ChainParts, ChunkId, Collector};
@@ -33,8 +34,6 @@ use crate::runtime::standby::chain_state;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::window::{KeyWindows, Waiting, WinOut, Window, WindowFn, WindowSide, Windows};
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
 use std::hash::Hash;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -54,147 +53,6 @@ where
             snapshot: <WindowSide<T> as StateSnapshot>::snapshot,
             restore: <WindowSide<T> as StateSnapshot>::restore,
         }
-    }
-}
-
-/// A waiting record's place in the release order: `(release, tuple ID,
-/// lane · arrival)`, and where the record is held. Small, so the heap
-/// moves little.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Due {
-    release: u64,
-    id: u64,
-    /// The lane in the top 24 bits, the arrival number in the low 40.
-    tie: u64,
-    at: u32,
-}
-
-impl PartialOrd for Due {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
-impl Ord for Due {
-    /// Reversed: the heap's top is the first to release.
-    fn cmp(&self, o: &Self) -> Ordering {
-        (o.release, o.id, o.tie).cmp(&(self.release, self.id, self.tie))
-    }
-}
-
-const ARRIVAL_BITS: u32 = 40;
-const ARRIVAL_MASK: u64 = (1 << ARRIVAL_BITS) - 1;
-
-/// The records waiting for the watermark: their release order in a heap
-/// of [`Due`]s, the records themselves in a slab.
-struct Pending<T> {
-    heap: BinaryHeap<Due>,
-    slab: Vec<Option<(u64, u64, T)>>,
-    free: Vec<u32>,
-}
-
-impl<T: Clone> Pending<T> {
-    fn new() -> Self {
-        Pending {
-            heap: BinaryHeap::new(),
-            slab: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, w: Waiting<T>) {
-        let held = Some((w.event_time, w.ingest, w.value));
-        let at = match self.free.pop() {
-            Some(at) => {
-                self.slab[at as usize] = held;
-                at
-            }
-            None => {
-                self.slab.push(held);
-                (self.slab.len() - 1) as u32
-            }
-        };
-        self.heap.push(Due {
-            release: w.release,
-            id: w.id,
-            tie: (u64::from(w.lane) << ARRIVAL_BITS) | (w.arrival & ARRIVAL_MASK),
-            at,
-        });
-    }
-
-    #[inline]
-    fn first_release(&self) -> Option<u64> {
-        self.heap.peek().map(|d| d.release)
-    }
-
-    #[inline]
-    fn pop(&mut self) -> Option<Waiting<T>> {
-        let d = self.heap.pop()?;
-        let (event_time, ingest, value) = self.slab[d.at as usize]
-            .take()
-            .expect("a due record is held");
-        self.free.push(d.at);
-        Some(Waiting {
-            release: d.release,
-            id: d.id,
-            lane: (d.tie >> ARRIVAL_BITS) as u32,
-            arrival: d.tie & ARRIVAL_MASK,
-            event_time,
-            ingest,
-            value,
-        })
-    }
-
-    /// Every waiting record, in release order (for a snapshot).
-    fn sorted(&self) -> Vec<Waiting<T>> {
-        let mut due: Vec<Due> = self.heap.iter().copied().collect();
-        due.sort_by(|a, b| b.cmp(a));
-        due.into_iter()
-            .map(|d| {
-                let (event_time, ingest, value) = self.slab[d.at as usize]
-                    .clone()
-                    .expect("a due record is held");
-                Waiting {
-                    release: d.release,
-                    id: d.id,
-                    lane: (d.tie >> ARRIVAL_BITS) as u32,
-                    arrival: d.tie & ARRIVAL_MASK,
-                    event_time,
-                    ingest,
-                    value,
-                }
-            })
-            .collect()
-    }
-}
-
-/// Timers: per time, the numbers of the keys due then. They fire in the
-/// order `(time, key number)` — sorted when they fire, so adding one is a
-/// push (all the keys' tumbling windows end at the same times).
-#[derive(Default)]
-struct Timers(BTreeMap<u64, Vec<u32>>);
-
-impl Timers {
-    #[inline]
-    fn add(&mut self, at: u64, seq: u32) {
-        self.0.entry(at).or_default().push(seq);
-    }
-
-    /// The earliest time at or below `t` and its keys, in order, once each.
-    fn take_first(&mut self, t: u64) -> Option<(u64, Vec<u32>)> {
-        let e = self.0.first_entry()?;
-        if *e.key() > t {
-            return None;
-        }
-        let (at, mut seqs) = e.remove_entry();
-        seqs.sort_unstable();
-        seqs.dedup();
-        Some((at, seqs))
-    }
-
-    fn clear(&mut self) {
-        self.0.clear();
     }
 }
 
@@ -251,7 +109,7 @@ where
     ) -> Self {
         let mut restored = None;
         let finished = cx.restore_state(|payload| {
-            restored = Some(decode(payload, &codec, &side_codec)?);
+            restored = Some(decode_framed(payload, &codec, &side_codec)?);
             Ok(())
         });
         let mut op = WindowOp {
@@ -322,25 +180,17 @@ where
     /// The operator's state as one capture: its keyed state frozen (archived
     /// later, in steps), its side state archived now.
     fn capture(&self) -> Result<StateCapture, CheckpointError> {
-        let keyed = (self.codec.capture)(&self.state)?;
-        let waiting = self.waiting.sorted();
-        let side = WindowSide {
-            waiting,
-            wm_in: self.wm_in,
-            wm_out: self.wm_out,
-            now: self.now,
-            arrivals: self.arrivals,
-        };
-        let side = (self.side_codec.snapshot)(&side)?;
-        Ok(chain_state::capture(
-            vec![
-                (KEYED, Some(keyed)),
-                (SIDE, Some(StateCapture::Bytes(side))),
-            ],
-            2,
-            true,
+        capture_framed(
+            (self.codec.capture)(&self.state)?,
+            WindowSide {
+                waiting: self.waiting.sorted(),
+                wm_in: self.wm_in,
+                wm_out: self.wm_out,
+                now: self.now,
+                arrivals: self.arrivals,
+            },
+            &self.side_codec,
         )
-        .expect("a framed capture"))
     }
 
     /// Takes every waiting record released below `upto`, then fires the
@@ -528,21 +378,40 @@ where
     }
 }
 
-/// A window operator's archive: its keyed state and its side state.
-#[allow(clippy::type_complexity)]
-fn decode<K, T, A>(
-    payload: &[u8],
-    codec: &StateCodec<K, KeyWindows<A>>,
+/// An event-time operator's state as one capture: its keyed state (frozen,
+/// archived later in steps) and its side state (archived now), framed.
+pub(crate) fn capture_framed<T>(
+    keyed: StateCapture,
+    side: WindowSide<T>,
     side_codec: &SideCodec<T>,
-) -> Result<(KeyedState<K, KeyWindows<A>>, WindowSide<T>), CheckpointError> {
+) -> Result<StateCapture, CheckpointError> {
+    let side = (side_codec.snapshot)(&side)?;
+    Ok(chain_state::capture(
+        vec![
+            (KEYED, Some(keyed)),
+            (SIDE, Some(StateCapture::Bytes(side))),
+        ],
+        2,
+        true,
+    )
+    .expect("a framed capture"))
+}
+
+/// An event-time operator's archive: its keyed state and its side state.
+#[allow(clippy::type_complexity)]
+pub(crate) fn decode_framed<K, S, T>(
+    payload: &[u8],
+    codec: &StateCodec<K, S>,
+    side_codec: &SideCodec<T>,
+) -> Result<(KeyedState<K, S>, WindowSide<T>), CheckpointError> {
     let bad = CheckpointError::ChainFrame;
     let parts = chain_state::split(payload.to_vec(), &[KEYED, SIDE]).map_err(bad)?;
     let keyed = parts
         .get(&KEYED)
-        .ok_or_else(|| bad("a window operator's state without its windows".into()))?;
+        .ok_or_else(|| bad("an event-time operator's state without its keyed part".into()))?;
     let side = parts
         .get(&SIDE)
-        .ok_or_else(|| bad("a window operator's state without its waiting records".into()))?;
+        .ok_or_else(|| bad("an event-time operator's state without its waiting records".into()))?;
     Ok(((codec.restore)(keyed)?, (side_codec.restore)(side)?))
 }
 

@@ -243,7 +243,12 @@ pub(super) fn validate_standby(
             return Err(err(n, "only one-input operators can have a standby"));
         }
     }
+    // A union (a one-input operator with several input edges) has one
+    // port over all its lanes: plain rings, or groups' primaries.
     for n in 0..graph.nodes.len() {
+        if !matches!(graph.nodes[n].kind, NodeKind::Unary(_)) {
+            continue;
+        }
         let backed: Vec<bool> = graph
             .edges
             .iter()

@@ -1,0 +1,292 @@
+//! Orders joined with payments by order ID, then a running count of paid
+//! orders per customer — exact under injected faults.
+//!
+//! Orders come from two source partitions, payments from one (up to 30 ms
+//! after their order, four orders in five paid); both have watermarks.
+//! Operator `join` is an interval join in event time (a payment counts
+//! within 1 s of its order); `count` is a keyed process function in event
+//! time numbering each customer's paid orders. Both take their records in
+//! event-time order, so the output is the same in every run.
+//!
+//! ```sh
+//! cargo run --release -p tandem --example orders_payments -- \
+//!     [--records 200000] [--seed 1] [--strategy none|restart-all|bqbs] \
+//!     [--fault-schedule 'panic@join:~10'] [--output paid.jsonl]
+//! ```
+//!
+//! The output is JSONL, sorted: `{"customer":C,"paid":N,"order":O,"amount":A}`
+//! per paid order — the customer's `N`-th. `--strategy bqbs` puts an active
+//! standby on `join` (a two-input operator: both inputs in its buffer
+//! queues); `restart-all` takes checkpoints every 100 ms.
+
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tandem::sinks::transactional::TransactionalFile;
+use tandem::time::{TimedProcess, TimerContext, Watermarks};
+use tandem::{
+    CheckpointConfig, Committer, IterSource, JobBuilder, OperatorInfo, Output, Record,
+    RestartStrategy, RuntimeConfig, Sink, StandbyConfig, TupleId,
+};
+use tandem_fault_inject::{FaultInjector, ScheduleSpec, Space};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Strategy {
+    /// No recovery: a fault fails the job.
+    None,
+    /// Checkpoints every 100 ms; a failure restarts every operator from the
+    /// last one.
+    RestartAll,
+    /// An active standby on the join takes over.
+    Bqbs,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Orders joined with payments, then paid orders counted per customer")]
+struct Args {
+    /// Orders in all (over two source partitions).
+    #[arg(long, default_value_t = 200_000)]
+    records: u64,
+    /// Seed of the orders and payments.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// What recovers from a failure.
+    #[arg(long, value_enum, default_value_t = Strategy::Bqbs)]
+    strategy: Strategy,
+    /// Faults to inject (the fault language; operators `join` and
+    /// `count`), e.g. `panic@join:~10` or `random:7:5`. Input record `i`
+    /// is order `i` (partition `i % 2`, sequence `i / 2`); payments are
+    /// partition 2.
+    #[arg(long)]
+    fault_schedule: Option<String>,
+    /// Where the sorted JSONL output goes (default: counted, not kept).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Worker cores (default: up to 2).
+    #[arg(long)]
+    cores: Option<usize>,
+}
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+fn mix(seed: u64, i: u64) -> u64 {
+    let mut h = (i ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 31;
+    h
+}
+
+/// Order `i`: `((order, customer, amount), event time)`, 50 µs apart,
+/// jittered up to 2 ms.
+fn order(seed: u64, i: u64) -> ((u64, u32, u32), u64) {
+    let h = mix(seed, i);
+    let t = 1_000 * MS + i * 50 * US + (h >> 8) % (2 * MS);
+    ((i, (h % 500) as u32, ((h >> 20) % 10_000) as u32), t)
+}
+
+/// The payments, in the order they are paid: order `i` (four in five) up
+/// to 30 ms after it was placed.
+fn payments(seed: u64, n: u64) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = (0..n)
+        .filter(|i| mix(seed, *i) % 5 != 4)
+        .map(|i| {
+            let delay = MS + (mix(seed ^ 0xabcd, i) % (29 * MS));
+            (i, order(seed, i).1 + delay)
+        })
+        .collect();
+    v.sort_by_key(|p| (p.1, p.0));
+    v
+}
+
+/// Numbers each customer's paid orders, in event-time order.
+struct CountPaid;
+
+impl TimedProcess<u32, (u64, u32, u32), String> for CountPaid {
+    type State = u64;
+    fn process(
+        &mut self,
+        customer: &u32,
+        n: &mut u64,
+        r: Record<(u64, u32, u32)>,
+        _cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, String>,
+    ) {
+        *n += 1;
+        let (order, _, amount) = r.value;
+        out.emit(format!(
+            "{{\"customer\":{customer},\"paid\":{n},\"order\":{order},\"amount\":{amount}}}"
+        ));
+    }
+    fn on_timer(
+        &mut self,
+        _c: &u32,
+        _n: &mut u64,
+        _at: u64,
+        _cx: &mut TimerContext<'_>,
+        _out: &mut Output<'_, String>,
+    ) {
+    }
+}
+
+/// Lines, exactly once: two-phase-commit files.
+struct Lines(TransactionalFile);
+
+impl Sink<String> for Lines {
+    fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
+        self.0.write(r.value.as_bytes())?;
+        self.0.write(b"\n")
+    }
+    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        self.0.pre_commit(checkpoint)
+    }
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        Some(Box::new(self.0.committer()))
+    }
+}
+
+fn lines(dir: &std::path::Path, info: &OperatorInfo) -> Lines {
+    Lines(
+        TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
+            .unwrap_or_else(|e| panic!("opening the output in {}: {e}", dir.display())),
+    )
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    if args.records == 0 {
+        return Err("--records must be at least 1".into());
+    }
+    tandem_fault_inject::quiet_injected_panics();
+    let work = std::env::temp_dir().join(format!("tandem-orders-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+    let result = run(&args, &work);
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let (n, seed) = (args.records, args.seed);
+    let job = JobBuilder::new("orders-payments");
+    job.default_parallelism(2);
+    let orders = job
+        .source("orders", move |info| {
+            let (me, p) = (info.instance as u64, info.parallelism as u64);
+            IterSource(
+                (0..n)
+                    .filter(move |i| i % p == me)
+                    .map(move |i| order(seed, i)),
+            )
+        })
+        .watermarks(Watermarks::bounded(Duration::from_millis(2)).every(32));
+    let paid = job
+        .source("payments", move |_| {
+            IterSource(payments(seed, n).into_iter())
+        })
+        .parallelism(1)
+        .watermarks(Watermarks::ascending().every(32));
+    let join = orders.key_by(|o: &(u64, u32, u32)| o.0).interval_join(
+        &paid.key_by(|p: &u64| *p),
+        Duration::ZERO,
+        Duration::from_secs(1),
+    );
+    let join = if args.strategy == Strategy::Bqbs {
+        join.standby()
+    } else {
+        join
+    };
+    let out = work.join("out");
+    let o = out.clone();
+    join.process("join", |_order: &u64, o: &(u64, u32, u32), _p: &u64| *o)
+        .key_by(|o: &(u64, u32, u32)| o.1)
+        .process_timed("count", |_| CountPaid)
+        .sink("paid", move |info| lines(&o, info));
+
+    let cores = args
+        .cores
+        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len().clamp(1, 2));
+    let mut config = RuntimeConfig::default().cores(cores);
+    match args.strategy {
+        Strategy::None => {}
+        Strategy::RestartAll => {
+            let mut c = CheckpointConfig::every(Duration::from_millis(100));
+            c.dir = Some(work.join("checkpoints"));
+            config = config.checkpoint(c).restart(RestartStrategy::FixedDelay {
+                attempts: 100,
+                delay: Duration::ZERO,
+            });
+        }
+        Strategy::Bqbs => config = config.standby(StandbyConfig::default()),
+    }
+    let injector = match &args.fault_schedule {
+        None => None,
+        Some(s) => {
+            let spec: ScheduleSpec = s.parse()?;
+            let space = Space::new(n)
+                .allow("panic", "join")
+                .allow("stall", "join")
+                .allow("cut", "join");
+            let schedule = spec.expand(&space)?;
+            println!("schedule: {schedule}");
+            let injector = FaultInjector::builder(&schedule)
+                .records(n)
+                .resolver(|i| TupleId::new((i % 2) as u32, i / 2))
+                .build()?;
+            config = config.probes(Arc::new(injector.clone()));
+            Some(injector)
+        }
+    };
+
+    let report = job.build()?.run(&config)?;
+    let mut got = Vec::new();
+    if out.exists() {
+        for p in TransactionalFile::committed_files(&out)? {
+            got.extend(std::fs::read_to_string(p)?.lines().map(str::to_string));
+        }
+    }
+    got.sort();
+    println!(
+        "{n} orders, {} payments, {} paid orders counted, {:.0} records/s",
+        payments(seed, n).len(),
+        got.len(),
+        report.throughput()
+    );
+    if let Some(i) = &injector {
+        println!(
+            "{} of {} faults fired, {} recoveries",
+            i.fired(),
+            i.armed(),
+            report.recovery.len()
+        );
+    }
+    for r in &report.recovery {
+        println!(
+            "  recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs, {} inputs replayed",
+            r.kind,
+            r.operator,
+            r.instance,
+            r.tuple_id,
+            r.cause,
+            r.first_output_us.map_or("-".into(), |u| u.to_string()),
+            r.replayed_tuples
+        );
+    }
+    if let Some(path) = &args.output {
+        let mut text = got.join("\n");
+        text.push('\n');
+        std::fs::write(path, text)?;
+        println!("output: {}", path.display());
+    }
+    if let Some(i) = &injector {
+        let unfired: Vec<String> = i
+            .status()
+            .into_iter()
+            .filter(|(_, times)| *times == 0)
+            .map(|(f, _)| f)
+            .collect();
+        if !unfired.is_empty() {
+            return Err(format!("faults that never fired: {}", unfired.join(", ")).into());
+        }
+    }
+    Ok(())
+}

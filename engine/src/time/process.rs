@@ -1,0 +1,116 @@
+//! Keyed process functions in event time: per-key state and timers, records
+//! taken in the deterministic order windows take them in (event time, then
+//! tuple ID; see [`crate::time::window`]).
+
+use crate::operator::Output;
+use crate::record::Record;
+use rkyv::{Archive, Deserialize, Serialize};
+use smallvec::SmallVec;
+
+/// A keyed operator in event time, as Flink's `KeyedProcessFunction`: the
+/// engine keeps a `State` per key and the key's event-time timers, hands
+/// it the key's records in event-time order (a late record at the
+/// watermark of the lane it came on), then tuple ID, and calls
+/// [`on_timer`](Self::on_timer) when the watermark reaches a timer — before
+/// any record released at or after it. Built with
+/// [`KeyedStream::process_timed`](crate::KeyedStream::process_timed); its
+/// sources need watermarks.
+///
+/// ```
+/// use tandem::time::{TimedProcess, TimerContext};
+/// use tandem::{Output, Record};
+///
+/// /// Emits a key's count of records once it has been quiet for 1 ms of
+/// /// event time.
+/// struct Quiet;
+///
+/// impl TimedProcess<u32, u32, (u32, u64)> for Quiet {
+///     type State = (u64, u64); // (count, the timer set)
+///     fn process(&mut self, _k: &u32, s: &mut (u64, u64), r: Record<u32>,
+///                cx: &mut TimerContext<'_>, _out: &mut Output<'_, (u32, u64)>) {
+///         s.0 += 1;
+///         cx.delete(s.1);
+///         s.1 = r.event_time + 1_000_000;
+///         cx.register(s.1);
+///     }
+///     fn on_timer(&mut self, k: &u32, s: &mut (u64, u64), _at: u64,
+///                 _cx: &mut TimerContext<'_>, out: &mut Output<'_, (u32, u64)>) {
+///         out.emit((*k, s.0));
+///         s.0 = 0;
+///     }
+/// }
+/// ```
+pub trait TimedProcess<K, T, O>: 'static {
+    /// Per-key state, created with `Default` on a key's first record
+    /// (`Clone`: see [`crate::KeyedProcess::State`]).
+    type State: Default + Clone + 'static;
+    /// Handles one record of `key`.
+    fn process(
+        &mut self,
+        key: &K,
+        state: &mut Self::State,
+        rec: Record<T>,
+        cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, O>,
+    );
+    /// Timer `at` of `key` fired: the watermark reached it.
+    fn on_timer(
+        &mut self,
+        key: &K,
+        state: &mut Self::State,
+        at: u64,
+        cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, O>,
+    );
+    /// Called once per key after the last input record (every timer has
+    /// fired: the end of the input is a watermark past every time).
+    fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}
+}
+
+/// What a [`TimedProcess`] call is given besides its key and state: the
+/// operator's event time, and the key's timers.
+pub struct TimerContext<'a> {
+    pub(crate) now: u64,
+    pub(crate) timers: &'a mut SmallVec<[u64; 2]>,
+    /// Timers registered in this call (the operator indexes them).
+    pub(crate) added: &'a mut Vec<u64>,
+}
+
+impl TimerContext<'_> {
+    /// The event time the operator is at: the record's (for a late record,
+    /// the watermark of its lane: `rec.event_time < cx.now()` says it is
+    /// late), or the timer's.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Registers an event-time timer of the key at `at` (once: registering
+    /// the same time again does nothing). A timer at or before
+    /// [`now`](Self::now) fires before the operator's next record.
+    pub fn register(&mut self, at: u64) {
+        if !self.timers.contains(&at) {
+            self.timers.push(at);
+            self.added.push(at);
+        }
+    }
+
+    /// Deletes the key's timer at `at`, if it has one.
+    pub fn delete(&mut self, at: u64) {
+        self.timers.retain(|t| *t != at);
+    }
+
+    /// The key's pending timers.
+    pub fn timers(&self) -> &[u64] {
+        self.timers
+    }
+}
+
+/// A key's state in a timed operator: the function's, and its timers (in
+/// the key's keyed state, so snapshots hold them).
+#[derive(Clone, Debug, Default, Archive, Serialize, Deserialize)]
+pub struct Timed<S> {
+    /// The function's state.
+    pub user: S,
+    /// The key's pending timers.
+    pub timers: SmallVec<[u64; 2]>,
+}

@@ -1,0 +1,226 @@
+//! Keyed joins and process functions in event time: an interval join
+//! against the pairs computed by brute force, exact under restart-all and
+//! under a standby on the join; timers that fire where the watermark says.
+
+mod common;
+
+use common::{cores, quiet_injected_panics, Faults};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tandem::runtime::probe::ProbeAction;
+use tandem::time::{TimedProcess, TimerContext, Watermarks};
+use tandem::{
+    CheckpointConfig, IterSource, JobBuilder, Output, Record, RestartStrategy, RuntimeConfig,
+    StandbyConfig, StandbyMode, TupleId,
+};
+
+const MS: u64 = 1_000_000;
+
+/// Side `s` record `i`: `(key, i)` at about `i` ms, jittered within 3 ms.
+fn rec(s: u64, i: u64) -> ((u32, u64), u64) {
+    let h = (i ^ (s << 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (
+        ((h >> 40) as u32 % 50, i),
+        100 * MS + i * MS + (h >> 8) % (3 * MS),
+    )
+}
+
+type Pair = (u32, u64, u64);
+
+fn join_job(n: u64, standby: bool, out: Arc<Mutex<Vec<Pair>>>) -> tandem::Job {
+    let job = JobBuilder::new("interval");
+    job.default_parallelism(2);
+    let left = job
+        .source("left", move |i| {
+            let me = i.instance as u64;
+            IterSource((0..n).filter(move |k| k % 2 == me).map(|k| rec(0, k)))
+        })
+        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
+    let right = job
+        .source("right", move |_| IterSource((0..n).map(|k| rec(1, k))))
+        .parallelism(1)
+        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
+    let j = left.key_by(|r: &(u32, u64)| r.0).interval_join(
+        &right.key_by(|r: &(u32, u64)| r.0),
+        Duration::from_millis(20),
+        Duration::from_millis(30),
+    );
+    let j = if standby { j.standby() } else { j };
+    j.process("join", |k: &u32, a: &(u32, u64), b: &(u32, u64)| {
+        (*k, a.1, b.1)
+    })
+    .for_each("sink", move |r| out.lock().unwrap().push(r.value));
+    job.build().unwrap()
+}
+
+fn run(n: u64, standby: bool, cfg: &RuntimeConfig) -> (Vec<Pair>, tandem::JobReport) {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let report = join_job(n, standby, Arc::clone(&out)).run(cfg).unwrap();
+    let mut v = std::mem::take(&mut *out.lock().unwrap());
+    v.sort();
+    (v, report)
+}
+
+#[test]
+fn an_interval_join_emits_exactly_the_pairs_within_the_interval() {
+    let n = 3000;
+    let mut want = Vec::new();
+    for i in 0..n {
+        let ((ka, _), ta) = rec(0, i);
+        for j in 0..n {
+            let ((kb, _), tb) = rec(1, j);
+            if ka == kb && ta <= tb + 20 * MS && tb <= ta + 30 * MS {
+                want.push((ka, i, j));
+            }
+        }
+    }
+    want.sort();
+    assert!(want.len() > 1000, "{} pairs", want.len());
+    for cfg in [
+        RuntimeConfig::default().cores(1),
+        RuntimeConfig::default().cores(cores()),
+    ] {
+        let (got, _) = run(n, false, &cfg);
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the pairs differ");
+    }
+}
+
+fn panics() -> Faults {
+    Faults::new(
+        [
+            TupleId::new(0, 400),
+            TupleId::new(2, 900),
+            TupleId::new(1, 1300),
+            TupleId::new(2, 2200),
+        ]
+        .into_iter()
+        .map(|t| ("join", t, ProbeAction::Panic("injected".into())))
+        .collect(),
+    )
+}
+
+#[test]
+fn an_interval_join_is_exact_after_takeovers_and_after_restarts() {
+    quiet_injected_panics();
+    let n = 5000;
+    let (clean, _) = run(n, false, &RuntimeConfig::default().cores(cores()));
+    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+        let f = panics();
+        let cfg = RuntimeConfig::default()
+            .cores(cores())
+            .standby(StandbyConfig {
+                mode,
+                snapshot_interval: Duration::from_millis(2),
+                ..StandbyConfig::default()
+            })
+            .probes(Arc::new(f.clone()));
+        let (got, report) = run(n, true, &cfg);
+        assert!(f.all_fired(), "{mode:?}");
+        assert!(
+            report.recovery.len() >= 4,
+            "{mode:?}: {:?}",
+            report.recovery
+        );
+        assert!(got == clean, "{mode:?}: the pairs differ");
+    }
+    let dir = common::tempdir("joins");
+    let mut ck = CheckpointConfig::every(Duration::from_millis(3));
+    ck.dir = Some(dir.clone());
+    let f = panics();
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .checkpoint(ck)
+        .restart(RestartStrategy::FixedDelay {
+            attempts: 10,
+            delay: Duration::ZERO,
+        })
+        .probes(Arc::new(f.clone()));
+    // Restart-all replays into a sink that is not transactional (what
+    // came after the restored checkpoint arrives again): every pair, and
+    // no other, through a set.
+    let sink = Arc::new(Mutex::new(Vec::new()));
+    let report = join_job(n, false, Arc::clone(&sink)).run(&cfg).unwrap();
+    assert!(f.all_fired());
+    assert!(!report.recovery.is_empty());
+    let got: std::collections::BTreeSet<Pair> = sink.lock().unwrap().iter().copied().collect();
+    let clean_set: std::collections::BTreeSet<Pair> = clean.iter().copied().collect();
+    assert_eq!(got, clean_set, "restart-all: the pairs differ");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Emits `(key, records, time)` once a key has been quiet for 10 ms of
+/// event time.
+struct Quiet;
+
+impl TimedProcess<u32, (u32, u64), (u32, u64, u64)> for Quiet {
+    type State = (u64, u64);
+    fn process(
+        &mut self,
+        _k: &u32,
+        s: &mut (u64, u64),
+        r: Record<(u32, u64)>,
+        cx: &mut TimerContext<'_>,
+        _out: &mut Output<'_, (u32, u64, u64)>,
+    ) {
+        s.0 += 1;
+        cx.delete(s.1);
+        s.1 = r.event_time + 10 * MS;
+        cx.register(s.1);
+    }
+    fn on_timer(
+        &mut self,
+        k: &u32,
+        s: &mut (u64, u64),
+        at: u64,
+        cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, (u32, u64, u64)>,
+    ) {
+        assert_eq!(cx.now(), at);
+        out.emit((*k, s.0, at));
+        s.0 = 0;
+    }
+}
+
+#[test]
+fn timers_fire_once_the_watermark_passes_them_in_event_time_order() {
+    // Key k's records come in bursts; a quiet spell of 10 ms ends a burst.
+    let recs: Vec<((u32, u64), u64)> = (0..2000u64)
+        .map(|i| {
+            let k = (i % 4) as u32;
+            // Every 50 records a 30 ms pause.
+            let t = 100 * MS + i * MS / 4 + (i / 50) * 30 * MS;
+            ((k, i), t)
+        })
+        .collect();
+    let mut want = Vec::new();
+    for k in 0..4u32 {
+        let times: Vec<u64> = recs.iter().filter(|r| r.0 .0 == k).map(|r| r.1).collect();
+        let mut count = 0;
+        for (i, &t) in times.iter().enumerate() {
+            count += 1;
+            let next = times.get(i + 1).copied();
+            if next.is_none_or(|n| n >= t + 10 * MS) {
+                want.push((k, count, t + 10 * MS));
+                count = 0;
+            }
+        }
+    }
+    want.sort();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    let job = JobBuilder::new("quiet");
+    let r2 = recs.clone();
+    job.source("events", move |_| IterSource(r2.clone().into_iter()))
+        .watermarks(Watermarks::ascending().every(4))
+        .key_by(|r: &(u32, u64)| r.0)
+        .process_timed("quiet", |_| Quiet)
+        .for_each("sink", move |r| g.lock().unwrap().push(r.value));
+    job.build()
+        .unwrap()
+        .run(&RuntimeConfig::default().cores(cores()))
+        .unwrap();
+    let mut got = std::mem::take(&mut *got.lock().unwrap());
+    got.sort();
+    assert_eq!(got, want);
+}
