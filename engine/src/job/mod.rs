@@ -27,24 +27,25 @@ pub use crate::operator::source;
 use crate::runtime::graph;
 
 mod join;
+mod keyed;
 mod union;
 mod window;
 pub use join::{IntervalJoin, Sides};
+pub use keyed::KeyedStream;
 pub use union::{StandbyConnected, Two};
 pub use window::{WindowOutput, WindowedStream};
 
 use crate::error::{BuildError, JobError};
 use crate::metrics::JobReport;
 use crate::operator::{
-    CoProcess, Collector, Filter, FlatMap, KeyedProcess, Map, OperatorInfo, Output, Process, Sink,
+    CoProcess, Collector, Filter, FlatMap, Map, OperatorInfo, Output, Process, Sink,
 };
 use crate::record::Record;
-use crate::runtime::chain::{build_co_ports, KeyedOp, ProcessOp, SinkOp, StateCodec};
+use crate::runtime::chain::{build_co_ports, ProcessOp, SinkOp};
 use crate::runtime::source::{Pacer, SourcePort};
 use crate::runtime::standby::kit::{SKit, StandbyKit};
 use crate::runtime::{JobHandle, RuntimeConfig};
 use crate::standby::codec::Codec;
-use crate::state::{KeyedState, StateSnapshot};
 use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
 use source::Source;
 use std::cell::RefCell;
@@ -644,127 +645,6 @@ impl<T, F: Fn(Record<T>) + 'static> Sink<T> for ForEach<F> {
     fn write(&mut self, rec: Record<T>) -> std::io::Result<()> {
         (self.0)(rec);
         Ok(())
-    }
-}
-
-/// A stream partitioned by key, ready for a keyed operator.
-pub struct KeyedStream<K, T> {
-    stream: Stream<T>,
-    key: Arc<dyn Fn(&T) -> K + Send + Sync>,
-}
-
-impl<K, T> KeyedStream<K, T>
-where
-    K: Hash + Eq + Clone + Send + 'static,
-    T: Data,
-{
-    /// The generic keyed operator: the engine keeps a
-    /// [`KeyedProcess::State`] per key.
-    pub fn process<U, P, F>(&self, name: &str, factory: F) -> Stream<U>
-    where
-        U: Data,
-        P: KeyedProcess<K, T, U>,
-        F: Fn(&OperatorInfo) -> P + Send + Sync + 'static,
-        KeyedState<K, P::State>: StateSnapshot,
-    {
-        let key = Arc::clone(&self.key);
-        let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
-            let down = downcast::<BoxCollector<U>>(down, "keyed output");
-            let op = KeyedOp::new(
-                factory(&cx.info),
-                Arc::clone(&key),
-                StateCodec::of(),
-                down,
-                cx,
-            );
-            Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
-        });
-        let node = add_node_with(
-            &self.stream.job,
-            name,
-            NodeKind::Unary(build),
-            Some(Kit::<U>::arc()),
-            &[self.stream.input()],
-            self.stream.standby.clone(),
-        );
-        Stream::new(Rc::clone(&self.stream.job), node)
-    }
-
-    /// Connects two streams keyed the same way: records of either with
-    /// equal keys reach the same instance of the two-input operator
-    /// ([`Connected::process`]) — orders and payments by order ID, each
-    /// read once (no broadcast).
-    pub fn connect<B: Data>(&self, other: &KeyedStream<K, B>) -> Connected<T, B> {
-        self.stream.connect(&other.stream)
-    }
-
-    /// Emits, for every record, the running reduction of its key's records.
-    ///
-    /// ```
-    /// # use tandem::{IterSource, JobBuilder};
-    /// # let job = JobBuilder::new("doc");
-    /// # let pairs = job.source("src", |_| IterSource(vec![((1u32, 2u64), 0)].into_iter()));
-    /// let running_sum = pairs
-    ///     .key_by(|p: &(u32, u64)| p.0)
-    ///     .reduce("sum", |a, b| (a.0, a.1 + b.1));
-    /// ```
-    pub fn reduce<F>(&self, name: &str, f: F) -> Stream<T>
-    where
-        F: Fn(&T, &T) -> T + Send + Sync + 'static,
-        KeyedState<K, Option<T>>: StateSnapshot,
-    {
-        let f = Arc::new(f);
-        self.process(name, move |_| Reduce(Arc::clone(&f)))
-    }
-
-    /// Folds every record into its key's state `S` and emits what `f`
-    /// returns.
-    ///
-    /// ```
-    /// # use tandem::{IterSource, JobBuilder};
-    /// # let job = JobBuilder::new("doc");
-    /// # let clicks = job.source("src", |_| IterSource(vec![(7u32, 0)].into_iter()));
-    /// let counts = clicks
-    ///     .key_by(|user: &u32| *user)
-    ///     .aggregate("count", |n: &mut u64, user: &u32| { *n += 1; (*user, *n) });
-    /// ```
-    pub fn aggregate<S, U, F>(&self, name: &str, f: F) -> Stream<U>
-    where
-        S: Default + Clone + 'static,
-        U: Data,
-        F: Fn(&mut S, &T) -> U + Send + Sync + 'static,
-        KeyedState<K, S>: StateSnapshot,
-    {
-        let f = Arc::new(f);
-        self.process(name, move |_| Aggregate(Arc::clone(&f), PhantomData))
-    }
-}
-
-struct Reduce<F>(Arc<F>);
-
-impl<K, T: Clone + 'static, F: Fn(&T, &T) -> T + 'static> KeyedProcess<K, T, T> for Reduce<F> {
-    type State = Option<T>;
-    fn process(&mut self, _k: &K, acc: &mut Option<T>, rec: Record<T>, out: &mut Output<'_, T>) {
-        let next = match acc.take() {
-            Some(a) => (self.0)(&a, &rec.value),
-            None => rec.value,
-        };
-        *acc = Some(next.clone());
-        out.emit(next);
-    }
-}
-
-struct Aggregate<F, S>(Arc<F>, PhantomData<fn() -> S>);
-
-impl<K, T, U, S, F> KeyedProcess<K, T, U> for Aggregate<F, S>
-where
-    S: Default + Clone + 'static,
-    F: Fn(&mut S, &T) -> U + 'static,
-{
-    type State = S;
-    fn process(&mut self, _k: &K, s: &mut S, rec: Record<T>, out: &mut Output<'_, U>) {
-        let v = (self.0)(s, &rec.value);
-        out.emit(v);
     }
 }
 

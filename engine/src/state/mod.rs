@@ -312,30 +312,13 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// one archive slice at a time).
     #[inline]
     pub fn get_or_default(&mut self, key: &K) -> RefMut<'_, S> {
-        RefMut::map(self.map.borrow_mut(), |t| {
-            let Table {
-                map,
-                order,
-                freezes,
-                ..
-            } = t;
-            // One hash and one probe; keys are small (cloning is a copy).
-            let slot = map.get_or_insert_with(key, order, |n| {
-                let seq = u32::try_from(n).expect("at most 2^32 keys per keyed state");
-                Slot {
-                    seq,
-                    touched: 0,
-                    state: S::default(),
-                }
-            });
-            touch(freezes, slot);
-            &mut slot.state
-        })
+        self.get_or_default_numbered(key).1
     }
 
     /// The state of `key` (created with `S::default()` on first use) and
     /// the key's insertion number, which names it for
     /// [`with_key_at`](Self::with_key_at).
+    #[inline]
     pub(crate) fn get_or_default_numbered(&mut self, key: &K) -> (u32, RefMut<'_, S>) {
         let mut seq = 0;
         let state = RefMut::map(self.map.borrow_mut(), |t| {
