@@ -111,7 +111,7 @@ pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
 pub use job::{
     key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, StandbyConnected,
-    Stream, WindowOutput, WindowedStream,
+    Stream, WindowJoin, WindowOutput, WindowedStream,
 };
 pub use metrics::{
     CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryKind,

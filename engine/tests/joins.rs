@@ -1,5 +1,5 @@
-//! Keyed joins and process functions in event time: an interval join
-//! against the pairs computed by brute force, exact under restart-all and
+//! Keyed joins and process functions in event time: an interval join and
+//! a window join against the pairs computed by brute force, exact under restart-all and
 //! under a standby on the join; timers that fire where the watermark says.
 
 mod common;
@@ -8,7 +8,7 @@ use common::{cores, quiet_injected_panics, Faults};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tandem::runtime::probe::ProbeAction;
-use tandem::time::{TimedProcess, TimerContext, Watermarks};
+use tandem::time::{TimedProcess, TimerContext, Watermarks, Windows};
 use tandem::{
     CheckpointConfig, IterSource, JobBuilder, Output, Record, RestartStrategy, RuntimeConfig,
     StandbyConfig, StandbyMode, TupleId,
@@ -27,7 +27,14 @@ fn rec(s: u64, i: u64) -> ((u32, u64), u64) {
 
 type Pair = (u32, u64, u64);
 
-fn join_job(n: u64, standby: bool, out: Arc<Mutex<Vec<Pair>>>) -> tandem::Job {
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Interval,
+    /// Tumbling windows of 10 ms.
+    Window,
+}
+
+fn join_job(kind: Kind, n: u64, standby: bool, out: Arc<Mutex<Vec<Pair>>>) -> tandem::Job {
     let job = JobBuilder::new("interval");
     job.default_parallelism(2);
     let left = job
@@ -40,22 +47,39 @@ fn join_job(n: u64, standby: bool, out: Arc<Mutex<Vec<Pair>>>) -> tandem::Job {
         .source("right", move |_| IterSource((0..n).map(|k| rec(1, k))))
         .parallelism(1)
         .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
-    let j = left.key_by(|r: &(u32, u64)| r.0).interval_join(
-        &right.key_by(|r: &(u32, u64)| r.0),
-        Duration::from_millis(20),
-        Duration::from_millis(30),
+    let (left, right) = (
+        left.key_by(|r: &(u32, u64)| r.0),
+        right.key_by(|r: &(u32, u64)| r.0),
     );
-    let j = if standby { j.standby() } else { j };
-    j.process("join", |k: &u32, a: &(u32, u64), b: &(u32, u64)| {
-        (*k, a.1, b.1)
-    })
-    .for_each("sink", move |r| out.lock().unwrap().push(r.value));
+    let pairs = match kind {
+        Kind::Interval => {
+            let j =
+                left.interval_join(&right, Duration::from_millis(20), Duration::from_millis(30));
+            let j = if standby { j.standby() } else { j };
+            j.process("join", |k: &u32, a: &(u32, u64), b: &(u32, u64)| {
+                (*k, a.1, b.1)
+            })
+        }
+        Kind::Window => {
+            let j = left.window_join(&right, Windows::tumbling(Duration::from_millis(10)));
+            let j = if standby { j.standby() } else { j };
+            let out = j.apply("join", |k: &u32, _w, a: &(u32, u64), b: &(u32, u64)| {
+                (*k, a.1, b.1)
+            });
+            out.late()
+                .for_each("late", |r| panic!("late: {:?}", r.value));
+            out.results()
+        }
+    };
+    pairs.for_each("sink", move |r| out.lock().unwrap().push(r.value));
     job.build().unwrap()
 }
 
-fn run(n: u64, standby: bool, cfg: &RuntimeConfig) -> (Vec<Pair>, tandem::JobReport) {
+fn run(kind: Kind, n: u64, standby: bool, cfg: &RuntimeConfig) -> (Vec<Pair>, tandem::JobReport) {
     let out = Arc::new(Mutex::new(Vec::new()));
-    let report = join_job(n, standby, Arc::clone(&out)).run(cfg).unwrap();
+    let report = join_job(kind, n, standby, Arc::clone(&out))
+        .run(cfg)
+        .unwrap();
     let mut v = std::mem::take(&mut *out.lock().unwrap());
     v.sort();
     (v, report)
@@ -80,7 +104,33 @@ fn an_interval_join_emits_exactly_the_pairs_within_the_interval() {
         RuntimeConfig::default().cores(1),
         RuntimeConfig::default().cores(cores()),
     ] {
-        let (got, _) = run(n, false, &cfg);
+        let (got, _) = run(Kind::Interval, n, false, &cfg);
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the pairs differ");
+    }
+}
+
+#[test]
+fn a_window_join_emits_exactly_the_pairs_in_each_window() {
+    let n = 3000;
+    let window = |t: u64| t / (10 * MS);
+    let mut want = Vec::new();
+    for i in 0..n {
+        let ((ka, _), ta) = rec(0, i);
+        for j in 0..n {
+            let ((kb, _), tb) = rec(1, j);
+            if ka == kb && window(ta) == window(tb) {
+                want.push((ka, i, j));
+            }
+        }
+    }
+    want.sort();
+    assert!(want.len() > 1000, "{} pairs", want.len());
+    for cfg in [
+        RuntimeConfig::default().cores(1),
+        RuntimeConfig::default().cores(cores()),
+    ] {
+        let (got, _) = run(Kind::Window, n, false, &cfg);
         assert_eq!(got.len(), want.len());
         assert!(got == want, "the pairs differ");
     }
@@ -102,9 +152,18 @@ fn panics() -> Faults {
 
 #[test]
 fn an_interval_join_is_exact_after_takeovers_and_after_restarts() {
+    exact_after_takeovers_and_restarts(Kind::Interval);
+}
+
+#[test]
+fn a_window_join_is_exact_after_takeovers_and_after_restarts() {
+    exact_after_takeovers_and_restarts(Kind::Window);
+}
+
+fn exact_after_takeovers_and_restarts(kind: Kind) {
     quiet_injected_panics();
     let n = 5000;
-    let (clean, _) = run(n, false, &RuntimeConfig::default().cores(cores()));
+    let (clean, _) = run(kind, n, false, &RuntimeConfig::default().cores(cores()));
     for mode in [StandbyMode::Warm, StandbyMode::Hot] {
         let f = panics();
         let cfg = RuntimeConfig::default()
@@ -115,7 +174,7 @@ fn an_interval_join_is_exact_after_takeovers_and_after_restarts() {
                 ..StandbyConfig::default()
             })
             .probes(Arc::new(f.clone()));
-        let (got, report) = run(n, true, &cfg);
+        let (got, report) = run(kind, n, true, &cfg);
         assert!(f.all_fired(), "{mode:?}");
         assert!(
             report.recovery.len() >= 4,
@@ -140,7 +199,9 @@ fn an_interval_join_is_exact_after_takeovers_and_after_restarts() {
     // came after the restored checkpoint arrives again): every pair, and
     // no other, through a set.
     let sink = Arc::new(Mutex::new(Vec::new()));
-    let report = join_job(n, false, Arc::clone(&sink)).run(&cfg).unwrap();
+    let report = join_job(kind, n, false, Arc::clone(&sink))
+        .run(&cfg)
+        .unwrap();
     assert!(f.all_fired());
     assert!(!report.recovery.is_empty());
     let got: std::collections::BTreeSet<Pair> = sink.lock().unwrap().iter().copied().collect();

@@ -425,6 +425,48 @@ fn count_windows_take_each_users_records_in_event_time_order() {
 }
 
 #[test]
+fn a_window_over_the_whole_stream_counts_every_users_records_in_one_instance() {
+    // Five users' clicks, windowed as one stream: the same counts as one
+    // user's (the late lines name no user either).
+    let w = Windows::tumbling(Duration::from_millis(10));
+    let want = expected_time_windows(w, 0, 2000, 1);
+    for cfg in [one_core(), RuntimeConfig::default().cores(cores())] {
+        let job = JobBuilder::new("all");
+        job.default_parallelism(2);
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let (g2, g3) = (Arc::clone(&got), Arc::clone(&got));
+        let out = job
+            .source("clicks", |i| {
+                IterSource(clicks(i.instance as u64, 2000, 5).into_iter())
+            })
+            .watermarks(Watermarks::bounded(Duration::from_nanos(BOUND)).every(EVERY))
+            .window_all(w)
+            .process("window", move |_: &(), win, recs: &[Click], out| {
+                out(line_of(&Line::Summary(
+                    0,
+                    win.start * 1000 + (win.end - win.start) / MS,
+                    recs.len() as u64,
+                )))
+            });
+        out.results()
+            .for_each("sink", move |r| g2.lock().unwrap().push(r.value));
+        out.late().for_each("late-sink", move |r| {
+            g3.lock().unwrap().push(line_of(&Line::Rec(0, r.value.1)))
+        });
+        let report = job.build().unwrap().run(&cfg).unwrap();
+        let mut got = std::mem::take(&mut *got.lock().unwrap());
+        got.sort();
+        assert_same(&want, &got);
+        let window = report.operators.iter().find(|o| o.name == "window");
+        assert_eq!(
+            window.map(|o| o.parallelism),
+            Some(1),
+            "one window instance"
+        );
+    }
+}
+
+#[test]
 fn a_window_without_watermarks_upstream_is_a_build_error() {
     let job = JobBuilder::new("no-time");
     job.source("clicks", |_| {

@@ -2,6 +2,7 @@
 //! one ([`crate::time::TimedProcess`]).
 
 use super::union::{retype, tag, Two};
+use super::window::{WindowOutput, WindowedStream};
 use super::{add_node_with, BoxCollector, Data, KeyedStream, Stream};
 use crate::operator::{OperatorInfo, Output};
 use crate::record::Record;
@@ -11,7 +12,7 @@ use crate::runtime::standby::kit::{SKit, StandbyKit};
 use crate::standby::codec::Codec;
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::process::{Timed, TimedProcess, TimerContext};
-use crate::time::window::WindowSide;
+use crate::time::window::{KeyWindows, Window, WindowSide, Windows};
 use rkyv::{Archive, Deserialize, Serialize};
 use std::hash::Hash;
 use std::rc::Rc;
@@ -42,6 +43,54 @@ where
             self.stream.standby.clone(),
             &[],
         )
+    }
+
+    /// Joins this stream with `other` on the key in `windows` (Flink's
+    /// window join): when a window of a key fires, every pair of a record
+    /// of this stream and one of `other` in it is a result
+    /// ([`WindowJoin::apply`]), or a function sees both sides' records
+    /// ([`WindowJoin::cogroup`]). Both streams' sources need watermarks.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tandem::time::{Watermarks, Windows};
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("ads");
+    /// let ms = 1_000_000u64;
+    /// // (ad, event time): impressions and clicks.
+    /// let shown = (0..100u64).map(move |n| ((n % 10) as u32, n * ms));
+    /// let clicked = (0..100u64).step_by(3).map(move |n| ((n % 10) as u32, n * ms + 1));
+    /// let wm = Watermarks::bounded(Duration::from_millis(5));
+    /// let shows = job.source("shown", move |_| IterSource(shown.clone())).watermarks(wm);
+    /// let clicks = job.source("clicked", move |_| IterSource(clicked.clone())).watermarks(wm);
+    /// shows
+    ///     .key_by(|ad: &u32| *ad)
+    ///     .window_join(&clicks.key_by(|ad: &u32| *ad), Windows::tumbling(Duration::from_millis(20)))
+    ///     .apply("shown-then-clicked", |ad: &u32, w, _s: &u32, _c: &u32| (*ad, w.start))
+    ///     .results()
+    ///     .for_each("print", |r| assert!(r.value.0 < 10));
+    /// job.build()?.run(&RuntimeConfig::default().cores(1))?;
+    /// # Ok::<(), tandem::JobError>(())
+    /// ```
+    pub fn window_join<B: Data>(
+        &self,
+        other: &KeyedStream<K, B>,
+        windows: Windows,
+    ) -> WindowJoin<K, T, B> {
+        WindowJoin {
+            left: KeyedStream {
+                stream: self.stream.clone(),
+                key: Arc::clone(&self.key),
+            },
+            right: KeyedStream {
+                stream: other.stream.clone(),
+                key: Arc::clone(&other.key),
+            },
+            windows,
+            lateness: 0,
+            standby: None,
+        }
     }
 
     /// Joins this stream with `other` on the key, in event time: a record
@@ -162,35 +211,7 @@ where
         KeyedState<K, Timed<Sides<A, B>>>: StateSnapshot,
         WindowSide<Two<A, B>>: StateSnapshot,
     {
-        let (ka, kb) = (Arc::clone(&self.left.key), Arc::clone(&self.right.key));
-        let key: KeyFn<Two<A, B>, K> = Arc::new(move |v| match v {
-            Two::First(a) => ka(a),
-            Two::Second(b) => kb(b),
-        });
-        let mut first = tag(
-            &self.left.stream,
-            &format!("{name}.first"),
-            Two::<A, B>::First,
-        );
-        first.partitioning = retype(
-            &self.left.stream.partitioning,
-            |v: &Two<A, B>, h: &HashFn<A>| match v {
-                Two::First(a) => h(a),
-                Two::Second(_) => 0,
-            },
-        );
-        let mut second = tag(
-            &self.right.stream,
-            &format!("{name}.second"),
-            Two::<A, B>::Second,
-        );
-        second.partitioning = retype(
-            &self.right.stream.partitioning,
-            |v: &Two<A, B>, h: &HashFn<B>| match v {
-                Two::Second(b) => h(b),
-                Two::First(_) => 0,
-            },
-        );
+        let (first, second, key) = tagged(&self.left, &self.right, name);
         let (before, after) = (self.before, self.after);
         let f = Arc::new(f);
         timed_node(
@@ -206,6 +227,47 @@ where
             &[&second],
         )
     }
+}
+
+/// The two inputs of a two-input keyed operator `name` as one record type:
+/// each tagged by a map chained to its producer (`NAME.first`,
+/// `NAME.second`) and partitioned by its own key; and the key of either.
+fn tagged<K, A, B>(
+    left: &KeyedStream<K, A>,
+    right: &KeyedStream<K, B>,
+    name: &str,
+) -> (Stream<Two<A, B>>, Stream<Two<A, B>>, KeyFn<Two<A, B>, K>)
+where
+    K: 'static,
+    A: Data,
+    B: Data,
+{
+    let (ka, kb) = (Arc::clone(&left.key), Arc::clone(&right.key));
+    let key: KeyFn<Two<A, B>, K> = Arc::new(move |v| match v {
+        Two::First(a) => ka(a),
+        Two::Second(b) => kb(b),
+    });
+    let mut first = tag(&left.stream, &format!("{name}.first"), Two::<A, B>::First);
+    first.partitioning = retype(
+        &left.stream.partitioning,
+        |v: &Two<A, B>, h: &HashFn<A>| match v {
+            Two::First(a) => h(a),
+            Two::Second(_) => 0,
+        },
+    );
+    let mut second = tag(
+        &right.stream,
+        &format!("{name}.second"),
+        Two::<A, B>::Second,
+    );
+    second.partitioning = retype(
+        &right.stream.partitioning,
+        |v: &Two<A, B>, h: &HashFn<B>| match v {
+            Two::Second(b) => h(b),
+            Two::First(_) => 0,
+        },
+    );
+    (first, second, key)
 }
 
 /// What an interval join keeps per key: each side's records, with their
@@ -286,5 +348,106 @@ where
             .retain(|(ta, _)| ta.saturating_add(after).saturating_add(1) > at);
         s.right
             .retain(|(tb, _)| tb.saturating_add(before).saturating_add(1) > at);
+    }
+}
+
+/// Two keyed streams to join in windows ([`KeyedStream::window_join`]).
+pub struct WindowJoin<K, A, B> {
+    left: KeyedStream<K, A>,
+    right: KeyedStream<K, B>,
+    windows: Windows,
+    lateness: u64,
+    standby: Option<Arc<dyn StandbyKit>>,
+}
+
+impl<K, A, B> WindowJoin<K, A, B>
+where
+    A: Data + Codec + Sync,
+    B: Data + Codec + Sync,
+{
+    /// The join gets an active standby, as
+    /// [`IntervalJoin::standby`].
+    pub fn standby(mut self) -> Self {
+        self.standby = Some(SKit::<Two<A, B>>::arc());
+        self
+    }
+}
+
+impl<K, A, B> WindowJoin<K, A, B>
+where
+    K: Hash + Eq + Clone + Send + 'static,
+    A: Data,
+    B: Data,
+    WindowSide<Two<A, B>>: StateSnapshot,
+    KeyedState<K, KeyWindows<Vec<Two<A, B>>>>: StateSnapshot,
+{
+    /// Records up to `lateness` behind the watermark past their window's
+    /// end still join it, and the window fires again with every pair
+    /// (as [`WindowedStream::allowed_lateness`](crate::WindowedStream::allowed_lateness)).
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.lateness = nanos(lateness);
+        self
+    }
+
+    /// The join operator `name`: when a window of a key fires, emits
+    /// `f(key, window, a, b)` for every record `a` of the first stream and
+    /// `b` of the second in it — the `a`s in event-time order, then tuple
+    /// ID, and for each the `b`s in that order. A window with records of
+    /// one side only emits nothing. Records too late for any window are
+    /// in [`WindowOutput::late`], tagged with their side.
+    pub fn apply<O, F>(&self, name: &str, f: F) -> WindowOutput<O, Two<A, B>>
+    where
+        O: Data,
+        F: Fn(&K, Window, &A, &B) -> O + Send + Sync + 'static,
+    {
+        self.cogroup_refs(name, move |k, w, a, b, out| {
+            for x in a {
+                for y in b {
+                    out(f(k, w, x, y));
+                }
+            }
+        })
+    }
+
+    /// The join operator `name`: when a window of a key fires, `f` sees
+    /// the window's records of each side (each in event-time order, then
+    /// tuple ID) and emits any number of results (Flink's `coGroup`: one
+    /// side may be empty).
+    pub fn cogroup<O, F>(&self, name: &str, f: F) -> WindowOutput<O, Two<A, B>>
+    where
+        O: Data,
+        F: Fn(&K, Window, &[A], &[B], &mut dyn FnMut(O)) + Send + Sync + 'static,
+    {
+        self.cogroup_refs(name, move |k, w, a, b, out| {
+            let a: Vec<A> = a.iter().map(|x| (*x).clone()).collect();
+            let b: Vec<B> = b.iter().map(|y| (*y).clone()).collect();
+            f(k, w, &a, &b, out)
+        })
+    }
+
+    fn cogroup_refs<O, F>(&self, name: &str, f: F) -> WindowOutput<O, Two<A, B>>
+    where
+        O: Data,
+        F: Fn(&K, Window, &[&A], &[&B], &mut dyn FnMut(O)) + Send + Sync + 'static,
+    {
+        let (mut first, second, key) = tagged(&self.left, &self.right, name);
+        first.standby = self.standby.clone();
+        let windowed = WindowedStream {
+            keyed: KeyedStream { stream: first, key },
+            windows: self.windows,
+            lateness: self.lateness,
+            all: false,
+            more: vec![second],
+        };
+        windowed.process(name, move |k, w, recs: &[Two<A, B>], out| {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for r in recs {
+                match r {
+                    Two::First(x) => a.push(x),
+                    Two::Second(y) => b.push(y),
+                }
+            }
+            f(k, w, &a, &b, out)
+        })
     }
 }

@@ -30,7 +30,7 @@ mod join;
 mod keyed;
 mod union;
 mod window;
-pub use join::{IntervalJoin, Sides};
+pub use join::{IntervalJoin, Sides, WindowJoin};
 pub use keyed::KeyedStream;
 pub use union::{StandbyConnected, Two};
 pub use window::{WindowOutput, WindowedStream};

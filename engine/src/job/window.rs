@@ -19,9 +19,15 @@ use std::time::Duration;
 /// A keyed stream cut into windows ([`KeyedStream::window`]), ready to be
 /// aggregated.
 pub struct WindowedStream<K, T> {
-    keyed: KeyedStream<K, T>,
-    windows: Windows,
-    lateness: u64,
+    pub(super) keyed: KeyedStream<K, T>,
+    pub(super) windows: Windows,
+    pub(super) lateness: u64,
+    /// A window over the whole stream ([`Stream::window_all`]): one
+    /// instance.
+    pub(super) all: bool,
+    /// Further edges into the window operator (a windowed join's second
+    /// input).
+    pub(super) more: Vec<Stream<T>>,
 }
 
 /// What a window operator gives: its results, and the records that came
@@ -92,7 +98,40 @@ where
             },
             windows,
             lateness: 0,
+            all: false,
+            more: Vec::new(),
         }
+    }
+}
+
+impl<T: Data> Stream<T> {
+    /// Cuts the whole stream (not keyed) into `windows`, as Flink's
+    /// `windowAll`: every record goes to one instance of the window
+    /// operator, whose functions see the key `()`. The stream's sources
+    /// need watermarks.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tandem::time::{Watermarks, Windows};
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("clicks-per-second");
+    /// let clicks = (0..1000u64).map(|n| ((n % 3) as u32, n * 10_000_000));
+    /// let totals = job
+    ///     .source("clicks", move |_| IterSource(clicks.clone()))
+    ///     .watermarks(Watermarks::bounded(Duration::from_millis(100)))
+    ///     .window_all(Windows::tumbling(Duration::from_secs(1)))
+    ///     .process("per-second", |_: &(), w, clicks: &[u32], out| {
+    ///         out((w.start, clicks.len() as u64))
+    ///     });
+    /// totals.results().for_each("print", |r| assert_eq!(r.value.1, 100));
+    /// job.build()?.run(&RuntimeConfig::default().cores(1))?;
+    /// # Ok::<(), tandem::JobError>(())
+    /// ```
+    pub fn window_all(&self, windows: Windows) -> WindowedStream<(), T> {
+        let mut w = self.key_by(|_: &T| ()).window(windows);
+        w.all = true;
+        w
     }
 }
 
@@ -144,7 +183,7 @@ where
         self.build(name, move || Processing(Arc::clone(&f)))
     }
 
-    fn build<O, F, M>(&self, name: &str, make: M) -> WindowOutput<O, T>
+    pub(super) fn build<O, F, M>(&self, name: &str, make: M) -> WindowOutput<O, T>
     where
         O: Data,
         F: WindowFn<K, T, O>,
@@ -172,16 +211,21 @@ where
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         let stream = &self.keyed.stream;
+        let mut inputs = vec![stream.input()];
+        inputs.extend(self.more.iter().map(|s| s.input()));
         let node = add_node_with(
             &stream.job,
             name,
             NodeKind::Unary(build),
             Some(Kit::<WinOut<O, T>>::arc()),
-            &[stream.input()],
+            &inputs,
             stream.standby.clone(),
         );
         stream.job.borrow_mut().event_time.push(node);
-        let out: Stream<WinOut<O, T>> = Stream::new(Rc::clone(&stream.job), node);
+        let mut out: Stream<WinOut<O, T>> = Stream::new(Rc::clone(&stream.job), node);
+        if self.all {
+            out = out.parallelism(1);
+        }
         let results = out.flat_map(
             &format!("{name}.results"),
             |w: WinOut<O, T>, o: &mut Output<'_, O>| {
@@ -190,6 +234,11 @@ where
                 }
             },
         );
+        let results = if self.all {
+            results.parallelism(1)
+        } else {
+            results
+        };
         let late = out.flat_map(
             &format!("{name}.late"),
             |w: WinOut<O, T>, o: &mut Output<'_, T>| {
@@ -198,6 +247,7 @@ where
                 }
             },
         );
+        let late = if self.all { late.parallelism(1) } else { late };
         WindowOutput { results, late }
     }
 }
