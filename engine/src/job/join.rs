@@ -229,6 +229,9 @@ where
     }
 }
 
+/// Both inputs tagged, and the key of either.
+type Tagged<K, A, B> = (Stream<Two<A, B>>, Stream<Two<A, B>>, KeyFn<Two<A, B>, K>);
+
 /// The two inputs of a two-input keyed operator `name` as one record type:
 /// each tagged by a map chained to its producer (`NAME.first`,
 /// `NAME.second`) and partitioned by its own key; and the key of either.
@@ -236,7 +239,7 @@ fn tagged<K, A, B>(
     left: &KeyedStream<K, A>,
     right: &KeyedStream<K, B>,
     name: &str,
-) -> (Stream<Two<A, B>>, Stream<Two<A, B>>, KeyFn<Two<A, B>, K>)
+) -> Tagged<K, A, B>
 where
     K: 'static,
     A: Data,
