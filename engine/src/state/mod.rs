@@ -67,6 +67,7 @@ use crate::checkpoint::{self, CheckpointError, SnapshotBytes, StateCapture};
 
 mod archive;
 mod grow;
+pub mod ttl;
 
 use grow::GrowMap;
 
@@ -361,6 +362,33 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         let slot = map.get_mut(key)?;
         touch(freezes, slot);
         Some(f(key, &mut slot.state))
+    }
+
+    /// Writes the state of key number `seq` with `f` if `check`, reading
+    /// it only, says so: a state `check` declines is not marked written
+    /// (a freeze under way saves no pre-image of it). `None` if there is
+    /// no such key.
+    pub(crate) fn update_at_if(
+        &mut self,
+        seq: u32,
+        check: impl FnOnce(&S) -> bool,
+        f: impl FnOnce(&mut S),
+    ) -> Option<bool> {
+        let mut t = self.map.borrow_mut();
+        let Table {
+            map,
+            order,
+            freezes,
+            ..
+        } = &mut *t;
+        let key = order.get(seq as usize)?;
+        let slot = map.get_mut(key)?;
+        if !check(&slot.state) {
+            return Some(false);
+        }
+        touch(freezes, slot);
+        f(&mut slot.state);
+        Some(true)
     }
 
     /// Calls `f` with every key's insertion number and state, in insertion

@@ -62,10 +62,34 @@ pub trait TimedProcess<K, T, O>: 'static {
         cx: &mut TimerContext<'_>,
         out: &mut Output<'_, O>,
     );
+    /// `true` when `State` holds TTL state ([`crate::state::ttl`]): after
+    /// each record the engine then visits [`CLEANED_PER_RECORD`] keys, in
+    /// insertion order round and round, and calls
+    /// [`expire`](Self::expire) on those whose state
+    /// [`has_expired`](Self::has_expired) at the operator's event time
+    /// (the incremental clean-up).
+    const EXPIRES: bool = false;
+
+    /// Whether anything in `state` has expired at `now` (read only; with
+    /// [`EXPIRES`](Self::EXPIRES)). For a state that implements
+    /// [`Expire`](crate::state::ttl::Expire): `state.has_expired(now)`.
+    fn has_expired(&self, _state: &Self::State, _now: u64) -> bool {
+        false
+    }
+
+    /// Drops what has expired in `state` at `now` (with
+    /// [`EXPIRES`](Self::EXPIRES)). For a state that implements
+    /// [`Expire`](crate::state::ttl::Expire): `state.expire(now)`.
+    fn expire(&self, _state: &mut Self::State, _now: u64) {}
+
     /// Called once per key after the last input record (every timer has
     /// fired: the end of the input is a watermark past every time).
     fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}
 }
+
+/// Keys the incremental clean-up of TTL state visits after each record
+/// ([`TimedProcess::EXPIRES`]).
+pub const CLEANED_PER_RECORD: u32 = 2;
 
 /// What a [`TimedProcess`] call is given besides its key and state: the
 /// operator's event time, and the key's timers.

@@ -19,7 +19,7 @@ use crate::record::{Record, TupleId};
 use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::KeyedState;
-use crate::time::process::{Timed, TimedProcess, TimerContext};
+use crate::time::process::{Timed, TimedProcess, TimerContext, CLEANED_PER_RECORD};
 use crate::time::window::{Waiting, WindowSide};
 use std::hash::Hash;
 use std::rc::Rc;
@@ -38,6 +38,10 @@ pub(crate) struct TimedOp<K, T, O, P: TimedProcess<K, T, O>> {
     now: u64,
     arrivals: u64,
     added: Vec<u64>,
+    /// The next key the clean-up of TTL state visits (by insertion
+    /// number). Not in snapshots: the clean-up drops only what no read
+    /// would return, so where it stands changes nothing a function sees.
+    clean_at: u32,
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
@@ -80,6 +84,7 @@ where
             now: 0,
             arrivals: 0,
             added: Vec::new(),
+            clean_at: 0,
             down,
             ctx: Rc::clone(&cx.ctx),
             slot: cx.slot,
@@ -230,6 +235,27 @@ where
         };
         ctx.lane_wm.set(lane_wm);
         self.index(seq);
+        if P::EXPIRES {
+            self.clean_up(v);
+        }
+    }
+
+    /// The incremental clean-up of TTL state: the next
+    /// [`CLEANED_PER_RECORD`] keys' expired entries dropped at `now`.
+    fn clean_up(&mut self, now: u64) {
+        let keys = self.state.len() as u32;
+        let TimedOp { op, state, .. } = self;
+        for _ in 0..CLEANED_PER_RECORD.min(keys) {
+            if self.clean_at >= keys {
+                self.clean_at = 0;
+            }
+            state.update_at_if(
+                self.clean_at,
+                |s| op.has_expired(&s.user, now),
+                |s| op.expire(&mut s.user, now),
+            );
+            self.clean_at += 1;
+        }
     }
 
     fn forward(&mut self, wm: u64) {
