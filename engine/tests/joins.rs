@@ -534,3 +534,136 @@ fn ttl_state_is_exact_after_takeovers_and_after_restarts() {
     assert!(got == want, "restart-all: the lines differ");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Counts each key's records; 3 ms of processing time after a key's
+/// first uncounted record, emits `(key, count, time)`.
+struct Every3ms;
+
+impl TimedProcess<u32, (u32, u64), (u32, u64, u64)> for Every3ms {
+    type State = (u64, u64); // (count, the timer pending, 0: none)
+    fn process(
+        &mut self,
+        _k: &u32,
+        s: &mut (u64, u64),
+        _r: Record<(u32, u64)>,
+        cx: &mut TimerContext<'_>,
+        _out: &mut Output<'_, (u32, u64, u64)>,
+    ) {
+        s.0 += 1;
+        if s.1 == 0 {
+            s.1 = cx.processing_time() + 3 * MS;
+            cx.register_processing_time(s.1);
+        }
+    }
+    fn on_timer(
+        &mut self,
+        _: &u32,
+        _: &mut (u64, u64),
+        _: u64,
+        _: &mut TimerContext<'_>,
+        _: &mut Output<'_, (u32, u64, u64)>,
+    ) {
+    }
+    fn on_processing_timer(
+        &mut self,
+        k: &u32,
+        s: &mut (u64, u64),
+        at: u64,
+        cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, (u32, u64, u64)>,
+    ) {
+        assert_eq!(at, s.1, "the timer registered");
+        assert!(cx.processing_time() >= at, "fired before its time");
+        s.1 = 0;
+        out.emit((*k, s.0, at));
+    }
+    fn on_end(&mut self, k: &u32, s: &mut (u64, u64), out: &mut Output<'_, (u32, u64, u64)>) {
+        out.emit((*k, s.0, u64::MAX));
+    }
+}
+
+/// What `Every3ms` emitted, checked: per key, the counts strictly grow
+/// (no firing twice, none at another place in the input than it had),
+/// each firing's time is later than the last, and the end has them all.
+fn check_every3ms(lines: &[(u32, u64, u64)], keys: u32, per_key: u64) -> usize {
+    let mut fired = 0;
+    for k in 0..keys {
+        let mine: Vec<_> = lines.iter().filter(|l| l.0 == k).collect();
+        let (last, firings) = mine.split_last().expect("an end line");
+        assert_eq!((last.1, last.2), (per_key, u64::MAX), "key {k}: {mine:?}");
+        for w in firings.windows(2) {
+            assert!(w[0].1 < w[1].1 && w[0].2 < w[1].2, "key {k}: {w:?}");
+        }
+        fired += firings.len();
+    }
+    fired
+}
+
+fn every3ms_job(n: u64, standby: bool, out: Arc<Mutex<Vec<(u32, u64, u64)>>>) -> tandem::Job {
+    let job = JobBuilder::new("ptime");
+    job.default_parallelism(2);
+    let src = job
+        .source("events", move |_| {
+            IterSource((0..n).map(|i| (((i % 5) as u32, i), 100 * MS + i)))
+        })
+        .parallelism(1)
+        .rate_limit(30_000.0)
+        .watermarks(Watermarks::ascending());
+    let src = if standby { src.standby() } else { src };
+    src.key_by(|r: &(u32, u64)| r.0)
+        .process_timed("every", |_| Every3ms)
+        .for_each("sink", move |r| out.lock().unwrap().push(r.value));
+    job.build().unwrap()
+}
+
+#[test]
+fn processing_time_timers_fire_as_the_clock_passes_them() {
+    let n = 3000;
+    let out = Arc::new(Mutex::new(Vec::new()));
+    every3ms_job(n, false, Arc::clone(&out))
+        .run(&RuntimeConfig::default().cores(cores()))
+        .unwrap();
+    let lines = std::mem::take(&mut *out.lock().unwrap());
+    // 100 ms of input: a firing per key every 3 ms or so.
+    let fired = check_every3ms(&lines, 5, n / 5);
+    assert!(fired >= 5 * 10, "{fired} firings");
+}
+
+#[test]
+fn processing_time_timers_fire_where_the_log_says_after_takeovers() {
+    quiet_injected_panics();
+    let n = 3000;
+    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+        let f = Faults::new(
+            [400u64, 1300, 2200]
+                .into_iter()
+                .map(|i| {
+                    (
+                        "every",
+                        TupleId::new(0, i),
+                        ProbeAction::Panic("injected".into()),
+                    )
+                })
+                .collect(),
+        );
+        let cfg = RuntimeConfig::default()
+            .cores(cores())
+            .standby(StandbyConfig {
+                mode,
+                snapshot_interval: Duration::from_millis(5),
+                ..StandbyConfig::default()
+            })
+            .probes(Arc::new(f.clone()));
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let report = every3ms_job(n, true, Arc::clone(&out)).run(&cfg).unwrap();
+        assert!(f.all_fired(), "{mode:?}");
+        assert!(
+            report.recovery.len() >= 3,
+            "{mode:?}: {:?}",
+            report.recovery
+        );
+        let lines = std::mem::take(&mut *out.lock().unwrap());
+        let fired = check_every3ms(&lines, 5, n / 5);
+        assert!(fired >= 5 * 10, "{mode:?}: {fired} firings");
+    }
+}

@@ -131,6 +131,12 @@ pub(crate) trait Collector<T> {
     /// forwarded, so that an operator downstream with other inputs does not
     /// wait for this one's watermark.
     fn idle(&mut self);
+    /// Processing time (nanoseconds on the job's clock) reached `now`: an
+    /// operator with processing-time timers (a [`crate::time::TimedProcess`],
+    /// always the head of its chain, as it is keyed) fires those due.
+    /// Others ignore it. A standby group's port passes it where its
+    /// determinant log says; others when the clock's millisecond changes.
+    fn processing_time(&mut self, _now: u64) {}
     /// Standby protocol (an operator with a standby): the outputs that
     /// follow, up to [`close_chunk`](Self::close_chunk) (or the end), are
     /// those of chunk `id` of the operator's input. Operators forward it;

@@ -448,6 +448,12 @@ impl<T> RingInput<T> {
 }
 
 impl<T> Port for RingInput<T> {
+    fn processing_time(&mut self, now: crate::record::Nanos) {
+        if self.live > 0 {
+            self.target.processing_time(now);
+        }
+    }
+
     fn poll(&mut self, budget: usize) -> Poll {
         if self.live == 0 {
             return Poll::Done;

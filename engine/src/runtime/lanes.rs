@@ -32,6 +32,11 @@ pub(crate) struct LaneClock {
     out: u64,
     /// Every live lane was idle when last forwarded.
     out_idle: bool,
+    /// The operator's processing time as its determinant log has it (the
+    /// sum of the ticks so far, in ms on the job's clock; see
+    /// `standby::detlog`): kept by a standby group's incarnation and in its
+    /// recovery points beside the lanes' event time.
+    pub(crate) ptime_ms: u64,
 }
 
 /// What the reader forwards after a lane's event.
@@ -55,6 +60,7 @@ impl LaneClock {
             ended: vec![false; lanes],
             out: 0,
             out_idle: false,
+            ptime_ms: 0,
         }
     }
 

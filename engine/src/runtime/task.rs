@@ -119,6 +119,14 @@ pub(crate) struct TaskCtx {
     /// (`runtime::lanes`).
     pub(crate) lane: Cell<u32>,
     pub(crate) lane_wm: Cell<u64>,
+    /// The task's chain has processing-time timers (an event-time keyed
+    /// process function): its ports tick it.
+    pub(crate) ptimers: Cell<bool>,
+    /// The millisecond of the last tick (engine clock).
+    pub(crate) ticked_ms: Cell<u64>,
+    /// The earliest processing-time timer of the chain (engine
+    /// nanoseconds; `u64::MAX`: none).
+    pub(crate) next_ptimer: Cell<u64>,
     pub(crate) clock: Clock,
     pub(crate) shared: Arc<JobShared>,
     /// A standby's chain: its ring senders send nothing and probes are not
@@ -162,6 +170,9 @@ impl TaskCtx {
             record: Cell::new(None),
             lane: Cell::new(0),
             lane_wm: Cell::new(0),
+            ptimers: Cell::new(false),
+            ticked_ms: Cell::new(0),
+            next_ptimer: Cell::new(u64::MAX),
             clock: Clock::new(shared.origin),
             shared,
             muted: std::rc::Rc::new(Cell::new(false)),
@@ -487,6 +498,11 @@ pub(crate) trait Port {
     fn poll(&mut self, budget: usize) -> Poll;
     /// Publishes staged output and retries overflowed records.
     fn flush(&mut self);
+    /// Processing time reached `now` (engine nanoseconds): the port hands
+    /// it to its chain ([`Collector::processing_time`](crate::operator::Collector)).
+    /// Ports of a standby group take theirs from the determinant log
+    /// instead.
+    fn processing_time(&mut self, _now: Nanos) {}
     /// Where the port stands (for a diagnostic dump).
     fn debug(&self) -> String {
         String::new()
@@ -552,9 +568,20 @@ impl Task {
         }
         let mut progress = false;
         let mut wake_at: Option<Nanos> = None;
+        // Processing time, for a chain with processing-time timers: once a
+        // millisecond. A standby group's incarnation logs its ticks and
+        // takes them from its log instead.
+        let ms = now / MS;
+        let tick = self.ctx.ptimers.get() && self.group.is_none() && ms > self.ctx.ticked_ms.get();
+        if tick {
+            self.ctx.ticked_ms.set(ms);
+        }
         for (p, done) in self.ports.iter_mut().zip(self.done.iter_mut()) {
             if *done {
                 continue;
+            }
+            if tick {
+                p.processing_time(ms * MS);
             }
             match p.poll(self.budget) {
                 Poll::Progress => progress = true,
@@ -578,10 +605,20 @@ impl Task {
         } else if progress {
             Poll::Progress
         } else {
+            // Woken for the next processing-time timer: at the millisecond
+            // whose tick reaches it.
+            let timer = self.ctx.next_ptimer.get();
+            if self.ctx.ptimers.get() && timer != u64::MAX {
+                let due = timer.div_ceil(MS).saturating_mul(MS);
+                wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
+            }
             Poll::Idle { wake_at }
         }
     }
 }
+
+/// Nanoseconds in the millisecond processing time ticks by.
+pub(crate) const MS: Nanos = 1_000_000;
 
 #[cfg(test)]
 mod tests {

@@ -48,6 +48,16 @@
 //! ([`barrier_id`]): exact while fewer than 2²² checkpoints are triggered
 //! between the entry's append and its replay.
 //!
+//! A **tick** (`ctl` set, lane field 2¹⁶ − 1, which no lane has) takes no
+//! queue position: the operator's processing time advanced by `n`
+//! milliseconds there, so its processing-time timers fire at this point of
+//! its input in every replay, as Clonos logs a timer's firing by its place
+//! in the input. A primary logs one before a chunk when a millisecond or
+//! more has passed since the last (at most one a chunk, so ticks at most
+//! double the entries), or when a timer is due while its input is idle
+//! (then the log may fill before the queues do, and asks for a recovery
+//! point as it does when full).
+//!
 //! The lap tag is `(s / capacity) mod (2^24 − 1) + 1`: never zero (a fresh
 //! file reads as empty), and different for consecutive laps, so a reader
 //! tells entry `s` from the entry `s − capacity` that occupied its word
@@ -93,6 +103,14 @@ pub enum Det {
         /// The input lane.
         lane: u32,
     },
+    /// The operator's processing time advanced by `ms` milliseconds (≥ 1)
+    /// here: its processing-time timers due by then fire at this point of
+    /// its input. Consumes no queue position.
+    Tick {
+        /// Milliseconds since the previous tick (from 0 at the group's
+        /// start, on the job's clock).
+        ms: u32,
+    },
     /// The checkpoint barrier entry at the head of `lane`.
     Barrier {
         /// The input lane.
@@ -123,12 +141,14 @@ pub fn barrier_id(low: u32, newest: u64) -> u64 {
 }
 
 impl Det {
-    /// The lane the entry takes from.
+    /// The lane the entry takes from (a tick takes from none: `usize::MAX`,
+    /// which no lane is).
     pub fn lane(&self) -> usize {
         match *self {
             Det::Chunk { lane, .. } | Det::End { lane } | Det::Barrier { lane, .. } => {
                 lane as usize
             }
+            Det::Tick { .. } => usize::MAX,
         }
     }
 
@@ -137,10 +157,11 @@ impl Det {
         match *self {
             Det::Chunk { n, .. } => n as u64,
             Det::End { .. } | Det::Barrier { .. } => 1,
+            Det::Tick { .. } => 0,
         }
     }
 
-    /// Whether it consumes nothing (never true of a valid entry).
+    /// Whether it consumes no queue position (only a tick).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -148,8 +169,12 @@ impl Det {
 
 /// Largest `n` of one chunk.
 pub const MAX_CHUNK: u32 = (1 << 23) - 1;
-/// Largest lane index.
-pub const MAX_LANE: u32 = u16::MAX as u32;
+/// Largest lane index (the lane field's largest value marks a tick).
+pub const MAX_LANE: u32 = u16::MAX as u32 - 1;
+/// The lane field of a tick entry.
+const TICK_LANE: u32 = u16::MAX as u32;
+/// Largest `ms` of one tick.
+pub const MAX_TICK: u32 = MAX_CHUNK;
 const TAG_SHIFT: u32 = 40;
 const TAGS: u64 = (1 << 24) - 1;
 
@@ -170,8 +195,11 @@ pub fn encode(seq: u64, log2_cap: u32, det: Det) -> u64 {
             lane,
             low: Some(low),
         } => (lane, 1, 1 << BARRIER_LOW_BITS | low & LOW_MASK as u32),
+        Det::Tick { ms } => (TICK_LANE, 1, ms),
     };
-    debug_assert!(lane <= MAX_LANE && (1..=MAX_CHUNK).contains(&n));
+    debug_assert!(
+        (lane <= MAX_LANE || matches!(det, Det::Tick { .. })) && (1..=MAX_CHUNK).contains(&n)
+    );
     lap_tag(seq, log2_cap) << TAG_SHIFT | (lane as u64) << 24 | end << 23 | n as u64
 }
 
@@ -185,7 +213,9 @@ pub fn decode(word: u64, seq: u64, log2_cap: u32) -> Option<Det> {
     let lane = ((word >> 24) & 0xffff) as u32;
     let n = (word & MAX_CHUNK as u64) as u32;
     Some(if word & 1 << 23 != 0 {
-        if n & 1 << BARRIER_LOW_BITS != 0 {
+        if lane == TICK_LANE {
+            Det::Tick { ms: n }
+        } else if n & 1 << BARRIER_LOW_BITS != 0 {
             Det::Barrier {
                 lane,
                 low: Some(n & LOW_MASK as u32),
@@ -482,6 +512,8 @@ mod tests {
             ),
             (1 << 30, Det::End { lane: MAX_LANE }),
             (7, Det::Barrier { lane: 2, low: None }),
+            (8, Det::Tick { ms: 1 }),
+            (10, Det::Tick { ms: MAX_TICK }),
             (
                 9,
                 Det::Barrier {

@@ -53,6 +53,19 @@ pub trait TimedProcess<K, T, O>: 'static {
         cx: &mut TimerContext<'_>,
         out: &mut Output<'_, O>,
     );
+    /// Processing-time timer `at` of `key` fired (see
+    /// [`TimerContext::register_processing_time`]). Does nothing unless
+    /// overridden.
+    fn on_processing_timer(
+        &mut self,
+        _key: &K,
+        _state: &mut Self::State,
+        _at: u64,
+        _cx: &mut TimerContext<'_>,
+        _out: &mut Output<'_, O>,
+    ) {
+    }
+
     /// Timer `at` of `key` fired: the watermark reached it.
     fn on_timer(
         &mut self,
@@ -92,12 +105,35 @@ pub trait TimedProcess<K, T, O>: 'static {
 pub const CLEANED_PER_RECORD: u32 = 2;
 
 /// What a [`TimedProcess`] call is given besides its key and state: the
-/// operator's event time, and the key's timers.
+/// operator's event time and processing time, and the key's timers of
+/// both.
+///
+/// ## Processing time
+///
+/// Processing time is the job's clock: nanoseconds since the job started,
+/// in steps of a millisecond. It is what the operator was told last, not
+/// a read of the clock: the engine tells it once a millisecond (and when a
+/// timer is due while no input comes). With a standby, each of those
+/// steps is an entry of the operator's determinant log at its place in
+/// the input, so a standby replaying the input sees the same processing
+/// time at every record and fires every processing-time timer where the
+/// primary did (Clonos's way). Under restart-all the replay after a
+/// restart runs on the clock again, as Flink's does. Processing-time
+/// timers still pending at the end of the input do not fire.
 pub struct TimerContext<'a> {
     pub(crate) now: u64,
+    pub(crate) ptime: u64,
     pub(crate) timers: &'a mut SmallVec<[u64; 2]>,
+    pub(crate) ptimers: &'a mut SmallVec<[u64; 1]>,
     /// Timers registered in this call (the operator indexes them).
-    pub(crate) added: &'a mut Vec<u64>,
+    pub(crate) added: &'a mut Added,
+}
+
+/// Timers registered in one call, to index.
+#[derive(Default)]
+pub(crate) struct Added {
+    pub(crate) event: Vec<u64>,
+    pub(crate) processing: Vec<u64>,
 }
 
 impl TimerContext<'_> {
@@ -114,7 +150,7 @@ impl TimerContext<'_> {
     pub fn register(&mut self, at: u64) {
         if !self.timers.contains(&at) {
             self.timers.push(at);
-            self.added.push(at);
+            self.added.event.push(at);
         }
     }
 
@@ -127,6 +163,31 @@ impl TimerContext<'_> {
     pub fn timers(&self) -> &[u64] {
         self.timers
     }
+
+    /// The operator's processing time (see the type's docs).
+    pub fn processing_time(&self) -> u64 {
+        self.ptime
+    }
+
+    /// Registers a processing-time timer of the key at `at` (once): it
+    /// fires ([`TimedProcess::on_processing_timer`]) when processing time
+    /// reaches it — at the next step, if it has already.
+    pub fn register_processing_time(&mut self, at: u64) {
+        if !self.ptimers.contains(&at) {
+            self.ptimers.push(at);
+            self.added.processing.push(at);
+        }
+    }
+
+    /// Deletes the key's processing-time timer at `at`, if it has one.
+    pub fn delete_processing_time(&mut self, at: u64) {
+        self.ptimers.retain(|t| *t != at);
+    }
+
+    /// The key's pending processing-time timers.
+    pub fn processing_timers(&self) -> &[u64] {
+        self.ptimers
+    }
 }
 
 /// A key's state in a timed operator: the function's, and its timers (in
@@ -137,4 +198,6 @@ pub struct Timed<S> {
     pub user: S,
     /// The key's pending timers.
     pub timers: SmallVec<[u64; 2]>,
+    /// The key's pending processing-time timers.
+    pub ptimers: SmallVec<[u64; 1]>,
 }

@@ -387,6 +387,8 @@ pub struct WindowSide<T> {
     pub(crate) wm_out: u64,
     pub(crate) now: u64,
     pub(crate) arrivals: u64,
+    /// A timed operator's processing time (0 in a window operator).
+    pub(crate) ptime: u64,
 }
 
 impl<T> crate::state::StateSnapshot for WindowSide<T>

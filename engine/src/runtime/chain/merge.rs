@@ -146,4 +146,9 @@ impl Timers {
     pub(crate) fn clear(&mut self) {
         self.0.clear();
     }
+
+    /// The earliest time indexed.
+    pub(crate) fn first(&self) -> Option<u64> {
+        self.0.first_key_value().map(|(t, _)| *t)
+    }
 }

@@ -19,7 +19,7 @@ use crate::record::{Record, TupleId};
 use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::KeyedState;
-use crate::time::process::{Timed, TimedProcess, TimerContext, CLEANED_PER_RECORD};
+use crate::time::process::{Added, Timed, TimedProcess, TimerContext, CLEANED_PER_RECORD};
 use crate::time::window::{Waiting, WindowSide};
 use std::hash::Hash;
 use std::rc::Rc;
@@ -33,11 +33,14 @@ pub(crate) struct TimedOp<K, T, O, P: TimedProcess<K, T, O>> {
     side_codec: SideCodec<T>,
     waiting: Pending<T>,
     timers: Timers,
+    /// Processing-time timers by time, and the processing time.
+    ptimers: Timers,
+    ptime: u64,
     wm_in: u64,
     wm_out: u64,
     now: u64,
     arrivals: u64,
-    added: Vec<u64>,
+    added: Added,
     /// The next key the clean-up of TTL state visits (by insertion
     /// number). Not in snapshots: the clean-up drops only what no read
     /// would return, so where it stands changes nothing a function sees.
@@ -79,11 +82,13 @@ where
             side_codec,
             waiting: Pending::new(),
             timers: Timers::default(),
+            ptimers: Timers::default(),
+            ptime: 0,
             wm_in: 0,
             wm_out: 0,
             now: 0,
             arrivals: 0,
-            added: Vec::new(),
+            added: Added::default(),
             clean_at: 0,
             down,
             ctx: Rc::clone(&cx.ctx),
@@ -93,6 +98,8 @@ where
             emitted: 0,
             finished,
         };
+        // Its ports tell it the processing time.
+        me.ctx.ptimers.set(true);
         if let Some((keyed, side)) = restored {
             me.apply(keyed, side);
             if me.wm_out > 0 && !me.finished {
@@ -113,13 +120,21 @@ where
         self.wm_out = side.wm_out;
         self.now = side.now;
         self.arrivals = side.arrivals;
-        let timers = &mut self.timers;
+        self.ptime = side.ptime;
+        let (timers, ptimers) = (&mut self.timers, &mut self.ptimers);
         timers.clear();
+        ptimers.clear();
         self.state.for_each_numbered(|seq, s| {
             for &at in &s.timers {
                 timers.add(at, seq);
             }
+            for &at in &s.ptimers {
+                ptimers.add(at, seq);
+            }
         });
+        self.ctx
+            .next_ptimer
+            .set(self.ptimers.first().unwrap_or(u64::MAX));
     }
 
     fn capture(&self) -> Result<StateCapture, CheckpointError> {
@@ -131,6 +146,7 @@ where
                 wm_out: self.wm_out,
                 now: self.now,
                 arrivals: self.arrivals,
+                ptime: self.ptime,
             },
             &self.side_codec,
         )
@@ -158,12 +174,26 @@ where
 
     /// Indexes the timers the last call registered for key number `seq`.
     fn index(&mut self, seq: u32) {
-        for at in self.added.drain(..) {
+        for at in self.added.event.drain(..) {
             self.timers.add(at, seq);
+        }
+        if !self.added.processing.is_empty() {
+            for at in self.added.processing.drain(..) {
+                self.ptimers.add(at, seq);
+            }
+            self.ctx
+                .next_ptimer
+                .set(self.ptimers.first().unwrap_or(u64::MAX));
         }
     }
 
     fn on_timer(&mut self, at: u64, seq: u32) {
+        self.fire(at, seq, false);
+    }
+
+    /// Fires timer `at` of key number `seq`: an event-time one, or
+    /// (`processing`) a processing-time one.
+    fn fire(&mut self, at: u64, seq: u32, processing: bool) {
         let TimedOp {
             op,
             state,
@@ -173,29 +203,72 @@ where
             emitted,
             wm_out,
             added,
+            now,
+            ptime,
             ..
         } = self;
         state.with_key_at(seq, |key, s| {
             // A deleted timer is still indexed: it does nothing.
-            let Some(i) = s.timers.iter().position(|t| *t == at) else {
+            let mine = if processing {
+                &mut s.ptimers[..]
+            } else {
+                &mut s.timers[..]
+            };
+            let Some(i) = mine.iter().position(|t| *t == at) else {
                 return;
             };
-            s.timers.swap_remove(i);
+            if processing {
+                s.ptimers.swap_remove(i);
+            } else {
+                s.timers.swap_remove(i);
+            }
             let lane_wm = ctx.lane_wm.replace(*wm_out);
             let prev = ctx.enter(slot.op);
             ctx.record.set(None);
             let mut out = Output::new(&mut **down, emitted, &**ctx, slot.op);
-            out.event_time = at.saturating_sub(1);
+            // An event-time timer's outputs are just before its time; a
+            // processing-time timer's at the event time the operator is at.
+            out.event_time = if processing {
+                *now
+            } else {
+                at.saturating_sub(1)
+            };
             let mut cx = TimerContext {
-                now: at,
+                now: if processing { *now } else { at },
+                ptime: *ptime,
                 timers: &mut s.timers,
+                ptimers: &mut s.ptimers,
                 added,
             };
-            op.on_timer(key, &mut s.user, at, &mut cx, &mut out);
+            if processing {
+                op.on_processing_timer(key, &mut s.user, at, &mut cx, &mut out);
+            } else {
+                op.on_timer(key, &mut s.user, at, &mut cx, &mut out);
+            }
             ctx.leave(prev);
             ctx.lane_wm.set(lane_wm);
         });
         self.index(seq);
+    }
+
+    /// Processing time reached `now`: the processing-time timers due fire,
+    /// in the order (time, key number).
+    fn on_processing_time(&mut self, now: u64) {
+        if now <= self.ptime || self.finished {
+            return;
+        }
+        self.ptime = now;
+        let prev = self.ctx.enter(self.slot.op);
+        while let Some((at, seqs)) = self.ptimers.take_first(now) {
+            for seq in seqs {
+                self.fire(at, seq, true);
+                self.ctx.tick();
+            }
+        }
+        self.ctx.leave(prev);
+        self.ctx
+            .next_ptimer
+            .set(self.ptimers.first().unwrap_or(u64::MAX));
     }
 
     fn take(&mut self, w: Waiting<T>) {
@@ -211,6 +284,7 @@ where
             emitted,
             wm_out,
             added,
+            ptime,
             ..
         } = self;
         let rec = Record {
@@ -227,7 +301,9 @@ where
             let mut out = Output::new(&mut **down, emitted, &**ctx, slot.op).with_envelope(&rec);
             let mut cx = TimerContext {
                 now: v,
+                ptime: *ptime,
                 timers: &mut s.timers,
+                ptimers: &mut s.ptimers,
                 added,
             };
             op.process(&key, &mut s.user, rec, &mut cx, &mut out);
@@ -322,6 +398,10 @@ where
 
     fn idle(&mut self) {
         self.down.idle();
+    }
+
+    fn processing_time(&mut self, now: u64) {
+        self.on_processing_time(now);
     }
 
     fn end(&mut self) {

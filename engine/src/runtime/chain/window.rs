@@ -188,6 +188,7 @@ where
                 wm_out: self.wm_out,
                 now: self.now,
                 arrivals: self.arrivals,
+                ptime: 0,
             },
             &self.side_codec,
         )

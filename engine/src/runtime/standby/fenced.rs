@@ -133,6 +133,12 @@ impl<U: 'static> FencedInput<U> {
 }
 
 impl<U: 'static> Port for FencedInput<U> {
+    fn processing_time(&mut self, now: crate::record::Nanos) {
+        if self.live > 0 {
+            self.target.processing_time(now);
+        }
+    }
+
     fn poll(&mut self, budget: usize) -> Poll {
         if self.live == 0 {
             return Poll::Done;

@@ -22,10 +22,11 @@ use crate::runtime::chain::run_probe;
 use crate::runtime::channel::forward_time;
 use crate::runtime::graph::downcast;
 use crate::runtime::lanes::LaneClock;
+use crate::runtime::task::MS;
 use crate::runtime::task::{Poll, Port, TaskCtx};
 use crate::standby::codec::Codec;
 use crate::standby::decide::Detector;
-use crate::standby::detlog::{fenced_append, Appended, Det};
+use crate::standby::detlog::{fenced_append, Appended, Det, MAX_TICK};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -125,6 +126,9 @@ pub(crate) struct Incarnation<T> {
     typed: Vec<Option<Arc<super::slots::TypedSlots<T>>>>,
     /// The log was full at this poll: the next one takes a point.
     log_full: bool,
+    /// A chunk the primary chose and has not logged yet (a tick went
+    /// first).
+    chosen: Option<Det>,
 }
 
 impl<T: crate::Data + Codec + Sync> Incarnation<T> {
@@ -168,6 +172,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             src: source.map(SourceLane::new),
             typed: (0..lanes).map(|l| group.typed_slots::<T>(l)).collect(),
             log_full: false,
+            chosen: None,
             inc,
             group,
         };
@@ -260,6 +265,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         self.pos = pos;
         self.align = align;
         self.clock = clock;
+        self.chosen = None;
         self.live = self.pos.len();
         for l in 0..self.pos.len() {
             // (A replayed source's end takes no position: a point never
@@ -386,6 +392,10 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 // A hot standby never ends the operator: the primary does.
                 break;
             }
+            if let Det::Tick { ms } = det {
+                self.run_tick(ms)?;
+                continue;
+            }
             if !self.copy_chunk(det, epoch)? {
                 // A replayed source has not produced the logged records
                 // yet.
@@ -405,15 +415,33 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             Some(d) => d,
             None => {
                 let Some(e) = epoch else { return Ok(None) };
-                let Some(d) = self.choose(max, e)? else {
-                    return Ok(None);
+                let chosen = match self.chosen.take() {
+                    Some(d) => Some(d),
+                    None => self.choose(max, e)?,
+                };
+                let d = match (self.tick_due(chosen.is_some()), chosen) {
+                    (Some(ms), c) => {
+                        // The tick goes first; the chunk is logged next.
+                        self.chosen = c;
+                        Det::Tick { ms }
+                    }
+                    (None, Some(d)) => d,
+                    (None, None) => return Ok(None),
                 };
                 let floor = self.group.point_seq.load(Ordering::Acquire);
                 let words = self.group.log.words();
                 match fenced_append(&words, self.seq, floor, d, e, || self.group.live.current()) {
-                    Appended::Go(d) => d,
+                    Appended::Go(got) => {
+                        if got != d {
+                            // A fenced primary's entry: the chunk chosen
+                            // after it may no longer be where it was.
+                            self.chosen = None;
+                        }
+                        got
+                    }
                     Appended::Fenced => return Err(Stop::Fenced),
                     Appended::Full => {
+                        self.chosen = None;
                         // Only a point frees the log; nobody else wakes
                         // this primary to take it (a replayed source has
                         // no writer), so its next poll comes at once.
@@ -424,6 +452,9 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 }
             }
         };
+        if let Det::Tick { .. } = det {
+            return Ok(Some(det));
+        }
         let l = det.lane();
         if l >= self.pos.len() || self.ended[l] {
             self.fail(format!(
@@ -438,6 +469,47 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             return Err(Stop::Failed);
         }
         Ok(Some(det))
+    }
+
+    /// For a primary at the log's end whose chain has processing-time
+    /// timers: the milliseconds to log as a tick now, if any — when the
+    /// clock has passed the last tick's millisecond and a chunk is about
+    /// to be taken (`input`), or a timer is due.
+    fn tick_due(&self, input: bool) -> Option<u32> {
+        if !self.ctx.ptimers.get() {
+            return None;
+        }
+        let now = self.ctx.clock.now();
+        let lag = (now / MS)
+            .checked_sub(self.clock.ptime_ms)
+            .filter(|l| *l > 0)?;
+        let due = self.ctx.next_ptimer.get() <= (self.clock.ptime_ms + lag) * MS;
+        (input || due).then(|| lag.min(MAX_TICK as u64) as u32)
+    }
+
+    /// Runs tick entry `self.seq` (`ms` milliseconds of processing time)
+    /// through the chain as a chunk of no input: the timers it makes due
+    /// fire, and their outputs are the chunk's.
+    fn run_tick(&mut self, ms: u32) -> Result<(), Stop> {
+        self.doing(Doing::Operator);
+        self.clock.ptime_ms += u64::from(ms);
+        let chain = self
+            .chain
+            .as_mut()
+            .expect("a reading incarnation has its chain");
+        chain.open_chunk(ChunkId {
+            seq: self.seq,
+            first: self.pos[0],
+            n: 0,
+            lane: 0,
+        });
+        chain.processing_time(self.clock.ptime_ms * MS);
+        if self.ctx.has_failure() {
+            return Err(Stop::Failed);
+        }
+        self.seq += 1;
+        chain.close_chunk();
+        Ok(())
     }
 
     /// Copies the inputs of chunk `det` out of its queue into `self.buf`
@@ -636,6 +708,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 }
             }
             Det::Chunk { .. } => {}
+            Det::Tick { .. } => unreachable!("ticks run in run_tick"),
         }
         chain.close_chunk();
         Ok(n)

@@ -355,6 +355,7 @@ impl<T: crate::Data + crate::standby::codec::Codec + Sync> super::Incarnation<T>
     pub(super) fn consumes(&self, det: Det) -> u64 {
         match det {
             Det::Chunk { n, .. } => n as u64,
+            Det::Tick { .. } => 0,
             _ if self.src.is_some() => 0,
             _ => 1,
         }
@@ -374,6 +375,10 @@ impl<T: crate::Data + crate::standby::codec::Codec + Sync> super::Incarnation<T>
             }
             Det::Barrier { low: None, .. } => Err(format!(
                 "determinant log entry {} is a barrier without its id on a source lane",
+                self.seq
+            )),
+            Det::Tick { .. } => Err(format!(
+                "determinant log entry {} is a tick on a source lane",
                 self.seq
             )),
         };
