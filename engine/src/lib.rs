@@ -110,8 +110,8 @@ pub mod time;
 pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
 pub use job::{
-    key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedStream, StandbyConnected,
-    Stream, WindowJoin, WindowOutput, WindowedStream,
+    key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedConnected, KeyedStream,
+    StandbyConnected, Stream, WindowJoin, WindowOutput, WindowedStream,
 };
 pub use metrics::{
     CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryKind,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tandem::runtime::probe::ProbeAction;
 use tandem::state::ttl::{Expire, MapState, TtlPolicy, UpdateOn, ValueState};
-use tandem::time::{TimedProcess, TimerContext, Watermarks, Windows};
+use tandem::time::{TimedCoProcess, TimedProcess, TimerContext, Watermarks, Windows};
 use tandem::{
     CheckpointConfig, IterSource, JobBuilder, Output, Record, RestartStrategy, RuntimeConfig,
     StandbyConfig, StandbyMode, TupleId,
@@ -666,4 +666,168 @@ fn processing_time_timers_fire_where_the_log_says_after_takeovers() {
         let fired = check_every3ms(&lines, 5, n / 5);
         assert!(fired >= 5 * 10, "{mode:?}: {fired} firings");
     }
+}
+
+/// For each record, how many of the other input's records of its key came
+/// before it: `(key, side * 10^9 + number, others)` — an output that
+/// depends on how the inputs interleave.
+struct Before;
+
+impl TimedCoProcess<u32, (u32, u64), (u32, u64), Pair> for Before {
+    type State = (u64, u64);
+    fn process_first(
+        &mut self,
+        k: &u32,
+        s: &mut (u64, u64),
+        r: Record<(u32, u64)>,
+        _cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, Pair>,
+    ) {
+        s.0 += 1;
+        out.emit((*k, r.value.1, s.1));
+    }
+    fn process_second(
+        &mut self,
+        k: &u32,
+        s: &mut (u64, u64),
+        r: Record<(u32, u64)>,
+        _cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, Pair>,
+    ) {
+        s.1 += 1;
+        out.emit((*k, 1_000_000_000 + r.value.1, s.0));
+    }
+}
+
+/// `Before`'s lines from the inputs alone: every record in the order
+/// (event time, tuple ID).
+fn before_model(n: u64) -> Vec<Pair> {
+    let mut all: Vec<(u64, u64, u64, u32, u64)> = Vec::new();
+    for i in 0..n {
+        let ((k, v), t) = rec(0, i);
+        all.push((t, TupleId::new((i % 2) as u32, i / 2).0, 0, k, v));
+        let ((k, v), t) = rec(1, i);
+        all.push((t, TupleId::new(2, i).0, 1, k, v));
+    }
+    all.sort();
+    let mut counts: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut out: Vec<Pair> = all
+        .into_iter()
+        .map(|(_, _, side, k, v)| {
+            let c = counts.entry(k).or_default();
+            if side == 0 {
+                c.0 += 1;
+                (k, v, c.1)
+            } else {
+                c.1 += 1;
+                (k, 1_000_000_000 + v, c.0)
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn before_job(n: u64, standby: bool, out: Arc<Mutex<Vec<Pair>>>) -> tandem::Job {
+    let job = JobBuilder::new("before");
+    job.default_parallelism(2);
+    let left = job
+        .source("left", move |i| {
+            let me = i.instance as u64;
+            IterSource((0..n).filter(move |k| k % 2 == me).map(|k| rec(0, k)))
+        })
+        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
+    let right = job
+        .source("right", move |_| IterSource((0..n).map(|k| rec(1, k))))
+        .parallelism(1)
+        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
+    let c = left
+        .key_by(|r: &(u32, u64)| r.0)
+        .connect(&right.key_by(|r: &(u32, u64)| r.0));
+    let lines = if standby {
+        c.standby().process_timed("before", |_| Before)
+    } else {
+        c.process_timed("before", |_| Before)
+    };
+    lines.for_each("sink", move |r| out.lock().unwrap().push(r.value));
+    job.build().unwrap()
+}
+
+fn run_before(n: u64, standby: bool, cfg: &RuntimeConfig) -> (Vec<Pair>, tandem::JobReport) {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let report = before_job(n, standby, Arc::clone(&out)).run(cfg).unwrap();
+    let mut v = std::mem::take(&mut *out.lock().unwrap());
+    v.sort();
+    (v, report)
+}
+
+#[test]
+fn a_timed_co_process_takes_both_inputs_in_event_time_then_tuple_id_order() {
+    let n = 3000;
+    let want = before_model(n);
+    for cfg in [
+        RuntimeConfig::default().cores(1),
+        RuntimeConfig::default().cores(cores()),
+    ] {
+        let (got, _) = run_before(n, false, &cfg);
+        assert!(got == want, "the lines differ from the model");
+    }
+}
+
+#[test]
+fn a_timed_co_process_is_exact_after_takeovers_and_after_restarts() {
+    quiet_injected_panics();
+    let n = 5000;
+    let want = before_model(n);
+    let panics = || {
+        Faults::new(
+            [
+                TupleId::new(0, 400),
+                TupleId::new(2, 900),
+                TupleId::new(1, 1300),
+                TupleId::new(2, 2200),
+            ]
+            .into_iter()
+            .map(|t| ("before", t, ProbeAction::Panic("injected".into())))
+            .collect(),
+        )
+    };
+    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+        let f = panics();
+        let cfg = RuntimeConfig::default()
+            .cores(cores())
+            .standby(StandbyConfig {
+                mode,
+                snapshot_interval: Duration::from_millis(2),
+                ..StandbyConfig::default()
+            })
+            .probes(Arc::new(f.clone()));
+        let (got, report) = run_before(n, true, &cfg);
+        assert!(f.all_fired(), "{mode:?}");
+        assert!(
+            report.recovery.len() >= 4,
+            "{mode:?}: {:?}",
+            report.recovery
+        );
+        assert!(got == want, "{mode:?}: the lines differ");
+    }
+    let dir = common::tempdir("before");
+    let mut ck = CheckpointConfig::every(Duration::from_millis(3));
+    ck.dir = Some(dir.clone());
+    let f = panics();
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .checkpoint(ck)
+        .restart(RestartStrategy::FixedDelay {
+            attempts: 10,
+            delay: Duration::ZERO,
+        })
+        .probes(Arc::new(f.clone()));
+    let (got, report) = run_before(n, false, &cfg);
+    assert!(f.all_fired());
+    assert!(!report.recovery.is_empty());
+    let got: std::collections::BTreeSet<Pair> = got.into_iter().collect();
+    let want: std::collections::BTreeSet<Pair> = want.into_iter().collect();
+    assert!(got == want, "restart-all: the lines differ");
+    let _ = std::fs::remove_dir_all(&dir);
 }

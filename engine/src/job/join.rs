@@ -123,14 +123,14 @@ where
 }
 
 /// A key function.
-type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
+pub(super) type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A [`TimedOp`] node over `input` (and further `edges` into it).
-fn timed_node<K, T, U, P, F>(
+pub(super) fn timed_node<K, T, U, P, F>(
     input: &Stream<T>,
     name: &str,
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
@@ -230,12 +230,12 @@ where
 }
 
 /// Both inputs tagged, and the key of either.
-type Tagged<K, A, B> = (Stream<Two<A, B>>, Stream<Two<A, B>>, KeyFn<Two<A, B>, K>);
+pub(super) type Tagged<K, A, B> = (Stream<Two<A, B>>, Stream<Two<A, B>>, KeyFn<Two<A, B>, K>);
 
 /// The two inputs of a two-input keyed operator `name` as one record type:
 /// each tagged by a map chained to its producer (`NAME.first`,
 /// `NAME.second`) and partitioned by its own key; and the key of either.
-fn tagged<K, A, B>(
+pub(super) fn tagged<K, A, B>(
     left: &KeyedStream<K, A>,
     right: &KeyedStream<K, B>,
     name: &str,

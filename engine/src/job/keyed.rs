@@ -2,7 +2,8 @@
 //! `aggregate`, `connect`); windows, process functions in event time and
 //! the interval join are in `window.rs` and `join.rs`.
 
-use super::{add_node_with, BoxCollector, Connected, Data, Stream};
+use super::co::KeyedConnected;
+use super::{add_node_with, BoxCollector, Data, Stream};
 use crate::operator::{KeyedProcess, OperatorInfo, Output};
 use crate::record::Record;
 use crate::runtime::chain::{KeyedOp, StateCodec};
@@ -17,6 +18,15 @@ use std::sync::Arc;
 pub struct KeyedStream<K, T> {
     pub(super) stream: Stream<T>,
     pub(super) key: Arc<dyn Fn(&T) -> K + Send + Sync>,
+}
+
+impl<K, T> Clone for KeyedStream<K, T> {
+    fn clone(&self) -> Self {
+        KeyedStream {
+            stream: self.stream.clone(),
+            key: Arc::clone(&self.key),
+        }
+    }
 }
 
 impl<K, T> KeyedStream<K, T>
@@ -57,11 +67,18 @@ where
     }
 
     /// Connects two streams keyed the same way: records of either with
-    /// equal keys reach the same instance of the two-input operator
-    /// ([`Connected::process`]) — orders and payments by order ID, each
-    /// read once (no broadcast).
-    pub fn connect<B: Data>(&self, other: &KeyedStream<K, B>) -> Connected<T, B> {
-        self.stream.connect(&other.stream)
+    /// equal keys reach the same instance of the two-input operator —
+    /// orders and payments by order ID, each read once (no broadcast).
+    /// The operator is a [`CoProcess`](crate::CoProcess) in arrival order
+    /// ([`KeyedConnected::process`]), or a
+    /// [`TimedCoProcess`](crate::time::TimedCoProcess) with keyed state and
+    /// timers, in the deterministic order of event time, then tuple ID
+    /// ([`KeyedConnected::process_timed`]).
+    pub fn connect<B: Data>(&self, other: &KeyedStream<K, B>) -> KeyedConnected<K, T, B> {
+        KeyedConnected {
+            left: self.clone(),
+            right: other.clone(),
+        }
     }
 
     /// Emits, for every record, the running reduction of its key's records.

@@ -26,10 +26,12 @@
 pub use crate::operator::source;
 use crate::runtime::graph;
 
+mod co;
 mod join;
 mod keyed;
 mod union;
 mod window;
+pub use co::{KeyedConnected, KeyedStandbyConnected};
 pub use join::{IntervalJoin, Sides, WindowJoin};
 pub use keyed::KeyedStream;
 pub use union::{StandbyConnected, Two};

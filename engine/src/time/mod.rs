@@ -37,7 +37,7 @@ pub mod window;
 
 use std::time::Duration;
 
-pub use process::{TimedProcess, TimerContext};
+pub use process::{TimedCoProcess, TimedProcess, TimerContext};
 pub use window::{Window, WindowAggregate, Windows};
 
 /// How a source's partitions generate watermarks: bounded

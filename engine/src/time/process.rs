@@ -100,6 +100,66 @@ pub trait TimedProcess<K, T, O>: 'static {
     fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}
 }
 
+/// A keyed two-input operator in event time, as Flink's
+/// `KeyedCoProcessFunction`: a [`TimedProcess`] whose records come from
+/// two inputs ([`KeyedConnected::process_timed`](crate::KeyedConnected::process_timed)),
+/// taken from both in one deterministic order — event time, then tuple
+/// ID (tuple IDs name their source, so two inputs' records never tie).
+/// Per-key state, event- and processing-time timers and TTL clean-up are
+/// as [`TimedProcess`]'s.
+pub trait TimedCoProcess<K, A, B, O>: 'static {
+    /// Per-key state, created with `Default` on a key's first record.
+    type State: Default + Clone + 'static;
+    /// As [`TimedProcess::EXPIRES`].
+    const EXPIRES: bool = false;
+    /// Handles one record of the first input.
+    fn process_first(
+        &mut self,
+        key: &K,
+        state: &mut Self::State,
+        rec: Record<A>,
+        cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, O>,
+    );
+    /// Handles one record of the second input.
+    fn process_second(
+        &mut self,
+        key: &K,
+        state: &mut Self::State,
+        rec: Record<B>,
+        cx: &mut TimerContext<'_>,
+        out: &mut Output<'_, O>,
+    );
+    /// As [`TimedProcess::on_timer`] (does nothing unless overridden).
+    fn on_timer(
+        &mut self,
+        _key: &K,
+        _state: &mut Self::State,
+        _at: u64,
+        _cx: &mut TimerContext<'_>,
+        _out: &mut Output<'_, O>,
+    ) {
+    }
+    /// As [`TimedProcess::on_processing_timer`].
+    fn on_processing_timer(
+        &mut self,
+        _key: &K,
+        _state: &mut Self::State,
+        _at: u64,
+        _cx: &mut TimerContext<'_>,
+        _out: &mut Output<'_, O>,
+    ) {
+    }
+    /// As [`TimedProcess::has_expired`].
+    fn has_expired(&self, _state: &Self::State, _now: u64) -> bool {
+        false
+    }
+    /// As [`TimedProcess::expire`].
+    fn expire(&self, _state: &mut Self::State, _now: u64) {}
+    /// As [`TimedProcess::on_end`].
+    fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}
+}
+
 /// Keys the incremental clean-up of TTL state visits after each record
 /// ([`TimedProcess::EXPIRES`]).
 pub const CLEANED_PER_RECORD: u32 = 2;
