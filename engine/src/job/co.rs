@@ -216,6 +216,10 @@ where
         self.0.expire(state, now)
     }
 
+    fn is_empty(&self, state: &P::State) -> bool {
+        self.0.is_empty(state)
+    }
+
     fn on_end(&mut self, key: &K, state: &mut P::State, out: &mut Output<'_, O>) {
         self.0.on_end(key, state, out)
     }

@@ -338,6 +338,11 @@ where
         }
     }
 
+    fn is_empty(&self, s: &Sides<A, B>) -> bool {
+        // Joined and forgotten: the key goes (an order ID is seen once).
+        s.left.is_empty() && s.right.is_empty()
+    }
+
     fn on_timer(
         &mut self,
         _key: &K,

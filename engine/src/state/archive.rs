@@ -43,8 +43,12 @@ use std::rc::Rc;
 pub(crate) struct Steps<K: Archive, S: Archive> {
     /// The freeze (`None` once the archive is whole: the freeze is over).
     frozen: Option<Frozen<K, S>>,
-    /// Entries at the freeze.
+    /// Places at the freeze, and the live keys among them (the entries
+    /// archived).
     len: usize,
+    live: usize,
+    /// Entries written into the array so far.
+    written: usize,
     /// The output (`None` only inside a call, and once it is handed out).
     out: Option<SnapshotBytes>,
     /// Resolvers of the entries whose parts are written and whose entry is
@@ -74,11 +78,13 @@ enum Phase {
 impl<K: Archive, S: Archive> Steps<K, S> {
     pub(crate) fn new(frozen: Frozen<K, S>) -> Self {
         let entry = std::mem::size_of::<Entry<Archived<K>, Archived<S>>>();
-        let len = frozen.len;
-        let hint = 64 + len * entry;
+        let (len, live) = (frozen.len, frozen.live);
+        let hint = 64 + live * entry;
         Steps {
             frozen: Some(frozen),
             len,
+            live,
+            written: 0,
             out: Some(SnapshotBytes::with_capacity(hint)),
             resolvers: VecDeque::new(),
             phase: Phase::Parts,
@@ -102,15 +108,17 @@ fn borrow<K, S>(
     Ok((t, f.epoch))
 }
 
-/// Entry `i` as the freeze `epoch` of `t` saw it.
+/// Entry `i` as the freeze `epoch` of `t` saw it (`None`: a dead place
+/// then).
 fn entry<K: Hash + Eq, S>(
     t: &Table<K, S>,
     epoch: u32,
     i: usize,
-) -> Result<(&K, &S), rancor::Error> {
-    t.freeze(epoch)
-        .and_then(|f| t.entry_at(i, Some(f)))
-        .ok_or_else(|| <rancor::Error as rancor::Source>::new(BrokenOrder))
+) -> Result<Option<(&K, &S)>, rancor::Error> {
+    let f = t
+        .freeze(epoch)
+        .ok_or_else(|| <rancor::Error as rancor::Source>::new(BrokenOrder))?;
+    Ok(t.entry_at(i, Some(f)))
 }
 
 /// Runs `f` with a serializer over `out` (a fresh arena and sharing table:
@@ -190,8 +198,10 @@ where
                 let (resolvers, from) = (&mut self.resolvers, self.next);
                 with_serializer(&mut self.out, |ser| {
                     for i in from..end {
-                        let (k, s) = entry(&t, epoch, i)?;
-                        resolvers.push_back(EntryAdapter::<_, _, K, S>::new(k, s).serialize(ser)?);
+                        if let Some((k, s)) = entry(&t, epoch, i)? {
+                            resolvers
+                                .push_back(EntryAdapter::<_, _, K, S>::new(k, s).serialize(ser)?);
+                        }
                     }
                     Ok(())
                 })?;
@@ -205,22 +215,26 @@ where
                 let end = (self.next + entries).min(len);
                 let (t, epoch) = borrow(&self.frozen)?;
                 let (resolvers, next, inline) = (&mut self.resolvers, self.next, self.inline);
-                let items = (next..end)
-                    .map(|i| {
-                        let (key, value) = entry(&t, epoch, i)?;
-                        Ok(Presolved {
-                            key,
-                            value,
-                            resolver: Cell::new(if inline { None } else { resolvers.pop_front() }),
-                            inline,
-                        })
-                    })
-                    .collect::<Result<Vec<Presolved<'_, K, S>>, rancor::Error>>()
-                    .map_err(|source| CheckpointError::Serialize { source })?;
+                let written = self.written;
+                let mut items = Vec::new();
+                for i in next..end {
+                    let Some((key, value)) = entry(&t, epoch, i)
+                        .map_err(|source| CheckpointError::Serialize { source })?
+                    else {
+                        continue;
+                    };
+                    items.push(Presolved {
+                        key,
+                        value,
+                        resolver: Cell::new(if inline { None } else { resolvers.pop_front() }),
+                        inline,
+                    });
+                }
                 let size = std::mem::size_of::<Entry<K::Archived, S::Archived>>();
+                let n = items.len();
                 let at = with_serializer(&mut self.out, |ser| {
                     let at = ser.align_for::<Entry<K::Archived, S::Archived>>()?;
-                    if start.is_some_and(|s| at != s + next * size) {
+                    if start.is_some_and(|s| at != s + written * size) {
                         return Err(<rancor::Error as rancor::Source>::new(BrokenOrder));
                     }
                     ArchivedVec::<Entry<K::Archived, S::Archived>>::serialize_from_iter::<
@@ -229,7 +243,7 @@ where
                         _,
                     >(items.iter(), ser)?;
                     // One contiguous array: nothing but the entries written.
-                    if rkyv::ser::Positional::pos(ser) != at + (end - next) * size {
+                    if rkyv::ser::Positional::pos(ser) != at + n * size {
                         return Err(<rancor::Error as rancor::Source>::new(BrokenOrder));
                     }
                     Ok(at)
@@ -239,6 +253,14 @@ where
                 let at = at?;
                 let start = start.unwrap_or(at);
                 self.next = end;
+                self.written += n;
+                if end == len && self.written != self.live {
+                    // Not the entries the freeze saw: refused, not written
+                    // wrong.
+                    return Err(CheckpointError::Serialize {
+                        source: <rancor::Error as rancor::Source>::new(BrokenOrder),
+                    });
+                }
                 self.phase = if end == len {
                     Phase::Root { start }
                 } else {
@@ -252,7 +274,7 @@ where
                 self.frozen = None;
                 let stand_in: KeyedState<K, S> = KeyedState {
                     map: Rc::new(RefCell::new(Table {
-                        presolved: Some((start, len)),
+                        presolved: Some((start, self.live)),
                         ..Table::default()
                     })),
                 };
@@ -345,5 +367,113 @@ mod tests {
             s.map.borrow().freezes.is_empty(),
             "the freeze ended with its archive"
         );
+    }
+
+    /// The keys in iteration order, with their states.
+    fn listed(s: &mut KeyedState<u64, u64>) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        s.for_each_mut(|k, st| v.push((*k, *st)));
+        v
+    }
+
+    fn seq_of(s: &mut KeyedState<u64, u64>, k: u64) -> u32 {
+        let (seq, _) = s.get_or_default_numbered(&k);
+        seq
+    }
+
+    #[test]
+    fn a_removed_key_is_gone_and_comes_back_at_the_end_of_the_order() {
+        let mut s: KeyedState<u64, u64> = KeyedState::default();
+        for k in 0..5u64 {
+            *s.get_or_default(&k) = 10 + k;
+        }
+        let two = seq_of(&mut s, 2);
+        assert!(s.remove_at(two));
+        assert!(!s.remove_at(two), "removed once");
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.get(&2).as_deref(), None);
+        assert!(
+            s.with_key_at(two, |_, _| ()).is_none(),
+            "a dead number names nothing"
+        );
+        *s.get_or_default(&2) += 1;
+        assert_eq!(
+            listed(&mut s),
+            vec![(0, 10), (1, 11), (3, 13), (4, 14), (2, 1)],
+            "inserted again, at the end, from the default"
+        );
+        assert!(
+            s.with_key_at(two, |_, _| ()).is_none(),
+            "its old number is still dead"
+        );
+        let back = <KeyedState<u64, u64> as crate::StateSnapshot>::restore(
+            s.to_snapshot_bytes().unwrap().payload(),
+        )
+        .unwrap();
+        let mut back = back;
+        assert_eq!(
+            listed(&mut back),
+            listed(&mut s),
+            "a restore keeps the order"
+        );
+    }
+
+    #[test]
+    fn a_freeze_archives_what_it_saw_whatever_is_removed_or_added_meanwhile() {
+        let mut s: KeyedState<u64, u64> = KeyedState::default();
+        for k in 0..3_000u64 {
+            *s.get_or_default(&k) = k;
+        }
+        for k in (0..3_000u64).step_by(3) {
+            let seq = seq_of(&mut s, k);
+            assert!(s.remove_at(seq));
+        }
+        let expect = s.to_snapshot_bytes().unwrap();
+        for slice in [1, 50, 10_000] {
+            let mut t: KeyedState<u64, u64> = KeyedState::default();
+            for k in 0..3_000u64 {
+                *t.get_or_default(&k) = k;
+            }
+            for k in (0..3_000u64).step_by(3) {
+                let seq = seq_of(&mut t, k);
+                t.remove_at(seq);
+            }
+            let mut steps = Steps::new(t.freeze());
+            let mut k = 0u64;
+            let got = loop {
+                // Between slices: keys removed, written, added again.
+                let seq = seq_of(&mut t, 3 * k + 1);
+                t.remove_at(seq);
+                *t.get_or_default(&(3 * k)) = 7;
+                *t.get_or_default(&(3 * k + 2)) += 1_000_000;
+                k += 1;
+                if let Some(b) = steps.step(slice).unwrap() {
+                    break b;
+                }
+            };
+            assert_eq!(got.payload(), expect.payload(), "slice {slice}");
+        }
+    }
+
+    #[test]
+    fn compaction_keeps_the_order_and_drops_the_dead_places() {
+        let mut s: KeyedState<u64, u64> = KeyedState::default();
+        for k in 0..1_000u64 {
+            *s.get_or_default(&k) = k;
+        }
+        for k in (0..1_000u64).filter(|k| k % 4 != 0) {
+            let seq = seq_of(&mut s, k);
+            s.remove_at(seq);
+        }
+        *s.get_or_default(&1) = 5;
+        let before = listed(&mut s);
+        let frozen = s.freeze();
+        assert!(!s.compact(), "not under a freeze");
+        drop(frozen);
+        assert!(s.compact());
+        assert_eq!(listed(&mut s), before);
+        assert_eq!(s.places(), s.len(), "dense again");
+        assert_eq!(seq_of(&mut s, 1), 250, "numbered by place");
+        assert!(!s.compact(), "nothing dead");
     }
 }

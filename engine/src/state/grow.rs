@@ -21,9 +21,9 @@ use std::hash::Hash;
 /// Entries moved per access while a retired table empties.
 pub(super) const STEP: usize = 4;
 
-/// See the module docs. Keys are never removed (a keyed state keeps every
-/// key it saw), which the move relies on: the retired table's keys are the
-/// first `retired_len` keys in insertion order.
+/// See the module docs. The move walks the keys in insertion order (a
+/// removed key's place is still in the order, so every key of the retired
+/// table is among the places it walks).
 pub(crate) struct GrowMap<K, V> {
     live: FxHashMap<K, V>,
     /// The table `live` outgrew, emptying into it.
@@ -156,8 +156,16 @@ impl<K: Hash + Eq + Clone, V> GrowMap<K, V> {
         }
     }
 
+    /// Removes `key`; returns its value.
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        match self.live.remove(key) {
+            Some(v) => Some(v),
+            None => self.retired.remove(key),
+        }
+    }
+
     /// Moves whatever is left of the retired table, at once.
-    fn settle(&mut self, order: &[K]) {
+    pub(super) fn settle(&mut self, order: &[K]) {
         while !self.retired.is_empty() {
             let before = self.cursor;
             self.step(order);

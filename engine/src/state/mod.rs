@@ -16,7 +16,19 @@
 //! drop what they already have by counting), so the order has to survive a
 //! snapshot. Each entry of the hash map carries its insertion number beside
 //! its state (one probe per record, the state in the same bucket), and the
-//! keys are also kept in insertion order; keys are never removed.
+//! keys are also kept in insertion order.
+//!
+//! ## Removing keys
+//!
+//! An operator drops a key whose state holds nothing any more (a session
+//! that closed, a joined order) with `KeyedState::remove_at`: its entry
+//! leaves the map, its place in the order stays behind, dead, and a later
+//! record of the key inserts it again, at the end of the order. Dead
+//! places are skipped by iteration and archives; once they are half the
+//! order, `KeyedState::compact` renumbers the live keys densely, in the
+//! same order (the operator re-indexes what it keeps by number). A
+//! restore numbers the keys densely too. Only relative order is ever
+//! observable, and it is the same in all three.
 //!
 //! ## Snapshots off the data path
 //!
@@ -82,8 +94,11 @@ pub struct KeyedState<K, S> {
 /// The entries, their keys in insertion order, and the freezes under way.
 pub struct Table<K, S> {
     map: GrowMap<K, Slot<S>>,
-    /// Every key, by insertion number.
+    /// Every key, by insertion number (a removed key's place stays, dead,
+    /// until a compaction).
     order: Vec<K>,
+    /// Dead places in `order`.
+    dead: usize,
     /// Freezes whose archive is under way, oldest first.
     freezes: Vec<Freeze<S>>,
     /// The epoch the next freeze gets (1, 2, …).
@@ -101,7 +116,7 @@ pub struct Slot<S> {
     state: S,
 }
 
-/// One freeze under way: the entries below `len` as they were at it.
+/// One freeze under way: the places below `len` as they were at it.
 struct Freeze<S> {
     epoch: u32,
     len: usize,
@@ -146,6 +161,7 @@ impl<K, S> Default for Table<K, S> {
         Table {
             map: GrowMap::default(),
             order: Vec::new(),
+            dead: 0,
             freezes: Vec::new(),
             next_epoch: 1,
             presolved: None,
@@ -164,14 +180,24 @@ impl<K, S> Default for KeyedState<K, S> {
 impl<K: Hash + Eq, S> Table<K, S> {
     /// Entry `i` (by insertion number) as freeze `f` saw it, or as it is
     /// now (`f` = `None`).
+    /// `None`: no such place, or a dead one.
     fn entry_at<'a>(&'a self, i: usize, f: Option<&'a Freeze<S>>) -> Option<(&'a K, &'a S)> {
         let key = self.order.get(i)?;
         let pre = f.and_then(|f| f.undo.get(i as u32));
         let state = match pre {
             Some(s) => s,
-            None => &self.map.get(key)?.state,
+            None => &self.live_slot(i)?.state,
         };
         Some((key, state))
+    }
+
+    /// The slot of the key at place `i`, unless that place is dead (the
+    /// key removed, or inserted again at a later place).
+    #[inline]
+    fn live_slot(&self, i: usize) -> Option<&Slot<S>> {
+        self.map
+            .get(self.order.get(i)?)
+            .filter(|s| s.seq as usize == i)
     }
 
     fn freeze(&self, epoch: u32) -> Option<&Freeze<S>> {
@@ -216,7 +242,7 @@ impl<K: Archive, V: Archive> ArchiveWith<Rc<RefCell<Table<K, V>>>> for Insertion
         // not); nothing writes it between the two calls.
         let len = field
             .try_borrow()
-            .map_or(0, |t| t.presolved.map_or(t.order.len(), |(_, len)| len));
+            .map_or(0, |t| t.presolved.map_or(t.map.len(), |(_, len)| len));
         ArchivedVec::resolve_from_len(len, resolver, out);
     }
 }
@@ -241,9 +267,9 @@ where
         // rkyv walks the entries twice (their out-of-line parts, then the
         // entries): an exact-size, cloneable iterator.
         let entries: Vec<(&K, &V)> = (0..t.order.len())
-            .map_while(|i| t.entry_at(i, None))
+            .filter_map(|i| t.entry_at(i, None))
             .collect();
-        if entries.len() != t.order.len() || t.order.len() != t.map.len() {
+        if entries.len() != t.map.len() || t.order.len() != t.map.len() + t.dead {
             return Err(<S::Error as rancor::Source>::new(BrokenOrder));
         }
         ArchivedVec::serialize_from_iter(
@@ -359,20 +385,76 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
             ..
         } = &mut *t;
         let key = order.get(seq as usize)?;
-        let slot = map.get_mut(key)?;
+        let slot = map.get_mut(key).filter(|s| s.seq == seq)?;
         touch(freezes, slot);
         Some(f(key, &mut slot.state))
     }
 
+    /// Removes the key numbered `seq` and its state (see the module docs);
+    /// `false` if there is no such key. A freeze under way keeps its
+    /// pre-image.
+    pub(crate) fn remove_at(&mut self, seq: u32) -> bool {
+        let mut t = self.map.borrow_mut();
+        let Table {
+            map,
+            order,
+            freezes,
+            dead,
+            ..
+        } = &mut *t;
+        let Some(key) = order.get(seq as usize) else {
+            return false;
+        };
+        let Some(slot) = map.get_mut(key).filter(|s| s.seq == seq) else {
+            return false;
+        };
+        touch(freezes, slot);
+        map.remove(key);
+        *dead += 1;
+        true
+    }
+
+    /// Renumbers the live keys densely, in the same order, once dead places
+    /// are at least half of the order and no freeze is under way (a
+    /// freeze's pre-images are by number); `true` if it did — every number
+    /// the caller keeps is then stale: it re-indexes from the state.
+    /// O(places), at most once per as many removals.
+    pub(crate) fn compact(&mut self) -> bool {
+        let mut t = self.map.borrow_mut();
+        if t.dead < 64 || 2 * t.dead < t.order.len() || !t.freezes.is_empty() {
+            return false;
+        }
+        let Table {
+            map, order, dead, ..
+        } = &mut *t;
+        // A retired table moves by walking `order` by number: done first.
+        map.settle(order);
+        let old = std::mem::take(order);
+        for (i, key) in old.into_iter().enumerate() {
+            if let Some(slot) = map.get_mut(&key).filter(|s| s.seq as usize == i) {
+                slot.seq = order.len() as u32;
+                order.push(key);
+            }
+        }
+        *dead = 0;
+        true
+    }
+
+    /// Places in the insertion order, live or dead: the range of key
+    /// numbers.
+    pub(crate) fn places(&self) -> usize {
+        self.map.borrow().order.len()
+    }
+
     /// Writes the state of key number `seq` with `f` if `check`, reading
     /// it only, says so: a state `check` declines is not marked written
-    /// (a freeze under way saves no pre-image of it). `None` if there is
-    /// no such key.
+    /// (a freeze under way saves no pre-image of it). What `f` returned
+    /// (`false` if it did not run); `None` if there is no such key.
     pub(crate) fn update_at_if(
         &mut self,
         seq: u32,
         check: impl FnOnce(&S) -> bool,
-        f: impl FnOnce(&mut S),
+        f: impl FnOnce(&mut S) -> bool,
     ) -> Option<bool> {
         let mut t = self.map.borrow_mut();
         let Table {
@@ -382,21 +464,20 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
             ..
         } = &mut *t;
         let key = order.get(seq as usize)?;
-        let slot = map.get_mut(key)?;
+        let slot = map.get_mut(key).filter(|s| s.seq == seq)?;
         if !check(&slot.state) {
             return Some(false);
         }
         touch(freezes, slot);
-        f(&mut slot.state);
-        Some(true)
+        Some(f(&mut slot.state))
     }
 
     /// Calls `f` with every key's insertion number and state, in insertion
     /// order, without marking anything written (`f` only reads).
     pub(crate) fn for_each_numbered(&self, mut f: impl FnMut(u32, &S)) {
         let t = self.map.borrow();
-        for key in t.order.iter() {
-            if let Some(slot) = t.map.get(key) {
+        for i in 0..t.order.len() {
+            if let Some(slot) = t.live_slot(i) {
                 f(slot.seq, &slot.state);
             }
         }
@@ -411,8 +492,8 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
             freezes,
             ..
         } = &mut *t;
-        for key in order.iter() {
-            if let Some(slot) = map.get_mut(key) {
+        for (i, key) in order.iter().enumerate() {
+            if let Some(slot) = map.get_mut(key).filter(|s| s.seq as usize == i) {
                 touch(freezes, slot);
                 f(key, &mut slot.state);
             }
@@ -431,7 +512,7 @@ impl<K, S> KeyedState<K, S> {
 
     /// Number of keys with state.
     pub fn len(&self) -> usize {
-        self.map.borrow().order.len()
+        self.map.borrow().map.len()
     }
 
     /// Whether no key has state.
@@ -451,7 +532,7 @@ impl<K, S> KeyedState<K, S> {
         }
         let epoch = t.next_epoch;
         t.next_epoch = t.next_epoch.saturating_add(1);
-        let len = t.order.len();
+        let (len, live) = (t.order.len(), t.map.len());
         t.freezes.push(Freeze {
             epoch,
             len,
@@ -461,6 +542,7 @@ impl<K, S> KeyedState<K, S> {
             table: Rc::clone(&self.map),
             epoch,
             len,
+            live,
         }
     }
 }
@@ -470,7 +552,9 @@ impl<K, S> KeyedState<K, S> {
 pub(crate) struct Frozen<K, S> {
     table: Rc<RefCell<Table<K, S>>>,
     epoch: u32,
+    /// Places at the freeze, and live keys among them.
     len: usize,
+    live: usize,
 }
 
 impl<K, S> Drop for Frozen<K, S> {

@@ -95,6 +95,16 @@ pub trait TimedProcess<K, T, O>: 'static {
     /// [`Expire`](crate::state::ttl::Expire): `state.expire(now)`.
     fn expire(&self, _state: &mut Self::State, _now: u64) {}
 
+    /// Whether the key's state holds nothing worth keeping. When it does
+    /// not and the key has no timers either, the engine removes the key
+    /// after the call: its memory is freed, snapshots stop carrying it,
+    /// and a later record of it starts from `Default` again (and comes
+    /// after the keys already there in the order [`on_end`](Self::on_end)
+    /// visits them). Default: `false`, every key is kept.
+    fn is_empty(&self, _state: &Self::State) -> bool {
+        false
+    }
+
     /// Called once per key after the last input record (every timer has
     /// fired: the end of the input is a watermark past every time).
     fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}
@@ -156,6 +166,10 @@ pub trait TimedCoProcess<K, A, B, O>: 'static {
     }
     /// As [`TimedProcess::expire`].
     fn expire(&self, _state: &mut Self::State, _now: u64) {}
+    /// As [`TimedProcess::is_empty`].
+    fn is_empty(&self, _state: &Self::State) -> bool {
+        false
+    }
     /// As [`TimedProcess::on_end`].
     fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}
 }

@@ -121,20 +121,7 @@ where
         self.now = side.now;
         self.arrivals = side.arrivals;
         self.ptime = side.ptime;
-        let (timers, ptimers) = (&mut self.timers, &mut self.ptimers);
-        timers.clear();
-        ptimers.clear();
-        self.state.for_each_numbered(|seq, s| {
-            for &at in &s.timers {
-                timers.add(at, seq);
-            }
-            for &at in &s.ptimers {
-                ptimers.add(at, seq);
-            }
-        });
-        self.ctx
-            .next_ptimer
-            .set(self.ptimers.first().unwrap_or(u64::MAX));
+        self.reindex();
     }
 
     fn capture(&self) -> Result<StateCapture, CheckpointError> {
@@ -207,7 +194,7 @@ where
             ptime,
             ..
         } = self;
-        state.with_key_at(seq, |key, s| {
+        let empty = state.with_key_at(seq, |key, s| {
             // A deleted timer is still indexed: it does nothing.
             let mine = if processing {
                 &mut s.ptimers[..]
@@ -215,7 +202,7 @@ where
                 &mut s.timers[..]
             };
             let Some(i) = mine.iter().position(|t| *t == at) else {
-                return;
+                return false;
             };
             if processing {
                 s.ptimers.swap_remove(i);
@@ -247,8 +234,47 @@ where
             }
             ctx.leave(prev);
             ctx.lane_wm.set(lane_wm);
+            s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty(&s.user)
         });
         self.index(seq);
+        if empty == Some(true) {
+            self.drop_key(seq);
+        }
+    }
+
+    /// Removes key number `seq`, whose state holds nothing and which has no
+    /// timers (see [`TimedProcess::is_empty`]).
+    fn drop_key(&mut self, seq: u32) {
+        self.state.remove_at(seq);
+    }
+
+    /// Compacts the state once removed keys are half its places, and
+    /// re-indexes. Only between the hop's calls: a batch of timers being
+    /// fired holds key numbers.
+    fn compact(&mut self) {
+        if self.state.compact() {
+            self.reindex();
+        }
+    }
+
+    /// Indexes every key's timers by time anew (after a restore or a
+    /// compaction: key numbers changed).
+    fn reindex(&mut self) {
+        let (timers, ptimers) = (&mut self.timers, &mut self.ptimers);
+        timers.clear();
+        ptimers.clear();
+        self.state.for_each_numbered(|seq, s| {
+            for &at in &s.timers {
+                timers.add(at, seq);
+            }
+            for &at in &s.ptimers {
+                ptimers.add(at, seq);
+            }
+        });
+        self.ctx
+            .next_ptimer
+            .set(self.ptimers.first().unwrap_or(u64::MAX));
+        self.clean_at = 0;
     }
 
     /// Processing time reached `now`: the processing-time timers due fire,
@@ -295,7 +321,7 @@ where
         };
         ctx.record.set(Some(rec.id));
         let lane_wm = ctx.lane_wm.replace(*wm_out);
-        let seq = {
+        let (seq, empty) = {
             let (seq, mut guard) = state.get_or_default_numbered(&key);
             let s = &mut *guard;
             let mut out = Output::new(&mut **down, emitted, &**ctx, slot.op).with_envelope(&rec);
@@ -307,10 +333,14 @@ where
                 added,
             };
             op.process(&key, &mut s.user, rec, &mut cx, &mut out);
-            seq
+            let empty = s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty(&s.user);
+            (seq, empty)
         };
         ctx.lane_wm.set(lane_wm);
         self.index(seq);
+        if empty {
+            self.drop_key(seq);
+        }
         if P::EXPIRES {
             self.clean_up(v);
         }
@@ -319,18 +349,24 @@ where
     /// The incremental clean-up of TTL state: the next
     /// [`CLEANED_PER_RECORD`] keys' expired entries dropped at `now`.
     fn clean_up(&mut self, now: u64) {
-        let keys = self.state.len() as u32;
-        let TimedOp { op, state, .. } = self;
-        for _ in 0..CLEANED_PER_RECORD.min(keys) {
-            if self.clean_at >= keys {
+        for _ in 0..CLEANED_PER_RECORD.min(self.state.len() as u32) {
+            if self.clean_at as usize >= self.state.places() {
                 self.clean_at = 0;
             }
-            state.update_at_if(
-                self.clean_at,
-                |s| op.has_expired(&s.user, now),
-                |s| op.expire(&mut s.user, now),
-            );
+            let seq = self.clean_at;
             self.clean_at += 1;
+            let op = &self.op;
+            let emptied = self.state.update_at_if(
+                seq,
+                |s| op.has_expired(&s.user, now),
+                |s| {
+                    op.expire(&mut s.user, now);
+                    s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty(&s.user)
+                },
+            );
+            if emptied == Some(true) {
+                self.drop_key(seq);
+            }
         }
     }
 
@@ -374,6 +410,7 @@ where
             // at once, at the operator's time.
             let now = self.now;
             self.take(Waiting { release: now, ..w });
+            self.compact();
         } else {
             self.waiting.push(w);
         }
@@ -392,6 +429,7 @@ where
         self.wm_in = wm;
         let prev = self.ctx.enter(self.slot.op);
         self.advance(wm);
+        self.compact();
         self.ctx.leave(prev);
         self.forward(wm);
     }
@@ -402,6 +440,7 @@ where
 
     fn processing_time(&mut self, now: u64) {
         self.on_processing_time(now);
+        self.compact();
     }
 
     fn end(&mut self) {

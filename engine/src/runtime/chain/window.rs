@@ -157,7 +157,12 @@ where
         self.wm_out = side.wm_out;
         self.now = side.now;
         self.arrivals = side.arrivals;
-        // The timers follow from the open windows.
+        self.reindex();
+    }
+
+    /// Indexes the timers anew from the open windows (after a restore or a
+    /// compaction of the state: key numbers changed).
+    fn reindex(&mut self) {
         let lateness = self.spec.lateness;
         let count = matches!(self.spec.windows, Windows::Count { .. });
         let timers = &mut self.timers;
@@ -234,7 +239,7 @@ where
             ..
         } = self;
         let lateness = spec.lateness;
-        state.with_key_at(seq, |key, kw| {
+        let empty = state.with_key_at(seq, |key, kw| {
             kw.open.retain_mut(|o| {
                 if !o.fired && o.window.end <= at {
                     o.fired = true;
@@ -245,7 +250,22 @@ where
                 }
                 !(o.fired && o.window.end.saturating_add(lateness) <= at)
             });
+            kw.open.is_empty()
         });
+        if empty == Some(true) {
+            // No window left: the key goes (a time window's key keeps
+            // nothing else; a count window's key never gets here).
+            state.remove_at(seq);
+        }
+    }
+
+    /// Compacts the state once removed keys are half its places, and
+    /// re-indexes. Only between the hop's calls: a batch of timers being
+    /// fired holds key numbers.
+    fn compact(&mut self) {
+        if self.state.compact() {
+            self.reindex();
+        }
     }
 
     /// Takes one released record (see the module docs).
@@ -321,8 +341,12 @@ where
                     }
                 }
                 if hi.saturating_add(lateness) <= v {
+                    let empty = kw.open.is_empty();
                     drop(kw);
                     late_rec(w.value, down, ctx, emitted);
+                    if empty {
+                        state.remove_at(seq);
+                    }
                     return;
                 }
                 let i = kw.merge_session(mine, |a, b| f.merge(a, b));
@@ -363,8 +387,12 @@ where
                     }
                 }
                 if !kept {
+                    let empty = kw.open.is_empty();
                     drop(kw);
                     late_rec(w.value, down, ctx, emitted);
+                    if empty {
+                        state.remove_at(seq);
+                    }
                 }
             }
         }
@@ -485,6 +513,7 @@ where
             // their records are added does not change their results.
             let now = self.now;
             self.take_at(w, now);
+            self.compact();
         } else if release < self.wm_in {
             // Below the operator's watermark only from a lane that was
             // idle while the others moved on: taken at once, at the
@@ -494,6 +523,7 @@ where
                 ..w
             };
             self.take(w);
+            self.compact();
         } else {
             self.waiting.push(w);
         }
@@ -512,6 +542,7 @@ where
         self.wm_in = wm;
         let prev = self.ctx.enter(self.slot.op);
         self.advance(wm);
+        self.compact();
         self.ctx.leave(prev);
         self.forward(wm);
     }
