@@ -159,7 +159,13 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                     .map(move |i| click(seed, i)),
             )
         })
-        .watermarks(Watermarks::bounded(Duration::from_millis(5)).every(32));
+        .watermarks(
+            // Partitions within 200 ms of event time of each other: the
+            // windows hold what is ahead until the slowest catches up.
+            Watermarks::bounded(Duration::from_millis(5))
+                .every(32)
+                .max_drift(Duration::from_millis(200)),
+        );
     let clicks = if args.strategy == Strategy::Bqbs {
         clicks.standby()
     } else {

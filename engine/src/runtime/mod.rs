@@ -132,6 +132,9 @@ pub(crate) struct JobShared {
     pub(crate) sinks: HashMap<(usize, usize), Arc<SinkTally>>,
     /// The pacing schedule's start, shared by partitions and attempts.
     pub(crate) pacing_start: Arc<OnceLock<Nanos>>,
+    /// The aligned source partitions' watermarks (see
+    /// [`crate::time::Watermarks::max_drift`]).
+    pub(crate) source_clocks: source::SourceClocks,
     /// Standby groups of this attempt (`None`: no operator has a standby).
     pub(crate) standby: Option<Arc<crate::runtime::standby::run::StandbyRun>>,
     /// The job's probes (fault injection), for the seams off the data path.

@@ -75,6 +75,69 @@ pub(crate) struct SourcePort<T> {
     idle: bool,
 }
 
+/// The watermarks of the job's aligned source partitions (see
+/// [`Watermarks::max_drift`]), by job-wide partition number: `u64::MAX`
+/// for a partition that is not aligned, is idle, or has ended.
+pub(crate) struct SourceClocks {
+    wm: Vec<crossbeam_utils::CachePadded<std::sync::atomic::AtomicU64>>,
+}
+
+impl SourceClocks {
+    /// Every aligned partition at 0 (it holds the others back until its
+    /// first watermark), the others out of the way.
+    pub(crate) fn new(graph: &crate::runtime::graph::Graph) -> Self {
+        let mut wm = Vec::new();
+        for n in &graph.nodes {
+            if let crate::runtime::graph::NodeKind::Source {
+                watermarks,
+                first_partition,
+                ..
+            } = &n.kind
+            {
+                let aligned = watermarks.is_some_and(|w| w.drift_ns().is_some());
+                let end = *first_partition as usize + n.parallelism;
+                if wm.len() < end {
+                    wm.resize_with(end, || {
+                        crossbeam_utils::CachePadded::new(std::sync::atomic::AtomicU64::new(
+                            u64::MAX,
+                        ))
+                    });
+                }
+                if aligned {
+                    for w in &wm[*first_partition as usize..end] {
+                        w.store(0, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        SourceClocks { wm }
+    }
+
+    /// No aligned partition.
+    pub(crate) fn none() -> Self {
+        SourceClocks { wm: Vec::new() }
+    }
+
+    fn publish(&self, partition: u32, wm: u64) {
+        if let Some(w) = self.wm.get(partition as usize) {
+            w.store(wm, Ordering::Release);
+        }
+    }
+
+    /// The slowest aligned partition's watermark (`u64::MAX`: none holds
+    /// back).
+    fn min(&self) -> u64 {
+        self.wm
+            .iter()
+            .map(|w| w.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+}
+
+/// How long a partition held back by alignment waits before it looks again.
+const ALIGN_WAIT: Nanos = 200_000;
+
 impl<T: 'static> SourcePort<T> {
     pub(crate) fn new(
         mut src: Box<dyn Source<T>>,
@@ -163,6 +226,11 @@ impl<T: 'static> SourcePort<T> {
         if now >= due {
             if !std::mem::replace(&mut self.idle, true) {
                 self.target.idle();
+                // An idle partition holds no aligned one back.
+                self.ctx
+                    .shared
+                    .source_clocks
+                    .publish(self.partition, u64::MAX);
             }
             Poll::Idle { wake_at: None }
         } else {
@@ -170,8 +238,21 @@ impl<T: 'static> SourcePort<T> {
         }
     }
 
+    /// Whether alignment holds this partition back: its watermark is more
+    /// than the drift ahead of the slowest aligned partition's.
+    fn held_back(&self) -> bool {
+        let Some(drift) = self.watermarks.and_then(|w| w.drift_ns()) else {
+            return false;
+        };
+        self.gen.sent > self.ctx.shared.source_clocks.min().saturating_add(drift)
+    }
+
     fn end(&mut self) -> Poll {
         self.ended = true;
+        self.ctx
+            .shared
+            .source_clocks
+            .publish(self.partition, u64::MAX);
         if !self.restored_finished {
             self.inject_barrier();
         }
@@ -205,6 +286,19 @@ impl<T: 'static> Port for SourcePort<T> {
         }
         self.ctx.lane_wm.set(self.gen.sent);
         let mut now = self.ctx.clock.now();
+        if !self.idle && self.watermarks.is_some_and(|w| w.drift_ns().is_some()) {
+            // Where it stands, also before its first record after a
+            // restore (every partition starts an attempt at 0).
+            self.ctx
+                .shared
+                .source_clocks
+                .publish(self.partition, self.gen.sent);
+        }
+        if self.held_back() {
+            return Poll::Idle {
+                wake_at: Some(now + ALIGN_WAIT),
+            };
+        }
         let mut moved = 0;
         let mut outcome = None;
         // Stop early when an output ring is full: what this poll already
@@ -255,6 +349,12 @@ impl<T: 'static> Port for SourcePort<T> {
             }
             if self.idle {
                 self.idle = false;
+                if self.watermarks.is_some_and(|w| w.drift_ns().is_some()) {
+                    self.ctx
+                        .shared
+                        .source_clocks
+                        .publish(self.partition, self.gen.sent);
+                }
             }
             self.quiet_since = None;
             self.target.collect(Record {
@@ -267,6 +367,15 @@ impl<T: 'static> Port for SourcePort<T> {
                 if let Some(wm) = self.gen.on_record(spec, id.seq(), event_time) {
                     self.target.watermark(wm);
                     self.ctx.lane_wm.set(wm);
+                    if spec.drift_ns().is_some() {
+                        self.ctx.shared.source_clocks.publish(self.partition, wm);
+                        if self.held_back() {
+                            outcome = Some(Poll::Idle {
+                                wake_at: Some(now + ALIGN_WAIT),
+                            });
+                            break;
+                        }
+                    }
                 }
             }
         }

@@ -57,6 +57,7 @@ pub struct Watermarks {
     out_of_orderness: u64,
     every: u64,
     idle_after: Option<Duration>,
+    max_drift: Option<u64>,
 }
 
 impl Watermarks {
@@ -68,6 +69,7 @@ impl Watermarks {
             out_of_orderness: u64::try_from(max_out_of_orderness.as_nanos()).unwrap_or(u64::MAX),
             every: 64,
             idle_after: None,
+            max_drift: None,
         }
     }
 
@@ -89,6 +91,30 @@ impl Watermarks {
     pub fn idle_after(mut self, timeout: Duration) -> Self {
         self.idle_after = Some(timeout);
         self
+    }
+
+    /// Watermark alignment (Flink's `withWatermarkAlignment`): a partition
+    /// whose watermark is more than `drift` ahead of the slowest partition
+    /// of the job's aligned sources (those given a drift; idle and ended
+    /// ones aside) stops reading until the slowest catches up. Off by
+    /// default.
+    ///
+    /// Without it, two sources that run at their own speed drift apart in
+    /// event time, and an operator that merges them in event time (a
+    /// join, a window over both, a keyed process function over a union)
+    /// holds every record of the faster one until the slower's watermark
+    /// passes it: memory, and the state every snapshot and recovery point
+    /// carries, grow with the drift. Alignment bounds both. It changes
+    /// only when records are read, never which records or where the
+    /// watermarks fall among them, so results are the same.
+    pub fn max_drift(mut self, drift: Duration) -> Self {
+        self.max_drift = Some(u64::try_from(drift.as_nanos()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The alignment drift in nanoseconds, if aligned.
+    pub fn drift_ns(&self) -> Option<u64> {
+        self.max_drift
     }
 
     /// The allowed out-of-orderness, in nanoseconds.
