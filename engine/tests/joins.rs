@@ -164,12 +164,20 @@ fn a_window_join_is_exact_after_takeovers_and_after_restarts() {
     exact_after_takeovers_and_restarts(Kind::Window);
 }
 
-fn exact_after_takeovers_and_restarts(kind: Kind) {
+/// Runs a job (`run(standby, config)`, its lines sorted) with the panics
+/// `faults()` makes: under a warm and a hot standby it must emit exactly
+/// `want`, with at least `recoveries` takeovers; under restart-all from
+/// checkpoints, into a sink that is not transactional (what came after the
+/// restored checkpoint arrives again), every line of `want` and no other.
+fn exact_under_faults<L: Ord + Clone + std::fmt::Debug>(
+    want: &[L],
+    faults: impl Fn() -> Faults,
+    recoveries: usize,
+    run: impl Fn(bool, &RuntimeConfig) -> (Vec<L>, tandem::JobReport),
+) {
     quiet_injected_panics();
-    let n = 5000;
-    let (clean, _) = run(kind, n, false, &RuntimeConfig::default().cores(cores()));
     for mode in [StandbyMode::Warm, StandbyMode::Hot] {
-        let f = panics();
+        let f = faults();
         let cfg = RuntimeConfig::default()
             .cores(cores())
             .standby(StandbyConfig {
@@ -178,19 +186,19 @@ fn exact_after_takeovers_and_restarts(kind: Kind) {
                 ..StandbyConfig::default()
             })
             .probes(Arc::new(f.clone()));
-        let (got, report) = run(kind, n, true, &cfg);
+        let (got, report) = run(true, &cfg);
         assert!(f.all_fired(), "{mode:?}");
         assert!(
-            report.recovery.len() >= 4,
+            report.recovery.len() >= recoveries,
             "{mode:?}: {:?}",
             report.recovery
         );
-        assert!(got == clean, "{mode:?}: the pairs differ");
+        assert!(got == want, "{mode:?}: the lines differ");
     }
     let dir = common::tempdir("joins");
     let mut ck = CheckpointConfig::every(Duration::from_millis(3));
     ck.dir = Some(dir.clone());
-    let f = panics();
+    let f = faults();
     let cfg = RuntimeConfig::default()
         .cores(cores())
         .checkpoint(ck)
@@ -199,19 +207,19 @@ fn exact_after_takeovers_and_restarts(kind: Kind) {
             delay: Duration::ZERO,
         })
         .probes(Arc::new(f.clone()));
-    // Restart-all replays into a sink that is not transactional (what
-    // came after the restored checkpoint arrives again): every pair, and
-    // no other, through a set.
-    let sink = Arc::new(Mutex::new(Vec::new()));
-    let report = join_job(kind, n, false, Arc::clone(&sink))
-        .run(&cfg)
-        .unwrap();
+    let (got, report) = run(false, &cfg);
     assert!(f.all_fired());
     assert!(!report.recovery.is_empty());
-    let got: std::collections::BTreeSet<Pair> = sink.lock().unwrap().iter().copied().collect();
-    let clean_set: std::collections::BTreeSet<Pair> = clean.iter().copied().collect();
-    assert_eq!(got, clean_set, "restart-all: the pairs differ");
+    let got: std::collections::BTreeSet<L> = got.into_iter().collect();
+    let want: std::collections::BTreeSet<L> = want.iter().cloned().collect();
+    assert!(got == want, "restart-all: the lines differ");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn exact_after_takeovers_and_restarts(kind: Kind) {
+    let n = 5000;
+    let (clean, _) = run(kind, n, false, &RuntimeConfig::default().cores(cores()));
+    exact_under_faults(&clean, panics, 4, |standby, cfg| run(kind, n, standby, cfg));
 }
 
 /// Emits `(key, records, time)` once a key has been quiet for 10 ms of
@@ -476,9 +484,7 @@ fn ttl_state_never_returns_what_expired_and_the_clean_up_drops_it() {
 
 #[test]
 fn ttl_state_is_exact_after_takeovers_and_after_restarts() {
-    quiet_injected_panics();
     let n = 5000;
-    let want = recent_model(n);
     let panics = || {
         Faults::new(
             [700, 1900, 2600, 4100]
@@ -493,46 +499,10 @@ fn ttl_state_is_exact_after_takeovers_and_after_restarts() {
                 .collect(),
         )
     };
-    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
-        let f = panics();
-        let cfg = RuntimeConfig::default()
-            .cores(cores())
-            .standby(StandbyConfig {
-                mode,
-                snapshot_interval: Duration::from_millis(2),
-                ..StandbyConfig::default()
-            })
-            .probes(Arc::new(f.clone()));
-        let (got, _, report) = run_recent::<true>(n, true, &cfg);
-        assert!(f.all_fired(), "{mode:?}");
-        assert!(
-            report.recovery.len() >= 4,
-            "{mode:?}: {:?}",
-            report.recovery
-        );
-        assert!(got == want, "{mode:?}: the lines differ");
-    }
-    let dir = common::tempdir("ttl");
-    let mut ck = CheckpointConfig::every(Duration::from_millis(3));
-    ck.dir = Some(dir.clone());
-    let f = panics();
-    let cfg = RuntimeConfig::default()
-        .cores(cores())
-        .checkpoint(ck)
-        .restart(RestartStrategy::FixedDelay {
-            attempts: 10,
-            delay: Duration::ZERO,
-        })
-        .probes(Arc::new(f.clone()));
-    let (got, _, report) = run_recent::<true>(n, false, &cfg);
-    assert!(f.all_fired());
-    assert!(!report.recovery.is_empty());
-    // Not transactional: a restart replays what came after the restored
-    // checkpoint; every line, and no other.
-    let got: std::collections::BTreeSet<_> = got.into_iter().collect();
-    let want: std::collections::BTreeSet<_> = want.into_iter().collect();
-    assert!(got == want, "restart-all: the lines differ");
-    let _ = std::fs::remove_dir_all(&dir);
+    exact_under_faults(&recent_model(n), panics, 4, |standby, cfg| {
+        let (lines, _, report) = run_recent::<true>(n, standby, cfg);
+        (lines, report)
+    });
 }
 
 /// Counts each key's records; 3 ms of processing time after a key's
@@ -730,11 +700,7 @@ fn before_model(n: u64) -> Vec<Pair> {
 
 /// The sources of the merge tests, aligned (so restarts and takeovers
 /// of aligned sources are covered too).
-fn aligned_sources(
-    job: &JobBuilder,
-    n: u64,
-    drift: Duration,
-) -> [tandem::Stream<(u32, u64)>; 2] {
+fn aligned_sources(job: &JobBuilder, n: u64, drift: Duration) -> [tandem::Stream<(u32, u64)>; 2] {
     let wm = Watermarks::bounded(Duration::from_millis(3))
         .every(8)
         .max_drift(drift);
@@ -790,9 +756,7 @@ fn a_timed_co_process_takes_both_inputs_in_event_time_then_tuple_id_order() {
 
 #[test]
 fn a_timed_co_process_is_exact_after_takeovers_and_after_restarts() {
-    quiet_injected_panics();
     let n = 5000;
-    let want = before_model(n);
     let panics = || {
         Faults::new(
             [
@@ -806,44 +770,9 @@ fn a_timed_co_process_is_exact_after_takeovers_and_after_restarts() {
             .collect(),
         )
     };
-    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
-        let f = panics();
-        let cfg = RuntimeConfig::default()
-            .cores(cores())
-            .standby(StandbyConfig {
-                mode,
-                snapshot_interval: Duration::from_millis(2),
-                ..StandbyConfig::default()
-            })
-            .probes(Arc::new(f.clone()));
-        let (got, report) = run_before(n, true, &cfg);
-        assert!(f.all_fired(), "{mode:?}");
-        assert!(
-            report.recovery.len() >= 4,
-            "{mode:?}: {:?}",
-            report.recovery
-        );
-        assert!(got == want, "{mode:?}: the lines differ");
-    }
-    let dir = common::tempdir("before");
-    let mut ck = CheckpointConfig::every(Duration::from_millis(3));
-    ck.dir = Some(dir.clone());
-    let f = panics();
-    let cfg = RuntimeConfig::default()
-        .cores(cores())
-        .checkpoint(ck)
-        .restart(RestartStrategy::FixedDelay {
-            attempts: 10,
-            delay: Duration::ZERO,
-        })
-        .probes(Arc::new(f.clone()));
-    let (got, report) = run_before(n, false, &cfg);
-    assert!(f.all_fired());
-    assert!(!report.recovery.is_empty());
-    let got: std::collections::BTreeSet<Pair> = got.into_iter().collect();
-    let want: std::collections::BTreeSet<Pair> = want.into_iter().collect();
-    assert!(got == want, "restart-all: the lines differ");
-    let _ = std::fs::remove_dir_all(&dir);
+    exact_under_faults(&before_model(n), panics, 4, |standby, cfg| {
+        run_before(n, standby, cfg)
+    });
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! timers — the deterministic merge of its inputs.
 
 use super::join::{tagged, timed_node};
-use super::union::Two;
+use super::union::{untag, Two};
 use super::{Data, KeyedStream, Stream};
 use crate::operator::{CoProcess, OperatorInfo, Output};
 use crate::record::Record;
@@ -158,31 +158,9 @@ where
         cx: &mut TimerContext<'_>,
         out: &mut Output<'_, O>,
     ) {
-        let Record {
-            id,
-            event_time,
-            ingest,
-            value,
-        } = rec;
-        match value {
-            Two::First(value) => {
-                let rec = Record {
-                    id,
-                    event_time,
-                    ingest,
-                    value,
-                };
-                self.0.process_first(key, state, rec, cx, out)
-            }
-            Two::Second(value) => {
-                let rec = Record {
-                    id,
-                    event_time,
-                    ingest,
-                    value,
-                };
-                self.0.process_second(key, state, rec, cx, out)
-            }
+        match untag(rec) {
+            Two::First(r) => self.0.process_first(key, state, r, cx, out),
+            Two::Second(r) => self.0.process_second(key, state, r, cx, out),
         }
     }
 

@@ -37,6 +37,30 @@ pub enum Two<A, B> {
     Second(B),
 }
 
+/// A tagged record as the record of its input, in its envelope.
+pub(crate) fn untag<A, B>(rec: Record<Two<A, B>>) -> Two<Record<A>, Record<B>> {
+    let Record {
+        id,
+        event_time,
+        ingest,
+        value,
+    } = rec;
+    match value {
+        Two::First(value) => Two::First(Record {
+            id,
+            event_time,
+            ingest,
+            value,
+        }),
+        Two::Second(value) => Two::Second(Record {
+            id,
+            event_time,
+            ingest,
+            value,
+        }),
+    }
+}
+
 impl<A: Codec, B: Codec> Codec for Two<A, B> {
     fn encode(&self, out: &mut Vec<u8>) {
         match self {
@@ -293,20 +317,8 @@ where
     P: CoProcess<A, B, O>,
 {
     fn process(&mut self, rec: Record<Two<A, B>>, out: &mut Output<'_, O>) {
-        let Record {
-            id,
-            event_time,
-            ingest,
-            value,
-        } = rec;
-        match value {
-            Two::First(a) => {
-                let r = Record {
-                    id,
-                    event_time,
-                    ingest,
-                    value: a,
-                };
+        match untag(rec) {
+            Two::First(r) => {
                 if self.ready || self.op.first_ready() {
                     self.ready = true;
                     self.op.process_first(r, out);
@@ -314,16 +326,8 @@ where
                     self.held.push_back(r);
                 }
             }
-            Two::Second(b) => {
-                self.op.process_second(
-                    Record {
-                        id,
-                        event_time,
-                        ingest,
-                        value: b,
-                    },
-                    out,
-                );
+            Two::Second(r) => {
+                self.op.process_second(r, out);
                 if !self.ready && self.op.first_ready() {
                     self.ready = true;
                     self.release(out);

@@ -191,6 +191,21 @@ impl<K: Hash + Eq, S> Table<K, S> {
         Some((key, state))
     }
 
+    /// The key at place `seq` and its slot, unless the place is dead, and
+    /// the freezes (a write touches them first).
+    #[inline]
+    fn at_mut(&mut self, seq: u32) -> Option<SlotAt<'_, K, S>> {
+        let Table {
+            map,
+            order,
+            freezes,
+            ..
+        } = self;
+        let key = order.get(seq as usize)?;
+        let slot = map.get_mut(key).filter(|s| s.seq == seq)?;
+        Some((key, slot, freezes))
+    }
+
     /// The slot of the key at place `i`, unless that place is dead (the
     /// key removed, or inserted again at a later place).
     #[inline]
@@ -204,6 +219,9 @@ impl<K: Hash + Eq, S> Table<K, S> {
         self.freezes.iter().find(|f| f.epoch == epoch)
     }
 }
+
+/// A live key, its slot, and the freezes a write touches first.
+type SlotAt<'a, K, S> = (&'a K, &'a mut Slot<S>, &'a mut [Freeze<S>]);
 
 /// Before a write to `slot`: saves its pre-image for every freeze under
 /// way that has none of it yet and that it existed at.
@@ -378,14 +396,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&K, &mut S) -> R,
     ) -> Option<R> {
         let mut t = self.map.borrow_mut();
-        let Table {
-            map,
-            order,
-            freezes,
-            ..
-        } = &mut *t;
-        let key = order.get(seq as usize)?;
-        let slot = map.get_mut(key).filter(|s| s.seq == seq)?;
+        let (key, slot, freezes) = t.at_mut(seq)?;
         touch(freezes, slot);
         Some(f(key, &mut slot.state))
     }
@@ -395,34 +406,26 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// pre-image.
     pub(crate) fn remove_at(&mut self, seq: u32) -> bool {
         let mut t = self.map.borrow_mut();
-        let Table {
-            map,
-            order,
-            freezes,
-            dead,
-            ..
-        } = &mut *t;
-        let Some(key) = order.get(seq as usize) else {
-            return false;
-        };
-        let Some(slot) = map.get_mut(key).filter(|s| s.seq == seq) else {
+        let Some((key, slot, freezes)) = t.at_mut(seq) else {
             return false;
         };
         touch(freezes, slot);
-        map.remove(key);
-        *dead += 1;
+        let key = key.clone();
+        t.map.remove(&key);
+        t.dead += 1;
         true
     }
 
     /// Renumbers the live keys densely, in the same order, once dead places
     /// are at least half of the order and no freeze is under way (a
-    /// freeze's pre-images are by number); `true` if it did — every number
-    /// the caller keeps is then stale: it re-indexes from the state.
-    /// O(places), at most once per as many removals.
-    pub(crate) fn compact(&mut self) -> bool {
+    /// freeze's pre-images are by number). If it did, returns the new
+    /// number of each old one (`u32::MAX`: dead), for the caller to
+    /// renumber what it keeps by number. O(places), at most once per as
+    /// many removals.
+    pub(crate) fn compact(&mut self) -> Option<Vec<u32>> {
         let mut t = self.map.borrow_mut();
         if t.dead < 64 || 2 * t.dead < t.order.len() || !t.freezes.is_empty() {
-            return false;
+            return None;
         }
         let Table {
             map, order, dead, ..
@@ -430,14 +433,16 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         // A retired table moves by walking `order` by number: done first.
         map.settle(order);
         let old = std::mem::take(order);
+        let mut renumber = vec![u32::MAX; old.len()];
         for (i, key) in old.into_iter().enumerate() {
             if let Some(slot) = map.get_mut(&key).filter(|s| s.seq as usize == i) {
                 slot.seq = order.len() as u32;
+                renumber[i] = slot.seq;
                 order.push(key);
             }
         }
         *dead = 0;
-        true
+        Some(renumber)
     }
 
     /// Places in the insertion order, live or dead: the range of key
@@ -457,14 +462,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&mut S) -> bool,
     ) -> Option<bool> {
         let mut t = self.map.borrow_mut();
-        let Table {
-            map,
-            order,
-            freezes,
-            ..
-        } = &mut *t;
-        let key = order.get(seq as usize)?;
-        let slot = map.get_mut(key).filter(|s| s.seq == seq)?;
+        let (_, slot, freezes) = t.at_mut(seq)?;
         if !check(&slot.state) {
             return Some(false);
         }

@@ -147,6 +147,22 @@ impl Timers {
         self.0.clear();
     }
 
+    /// Renumbers the keys after a compaction of their state (`renumber`:
+    /// the new number of each old one, `u32::MAX` if it is gone), in one
+    /// pass, allocating nothing.
+    pub(crate) fn remap(&mut self, renumber: &[u32]) {
+        self.0.retain(|_, seqs| {
+            seqs.retain_mut(|s| match renumber.get(*s as usize) {
+                Some(&n) if n != u32::MAX => {
+                    *s = n;
+                    true
+                }
+                _ => false,
+            });
+            !seqs.is_empty()
+        });
+    }
+
     /// The earliest time indexed.
     pub(crate) fn first(&self) -> Option<u64> {
         self.0.first_key_value().map(|(t, _)| *t)

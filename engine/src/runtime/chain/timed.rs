@@ -249,16 +249,18 @@ where
     }
 
     /// Compacts the state once removed keys are half its places, and
-    /// re-indexes. Only between the hop's calls: a batch of timers being
+    /// renumbers the timers' keys. Only between the hop's calls: a batch of timers being
     /// fired holds key numbers.
     fn compact(&mut self) {
-        if self.state.compact() {
-            self.reindex();
+        if let Some(renumber) = self.state.compact() {
+            self.timers.remap(&renumber);
+            self.ptimers.remap(&renumber);
+            self.clean_at = 0;
         }
     }
 
-    /// Indexes every key's timers by time anew (after a restore or a
-    /// compaction: key numbers changed).
+    /// Indexes every key's timers by time anew (after a restore: key
+    /// numbers changed).
     fn reindex(&mut self) {
         let (timers, ptimers) = (&mut self.timers, &mut self.ptimers);
         timers.clear();

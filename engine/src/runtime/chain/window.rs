@@ -160,8 +160,8 @@ where
         self.reindex();
     }
 
-    /// Indexes the timers anew from the open windows (after a restore or a
-    /// compaction of the state: key numbers changed).
+    /// Indexes the timers anew from the open windows (after a restore: key
+    /// numbers changed).
     fn reindex(&mut self) {
         let lateness = self.spec.lateness;
         let count = matches!(self.spec.windows, Windows::Count { .. });
@@ -260,11 +260,11 @@ where
     }
 
     /// Compacts the state once removed keys are half its places, and
-    /// re-indexes. Only between the hop's calls: a batch of timers being
+    /// renumbers the timers' keys. Only between the hop's calls: a batch of timers being
     /// fired holds key numbers.
     fn compact(&mut self) {
-        if self.state.compact() {
-            self.reindex();
+        if let Some(renumber) = self.state.compact() {
+            self.timers.remap(&renumber);
         }
     }
 
