@@ -19,28 +19,14 @@
 //! standby on `join` (a two-input operator: both inputs in its buffer
 //! queues); `restart-all` takes checkpoints every 100 ms.
 
-use clap::{Parser, ValueEnum};
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
-use tandem::sinks::transactional::TransactionalFile;
-use tandem::time::{TimedProcess, TimerContext, Watermarks};
-use tandem::{
-    CheckpointConfig, Committer, IterSource, JobBuilder, OperatorInfo, Output, Record,
-    RestartStrategy, RuntimeConfig, Sink, StandbyConfig, TupleId,
-};
-use tandem_fault_inject::{FaultInjector, ScheduleSpec, Space};
+mod common;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Strategy {
-    /// No recovery: a fault fails the job.
-    None,
-    /// Checkpoints every 100 ms; a failure restarts every operator from the
-    /// last one.
-    RestartAll,
-    /// An active standby on the join takes over.
-    Bqbs,
-}
+use clap::Parser;
+use common::{say, Lines, Strategy};
+use std::path::PathBuf;
+use std::time::Duration;
+use tandem::time::{TimedProcess, TimerContext, Watermarks};
+use tandem::{IterSource, JobBuilder, Output, Record, TupleId};
 
 #[derive(Parser, Debug)]
 #[command(about = "Orders joined with payments, then paid orders counted per customer")]
@@ -137,37 +123,13 @@ impl TimedProcess<u32, (u64, u32, u32), String> for CountPaid {
     }
 }
 
-/// Lines, exactly once: two-phase-commit files.
-struct Lines(TransactionalFile);
-
-impl Sink<String> for Lines {
-    fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
-        self.0.write(r.value.as_bytes())?;
-        self.0.write(b"\n")
-    }
-    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
-        self.0.pre_commit(checkpoint)
-    }
-    fn committer(&self) -> Option<Box<dyn Committer>> {
-        Some(Box::new(self.0.committer()))
-    }
-}
-
-fn lines(dir: &std::path::Path, info: &OperatorInfo) -> Lines {
-    Lines(
-        TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
-            .unwrap_or_else(|e| panic!("opening the output in {}: {e}", dir.display())),
-    )
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     if args.records == 0 {
         return Err("--records must be at least 1".into());
     }
     tandem_fault_inject::quiet_injected_panics();
-    let work = std::env::temp_dir().join(format!("tandem-orders-{}", std::process::id()));
-    std::fs::create_dir_all(&work)?;
+    let work = common::workdir("orders")?;
     let result = run(&args, &work);
     let _ = std::fs::remove_dir_all(&work);
     result
@@ -210,93 +172,26 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
     join.process("join", |_order: &u64, o: &(u64, u32, u32), _p: &u64| *o)
         .key_by(|o: &(u64, u32, u32)| o.1)
         .process_timed("count", |_| CountPaid)
-        .sink("paid", move |info| lines(&o, info));
+        .sink("paid", move |info| Lines::open(&o, info));
 
-    let cores = args
-        .cores
-        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len().clamp(1, 2));
-    let mut config = RuntimeConfig::default().cores(cores);
-    match args.strategy {
-        Strategy::None => {}
-        Strategy::RestartAll => {
-            let mut c = CheckpointConfig::every(Duration::from_millis(100));
-            c.dir = Some(work.join("checkpoints"));
-            config = config.checkpoint(c).restart(RestartStrategy::FixedDelay {
-                attempts: 100,
-                delay: Duration::ZERO,
-            });
-        }
-        Strategy::Bqbs => config = config.standby(StandbyConfig::default()),
-    }
-    let injector = match &args.fault_schedule {
-        None => None,
-        Some(s) => {
-            let spec: ScheduleSpec = s.parse()?;
-            let space = Space::new(n)
-                .allow("panic", "join")
-                .allow("stall", "join")
-                .allow("cut", "join");
-            let schedule = spec.expand(&space)?;
-            println!("schedule: {schedule}");
-            let injector = FaultInjector::builder(&schedule)
-                .records(n)
-                .resolver(|i| TupleId::new((i % 2) as u32, i / 2))
-                .build()?;
-            config = config.probes(Arc::new(injector.clone()));
-            Some(injector)
-        }
-    };
+    let mut config = common::config(args.strategy, args.cores, work);
+    // Order i is the (i / 2)-th record of partition i % 2.
+    let injector = common::injector(
+        args.fault_schedule.as_deref(),
+        n,
+        &["join", "count"],
+        |i| TupleId::new((i % 2) as u32, i / 2),
+        &mut config,
+    )?;
 
     let report = job.build()?.run(&config)?;
-    let mut got = Vec::new();
-    if out.exists() {
-        for p in TransactionalFile::committed_files(&out)? {
-            got.extend(std::fs::read_to_string(p)?.lines().map(str::to_string));
-        }
-    }
+    let mut got = common::committed(&out)?;
     got.sort();
-    println!(
+    say!(
         "{n} orders, {} payments, {} paid orders counted, {:.0} records/s",
         payments(seed, n).len(),
         got.len(),
         report.throughput()
     );
-    if let Some(i) = &injector {
-        println!(
-            "{} of {} faults fired, {} recoveries",
-            i.fired(),
-            i.armed(),
-            report.recovery.len()
-        );
-    }
-    for r in &report.recovery {
-        println!(
-            "  recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs, {} inputs replayed",
-            r.kind,
-            r.operator,
-            r.instance,
-            r.tuple_id,
-            r.cause,
-            r.first_output_us.map_or("-".into(), |u| u.to_string()),
-            r.replayed_tuples
-        );
-    }
-    if let Some(path) = &args.output {
-        let mut text = got.join("\n");
-        text.push('\n');
-        std::fs::write(path, text)?;
-        println!("output: {}", path.display());
-    }
-    if let Some(i) = &injector {
-        let unfired: Vec<String> = i
-            .status()
-            .into_iter()
-            .filter(|(_, times)| *times == 0)
-            .map(|(f, _)| f)
-            .collect();
-        if !unfired.is_empty() {
-            return Err(format!("faults that never fired: {}", unfired.join(", ")).into());
-        }
-    }
-    Ok(())
+    common::finish(&report, injector.as_ref(), &got, args.output.as_deref())
 }

@@ -18,28 +18,14 @@
 //! it once without faults and once with, and compare the files (`tandem
 //! check`, or `cmp`): they are identical.
 
-use clap::{Parser, ValueEnum};
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
-use tandem::sinks::transactional::TransactionalFile;
-use tandem::time::{Watermarks, Window, WindowAggregate, Windows};
-use tandem::{
-    CheckpointConfig, Committer, IterSource, JobBuilder, OperatorInfo, Output, Record,
-    RestartStrategy, RuntimeConfig, Sink, StandbyConfig, TupleId,
-};
-use tandem_fault_inject::{FaultInjector, ScheduleSpec, Space};
+mod common;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Strategy {
-    /// No recovery: a fault fails the job.
-    None,
-    /// Checkpoints every 100 ms; a failure restarts every operator from the
-    /// last one.
-    RestartAll,
-    /// An active standby on the window operator takes over.
-    Bqbs,
-}
+use clap::Parser;
+use common::{say, Lines, Strategy};
+use std::path::PathBuf;
+use std::time::Duration;
+use tandem::time::{Watermarks, Window, WindowAggregate, Windows};
+use tandem::{IterSource, JobBuilder, Output, TupleId};
 
 #[derive(Parser, Debug)]
 #[command(about = "A click count per user session, exact under injected faults")]
@@ -104,46 +90,16 @@ impl WindowAggregate<u32, (u32, u64), String> for Count {
     }
 }
 
-/// Lines, exactly once: two-phase-commit files.
-struct Lines(TransactionalFile);
-
-impl Lines {
-    fn open(dir: &std::path::Path, info: &OperatorInfo) -> Self {
-        let t = TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
-            .unwrap_or_else(|e| panic!("opening the output in {}: {e}", dir.display()));
-        Lines(t)
-    }
-}
-
-impl Sink<String> for Lines {
-    fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
-        self.0.write(r.value.as_bytes())?;
-        self.0.write(b"\n")
-    }
-    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
-        self.0.pre_commit(checkpoint)
-    }
-    fn committer(&self) -> Option<Box<dyn Committer>> {
-        Some(Box::new(self.0.committer()))
-    }
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     if args.records == 0 {
         return Err("--records must be at least 1".into());
     }
     tandem_fault_inject::quiet_injected_panics();
-    let work = tempdir()?;
+    let work = common::workdir("sessions")?;
     let result = run(&args, &work);
     let _ = std::fs::remove_dir_all(&work);
     result
-}
-
-fn tempdir() -> std::io::Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("tandem-sessions-{}", std::process::id()));
-    std::fs::create_dir_all(&d)?;
-    Ok(d)
 }
 
 fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
@@ -194,102 +150,26 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         )
         .sink("late-clicks", move |info| Lines::open(&l, info));
 
-    let cores = args
-        .cores
-        .unwrap_or_else(|| tandem::sys::affinity::available_cores().len().clamp(1, 2));
-    let mut config = RuntimeConfig::default().cores(cores);
-    match args.strategy {
-        Strategy::None => {}
-        Strategy::RestartAll => {
-            let mut c = CheckpointConfig::every(Duration::from_millis(100));
-            c.dir = Some(work.join("checkpoints"));
-            config = config.checkpoint(c).restart(RestartStrategy::FixedDelay {
-                attempts: 100,
-                delay: Duration::ZERO,
-            });
-        }
-        Strategy::Bqbs => config = config.standby(StandbyConfig::default()),
-    }
-    let injector = match &args.fault_schedule {
-        None => None,
-        Some(s) => {
-            let spec: ScheduleSpec = s.parse()?;
-            let space = Space::new(records)
-                .allow("panic", "window")
-                .allow("stall", "window")
-                .allow("cut", "window");
-            let schedule = spec.expand(&space)?;
-            println!("schedule: {schedule}");
-            let injector = FaultInjector::builder(&schedule)
-                .records(records)
-                // Click i is the (i / 2)-th record of partition i % 2.
-                .resolver(|i| TupleId::new((i % PARTITIONS) as u32, i / PARTITIONS))
-                .build()?;
-            config = config.probes(Arc::new(injector.clone()));
-            Some(injector)
-        }
-    };
+    let mut config = common::config(args.strategy, args.cores, work);
+    // Click i is the (i / 2)-th record of partition i % 2.
+    let injector = common::injector(
+        args.fault_schedule.as_deref(),
+        records,
+        &["window"],
+        |i| TupleId::new((i % PARTITIONS) as u32, i / PARTITIONS),
+        &mut config,
+    )?;
 
     let report = job.build()?.run(&config)?;
-    let mut lines = committed(&out)?;
+    let mut lines = common::committed(&out)?;
     let sessions_n = lines.len();
-    let late_lines = committed(&late)?;
+    let late_lines = common::committed(&late)?;
     let late_n = late_lines.len();
     lines.extend(late_lines);
     lines.sort();
-    println!(
+    say!(
         "{records} clicks, {sessions_n} session results, {late_n} late clicks (side output), {:.0} clicks/s",
         report.throughput()
     );
-    if let Some(i) = &injector {
-        println!(
-            "{} of {} faults fired, {} recoveries",
-            i.fired(),
-            i.armed(),
-            report.recovery.len()
-        );
-    }
-    for r in &report.recovery {
-        println!(
-            "  recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs, {} inputs replayed",
-            r.kind,
-            r.operator,
-            r.instance,
-            r.tuple_id,
-            r.cause,
-            r.first_output_us.map_or("-".into(), |u| u.to_string()),
-            r.replayed_tuples
-        );
-    }
-    if let Some(path) = &args.output {
-        let mut text = lines.join("\n");
-        text.push('\n');
-        std::fs::write(path, text)?;
-        println!("output: {}", path.display());
-    }
-    // A fault that never fired is a test that did not run: say so.
-    if let Some(i) = &injector {
-        let unfired: Vec<String> = i
-            .status()
-            .into_iter()
-            .filter(|(_, times)| *times == 0)
-            .map(|(f, _)| f)
-            .collect();
-        if !unfired.is_empty() {
-            return Err(format!("faults that never fired: {}", unfired.join(", ")).into());
-        }
-    }
-    Ok(())
-}
-
-/// Every line committed in `dir`.
-fn committed(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
-    let mut v = Vec::new();
-    if !dir.exists() {
-        return Ok(v);
-    }
-    for p in TransactionalFile::committed_files(dir)? {
-        v.extend(std::fs::read_to_string(p)?.lines().map(str::to_string));
-    }
-    Ok(v)
+    common::finish(&report, injector.as_ref(), &lines, args.output.as_deref())
 }

@@ -1,0 +1,177 @@
+//! What the event-time examples share: the recovery strategy, the fault
+//! schedule, exactly-once line files, and the report.
+
+use clap::ValueEnum;
+use std::error::Error;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tandem::sinks::transactional::TransactionalFile;
+use tandem::{
+    CheckpointConfig, Committer, JobReport, OperatorInfo, Record, RestartStrategy, RuntimeConfig,
+    Sink, StandbyConfig, TupleId,
+};
+use tandem_fault_inject::{FaultInjector, ScheduleSpec, Space};
+
+/// What recovers from a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Strategy {
+    /// No recovery: a fault fails the job.
+    None,
+    /// Checkpoints every 100 ms; a failure restarts every operator from the
+    /// last one.
+    RestartAll,
+    /// An active standby on the operator faults are injected into takes
+    /// over.
+    Bqbs,
+}
+
+/// Prints a line to standard output; a closed pipe (`| head`) is not an
+/// error (the output file, if any, is written already).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+pub(crate) use say;
+
+/// A fresh working directory for the run's output and checkpoints.
+pub fn workdir(name: &str) -> std::io::Result<PathBuf> {
+    let d = std::env::temp_dir().join(format!("tandem-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+/// The runtime for `strategy` on `cores` cores (default: up to 2), its
+/// checkpoints under `work`.
+pub fn config(strategy: Strategy, cores: Option<usize>, work: &Path) -> RuntimeConfig {
+    let cores = cores.unwrap_or_else(|| tandem::sys::affinity::available_cores().len().clamp(1, 2));
+    let config = RuntimeConfig::default().cores(cores);
+    match strategy {
+        Strategy::None => config,
+        Strategy::RestartAll => {
+            let mut c = CheckpointConfig::every(Duration::from_millis(100));
+            c.dir = Some(work.join("checkpoints"));
+            config.checkpoint(c).restart(RestartStrategy::FixedDelay {
+                attempts: 100,
+                delay: Duration::ZERO,
+            })
+        }
+        Strategy::Bqbs => config.standby(StandbyConfig::default()),
+    }
+}
+
+/// The fault schedule `spec` over `records` input records (panics, stalls
+/// and cuts in `ops`; input record `i` is tuple `resolve(i)`), armed in
+/// `config`; prints it.
+pub fn injector(
+    spec: Option<&str>,
+    records: u64,
+    ops: &[&str],
+    resolve: fn(u64) -> TupleId,
+    config: &mut RuntimeConfig,
+) -> Result<Option<FaultInjector>, Box<dyn Error>> {
+    let Some(s) = spec else { return Ok(None) };
+    let spec: ScheduleSpec = s.parse()?;
+    let mut space = Space::new(records);
+    for op in ops {
+        space = space.allow("panic", op).allow("stall", op).allow("cut", op);
+    }
+    let schedule = spec.expand(&space)?;
+    say!("schedule: {schedule}");
+    let injector = FaultInjector::builder(&schedule)
+        .records(records)
+        .resolver(resolve)
+        .build()?;
+    *config = std::mem::take(config).probes(Arc::new(injector.clone()));
+    Ok(Some(injector))
+}
+
+/// What the run recovered from; `lines` (sorted) written to `output`; an
+/// error if a scheduled fault never fired (a test that did not run).
+pub fn finish(
+    report: &JobReport,
+    injector: Option<&FaultInjector>,
+    lines: &[String],
+    output: Option<&Path>,
+) -> Result<(), Box<dyn Error>> {
+    if let Some(i) = injector {
+        say!(
+            "{} of {} faults fired, {} recoveries",
+            i.fired(),
+            i.armed(),
+            report.recovery.len()
+        );
+    }
+    for r in &report.recovery {
+        say!(
+            "  recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs, {} inputs replayed",
+            r.kind,
+            r.operator,
+            r.instance,
+            r.tuple_id,
+            r.cause,
+            r.first_output_us.map_or("-".into(), |u| u.to_string()),
+            r.replayed_tuples
+        );
+    }
+    if let Some(path) = output {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for l in lines {
+            writeln!(f, "{l}")?;
+        }
+        f.flush()?;
+        say!("output: {}", path.display());
+    }
+    if let Some(i) = injector {
+        let unfired: Vec<String> = i
+            .status()
+            .into_iter()
+            .filter(|(_, times)| *times == 0)
+            .map(|(f, _)| f)
+            .collect();
+        if !unfired.is_empty() {
+            return Err(format!("faults that never fired: {}", unfired.join(", ")).into());
+        }
+    }
+    Ok(())
+}
+
+/// Lines, exactly once: two-phase-commit files.
+pub struct Lines(TransactionalFile);
+
+impl Lines {
+    /// Instance `info`'s file in `dir`.
+    pub fn open(dir: &Path, info: &OperatorInfo) -> Self {
+        let t = TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
+            .unwrap_or_else(|e| panic!("opening the output in {}: {e}", dir.display()));
+        Lines(t)
+    }
+}
+
+impl Sink<String> for Lines {
+    fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
+        self.0.write(r.value.as_bytes())?;
+        self.0.write(b"\n")
+    }
+    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        self.0.pre_commit(checkpoint)
+    }
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        Some(Box::new(self.0.committer()))
+    }
+}
+
+/// Every line committed in `dir`.
+pub fn committed(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut v = Vec::new();
+    if !dir.exists() {
+        return Ok(v);
+    }
+    for p in TransactionalFile::committed_files(dir)? {
+        v.extend(std::fs::read_to_string(p)?.lines().map(str::to_string));
+    }
+    Ok(v)
+}
