@@ -98,9 +98,10 @@ pub trait TimedProcess<K, T, O>: 'static {
     /// Whether the key's state holds nothing worth keeping. When it does
     /// not and the key has no timers either, the engine removes the key
     /// after the call: its memory is freed, snapshots stop carrying it,
-    /// and a later record of it starts from `Default` again (and comes
-    /// after the keys already there in the order [`on_end`](Self::on_end)
-    /// visits them). Default: `false`, every key is kept.
+    /// [`on_end`](Self::on_end) is not called for it, and a later record
+    /// of it starts from `Default` again (coming after the keys already
+    /// there in the order `on_end` visits them). Default: `false`, every
+    /// key is kept.
     fn is_empty(&self, _state: &Self::State) -> bool {
         false
     }
