@@ -45,6 +45,8 @@ pub(crate) struct TimedOp<K, T, O, P: TimedProcess<K, T, O>> {
     /// number). Not in snapshots: the clean-up drops only what no read
     /// would return, so where it stands changes nothing a function sees.
     clean_at: u32,
+    /// A key was removed since the last look at compacting the state.
+    removed: bool,
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
     slot: OpSlot,
@@ -90,6 +92,7 @@ where
             arrivals: 0,
             added: Added::default(),
             clean_at: 0,
+            removed: false,
             down,
             ctx: Rc::clone(&cx.ctx),
             slot: cx.slot,
@@ -245,13 +248,17 @@ where
     /// Removes key number `seq`, whose state holds nothing and which has no
     /// timers (see [`TimedProcess::is_empty`]).
     fn drop_key(&mut self, seq: u32) {
-        self.state.remove_at(seq);
+        self.removed |= self.state.remove_at(seq);
     }
 
     /// Compacts the state once removed keys are half its places, and
     /// renumbers the timers' keys. Only between the hop's calls: a batch of timers being
     /// fired holds key numbers.
     fn compact(&mut self) {
+        // Looked at only after a removal: not a cost per record.
+        if !std::mem::take(&mut self.removed) {
+            return;
+        }
         if let Some(renumber) = self.state.compact() {
             self.timers.remap(&renumber);
             self.ptimers.remap(&renumber);

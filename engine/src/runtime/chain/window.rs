@@ -89,6 +89,8 @@ pub(crate) struct WindowOp<K, T, O, F: WindowFn<K, T, O>> {
     emitted: u64,
     finished: bool,
     scratch: Vec<Window>,
+    /// A key was removed since the last look at compacting the state.
+    removed: bool,
 }
 
 impl<K, T, O, F> WindowOp<K, T, O, F>
@@ -133,6 +135,7 @@ where
             emitted: 0,
             finished,
             scratch: Vec::new(),
+            removed: false,
         };
         let was_restored = restored.is_some();
         if let Some((keyed, side)) = restored {
@@ -236,6 +239,7 @@ where
             slot,
             emitted,
             wm_out,
+            removed,
             ..
         } = self;
         let lateness = spec.lateness;
@@ -255,7 +259,7 @@ where
         if empty == Some(true) {
             // No window left: the key goes (a time window's key keeps
             // nothing else; a count window's key never gets here).
-            state.remove_at(seq);
+            *removed |= state.remove_at(seq);
         }
     }
 
@@ -263,6 +267,10 @@ where
     /// renumbers the timers' keys. Only between the hop's calls: a batch of timers being
     /// fired holds key numbers.
     fn compact(&mut self) {
+        // Looked at only after a removal: not a cost per record.
+        if !std::mem::take(&mut self.removed) {
+            return;
+        }
         if let Some(renumber) = self.state.compact() {
             self.timers.remap(&renumber);
         }
@@ -291,6 +299,7 @@ where
             emitted,
             wm_out,
             scratch,
+            removed,
             ..
         } = self;
         let (seq, mut kw) = state.get_or_default_numbered(&key);
@@ -345,7 +354,7 @@ where
                     drop(kw);
                     late_rec(w.value, down, ctx, emitted);
                     if empty {
-                        state.remove_at(seq);
+                        *removed |= state.remove_at(seq);
                     }
                     return;
                 }
@@ -391,7 +400,7 @@ where
                     drop(kw);
                     late_rec(w.value, down, ctx, emitted);
                     if empty {
-                        state.remove_at(seq);
+                        *removed |= state.remove_at(seq);
                     }
                 }
             }
