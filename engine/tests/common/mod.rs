@@ -195,3 +195,55 @@ pub fn assert_same(clean: &[String], faulted: &[String]) {
     assert_eq!(clean.len(), faulted.len(), "line count");
     assert!(clean == faulted, "the outputs differ");
 }
+
+/// Runs a job (`run(standby, config)`, its lines sorted) with the panics
+/// `faults()` makes: under a warm and a hot standby it must emit exactly
+/// `want`, with at least `recoveries` takeovers; under restart-all from
+/// checkpoints, into a sink that is not transactional (what came after the
+/// restored checkpoint arrives again), every line of `want` and no other.
+pub fn exact_under_faults<L: Ord + Clone + std::fmt::Debug>(
+    want: &[L],
+    faults: impl Fn() -> Faults,
+    recoveries: usize,
+    run: impl Fn(bool, &tandem::RuntimeConfig) -> (Vec<L>, tandem::JobReport),
+) {
+    quiet_injected_panics();
+    for mode in [tandem::StandbyMode::Warm, tandem::StandbyMode::Hot] {
+        let f = faults();
+        let cfg = tandem::RuntimeConfig::default()
+            .cores(cores())
+            .standby(tandem::StandbyConfig {
+                mode,
+                snapshot_interval: std::time::Duration::from_millis(2),
+                ..tandem::StandbyConfig::default()
+            })
+            .probes(Arc::new(f.clone()));
+        let (got, report) = run(true, &cfg);
+        assert!(f.all_fired(), "{mode:?}");
+        assert!(
+            report.recovery.len() >= recoveries,
+            "{mode:?}: {:?}",
+            report.recovery
+        );
+        assert!(got == want, "{mode:?}: the lines differ");
+    }
+    let dir = tempdir("faults");
+    let mut ck = tandem::CheckpointConfig::every(std::time::Duration::from_millis(3));
+    ck.dir = Some(dir.clone());
+    let f = faults();
+    let cfg = tandem::RuntimeConfig::default()
+        .cores(cores())
+        .checkpoint(ck)
+        .restart(tandem::RestartStrategy::FixedDelay {
+            attempts: 10,
+            delay: std::time::Duration::ZERO,
+        })
+        .probes(Arc::new(f.clone()));
+    let (got, report) = run(false, &cfg);
+    assert!(f.all_fired());
+    assert!(!report.recovery.is_empty());
+    let got: std::collections::BTreeSet<L> = got.into_iter().collect();
+    let want: std::collections::BTreeSet<L> = want.iter().cloned().collect();
+    assert!(got == want, "restart-all: the lines differ");
+    let _ = std::fs::remove_dir_all(&dir);
+}
