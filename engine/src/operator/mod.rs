@@ -325,6 +325,14 @@ pub trait Committer: Send + 'static {
     fn commit_final(&mut self) -> std::io::Result<()> {
         self.commit(FINAL_EPOCH)
     }
+    /// The run is over (the job returned, or this attempt was stopped
+    /// and the job then ended): waits until nothing this instance handed
+    /// to a background thread of its own still touches the destination,
+    /// so the job never returns with its output still changing. The
+    /// default suits sinks without such a thread.
+    fn settle(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What an operator emits into. Emitted records inherit the envelope (tuple

@@ -57,6 +57,9 @@ pub(crate) struct Supervisor {
     attempt: Attempt,
     coord: Option<Coordinator>,
     committers: HashMap<Key, Box<dyn Committer>>,
+    /// The committers of stopped attempts: never called to commit again,
+    /// but settled before the job returns (see [`Committer::settle`]).
+    retired: Vec<Box<dyn Committer>>,
     last_complete: Option<Completed>,
     /// The attempt "crashed" around a checkpoint's publication: the
     /// restart reads the store, as a new process would, instead of
@@ -162,6 +165,7 @@ impl Supervisor {
             },
             coord,
             committers: HashMap::new(),
+            retired: Vec::new(),
             last_complete: None,
             restore_from_store: false,
             failures: Vec::new(),
@@ -221,6 +225,7 @@ impl Supervisor {
                 outcome = Err(e);
             }
         }
+        self.settle_sinks();
         if outcome.is_err() {
             self.dead_letters.discard();
         }
@@ -234,6 +239,24 @@ impl Supervisor {
             drop(c);
         }
         outcome
+    }
+
+    /// Waits until no sink of any attempt still changes its output on a
+    /// thread of its own (a stopped attempt's sink may still be staging
+    /// an epoch). Whatever it could not wait for is reported, not fatal:
+    /// the fencing of the next run keeps it out of the output.
+    fn settle_sinks(&mut self) {
+        while let Ok(e) = self.rx.try_recv() {
+            if let Event::Committer { committer, .. } = e {
+                self.retired.push(committer);
+            }
+        }
+        let all = self.committers.values_mut().chain(self.retired.iter_mut());
+        for c in all {
+            if let Err(e) = c.settle() {
+                eprintln!("tandem: a sink still writes after the job: {e}");
+            }
+        }
     }
 
     fn run_loop(&mut self) -> Result<JobReport, JobError> {
@@ -358,6 +381,9 @@ impl Supervisor {
                 self.cancelled = true;
                 self.attempt.shared.fail(JobError::Cancelled);
             }
+            // A stopped attempt's sink built late: its committer commits
+            // nothing, but its sync thread is waited for at the end.
+            Event::Committer { committer, .. } => self.retired.push(committer),
             // Events of earlier attempts: fenced off.
             _ => {}
         }

@@ -17,10 +17,11 @@
 //! committed when the job completes.
 //!
 //! ```text
-//! DIR/part-<instance>-<epoch:020>.jsonl                committed output
-//! DIR/.staged/part-<instance>-<epoch:020>.jsonl         pre-committed, not yet committed
-//! DIR/.staged/part-<instance>.attempt-<a>.inprogress    being written by attempt a
-//! DIR/.staged/part-<instance>.attempt-<a>.closing-<c>   epoch c, being made durable
+//! DIR/part-<instance>-<epoch:020>.jsonl                      committed output
+//! DIR/.staged/part-<instance>.attempt-<a>/                   attempt a's staging directory:
+//!     <epoch:020>.jsonl                                      pre-committed, not yet committed
+//!     inprogress                                             being written
+//!     closing-<c>                                            epoch c, being made durable
 //! ```
 //!
 //! Recovery ([`TransactionalFile::open`] of an instance restored from
@@ -34,12 +35,16 @@
 //! duplicate. Committed epochs past `k` (`k` older than the newest
 //! checkpoint, which was found damaged and skipped, or no usable
 //! checkpoint at all) are output the restored job produces again: they are
-//! moved to `DIR/.retracted/` rather than left to appear twice. In-progress files carry the attempt number, and a committer
-//! commits only the epochs its own run staged (all of them up to the
-//! completed checkpoint: epochs of checkpoints abandoned before it are
-//! covered by its state too), so a stalled writer of a stopped attempt that
-//! wakes up late can neither touch the new attempt's file nor have its own
-//! output committed.
+//! moved to `DIR/.retracted/` rather than left to appear twice.
+//!
+//! **Fencing.** A stopped attempt's writer may still be running (a worker
+//! abandoned in user code) and its sync thread still staging an epoch it
+//! was handed. `open` empties every earlier attempt's staging directory
+//! and removes it; a file created or renamed into it afterwards fails for
+//! want of the directory, so nothing a stopped attempt does later can
+//! appear in the output — not even at a later recovery, which commits
+//! every staged epoch up to the checkpoint it restores. A committer
+//! commits only the epochs its own run staged.
 
 use crate::operator::{Committer, Restored, FINAL_EPOCH};
 use std::fs::{self, File, OpenOptions};
@@ -57,8 +62,9 @@ use std::thread::JoinHandle;
 #[derive(Debug)]
 pub struct TransactionalFile {
     dir: PathBuf,
+    /// This attempt's staging directory.
+    stage: PathBuf,
     instance: usize,
-    attempt: u32,
     current: Option<BufWriter<File>>,
     sync: Arc<SyncState>,
     syncer: Option<(mpsc::Sender<SyncJob>, JoinHandle<()>)>,
@@ -73,14 +79,33 @@ struct SyncState {
 
 #[derive(Debug, Default)]
 struct SyncProgress {
-    /// The newest epoch handed to the sync thread.
-    submitted: Option<u64>,
-    /// Every epoch handed over, oldest first.
+    /// Every epoch handed over and not committed yet, oldest first.
     epochs: Vec<u64>,
-    /// The newest epoch durable and staged.
+    /// The newest epoch durable and staged (the sync thread takes epochs
+    /// in order, so every one handed over before it is too).
     durable: Option<u64>,
     /// The first failure, which every later commit reports.
     error: Option<(io::ErrorKind, String)>,
+    /// Epochs handed over that the sync thread has not finished with.
+    pending: usize,
+}
+
+impl SyncProgress {
+    /// Whether every epoch up to `checkpoint` handed over is durable and
+    /// staged. Not just the epoch named `checkpoint`: the epochs of
+    /// checkpoints abandoned before it, or every epoch of the run for the
+    /// final commit, may still be on the sync thread.
+    fn staged_through(&self, checkpoint: u64) -> bool {
+        let newest = self.epochs.iter().rev().find(|&&e| e <= checkpoint);
+        newest.is_none_or(|&e| self.durable.is_some_and(|d| d >= e))
+    }
+
+    fn failure(&self) -> io::Result<()> {
+        match &self.error {
+            Some((kind, msg)) => Err(io::Error::new(*kind, msg.clone())),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -90,6 +115,9 @@ struct SyncJob {
     from: PathBuf,
     to: PathBuf,
 }
+
+/// How long [`FileCommitter::settle`] waits for the sync thread.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Drop for TransactionalFile {
     fn drop(&mut self) {
@@ -114,15 +142,9 @@ impl TransactionalFile {
         let dir = dir.into();
         let staged = dir.join(".staged");
         fs::create_dir_all(&staged)?;
-        let in_progress = format!("part-{instance}.attempt-");
-        for e in fs::read_dir(&staged)? {
-            let name = e?.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with(&in_progress) {
-                // Gone already: a stopped attempt's sync thread staged it.
-                remove_if_present(&staged.join(name))?;
-            }
-        }
+        let covered = |epoch: u64| {
+            restored.is_some_and(|r| epoch <= r.checkpoint || (epoch == FINAL_EPOCH && r.finished))
+        };
         // Output committed past the checkpoint the instance restores — a
         // newer checkpoint was found damaged and skipped, or none was
         // usable — is output the restored job produces again: it is
@@ -131,10 +153,8 @@ impl TransactionalFile {
         // whose directory may hold what an earlier job committed.
         if restored.is_some() || attempt > 0 {
             let retracted = dir.join(".retracted");
-            for epoch in staged_epochs(&dir, instance)? {
-                let covered = restored
-                    .is_some_and(|r| epoch <= r.checkpoint || (epoch == FINAL_EPOCH && r.finished));
-                if !covered {
+            for epoch in epochs_in(&dir, &format!("part-{instance}-"))? {
+                if !covered(epoch) {
                     fs::create_dir_all(&retracted)?;
                     fs::rename(
                         committed_path(&dir, instance, epoch),
@@ -143,22 +163,24 @@ impl TransactionalFile {
                 }
             }
         }
-        for epoch in staged_epochs(&staged, instance)? {
-            let keep = restored
-                .is_some_and(|r| epoch <= r.checkpoint || (epoch == FINAL_EPOCH && r.finished));
-            let path = staged_path(&dir, instance, epoch);
-            if keep {
-                fs::rename(&path, committed_path(&dir, instance, epoch))?;
-            } else {
-                fs::remove_file(&path)?;
+        // Every staging directory of this instance is an earlier attempt's
+        // (or, after a crash, an earlier process's, which may have used
+        // this very attempt number).
+        let prefix = format!("part-{instance}.attempt-");
+        for e in fs::read_dir(&staged)? {
+            let name = e?.file_name();
+            if name.to_str().is_some_and(|n| n.starts_with(&prefix)) {
+                fence(&staged.join(name), &dir, instance, covered)?;
             }
         }
+        let stage = stage_dir(&dir, instance, attempt);
+        fs::create_dir(&stage)?;
         sync_dir(&staged)?;
         sync_dir(&dir)?;
         Ok(TransactionalFile {
             dir,
+            stage,
             instance,
-            attempt,
             current: None,
             sync: Arc::default(),
             syncer: None,
@@ -166,10 +188,7 @@ impl TransactionalFile {
     }
 
     fn in_progress_path(&self) -> PathBuf {
-        self.dir.join(".staged").join(format!(
-            "part-{}.attempt-{}.inprogress",
-            self.instance, self.attempt
-        ))
+        self.stage.join("inprogress")
     }
 
     /// Appends bytes (whole lines) to the current epoch.
@@ -199,28 +218,27 @@ impl TransactionalFile {
         let file = w.into_inner().map_err(|e| e.into_error())?;
         // A fresh in-progress name per epoch: the sync thread may still be
         // renaming the previous one.
-        let from = self.in_progress_path();
-        let moving = from.with_extension(format!("closing-{checkpoint}"));
-        fs::rename(&from, &moving)?;
+        let moving = self.stage.join(format!("closing-{checkpoint}"));
+        fs::rename(self.in_progress_path(), &moving)?;
         let job = SyncJob {
             epoch: checkpoint,
             file,
             from: moving,
-            to: staged_path(&self.dir, self.instance, checkpoint),
+            to: self.stage.join(epoch_name(checkpoint)),
         };
         if self.syncer.is_none() {
             let (tx, rx) = mpsc::channel::<SyncJob>();
             let state = Arc::clone(&self.sync);
-            let staged = self.dir.join(".staged");
+            let stage = self.stage.clone();
             let t = std::thread::Builder::new()
                 .name(format!("tandem-2pc-sync-{}", self.instance))
-                .spawn(move || sync_thread(rx, state, staged))?;
+                .spawn(move || sync_thread(rx, state, stage))?;
             self.syncer = Some((tx, t));
         }
         {
             let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
-            p.submitted = Some(checkpoint);
             p.epochs.push(checkpoint);
+            p.pending += 1;
         }
         let (tx, _) = self.syncer.as_ref().expect("started above");
         tx.send(job)
@@ -231,6 +249,7 @@ impl TransactionalFile {
     pub fn committer(&self) -> FileCommitter {
         FileCommitter {
             dir: self.dir.clone(),
+            stage: self.stage.clone(),
             instance: self.instance,
             sync: Arc::clone(&self.sync),
         }
@@ -252,14 +271,15 @@ impl TransactionalFile {
     }
 }
 
-fn sync_thread(rx: mpsc::Receiver<SyncJob>, state: Arc<SyncState>, staged: PathBuf) {
+fn sync_thread(rx: mpsc::Receiver<SyncJob>, state: Arc<SyncState>, stage: PathBuf) {
     for job in rx {
         let r = job
             .file
             .sync_data()
             .and_then(|()| fs::rename(&job.from, &job.to))
-            .and_then(|()| sync_dir(&staged));
+            .and_then(|()| sync_dir(&stage));
         let mut p = state.progress.lock().unwrap_or_else(|p| p.into_inner());
+        p.pending -= 1;
         match r {
             Ok(()) => p.durable = Some(job.epoch),
             Err(e) => {
@@ -279,46 +299,68 @@ fn sync_thread(rx: mpsc::Receiver<SyncJob>, state: Arc<SyncState>, staged: PathB
 #[derive(Debug, Clone)]
 pub struct FileCommitter {
     dir: PathBuf,
+    stage: PathBuf,
     instance: usize,
     sync: Arc<SyncState>,
 }
 
 impl FileCommitter {
-    /// Waits until epoch `checkpoint` (if it had output) is durable and
-    /// staged.
+    /// Waits until every epoch up to `checkpoint` this run handed over is
+    /// durable and staged.
     pub fn prepare(&self, checkpoint: u64) -> io::Result<()> {
-        {
-            let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
-            // Epochs are handed over in order: `checkpoint` was (if it had
-            // output) once something at or past it was submitted.
-            while p.error.is_none()
-                && p.submitted.is_some_and(|s| s >= checkpoint)
-                && p.durable.is_none_or(|d| d < checkpoint)
-            {
-                p = self.sync.changed.wait(p).unwrap_or_else(|p| p.into_inner());
-            }
-            if let Some((kind, msg)) = &p.error {
-                return Err(io::Error::new(*kind, msg.clone()));
-            }
+        let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
+        while p.error.is_none() && !p.staged_through(checkpoint) {
+            p = self.sync.changed.wait(p).unwrap_or_else(|p| p.into_inner());
         }
-        Ok(())
+        p.failure()
     }
 }
 
 impl Committer for FileCommitter {
     fn prepared(&mut self, checkpoint: u64) -> io::Result<bool> {
         let p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((kind, msg)) = &p.error {
-            return Err(io::Error::new(*kind, msg.clone()));
-        }
-        Ok(
-            p.submitted.is_none_or(|s| s < checkpoint)
-                || p.durable.is_some_and(|d| d >= checkpoint),
-        )
+        p.failure()?;
+        Ok(p.staged_through(checkpoint))
     }
 
     fn commit_final(&mut self) -> io::Result<()> {
-        self.commit(FINAL_EPOCH)
+        self.commit(FINAL_EPOCH)?;
+        // The run's staging directory is empty now (the in-progress file
+        // went with the final epoch); one a stopped writer still uses
+        // stays for the next run's `open` to fence.
+        match fs::remove_dir(&self.stage) {
+            Ok(()) => sync_dir(&self.dir.join(".staged")),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Waits until the sync thread has finished with every epoch handed
+    /// to it (staged it, or failed to), so nothing of this run touches the
+    /// directory once the job has returned.
+    fn settle(&mut self) -> io::Result<()> {
+        let deadline = std::time::Instant::now() + SETTLE_WAIT;
+        let mut p = self.sync.progress.lock().unwrap_or_else(|p| p.into_inner());
+        while p.pending > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the sync thread of sink instance {} still stages {} epoch(s) after {}s",
+                        self.instance,
+                        p.pending,
+                        SETTLE_WAIT.as_secs()
+                    ),
+                ));
+            }
+            p = self
+                .sync
+                .changed
+                .wait_timeout(p, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
     }
 
     /// Commits every epoch this run staged up to `checkpoint` — including
@@ -336,40 +378,45 @@ impl Committer for FileCommitter {
             return Ok(());
         }
         for e in due {
-            match fs::rename(
-                staged_path(&self.dir, self.instance, e),
-                committed_path(&self.dir, self.instance, e),
-            ) {
-                Ok(()) => {}
-                // Nothing staged under that id: the epoch had no output.
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => return Err(err),
-            }
+            // Every epoch in the list had output and is staged (`prepare`):
+            // one missing is output lost, never a case to skip quietly.
+            let staged = self.stage.join(epoch_name(e));
+            fs::rename(&staged, committed_path(&self.dir, self.instance, e)).map_err(|err| {
+                io::Error::new(
+                    err.kind(),
+                    format!("committing {}: {err}", staged.display()),
+                )
+            })?;
         }
         sync_dir(&self.dir)
     }
 }
 
 fn name(instance: usize, epoch: u64) -> String {
-    format!("part-{instance}-{epoch:020}.jsonl")
+    format!("part-{instance}-{}", epoch_name(epoch))
 }
 
-fn staged_path(dir: &Path, instance: usize, epoch: u64) -> PathBuf {
-    dir.join(".staged").join(name(instance, epoch))
+fn epoch_name(epoch: u64) -> String {
+    format!("{epoch:020}.jsonl")
+}
+
+fn stage_dir(dir: &Path, instance: usize, attempt: u32) -> PathBuf {
+    dir.join(".staged")
+        .join(format!("part-{instance}.attempt-{attempt}"))
 }
 
 fn committed_path(dir: &Path, instance: usize, epoch: u64) -> PathBuf {
     dir.join(name(instance, epoch))
 }
 
-fn staged_epochs(staged: &Path, instance: usize) -> io::Result<Vec<u64>> {
-    let prefix = format!("part-{instance}-");
+/// The epochs of the files in `dir` named `<prefix><epoch:020>.jsonl`.
+fn epochs_in(dir: &Path, prefix: &str) -> io::Result<Vec<u64>> {
     let mut v = Vec::new();
-    for e in fs::read_dir(staged)? {
+    for e in fs::read_dir(dir)? {
         let name = e?.file_name();
         let Some(name) = name.to_str() else { continue };
         if let Some(epoch) = name
-            .strip_prefix(&prefix)
+            .strip_prefix(prefix)
             .and_then(|r| r.strip_suffix(".jsonl"))
             .and_then(|r| r.parse::<u64>().ok())
         {
@@ -378,6 +425,46 @@ fn staged_epochs(staged: &Path, instance: usize) -> io::Result<Vec<u64>> {
     }
     v.sort_unstable();
     Ok(v)
+}
+
+/// Settles and removes a stopped attempt's staging directory `stage`:
+/// commits its staged epochs the restored checkpoint covers, deletes the
+/// rest. A sync thread of that attempt may still rename an epoch into it
+/// meanwhile: the directory is emptied again until it can be removed,
+/// after which nothing can enter it.
+fn fence(
+    stage: &Path,
+    dir: &Path,
+    instance: usize,
+    covered: impl Fn(u64) -> bool,
+) -> io::Result<()> {
+    for _ in 0..1_000 {
+        for e in fs::read_dir(stage)? {
+            let path = e?.path();
+            let epoch = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".jsonl"))
+                .and_then(|n| n.parse::<u64>().ok());
+            match epoch {
+                Some(epoch) if covered(epoch) => {
+                    fs::rename(&path, committed_path(dir, instance, epoch))?
+                }
+                // Gone already: a stopped attempt's sync thread moved it.
+                _ => remove_if_present(&path)?,
+            }
+        }
+        match fs::remove_dir(stage) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other(format!(
+        "{}: a stopped attempt keeps writing into it",
+        stage.display()
+    )))
 }
 
 fn remove_if_present(path: &Path) -> io::Result<()> {
@@ -460,9 +547,17 @@ mod tests {
         drop(s);
         TransactionalFile::open(&dir, 3, 1, restored(1, false)).unwrap();
         assert_eq!(committed_text(&dir), "e1\n");
+        let left: Vec<_> = fs::read_dir(dir.join(".staged"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["part-3.attempt-1"], "attempt 0's files are gone");
         assert!(
-            fs::read_dir(dir.join(".staged")).unwrap().next().is_none(),
-            "uncommitted epochs and the in-progress file are gone"
+            fs::read_dir(stage_dir(&dir, 3, 1))
+                .unwrap()
+                .next()
+                .is_none(),
+            "the new attempt's staging directory starts empty"
         );
         fs::remove_dir_all(dir).unwrap();
     }
@@ -534,6 +629,52 @@ mod tests {
         fs::remove_dir_all(dir).unwrap();
     }
 
+    /// The CI failure of stop 34: the input ended right after a barrier, so
+    /// the final commit named an epoch with no output while the epoch
+    /// before it was still on the sync thread; the commit skipped it as
+    /// "nothing staged", and a whole instance's output was lost.
+    #[test]
+    fn a_commit_waits_for_every_earlier_epoch_still_on_the_sync_thread() {
+        for round in 0..20 {
+            let dir = tempdir("wait-earlier");
+            let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+            let mut c = s.committer();
+            s.write(b"e1\n").unwrap();
+            s.pre_commit(1).unwrap();
+            s.write(b"e2\n").unwrap();
+            s.pre_commit(2).unwrap();
+            s.pre_commit(FINAL_EPOCH).unwrap(); // no output after 2
+            if round % 2 == 0 {
+                c.commit_final().unwrap();
+            } else {
+                // Checkpoints 1 and 2 were abandoned; 3 (no output) completed.
+                c.commit(3).unwrap();
+            }
+            assert_eq!(committed_text(&dir), "e1\ne2\n", "round {round}");
+            fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_is_prepared_only_once_every_epoch_before_it_is_staged() {
+        for _ in 0..20 {
+            let dir = tempdir("prepared");
+            let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+            let mut c = s.committer();
+            s.write(b"e1\n").unwrap();
+            s.pre_commit(1).unwrap();
+            // Checkpoint 2 saw no output at this sink.
+            let ready = c.prepared(2).unwrap();
+            let staged = stage_dir(&dir, 0, 0).join(epoch_name(1)).exists();
+            assert!(!ready || staged, "prepared(2) before epoch 1 was staged");
+            c.prepare(2).unwrap();
+            assert!(c.prepared(2).unwrap());
+            assert!(stage_dir(&dir, 0, 0).join(epoch_name(1)).exists());
+            drop(s);
+            fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
     #[test]
     fn a_late_writer_of_a_stopped_attempt_cannot_touch_the_new_one() {
         let dir = tempdir("fence");
@@ -542,13 +683,57 @@ mod tests {
         let mut new = TransactionalFile::open(&dir, 0, 1, None).unwrap();
         new.write(b"new\n").unwrap();
         // The stalled writer wakes and pre-commits an id of its attempt:
-        // its in-progress file is gone (the new attempt cleared it), so it
-        // fails — and even if it staged something, id 7 is never committed.
+        // its in-progress file is gone (the new attempt cleared it).
         assert!(old.pre_commit(7).is_err());
         new.pre_commit(9).unwrap();
         let mut c = new.committer();
         c.commit(9).unwrap();
         assert_eq!(committed_text(&dir), "new\n");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Without the fence, an epoch a stopped attempt staged after the next
+    /// attempt opened sat in `.staged` until a later recovery restored a
+    /// checkpoint past its id — and committed it, a second copy of output
+    /// the restored job had produced again.
+    #[test]
+    fn a_stopped_attempt_cannot_stage_an_epoch_a_later_recovery_would_commit() {
+        let dir = tempdir("fence-late");
+        let mut old = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        let mut new = TransactionalFile::open(&dir, 0, 1, None).unwrap();
+        // The stopped attempt goes on after the new one opened: a new
+        // epoch, staged under checkpoint 7.
+        let late = old
+            .write(b"late\n")
+            .and_then(|()| old.pre_commit(7))
+            .and_then(|()| old.committer().prepare(7));
+        assert!(late.is_err(), "the stopped attempt staged an epoch");
+        new.write(b"new\n").unwrap();
+        new.pre_commit(9).unwrap();
+        new.committer().commit(9).unwrap();
+        drop((old, new));
+        // Attempt 2 restores checkpoint 9, which covers id 7.
+        TransactionalFile::open(&dir, 0, 2, restored(9, false)).unwrap();
+        assert_eq!(committed_text(&dir), "new\n");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn settle_returns_once_the_sync_thread_is_done_and_the_run_leaves_no_staging_directory() {
+        let dir = tempdir("settle");
+        let mut s = TransactionalFile::open(&dir, 0, 0, None).unwrap();
+        let mut c = s.committer();
+        for e in 1..=5 {
+            s.write(format!("e{e}\n").as_bytes()).unwrap();
+            s.pre_commit(e).unwrap();
+        }
+        drop(s);
+        c.settle().unwrap();
+        // Everything handed over is staged: nothing moves any more.
+        assert_eq!(fs::read_dir(stage_dir(&dir, 0, 0)).unwrap().count(), 5);
+        c.commit_final().unwrap();
+        assert_eq!(committed_text(&dir), "e1\ne2\ne3\ne4\ne5\n");
+        assert!(!stage_dir(&dir, 0, 0).exists());
         fs::remove_dir_all(dir).unwrap();
     }
 

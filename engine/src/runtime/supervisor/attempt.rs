@@ -357,7 +357,8 @@ impl Supervisor {
                 replayed(source_pos[k], from)
             })
             .sum();
-        self.committers.clear();
+        let stopped = self.committers.drain().map(|(_, c)| c);
+        self.retired.extend(stopped);
         self.await_builds()?;
         let number = self.attempt.number + 1;
         self.attempt = self.spawn(number, restore, &targets)?;
