@@ -193,55 +193,6 @@ fn assert_checkpoints_accounted(report: &JobReport, what: &str) {
     );
 }
 
-/// `mid` panics once, on a record of partition 1 from `from` on, once a
-/// checkpoint is complete in `dir` — so that the restart restores one,
-/// however slow the machine. Until one is, each of those records takes
-/// 200 µs more: a run whose checkpoints were declined by takeovers (or
-/// slow to complete) still gets one before partition 1 ends, instead of
-/// ending with the fault unfired.
-struct MidAfterCheckpoint {
-    dir: std::path::PathBuf,
-    from: u64,
-    fired: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl RecordProbe for MidAfterCheckpoint {
-    fn before(&mut self, id: TupleId) -> ProbeAction {
-        let due = id.partition() == 1 && id.seq() >= self.from;
-        if !due || self.fired.load(Ordering::SeqCst) {
-            return ProbeAction::Continue;
-        }
-        if !tandem::checkpoint::list(&self.dir).is_ok_and(|l| !l.is_empty()) {
-            return ProbeAction::Delay(Duration::from_micros(200));
-        }
-        if !self.fired.swap(true, Ordering::SeqCst) {
-            return ProbeAction::Panic("injected in mid after a checkpoint".into());
-        }
-        ProbeAction::Continue
-    }
-}
-
-/// `faults` in every operator, and `mid`'s [`MidAfterCheckpoint`].
-struct WithMid {
-    faults: Faults,
-    dir: std::path::PathBuf,
-    from: u64,
-    fired: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl ProbeFactory for WithMid {
-    fn probe(&self, operator: &str, instance: usize) -> Option<Box<dyn RecordProbe>> {
-        if operator == "mid" {
-            return Some(Box::new(MidAfterCheckpoint {
-                dir: self.dir.clone(),
-                from: self.from,
-                fired: Arc::clone(&self.fired),
-            }));
-        }
-        self.faults.probe(operator, instance)
-    }
-}
-
 #[test]
 fn takeover_then_restart_all_then_takeover_commit_exactly_the_clean_output() {
     let _g = serial();
@@ -255,10 +206,14 @@ fn takeover_then_restart_all_then_takeover_commit_exactly_the_clean_output() {
             mode,
             Duration::from_millis(10),
             move |dir| {
-                Some(Arc::new(WithMid {
+                // `mid` fails once a checkpoint is complete, so that the
+                // restart restores one.
+                Some(Arc::new(PanicAfterCheckpoints {
                     faults: f2,
+                    operator: "mid",
+                    from: TupleId::new(1, 9_000),
+                    checkpoints: 1,
                     dir: dir.to_path_buf(),
-                    from: 9_000,
                     fired: m2,
                 }) as Arc<dyn ProbeFactory>)
             },

@@ -169,6 +169,59 @@ impl ProbeFactory for Faults {
     }
 }
 
+/// `faults` in every operator, and one panic in `operator` on the first
+/// record of `from`'s partition at or past `from` by which `checkpoints`
+/// checkpoints are published in `dir` — so that the restart restores one
+/// however slow the machine. Until then each of those records takes
+/// 200 µs more, so a run slow to complete checkpoints still gets them
+/// before the partition ends, instead of ending with the fault unfired.
+pub struct PanicAfterCheckpoints {
+    pub faults: Faults,
+    pub operator: &'static str,
+    pub from: TupleId,
+    pub checkpoints: usize,
+    pub dir: PathBuf,
+    pub fired: Arc<AtomicBool>,
+}
+
+struct AfterCheckpointsProbe {
+    from: TupleId,
+    checkpoints: usize,
+    dir: PathBuf,
+    fired: Arc<AtomicBool>,
+}
+
+impl RecordProbe for AfterCheckpointsProbe {
+    fn before(&mut self, id: TupleId) -> ProbeAction {
+        let due = id.partition() == self.from.partition() && id.seq() >= self.from.seq();
+        if !due || self.fired.load(Ordering::SeqCst) {
+            return ProbeAction::Continue;
+        }
+        let listed = tandem::checkpoint::list(&self.dir).map_or(0, |l| l.len());
+        if listed < self.checkpoints {
+            return ProbeAction::Delay(std::time::Duration::from_micros(200));
+        }
+        if !self.fired.swap(true, Ordering::SeqCst) {
+            return ProbeAction::Panic(format!("injected after {listed} checkpoints"));
+        }
+        ProbeAction::Continue
+    }
+}
+
+impl ProbeFactory for PanicAfterCheckpoints {
+    fn probe(&self, operator: &str, instance: usize) -> Option<Box<dyn RecordProbe>> {
+        if operator == self.operator {
+            return Some(Box::new(AfterCheckpointsProbe {
+                from: self.from,
+                checkpoints: self.checkpoints,
+                dir: self.dir.clone(),
+                fired: Arc::clone(&self.fired),
+            }));
+        }
+        self.faults.probe(operator, instance)
+    }
+}
+
 pub fn committed_lines(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = TransactionalFile::committed_files(dir)
         .unwrap()
