@@ -3,6 +3,7 @@
 
 pub mod cleanup;
 pub mod cli;
+pub mod nexmark;
 pub mod paper;
 pub mod paths;
 pub mod report;

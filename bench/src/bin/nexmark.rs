@@ -1,0 +1,387 @@
+//! Nexmark on Tandem: one query over the generated events, its events/s
+//! (per core, the generator included: it runs on the job's cores) and
+//! latency — optionally with checkpoints and restarts or an active standby,
+//! and injected faults.
+//!
+//! ```text
+//! cargo run -p tandem-bench --release --bin nexmark -- --query q5 --events 10000000
+//! ```
+//!
+//! Prints the events/s, the events/s per core, the results and the
+//! latency percentiles (source release to sink); `--report FILE` writes
+//! them as JSON, `--output FILE` the results (one JSON object per line,
+//! sorted), `--dump-input FILE` the events.
+
+use anyhow::{bail, ensure, Context};
+use clap::Parser;
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem::{CheckpointConfig, RestartStrategy, RuntimeConfig, StandbyConfig};
+use tandem_bench::nexmark;
+use tandem_bench::nexmark::gen::{GenConfig, Tables, DEFAULT_BASE_TIME_MS, DEFAULT_RATE};
+use tandem_bench::nexmark::queries::{self, event_json, Options, Query};
+use tandem_bench::report::{fmt_ns, write_json, LatencyNs};
+use tandem_bench::{cleanup, errln, outln, paths};
+
+/// What recovers from a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Strategy {
+    /// None: a fault fails the run.
+    None,
+    /// Checkpoints (`--checkpoint-interval-ms`); a failure restarts every
+    /// operator from the last one.
+    RestartAll,
+    /// An active standby on the `--standby` operator takes over.
+    Bqbs,
+    /// Both: the standby takes over its operator's failures; checkpoints
+    /// and a restart recover the rest.
+    Both,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Nexmark queries on Tandem: events/s per core and latency")]
+struct Args {
+    /// The query.
+    #[arg(long, value_enum)]
+    query: Query,
+    /// Events to generate (1 to 10,000,000,000).
+    #[arg(long, default_value_t = 10_000_000)]
+    events: u64,
+    /// Events per second of event time (the times the events carry,
+    /// whether or not the run is `--paced`).
+    #[arg(long, default_value_t = DEFAULT_RATE)]
+    rate: f64,
+    /// Paces the sources to `--rate` (default: as fast as they go).
+    #[arg(long)]
+    paced: bool,
+    /// Seeds the generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Event 0's time, ms since the epoch.
+    #[arg(long, default_value_t = DEFAULT_BASE_TIME_MS)]
+    base_time_ms: u64,
+    /// Worker cores (default: every available one); the source and every
+    /// operator run one instance per core.
+    #[arg(long)]
+    cores: Option<usize>,
+    /// What recovers from a failure.
+    #[arg(long, value_enum, default_value_t = Strategy::None)]
+    strategy: Strategy,
+    /// The operator with an active standby (`--strategy bqbs`; default:
+    /// the query's first operator): `window`, `join`, … (see README).
+    #[arg(long)]
+    standby: Option<String>,
+    /// Checkpoint interval of `--strategy restart-all` and `both`.
+    #[arg(long, default_value_t = 1000)]
+    checkpoint_interval_ms: u64,
+    /// Faults to inject, in the fault language (e.g. `panic@window:~10`,
+    /// `random:7:5`); record `i` is the `i`-th event of the kind the
+    /// operator reads (README).
+    #[arg(long)]
+    fault: Option<String>,
+    /// Writes the results, one JSON object per line, sorted.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Writes the generated events, one JSON object per line.
+    #[arg(long)]
+    dump_input: Option<PathBuf>,
+    /// Writes the figures as JSON.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Where the run's scratch files go (default: the temp directory).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    query: &'static str,
+    events: u64,
+    events_per_sec: f64,
+    events_per_sec_per_core: f64,
+    cores: usize,
+    latency_ns: LatencyNs,
+    records_out: u64,
+    late_records: u64,
+    elapsed_ms: f64,
+    strategy: String,
+    standby: Option<String>,
+    faults_fired: u64,
+    recoveries: usize,
+}
+
+fn main() -> ExitCode {
+    tandem_bench::cli::main(1, || {
+        let args: Args = tandem_bench::cli::parse();
+        run(&args)
+    })
+}
+
+fn check(args: &Args) -> anyhow::Result<usize> {
+    ensure!(
+        (1..=10_000_000_000).contains(&args.events),
+        "--events must be between 1 and 10,000,000,000"
+    );
+    ensure!(
+        args.rate.is_finite() && (1.0..=1e12).contains(&args.rate),
+        "--rate must be between 1 and 10^12 events/s"
+    );
+    ensure!(
+        args.base_time_ms <= 1 << 52,
+        "--base-time-ms must be at most 2^52"
+    );
+    ensure!(
+        (1..=3_600_000).contains(&args.checkpoint_interval_ms),
+        "--checkpoint-interval-ms must be between 1 and 3,600,000"
+    );
+    let available = tandem::sys::affinity::available_cores().len().max(1);
+    let cores = args.cores.unwrap_or(available);
+    ensure!(
+        (1..=available).contains(&cores),
+        "--cores must be between 1 and the {available} available here"
+    );
+    if args.standby.is_some() && !matches!(args.strategy, Strategy::Bqbs | Strategy::Both) {
+        bail!("--standby needs --strategy bqbs or both");
+    }
+    for (flag, p) in [
+        ("--output", &args.output),
+        ("--dump-input", &args.dump_input),
+        ("--report", &args.report),
+    ] {
+        if let Some(p) = p {
+            paths::output_file(flag, p)?;
+        }
+    }
+    if let Some(d) = &args.work_dir {
+        paths::writable_dir("--work-dir", d)?;
+    }
+    Ok(cores)
+}
+
+fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let cores = check(args)?;
+    tandem_fault_inject::quiet_injected_panics();
+    let gen = GenConfig {
+        seed: args.seed,
+        rate: args.rate,
+        base_time_ms: args.base_time_ms,
+    };
+    let tables = Arc::new(Tables::new(args.seed));
+    if let Some(p) = &args.dump_input {
+        dump_input(&gen, &tables, args.events, p)?;
+    }
+    let standby = match args.strategy {
+        Strategy::Bqbs | Strategy::Both => Some(
+            args.standby
+                .clone()
+                .unwrap_or_else(|| args.query.operators()[0].0.to_string()),
+        ),
+        _ => None,
+    };
+    let base = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work = base.join(format!("tandem-nexmark-{}", std::process::id()));
+    cleanup::create_dir_all(&work)
+        .with_context(|| format!("creating the scratch directory {}", work.display()))?;
+    cleanup::add(work.clone());
+    let result = run_in(args, cores, gen, tables, standby, &work);
+    let _ = std::fs::remove_dir_all(&work);
+    cleanup::forget(&work);
+    result
+}
+
+fn run_in(
+    args: &Args,
+    cores: usize,
+    gen: GenConfig,
+    tables: Arc<Tables>,
+    standby: Option<String>,
+    work: &Path,
+) -> anyhow::Result<ExitCode> {
+    let out_dir = args.output.as_ref().map(|_| work.join("out"));
+    let opts = Options {
+        gen,
+        events: args.events,
+        partitions: cores,
+        paced: args.paced,
+        standby: standby.clone(),
+        output: out_dir.clone(),
+    };
+    let (job, counts) = queries::build(args.query, &opts, tables)?;
+    let mut cfg = RuntimeConfig::default().cores(cores);
+    if matches!(args.strategy, Strategy::RestartAll | Strategy::Both) {
+        let mut cp = CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
+        cp.dir = Some(work.join("checkpoints"));
+        cfg = cfg.checkpoint(cp).restart(RestartStrategy::FixedDelay {
+            attempts: 100,
+            delay: Duration::ZERO,
+        });
+    }
+    if matches!(args.strategy, Strategy::Bqbs | Strategy::Both) {
+        cfg = cfg.standby(StandbyConfig::default());
+    }
+    let injector = match &args.fault {
+        Some(spec) => {
+            let (injector, schedule) =
+                nexmark::injector(args.query, spec, args.events, cores).context("--fault")?;
+            errln!("fault schedule: {schedule}");
+            cfg = cfg.probes(Arc::new(injector.clone()));
+            Some(injector)
+        }
+        None => None,
+    };
+
+    let handle = job.start(&cfg).context("starting the job")?;
+    let bar = indicatif::ProgressBar::new(args.events);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} events {msg}",
+        )
+        .expect("static template"),
+    );
+    let mut cancelled = false;
+    let (mut last_pos, mut last_t) = (0u64, Instant::now());
+    while !handle.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+        if tandem_bench::cli::interrupted() && !cancelled {
+            cancelled = true;
+            handle.cancel();
+        }
+        let pos = handle
+            .progress()
+            .operator("events")
+            .map_or(0, |o| o.records);
+        let dt = last_t.elapsed().as_secs_f64();
+        if dt >= 0.5 {
+            let rate = pos.saturating_sub(last_pos) as f64 / dt / 1e6;
+            bar.set_message(format!("({rate:.2} M/s)"));
+            (last_pos, last_t) = (pos, Instant::now());
+        }
+        bar.set_position(pos);
+    }
+    let joined = handle.join();
+    bar.finish_and_clear();
+    let report = joined.context("the job failed")?;
+
+    let secs = report.elapsed.as_secs_f64();
+    let eps = args.events as f64 / secs;
+    let records_out = counts.records_out.load(Ordering::Relaxed);
+    let late_records = counts.late_records.load(Ordering::Relaxed);
+    let latency = LatencyNs::from(&report.latency);
+    outln!(
+        "nexmark {}: {} events in {:.3} s on {cores} cores: {:.0} events/s, {:.0} events/s per core",
+        args.query.name(),
+        args.events,
+        secs,
+        eps,
+        eps / cores as f64
+    )?;
+    outln!("results: {records_out}, late records: {late_records}")?;
+    if latency.samples > 0 {
+        outln!(
+            "latency (source to sink): p50 {}, p99 {}, p99.9 {}, max {}",
+            fmt_ns(latency.p50),
+            fmt_ns(latency.p99),
+            fmt_ns(latency.p999),
+            fmt_ns(latency.max)
+        )?;
+    } else {
+        // Results a timer emits carry no source record's release time.
+        outln!("latency: no samples (every result came from a timer)")?;
+    }
+    for r in &report.recovery {
+        outln!(
+            "recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs",
+            r.kind,
+            r.operator,
+            r.instance,
+            r.tuple_id,
+            r.cause,
+            r.first_output_us.map_or("-".into(), |u| u.to_string()),
+        )?;
+    }
+    if let (Some(dir), Some(path)) = (&out_dir, &args.output) {
+        let mut lines = queries::committed_lines(dir)
+            .with_context(|| format!("reading the committed output in {}", dir.display()))?;
+        lines.sort_unstable();
+        write_lines(path, &lines)?;
+        outln!("output: {} ({} lines)", path.display(), lines.len())?;
+    }
+    let mut status = ExitCode::SUCCESS;
+    if let Some(i) = &injector {
+        outln!(
+            "faults: {} of {} fired, {} recoveries",
+            i.fired(),
+            i.armed(),
+            report.recovery.len()
+        )?;
+        let unfired: Vec<String> = i
+            .status()
+            .into_iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(f, _)| f)
+            .collect();
+        if !unfired.is_empty() {
+            errln!("error: faults that never fired: {}", unfired.join(", "));
+            status = ExitCode::from(1);
+        }
+    }
+    if let Some(p) = &args.report {
+        write_json(
+            p,
+            &Report {
+                query: args.query.name(),
+                events: args.events,
+                events_per_sec: eps,
+                events_per_sec_per_core: eps / cores as f64,
+                cores,
+                latency_ns: latency,
+                records_out,
+                late_records,
+                elapsed_ms: secs * 1e3,
+                strategy: format!("{:?}", args.strategy).to_lowercase(),
+                standby,
+                faults_fired: injector.as_ref().map_or(0, |i| i.fired()),
+                recoveries: report.recovery.len(),
+            },
+        )?;
+    }
+    Ok(status)
+}
+
+fn write_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
+    let write = || -> std::io::Result<()> {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for l in lines {
+            f.write_all(l.as_bytes())?;
+            f.write_all(b"\n")?;
+        }
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()
+    };
+    write().with_context(|| format!("writing {}", path.display()))
+}
+
+fn dump_input(gen: &GenConfig, tables: &Tables, events: u64, path: &Path) -> anyhow::Result<()> {
+    let write = || -> std::io::Result<()> {
+        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+        let mut line = String::new();
+        for n in 0..events {
+            if n % 65_536 == 0 && tandem_bench::cli::interrupted() {
+                return Err(std::io::Error::other("interrupted"));
+            }
+            line.clear();
+            event_json(&gen.event(n), tables, &mut line);
+            line.push('\n');
+            f.write_all(line.as_bytes())?;
+        }
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()
+    };
+    cleanup::add(path.to_path_buf());
+    write().with_context(|| format!("writing --dump-input {}", path.display()))?;
+    cleanup::forget(path);
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! Nexmark's three event kinds, as compact values: strings the reference
+//! draws from fixed tables are indices into [`super::gen::Tables`], and `extra` is a
+//! slice of the run's reusable padding string (the reference takes it the
+//! same way), so a bid is a small `Copy` value and nothing is allocated for
+//! it.
+
+use rkyv::{Archive, Deserialize, Serialize};
+use tandem::standby::codec::{Codec, CodecError};
+
+/// A slice `[off, off + len)` of [`super::gen::Tables::extra`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct Extra {
+    /// Where it starts.
+    pub off: u32,
+    /// Its length in bytes.
+    pub len: u32,
+}
+
+/// A person who registers (every 50th event).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct Person {
+    /// From 1000 up, one per person event.
+    pub id: u64,
+    /// First and last name.
+    pub name: String,
+    /// `xxxx@yyy.com`.
+    pub email_address: String,
+    /// Four groups of four digits.
+    pub credit_card: String,
+    /// Index into the reference's ten cities.
+    pub city: u8,
+    /// Index into the reference's six states.
+    pub state: u8,
+    /// Milliseconds since the epoch.
+    pub date_time: u64,
+    /// Padding.
+    pub extra: Extra,
+}
+
+/// An auction that opens (3 events in 50).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct Auction {
+    /// From 1000 up, one per auction event.
+    pub id: u64,
+    /// Random words.
+    pub item_name: String,
+    /// Random words.
+    pub description: String,
+    /// Cents.
+    pub initial_bid: u64,
+    /// Cents, above `initial_bid`.
+    pub reserve: u64,
+    /// Milliseconds since the epoch.
+    pub date_time: u64,
+    /// When the auction closes, milliseconds since the epoch.
+    pub expires: u64,
+    /// A person's id.
+    pub seller: u64,
+    /// 10 to 14.
+    pub category: u64,
+    /// Padding.
+    pub extra: Extra,
+}
+
+/// A bid (46 events in 50).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct Bid {
+    /// An auction's id.
+    pub auction: u64,
+    /// A person's id.
+    pub bidder: u64,
+    /// Cents.
+    pub price: u64,
+    /// Index into [`super::gen::Tables::channel`]: the four hot channels, then the
+    /// 10,000 others.
+    pub channel: u16,
+    /// Milliseconds since the epoch.
+    pub date_time: u64,
+    /// Padding.
+    pub extra: Extra,
+}
+
+/// One generated event.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub enum Event {
+    /// A new person.
+    Person(Box<Person>),
+    /// A new auction.
+    Auction(Box<Auction>),
+    /// A bid.
+    Bid(Bid),
+}
+
+impl Event {
+    /// The event's time, milliseconds since the epoch.
+    pub fn date_time(&self) -> u64 {
+        match self {
+            Event::Person(p) => p.date_time,
+            Event::Auction(a) => a.date_time,
+            Event::Bid(b) => b.date_time,
+        }
+    }
+}
+
+/// The reference's cities and states.
+pub const US_CITIES: [&str; 10] = [
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
+];
+/// See [`US_CITIES`].
+pub const US_STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
+
+impl Person {
+    /// The city's name.
+    pub fn city(&self) -> &'static str {
+        US_CITIES[self.city as usize]
+    }
+    /// The state's code.
+    pub fn state(&self) -> &'static str {
+        US_STATES[self.state as usize]
+    }
+}
+
+// Buffer-queue codecs: what a standby's queues hold of these streams.
+
+impl Codec for Extra {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.off.encode(out);
+        self.len.encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (off, rest) = u32::decode(bytes)?;
+        let (len, rest) = u32::decode(rest)?;
+        Ok((Extra { off, len }, rest))
+    }
+}
+
+impl Codec for Bid {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.auction.encode(out);
+        self.bidder.encode(out);
+        self.price.encode(out);
+        self.channel.encode(out);
+        self.date_time.encode(out);
+        self.extra.encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (auction, rest) = u64::decode(bytes)?;
+        let (bidder, rest) = u64::decode(rest)?;
+        let (price, rest) = u64::decode(rest)?;
+        let (channel, rest) = u16::decode(rest)?;
+        let (date_time, rest) = u64::decode(rest)?;
+        let (extra, rest) = Extra::decode(rest)?;
+        let b = Bid {
+            auction,
+            bidder,
+            price,
+            channel,
+            date_time,
+            extra,
+        };
+        Ok((b, rest))
+    }
+}
+
+impl Codec for Person {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.id.encode(out);
+        self.name.encode(out);
+        self.email_address.encode(out);
+        self.credit_card.encode(out);
+        self.city.encode(out);
+        self.state.encode(out);
+        self.date_time.encode(out);
+        self.extra.encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (id, rest) = u64::decode(bytes)?;
+        let (name, rest) = String::decode(rest)?;
+        let (email_address, rest) = String::decode(rest)?;
+        let (credit_card, rest) = String::decode(rest)?;
+        let (city, rest) = u8::decode(rest)?;
+        let (state, rest) = u8::decode(rest)?;
+        let (date_time, rest) = u64::decode(rest)?;
+        let (extra, rest) = Extra::decode(rest)?;
+        if city as usize >= US_CITIES.len() || state as usize >= US_STATES.len() {
+            return Err(CodecError(format!(
+                "person {id}: no city {city} or state {state}"
+            )));
+        }
+        let p = Person {
+            id,
+            name,
+            email_address,
+            credit_card,
+            city,
+            state,
+            date_time,
+            extra,
+        };
+        Ok((p, rest))
+    }
+}
+
+impl Codec for Auction {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.id.encode(out);
+        self.item_name.encode(out);
+        self.description.encode(out);
+        self.initial_bid.encode(out);
+        self.reserve.encode(out);
+        self.date_time.encode(out);
+        self.expires.encode(out);
+        self.seller.encode(out);
+        self.category.encode(out);
+        self.extra.encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (id, rest) = u64::decode(bytes)?;
+        let (item_name, rest) = String::decode(rest)?;
+        let (description, rest) = String::decode(rest)?;
+        let (initial_bid, rest) = u64::decode(rest)?;
+        let (reserve, rest) = u64::decode(rest)?;
+        let (date_time, rest) = u64::decode(rest)?;
+        let (expires, rest) = u64::decode(rest)?;
+        let (seller, rest) = u64::decode(rest)?;
+        let (category, rest) = u64::decode(rest)?;
+        let (extra, rest) = Extra::decode(rest)?;
+        let a = Auction {
+            id,
+            item_name,
+            description,
+            initial_bid,
+            reserve,
+            date_time,
+            expires,
+            seller,
+            category,
+            extra,
+        };
+        Ok((a, rest))
+    }
+}
+
+impl Codec for Event {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Event::Person(p) => {
+                out.push(0);
+                p.encode(out)
+            }
+            Event::Auction(a) => {
+                out.push(1);
+                a.encode(out)
+            }
+            Event::Bid(b) => {
+                out.push(2);
+                b.encode(out)
+            }
+        }
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (tag, rest) = u8::decode(bytes)?;
+        match tag {
+            0 => Person::decode(rest).map(|(p, r)| (Event::Person(Box::new(p)), r)),
+            1 => Auction::decode(rest).map(|(a, r)| (Event::Auction(Box::new(a)), r)),
+            2 => Bid::decode(rest).map(|(b, r)| (Event::Bid(b), r)),
+            t => Err(CodecError(format!("no event kind {t}"))),
+        }
+    }
+}
