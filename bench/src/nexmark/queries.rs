@@ -776,7 +776,7 @@ impl TimedProcess<u64, Closed, CategoryAvg> for Q4Aggregate {
         // Closings in (expiry, auction) order, whichever join instance
         // sent them first.
         s.pending.sort_unstable();
-        let due = s.pending.partition_point(|&(e, _, _)| (e + 1) * MS < at);
+        let due = s.pending.partition_point(|&(e, _, _)| (e + 1) * MS <= at);
         for (_, _, price) in s.pending.drain(..due) {
             s.sum += price;
             s.count += 1;
