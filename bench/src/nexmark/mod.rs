@@ -4,7 +4,9 @@
 
 pub mod gen;
 pub mod model;
+mod ops;
 pub mod queries;
+pub mod rows;
 
 use anyhow::{bail, ensure};
 use gen::Kind;

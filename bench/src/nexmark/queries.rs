@@ -21,16 +21,17 @@
 
 use super::gen::{GenConfig, Kind, Tables};
 use super::model::{Auction, Bid, Event, Person};
-use rkyv::{Archive, Deserialize, Serialize};
-use std::fmt::Write as _;
+pub use super::ops::Closed;
+use super::ops::{Count, Highest, Most, Opened, Q3Join, Q4Aggregate, Q4Join, Q8Join};
+pub use super::rows::{
+    event_json, AuctionPrice, CategoryAvg, Euro, HighestBid, HotItem, NewUser, Row, Suggestion,
+};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tandem::sinks::transactional::TransactionalFile;
-use tandem::time::{
-    TimedCoProcess, TimedProcess, TimerContext, Watermarks, Window, WindowAggregate, Windows,
-};
+use tandem::time::{Watermarks, Windows};
 use tandem::{Committer, Data, IterSource, JobBuilder, Output, Record, Sink, Stream, TupleId};
 
 /// Nanoseconds per millisecond: event times are `date_time` in ns.
@@ -143,12 +144,6 @@ pub struct Counts {
 pub fn tuple_of(partitions: usize, n: u64) -> TupleId {
     let p = partitions as u64;
     TupleId::new((n % p) as u32, n / p)
-}
-
-/// A result row.
-pub trait Row: Data {
-    /// The row as one JSON object (no newline).
-    fn json(&self, t: &Tables, out: &mut String);
 }
 
 /// `q0`'s job (and the others'), its results counted in the returned
@@ -327,198 +322,6 @@ impl<R: Row> Sink<R> for RowSink {
     }
 }
 
-// ---------------------------------------------------------------- rows
-
-fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-impl Row for Bid {
-    fn json(&self, t: &Tables, out: &mut String) {
-        let (channel, url) = t.channel(self.channel);
-        let _ = write!(
-            out,
-            "{{\"auction\":{},\"bidder\":{},\"price\":{},\"channel\":",
-            self.auction, self.bidder, self.price
-        );
-        json_str(out, channel);
-        out.push_str(",\"url\":");
-        json_str(out, url);
-        let _ = write!(out, ",\"date_time\":{},\"extra\":", self.date_time);
-        json_str(out, t.extra(self.extra));
-        out.push('}');
-    }
-}
-
-/// A q1 row: the price in euros, in thousandths (exact: `price × 908`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Euro {
-    /// The auction.
-    pub auction: u64,
-    /// The bidder.
-    pub bidder: u64,
-    /// `price × 0.908`, in thousandths.
-    pub price_milli: u64,
-    /// The bid's time, ms.
-    pub date_time: u64,
-}
-
-impl Row for Euro {
-    fn json(&self, _: &Tables, out: &mut String) {
-        let _ = write!(
-            out,
-            "{{\"auction\":{},\"bidder\":{},\"price\":{}.{:03},\"date_time\":{}}}",
-            self.auction,
-            self.bidder,
-            self.price_milli / 1000,
-            self.price_milli % 1000,
-            self.date_time
-        );
-    }
-}
-
-/// A q2 row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AuctionPrice {
-    /// The auction.
-    pub auction: u64,
-    /// The bid's price.
-    pub price: u64,
-}
-
-impl Row for AuctionPrice {
-    fn json(&self, _: &Tables, out: &mut String) {
-        let _ = write!(
-            out,
-            "{{\"auction\":{},\"price\":{}}}",
-            self.auction, self.price
-        );
-    }
-}
-
-/// A q3 row.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Suggestion {
-    /// The seller's name.
-    pub name: String,
-    /// The seller's city.
-    pub city: &'static str,
-    /// The seller's state.
-    pub state: &'static str,
-    /// The auction.
-    pub id: u64,
-}
-
-impl Row for Suggestion {
-    fn json(&self, _: &Tables, out: &mut String) {
-        out.push_str("{\"name\":");
-        json_str(out, &self.name);
-        out.push_str(",\"city\":");
-        json_str(out, self.city);
-        out.push_str(",\"state\":");
-        json_str(out, self.state);
-        let _ = write!(out, ",\"id\":{}}}", self.id);
-    }
-}
-
-/// A q4 row: a category's average closing price (integer division, as
-/// Flink's `AVG` of a `BIGINT`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CategoryAvg {
-    /// The category.
-    pub category: u64,
-    /// The average.
-    pub avg: u64,
-}
-
-impl Row for CategoryAvg {
-    fn json(&self, _: &Tables, out: &mut String) {
-        let _ = write!(
-            out,
-            "{{\"category\":{},\"avg\":{}}}",
-            self.category, self.avg
-        );
-    }
-}
-
-/// A q5 row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
-pub struct HotItem {
-    /// The auction.
-    pub auction: u64,
-    /// Its bids in the window.
-    pub num: u64,
-    /// The window, ms.
-    pub window_start: u64,
-    /// See `window_start`.
-    pub window_end: u64,
-}
-
-impl Row for HotItem {
-    fn json(&self, _: &Tables, out: &mut String) {
-        let _ = write!(
-            out,
-            "{{\"auction\":{},\"num\":{},\"window_start\":{},\"window_end\":{}}}",
-            self.auction, self.num, self.window_start, self.window_end
-        );
-    }
-}
-
-/// A q7 row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HighestBid {
-    /// The auction.
-    pub auction: u64,
-    /// The price.
-    pub price: u64,
-    /// The bidder.
-    pub bidder: u64,
-    /// The bid's time, ms.
-    pub date_time: u64,
-    /// The window's end, ms.
-    pub window_end: u64,
-}
-
-impl Row for HighestBid {
-    fn json(&self, _: &Tables, out: &mut String) {
-        let _ = write!(
-            out,
-            "{{\"auction\":{},\"price\":{},\"bidder\":{},\"date_time\":{},\"window_end\":{}}}",
-            self.auction, self.price, self.bidder, self.date_time, self.window_end
-        );
-    }
-}
-
-/// A q8 row.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewUser {
-    /// The person.
-    pub id: u64,
-    /// Their name.
-    pub name: String,
-    /// The window, ms.
-    pub window_start: u64,
-}
-
-impl Row for NewUser {
-    fn json(&self, _: &Tables, out: &mut String) {
-        let _ = write!(out, "{{\"id\":{},\"name\":", self.id);
-        json_str(out, &self.name);
-        let _ = write!(out, ",\"window_start\":{}}}", self.window_start);
-    }
-}
-
 // ------------------------------------------------------------- queries
 
 fn q0(q: &Q) {
@@ -555,68 +358,6 @@ fn q2(q: &Q) {
     q.sink(rows);
 }
 
-/// q3's join: a seller's person record once it came (or that it did not
-/// qualify), and the category-10 auctions that came before it.
-#[derive(Clone, Debug, Default, Archive, Serialize, Deserialize)]
-pub struct Seller {
-    /// `Some(Some(..))`: a person in OR, ID or CA; `Some(None)`: one
-    /// elsewhere; `None`: not seen yet.
-    person: Option<Option<(String, u8, u8)>>,
-    /// Auctions waiting for their seller.
-    waiting: Vec<u64>,
-}
-
-struct Q3Join;
-
-const Q3_STATES: [&str; 3] = ["OR", "ID", "CA"];
-
-impl TimedCoProcess<u64, Person, Auction, Suggestion> for Q3Join {
-    type State = Seller;
-    fn process_first(
-        &mut self,
-        _: &u64,
-        s: &mut Seller,
-        rec: Record<Person>,
-        _: &mut TimerContext<'_>,
-        out: &mut Output<'_, Suggestion>,
-    ) {
-        let p = rec.value;
-        if !Q3_STATES.contains(&p.state()) {
-            s.person = Some(None);
-            s.waiting = Vec::new();
-            return;
-        }
-        for id in s.waiting.drain(..) {
-            out.emit(Suggestion {
-                name: p.name.clone(),
-                city: p.city(),
-                state: p.state(),
-                id,
-            });
-        }
-        s.person = Some(Some((p.name, p.city, p.state)));
-    }
-    fn process_second(
-        &mut self,
-        _: &u64,
-        s: &mut Seller,
-        rec: Record<Auction>,
-        _: &mut TimerContext<'_>,
-        out: &mut Output<'_, Suggestion>,
-    ) {
-        match &s.person {
-            Some(Some((name, city, state))) => out.emit(Suggestion {
-                name: name.clone(),
-                city: super::model::US_CITIES[*city as usize],
-                state: super::model::US_STATES[*state as usize],
-                id: rec.value.id,
-            }),
-            Some(None) => {}
-            None => s.waiting.push(rec.value.id),
-        }
-    }
-}
-
 fn q3(q: &Q) {
     let persons = q.persons().key_by(|p: &Person| p.id);
     let auctions = q
@@ -630,162 +371,6 @@ fn q3(q: &Q) {
         joined.process_timed("join", |_| Q3Join)
     };
     q.sink(rows);
-}
-
-/// q4's join, per auction: the auction once it came, the highest price
-/// of its bids between its opening and its expiry (both included), and the
-/// highest bid of the latest time before it came (a bid at the very
-/// millisecond the auction opens counts).
-#[derive(Clone, Debug, Default, Archive, Serialize, Deserialize)]
-pub struct Closing {
-    /// `(date_time, expires, category)`.
-    auction: Option<(u64, u64, u64)>,
-    /// The highest price so far.
-    max: Option<u64>,
-    /// `(date_time, price)`: the highest of the bids at the latest time
-    /// seen before the auction came.
-    early: Option<(u64, u64)>,
-}
-
-struct Q4Join;
-
-/// A closed auction's final price (what q4's join emits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
-pub struct Closed {
-    /// The auction.
-    pub auction: u64,
-    /// Its category.
-    pub category: u64,
-    /// Its expiry, ms.
-    pub expires: u64,
-    /// The highest bid in it.
-    pub price: u64,
-}
-
-impl TimedCoProcess<u64, Auction, Bid, Closed> for Q4Join {
-    type State = Closing;
-    fn process_first(
-        &mut self,
-        _: &u64,
-        s: &mut Closing,
-        rec: Record<Auction>,
-        cx: &mut TimerContext<'_>,
-        _: &mut Output<'_, Closed>,
-    ) {
-        let a = rec.value;
-        if let Some((t, price)) = s.early.take() {
-            cx.delete((t + 1) * MS);
-            if t >= a.date_time && t <= a.expires {
-                s.max = Some(price);
-            }
-        }
-        s.auction = Some((a.date_time, a.expires, a.category));
-        cx.register((a.expires + 1) * MS);
-    }
-    fn process_second(
-        &mut self,
-        _: &u64,
-        s: &mut Closing,
-        rec: Record<Bid>,
-        cx: &mut TimerContext<'_>,
-        _: &mut Output<'_, Closed>,
-    ) {
-        let b = rec.value;
-        match s.auction {
-            Some((from, to, _)) => {
-                if b.date_time >= from && b.date_time <= to {
-                    s.max = Some(s.max.map_or(b.price, |m| m.max(b.price)));
-                }
-            }
-            None => match s.early {
-                Some((t, p)) if t == b.date_time => s.early = Some((t, p.max(b.price))),
-                Some((t, _)) if t > b.date_time => {}
-                prev => {
-                    if let Some((t, _)) = prev {
-                        cx.delete((t + 1) * MS);
-                    }
-                    s.early = Some((b.date_time, b.price));
-                    cx.register((b.date_time + 1) * MS);
-                }
-            },
-        }
-    }
-    fn on_timer(
-        &mut self,
-        key: &u64,
-        s: &mut Closing,
-        _at: u64,
-        _: &mut TimerContext<'_>,
-        out: &mut Output<'_, Closed>,
-    ) {
-        match s.auction {
-            // The auction closed.
-            Some((_, expires, category)) => {
-                if let Some(price) = s.max {
-                    out.emit(Closed {
-                        auction: *key,
-                        category,
-                        expires,
-                        price,
-                    });
-                }
-                *s = Closing::default();
-            }
-            // No auction opened at the early bids' time.
-            None => s.early = None,
-        }
-    }
-    fn is_empty(&self, s: &Closing) -> bool {
-        s.auction.is_none() && s.early.is_none()
-    }
-}
-
-/// q4's aggregate, per category: the closings not yet folded in, and the
-/// running sum and count.
-#[derive(Clone, Debug, Default, Archive, Serialize, Deserialize)]
-pub struct Average {
-    pending: Vec<(u64, u64, u64)>,
-    sum: u64,
-    count: u64,
-}
-
-struct Q4Aggregate;
-
-impl TimedProcess<u64, Closed, CategoryAvg> for Q4Aggregate {
-    type State = Average;
-    fn process(
-        &mut self,
-        _: &u64,
-        s: &mut Average,
-        rec: Record<Closed>,
-        cx: &mut TimerContext<'_>,
-        _: &mut Output<'_, CategoryAvg>,
-    ) {
-        let c = rec.value;
-        s.pending.push((c.expires, c.auction, c.price));
-        cx.register(rec.event_time + 1);
-    }
-    fn on_timer(
-        &mut self,
-        category: &u64,
-        s: &mut Average,
-        at: u64,
-        _: &mut TimerContext<'_>,
-        out: &mut Output<'_, CategoryAvg>,
-    ) {
-        // Closings in (expiry, auction) order, whichever join instance
-        // sent them first.
-        s.pending.sort_unstable();
-        let due = s.pending.partition_point(|&(e, _, _)| (e + 1) * MS <= at);
-        for (_, _, price) in s.pending.drain(..due) {
-            s.sum += price;
-            s.count += 1;
-            out.emit(CategoryAvg {
-                category: *category,
-                avg: s.sum / s.count,
-            });
-        }
-    }
 }
 
 fn q4(q: &Q) {
@@ -802,57 +387,6 @@ fn q4(q: &Q) {
         .key_by(|c: &Closed| c.category)
         .process_timed("aggregate", |_| Q4Aggregate);
     q.sink(rows);
-}
-
-/// Bids per auction and window.
-struct Count;
-
-impl WindowAggregate<u64, Bid, HotItem> for Count {
-    const COMMUTATIVE: bool = true;
-    type Acc = u64;
-    #[inline]
-    fn add(&self, n: &mut u64, _: &Bid) {
-        *n += 1;
-    }
-    fn merge(&self, n: &mut u64, other: u64) {
-        *n += other;
-    }
-    fn result(&self, auction: &u64, w: Window, n: &u64) -> HotItem {
-        HotItem {
-            auction: *auction,
-            num: *n,
-            window_start: w.start / MS,
-            window_end: w.end / MS,
-        }
-    }
-}
-
-/// The auctions tied for the most bids in a window.
-struct Most;
-
-impl WindowAggregate<u64, HotItem, Vec<HotItem>> for Most {
-    const COMMUTATIVE: bool = true;
-    type Acc = Vec<HotItem>;
-    fn add(&self, top: &mut Vec<HotItem>, h: &HotItem) {
-        match top.first().map(|t| t.num) {
-            Some(n) if n > h.num => {}
-            Some(n) if n == h.num => top.push(*h),
-            _ => {
-                top.clear();
-                top.push(*h)
-            }
-        }
-    }
-    fn merge(&self, top: &mut Vec<HotItem>, other: Vec<HotItem>) {
-        for h in &other {
-            self.add(top, h);
-        }
-    }
-    fn result(&self, _: &u64, _: Window, top: &Vec<HotItem>) -> Vec<HotItem> {
-        let mut v = top.clone();
-        v.sort_unstable_by_key(|h| h.auction);
-        v
-    }
 }
 
 fn q5(q: &Q) {
@@ -883,44 +417,6 @@ fn q5(q: &Q) {
     q.sink(rows);
 }
 
-/// The highest bids of a window (all of those tied).
-struct Highest;
-
-impl WindowAggregate<(), Bid, Vec<HighestBid>> for Highest {
-    const COMMUTATIVE: bool = true;
-    type Acc = Vec<Bid>;
-    #[inline]
-    fn add(&self, top: &mut Vec<Bid>, b: &Bid) {
-        match top.first().map(|t| t.price) {
-            Some(p) if p > b.price => {}
-            Some(p) if p == b.price => top.push(*b),
-            _ => {
-                top.clear();
-                top.push(*b)
-            }
-        }
-    }
-    fn merge(&self, top: &mut Vec<Bid>, other: Vec<Bid>) {
-        for b in &other {
-            self.add(top, b);
-        }
-    }
-    fn result(&self, _: &(), w: Window, top: &Vec<Bid>) -> Vec<HighestBid> {
-        let mut v: Vec<HighestBid> = top
-            .iter()
-            .map(|b| HighestBid {
-                auction: b.auction,
-                price: b.price,
-                bidder: b.bidder,
-                date_time: b.date_time,
-                window_end: w.end / MS,
-            })
-            .collect();
-        v.sort_unstable_by_key(|h| (h.date_time, h.auction, h.bidder));
-        v
-    }
-}
-
 fn q7(q: &Q) {
     let bids = q.feed(q.bids(), "window");
     let top = bids
@@ -936,95 +432,6 @@ fn q7(q: &Q) {
         },
     );
     q.sink(rows);
-}
-
-/// That a seller opened an auction in a window.
-struct Opened;
-
-impl WindowAggregate<u64, Auction, (u64, u64)> for Opened {
-    const COMMUTATIVE: bool = true;
-    type Acc = ();
-    #[inline]
-    fn add(&self, _: &mut (), _: &Auction) {}
-    fn merge(&self, _: &mut (), _: ()) {}
-    fn result(&self, seller: &u64, w: Window, _: &()) -> (u64, u64) {
-        (*seller, w.start / MS)
-    }
-}
-
-/// q8's join, per person id: the person's name and window once they came,
-/// and the windows its auctions were opened in, until those end.
-#[derive(Clone, Debug, Default, Archive, Serialize, Deserialize)]
-pub struct Registered {
-    /// `(name, window_start)`.
-    person: Option<(String, u64)>,
-    /// Window starts with an auction of this seller.
-    sold_in: Vec<u64>,
-}
-
-struct Q8Join;
-
-impl TimedCoProcess<u64, Person, (u64, u64), NewUser> for Q8Join {
-    type State = Registered;
-    fn process_first(
-        &mut self,
-        id: &u64,
-        s: &mut Registered,
-        rec: Record<Person>,
-        cx: &mut TimerContext<'_>,
-        out: &mut Output<'_, NewUser>,
-    ) {
-        let p = rec.value;
-        let start = p.date_time / WINDOW_MS * WINDOW_MS;
-        if s.sold_in.contains(&start) {
-            out.emit(NewUser {
-                id: *id,
-                name: p.name.clone(),
-                window_start: start,
-            });
-        }
-        s.person = Some((p.name, start));
-        cx.register((start + WINDOW_MS) * MS);
-    }
-    fn process_second(
-        &mut self,
-        id: &u64,
-        s: &mut Registered,
-        rec: Record<(u64, u64)>,
-        cx: &mut TimerContext<'_>,
-        out: &mut Output<'_, NewUser>,
-    ) {
-        let start = rec.value.1;
-        match &s.person {
-            Some((name, w)) if *w == start => out.emit(NewUser {
-                id: *id,
-                name: name.clone(),
-                window_start: start,
-            }),
-            _ => {
-                s.sold_in.push(start);
-                cx.register((start + WINDOW_MS) * MS);
-            }
-        }
-    }
-    fn on_timer(
-        &mut self,
-        _: &u64,
-        s: &mut Registered,
-        at: u64,
-        _: &mut TimerContext<'_>,
-        _: &mut Output<'_, NewUser>,
-    ) {
-        // Windows that ended by `at` can match nothing more.
-        let ended = |start: u64| (start + WINDOW_MS) * MS <= at;
-        s.sold_in.retain(|&w| !ended(w));
-        if s.person.as_ref().is_some_and(|(_, w)| ended(*w)) {
-            s.person = None;
-        }
-    }
-    fn is_empty(&self, s: &Registered) -> bool {
-        s.person.is_none() && s.sold_in.is_empty()
-    }
 }
 
 fn q8(q: &Q) {
@@ -1059,46 +466,6 @@ fn q8(q: &Q) {
     q.sink(rows);
 }
 
-/// The JSON object of event `e` for `--dump-input`.
-pub fn event_json(e: &Event, t: &Tables, out: &mut String) {
-    match e {
-        Event::Person(p) => {
-            let _ = write!(out, "{{\"kind\":\"person\",\"id\":{},\"name\":", p.id);
-            json_str(out, &p.name);
-            out.push_str(",\"email_address\":");
-            json_str(out, &p.email_address);
-            out.push_str(",\"credit_card\":");
-            json_str(out, &p.credit_card);
-            out.push_str(",\"city\":");
-            json_str(out, p.city());
-            out.push_str(",\"state\":");
-            json_str(out, p.state());
-            let _ = write!(out, ",\"date_time\":{},\"extra\":", p.date_time);
-            json_str(out, t.extra(p.extra));
-            out.push('}');
-        }
-        Event::Auction(a) => {
-            let _ = write!(out, "{{\"kind\":\"auction\",\"id\":{},\"item_name\":", a.id);
-            json_str(out, &a.item_name);
-            out.push_str(",\"description\":");
-            json_str(out, &a.description);
-            let _ = write!(
-                out,
-                ",\"initial_bid\":{},\"reserve\":{},\"date_time\":{},\"expires\":{},\"seller\":{},\"category\":{},\"extra\":",
-                a.initial_bid, a.reserve, a.date_time, a.expires, a.seller, a.category
-            );
-            json_str(out, t.extra(a.extra));
-            out.push('}');
-        }
-        Event::Bid(b) => {
-            out.push_str("{\"kind\":\"bid\",");
-            let mut inner = String::new();
-            b.json(t, &mut inner);
-            out.push_str(&inner[1..]);
-        }
-    }
-}
-
 /// Where a run's committed output lines are, given its output directory.
 pub fn committed_lines(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
     let mut v = Vec::new();
@@ -1109,40 +476,4 @@ pub fn committed_lines(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
         v.extend(std::fs::read_to_string(p)?.lines().map(str::to_string));
     }
     Ok(v)
-}
-
-impl tandem::standby::codec::Codec for Closed {
-    fn encode(&self, out: &mut Vec<u8>) {
-        (self.auction, self.category).encode(out);
-        (self.expires, self.price).encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), tandem::standby::codec::CodecError> {
-        let ((auction, category), rest) = <(u64, u64)>::decode(bytes)?;
-        let ((expires, price), rest) = <(u64, u64)>::decode(rest)?;
-        let c = Closed {
-            auction,
-            category,
-            expires,
-            price,
-        };
-        Ok((c, rest))
-    }
-}
-
-impl tandem::standby::codec::Codec for HotItem {
-    fn encode(&self, out: &mut Vec<u8>) {
-        (self.auction, self.num).encode(out);
-        (self.window_start, self.window_end).encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), tandem::standby::codec::CodecError> {
-        let ((auction, num), rest) = <(u64, u64)>::decode(bytes)?;
-        let ((window_start, window_end), rest) = <(u64, u64)>::decode(rest)?;
-        let h = HotItem {
-            auction,
-            num,
-            window_start,
-            window_end,
-        };
-        Ok((h, rest))
-    }
 }
