@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tandem::{CheckpointConfig, RestartStrategy, RuntimeConfig, StandbyConfig};
+use tandem::{CheckpointConfig, RestartStrategy, RuntimeConfig, StandbyConfig, StandbyMode};
 use tandem_bench::nexmark;
 use tandem_bench::nexmark::gen::{GenConfig, Tables, DEFAULT_BASE_TIME_MS, DEFAULT_RATE};
 use tandem_bench::nexmark::queries::{self, event_json, Options, Query};
@@ -41,6 +41,15 @@ enum Strategy {
     /// Both: the standby takes over its operator's failures; checkpoints
     /// and a restart recover the rest.
     Both,
+}
+
+/// `--standby-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Snapshots at an interval; a takeover restores one and replays.
+    Warm,
+    /// Follows the input; a takeover replays a few chunks.
+    Hot,
 }
 
 #[derive(Parser, Debug)]
@@ -76,6 +85,11 @@ struct Args {
     /// the query's first operator): `window`, `join`, … (see README).
     #[arg(long)]
     standby: Option<String>,
+    /// The standby's mode: `warm` (restores the primary's latest snapshot
+    /// and replays from it) or `hot` (follows the primary's input into
+    /// its own state; no snapshots — for large state).
+    #[arg(long, value_enum, default_value_t = Mode::Warm)]
+    standby_mode: Mode,
     /// Checkpoint interval of `--strategy restart-all` and `both`.
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
@@ -222,7 +236,13 @@ fn run_in(
         });
     }
     if matches!(args.strategy, Strategy::Bqbs | Strategy::Both) {
-        cfg = cfg.standby(StandbyConfig::default());
+        cfg = cfg.standby(StandbyConfig {
+            mode: match args.standby_mode {
+                Mode::Warm => StandbyMode::Warm,
+                Mode::Hot => StandbyMode::Hot,
+            },
+            ..StandbyConfig::default()
+        });
     }
     let injector = match &args.fault {
         Some(spec) => {
