@@ -407,14 +407,16 @@ fn q5(q: &Q) {
         .window(Windows::tumbling(Duration::from_millis(SLIDE_MS)))
         .aggregate("max", Most);
     q.count_late("max", top.late());
-    let rows = top
-        .results()
-        .flat_map("ties", |v: Vec<HotItem>, out: &mut Output<'_, HotItem>| {
-            for h in v {
-                out.emit(h)
-            }
-        });
-    q.sink(rows);
+    q.sink(ties(top.results()));
+}
+
+/// A window's tied results, one row each.
+fn ties<R: Row>(windows: Stream<Vec<R>>) -> Stream<R> {
+    windows.flat_map("ties", |v: Vec<R>, out: &mut Output<'_, R>| {
+        for r in v {
+            out.emit(r)
+        }
+    })
 }
 
 fn q7(q: &Q) {
@@ -423,15 +425,7 @@ fn q7(q: &Q) {
         .window_all(Windows::tumbling(Duration::from_millis(WINDOW_MS)))
         .aggregate("window", Highest);
     q.count_late("window", top.late());
-    let rows = top.results().flat_map(
-        "ties",
-        |v: Vec<HighestBid>, out: &mut Output<'_, HighestBid>| {
-            for h in v {
-                out.emit(h)
-            }
-        },
-    );
-    q.sink(rows);
+    q.sink(ties(top.results()));
 }
 
 fn q8(q: &Q) {
