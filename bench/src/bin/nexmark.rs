@@ -90,6 +90,18 @@ struct Args {
     /// its own state; no snapshots — for large state).
     #[arg(long, value_enum, default_value_t = Mode::Warm)]
     standby_mode: Mode,
+    /// How long a primary may show no sign of life (while its thread is
+    /// busy, not merely descheduled) before its standby takes over; the
+    /// standby waits up to 8 × this on a machine it sees to be noisy.
+    #[arg(long, default_value_t = 5)]
+    heartbeat_timeout_ms: u64,
+    /// MiB of each buffer queue of the standby (one per upstream instance
+    /// and operator instance, in /dev/shm or the work directory). The
+    /// primary takes a recovery point at the latest when a queue is full
+    /// of entries no point covers; at 10 M events/s a 16 MiB queue fills
+    /// in about 50 ms, and each point archives the operator's whole state.
+    #[arg(long, default_value_t = 128)]
+    queue_mb: u64,
     /// Checkpoint interval of `--strategy restart-all` and `both`.
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
@@ -241,6 +253,8 @@ fn run_in(
                 Mode::Warm => StandbyMode::Warm,
                 Mode::Hot => StandbyMode::Hot,
             },
+            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms.max(1)),
+            queue_memory: args.queue_mb.max(1) << 20,
             ..StandbyConfig::default()
         });
     }

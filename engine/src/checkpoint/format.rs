@@ -255,6 +255,12 @@ impl SnapshotBytes {
         &self.buf[HEADER_BLOCK..]
     }
 
+    /// Makes room for `additional` more payload bytes at once (a buffer
+    /// that grows by doubling copies all it holds at each doubling).
+    pub fn reserve(&mut self, additional: usize) {
+        self.buf.reserve(additional);
+    }
+
     /// Payload length in bytes.
     pub fn len(&self) -> usize {
         self.buf.len() - HEADER_BLOCK

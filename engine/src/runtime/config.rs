@@ -33,6 +33,9 @@ pub struct CheckpointConfig {
     /// abandoned (and counts as failed).
     pub timeout: Duration,
     /// Consecutive failed checkpoints tolerated; one more fails the job.
+    /// A checkpoint declined because a standby took over during it does
+    /// not count: it is the mark of a recovered failure, not a failing
+    /// checkpoint.
     pub tolerable_failures: u32,
     /// Least time between the end of one checkpoint and the start of the
     /// next.

@@ -92,7 +92,7 @@ pub(crate) fn install_hook() {
             // other primaries for silent (the panicking one is failed
             // already); restart-all's watchdog would otherwise answer the
             // panic a second time, as a stall.
-            Some(ctx) => ctx.unwatched(|| previous(info)),
+            Some(ctx) => ctx.long(|| previous(info)),
             None => previous(info),
         }));
     });

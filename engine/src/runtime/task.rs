@@ -192,22 +192,43 @@ impl TaskCtx {
         self.worker
     }
 
-    /// One step of progress (an input processed, a key's end-of-stream
-    /// hook run): for the primary of a standby group, a sign of life its
-    /// standby sees even inside one long poll. Nothing otherwise.
+    /// One step of progress (an input processed, a window fired, a key's
+    /// end-of-stream hook run): a sign of life even inside one long poll —
+    /// for the primary of a standby group, to its standby; every
+    /// [`TICKS_PER_BEAT`] steps, to the supervisor's stall watch (the
+    /// worker's heartbeat). A watermark that fires a million windows, or
+    /// the end of a stream that closes them all, holds its poll for a
+    /// second and more: work, not a stall. A task stuck in an operator's
+    /// code ticks no more.
     #[inline]
     pub(crate) fn tick(&self) {
+        let n = self.ticks.get() + 1;
+        self.ticks.set(n);
+        if n.is_multiple_of(TICKS_PER_BEAT) {
+            self.beat_worker();
+        }
         let Some(g) = self.group.get() else { return };
         let e = self.epoch.get();
         if e == 0 {
             return;
         }
-        let n = self.ticks.get() + 1;
-        self.ticks.set(n);
         g.progress.store(
             (e & 0xff_ffff) << 40 | (n & ((1 << 40) - 1)),
             Ordering::Relaxed,
         );
+    }
+
+    /// Writes the worker's heartbeat, unless a long step runs (the
+    /// heartbeat reads 0) or a probe muted it.
+    #[cold]
+    fn beat_worker(&self) {
+        let Some(beat) = self.shared.beats.get(self.worker) else {
+            return;
+        };
+        let now = self.clock.now();
+        if beat.load(Ordering::Relaxed) != 0 && self.shared.beating(self.worker, now) {
+            beat.store(now.max(1), Ordering::Relaxed);
+        }
     }
 
     /// The record a failure of the task happened on: the one a probe
@@ -272,49 +293,51 @@ impl TaskCtx {
         }
     }
 
-    /// Runs `f` — an end-of-stream flush that may legitimately block on
-    /// the disk for a while — outside stall detection: the worker's
-    /// heartbeat reads "busy, not checked" meanwhile.
-    /// The heartbeat is restored when `f` returns or unwinds (a panic's
-    /// hook runs in here, and an operator may panic in an end-of-stream
-    /// flush).
-    pub(crate) fn unwatched<R>(&self, f: impl FnOnce() -> R) -> R {
-        /// Beats again on drop.
-        struct Beat<'a>(&'a AtomicU64, &'a Clock);
-        impl Drop for Beat<'_> {
-            fn drop(&mut self) {
-                self.0.store(self.1.now().max(1), Ordering::Relaxed);
-            }
-        }
-        let Some(beat) = self.shared.beats.get(self.worker) else {
-            return self.long(f);
-        };
-        beat.store(0, Ordering::Relaxed);
-        let _beat = Beat(beat, &self.clock);
-        self.long(f)
-    }
-
-    /// Runs `f` — a long synchronous step (a state snapshot or restore, an
-    /// end-of-stream flush) — without a standby taking the primaries of
-    /// this worker for stalled meanwhile.
+    /// Runs `f` — a long synchronous step of the engine's own (a state
+    /// snapshot or restore, an end-of-stream flush that may block on the
+    /// disk, a large exchange made or dropped) — outside stall detection:
+    /// no standby takes the primaries of this worker for stalled
+    /// meanwhile, and the worker's heartbeat reads "busy, not checked" (0)
+    /// to the supervisor's watch, so that a restore of a large state under
+    /// restart-all is not taken for a stall either (and restarted, and
+    /// restored again, without end). Both are restored when `f` returns or
+    /// unwinds — a primary that panics in a long step fails alone; its
+    /// worker's other primaries must not stay unwatched (a panic's hook
+    /// runs in here) — unless an outer long step still runs.
     pub(crate) fn long<R>(&self, f: impl FnOnce() -> R) -> R {
         let Some(at) = self.shared.released_at.get(self.worker) else {
             return f();
         };
-        /// Releases the worker's primaries to their standbys' watch again
-        /// on drop — when `f` returns or unwinds (a primary that panics in
-        /// a long step fails alone; its worker's other primaries must not
-        /// stay unwatched) — unless an outer long step still runs.
-        struct Watch<'a>(&'a AtomicU64, &'a Clock, bool);
+        let beat = self.shared.beats.get(self.worker).map(|b| &**b);
+        /// Gives the worker back to both watches on drop.
+        struct Watch<'a> {
+            released_at: &'a AtomicU64,
+            beat: Option<&'a AtomicU64>,
+            clock: &'a Clock,
+            nested: bool,
+        }
         impl Drop for Watch<'_> {
             fn drop(&mut self) {
-                if !self.2 {
-                    self.0.store(self.1.now(), Ordering::Release);
+                if self.nested {
+                    return;
+                }
+                let now = self.clock.now();
+                self.released_at.store(now, Ordering::Release);
+                if let Some(b) = self.beat {
+                    b.store(now.max(1), Ordering::Relaxed);
                 }
             }
         }
-        let outer = at.swap(u64::MAX, Ordering::AcqRel) == u64::MAX;
-        let _watch = Watch(at, &self.clock, outer);
+        let nested = at.swap(u64::MAX, Ordering::AcqRel) == u64::MAX;
+        if let (false, Some(b)) = (nested, beat) {
+            b.store(0, Ordering::Relaxed);
+        }
+        let _watch = Watch {
+            released_at: at,
+            beat,
+            clock: &self.clock,
+            nested,
+        };
         f()
     }
 
@@ -617,6 +640,11 @@ impl Task {
     }
 }
 
+/// Steps of progress ([`TaskCtx::tick`]) between two heartbeats written
+/// from inside a poll (a step is a microsecond or less: well within any
+/// heartbeat timeout).
+const TICKS_PER_BEAT: u64 = 1024;
+
 /// Nanoseconds in the millisecond processing time ticks by.
 pub(crate) const MS: Nanos = 1_000_000;
 
@@ -658,12 +686,12 @@ mod tests {
     }
 
     #[test]
-    fn an_unwatched_step_that_panics_beats_again() {
+    fn a_long_step_that_panics_beats_again() {
         let c = ctx();
         let r = catch_unwind(AssertUnwindSafe(|| {
-            c.unwatched(|| {
+            c.long(|| {
                 assert_eq!(c.shared.beats[0].load(Ordering::Relaxed), 0);
-                panic!("an unwatched step panics")
+                panic!("a long step panics")
             })
         }));
         assert!(r.is_err());

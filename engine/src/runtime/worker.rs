@@ -237,7 +237,7 @@ pub(crate) fn run(index: usize, core: Option<usize>, w: Arc<Wiring>) {
                     // bytes to reach the disk: not a stall.
                     let (_, done) = tasks.remove(i);
                     let ctx = Rc::clone(&done.ctx);
-                    ctx.unwatched(move || drop(done));
+                    ctx.long(move || drop(done));
                     now_ns = clock.now();
                     progress = true;
                     continue;

@@ -79,18 +79,31 @@ impl<K: Archive, S: Archive> Steps<K, S> {
     pub(crate) fn new(frozen: Frozen<K, S>) -> Self {
         let entry = std::mem::size_of::<Entry<Archived<K>, Archived<S>>>();
         let (len, live) = (frozen.len, frozen.live);
-        let hint = 64 + live * entry;
+        let inline =
+            std::mem::size_of::<K::Resolver>() == 0 && std::mem::size_of::<S::Resolver>() == 0;
+        // The entries themselves, or — where they have out-of-line parts —
+        // as many bytes an entry as the last archive took, and an eighth
+        // more.
+        let (bytes, entries) = frozen
+            .table
+            .try_borrow()
+            .map_or((0, 0), |t| t.archived.get());
+        let hint = (64 + live * entry).max(match entries {
+            0 => 0,
+            n => (bytes / n)
+                .saturating_mul(live)
+                .saturating_add(bytes / n * live / 8),
+        });
         Steps {
             frozen: Some(frozen),
             len,
             live,
             written: 0,
             out: Some(SnapshotBytes::with_capacity(hint)),
-            resolvers: VecDeque::new(),
+            resolvers: VecDeque::with_capacity(if inline { 0 } else { live }),
             phase: Phase::Parts,
             next: 0,
-            inline: std::mem::size_of::<K::Resolver>() == 0
-                && std::mem::size_of::<S::Resolver>() == 0,
+            inline,
         }
     }
 }
@@ -271,7 +284,11 @@ where
             Phase::Root { start } => {
                 // The freeze is over: the live state saves no more
                 // pre-images.
-                self.frozen = None;
+                if let Some(f) = self.frozen.take() {
+                    if let (Ok(t), Some(out)) = (f.table.try_borrow(), &self.out) {
+                        t.archived.set((out.len(), self.live));
+                    }
+                }
                 let stand_in: KeyedState<K, S> = KeyedState {
                     map: Rc::new(RefCell::new(Table {
                         presolved: Some((start, self.live)),

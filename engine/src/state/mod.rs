@@ -106,6 +106,12 @@ pub struct Table<K, S> {
     /// Set only on the stand-in an archive made in slices writes its root
     /// from: where its entries stand in the output, and how many.
     presolved: Option<(usize, usize)>,
+    /// The payload bytes and live entries of this table's last whole
+    /// archive made in slices: the next one reserves its output from them,
+    /// so that it does not grow by doubling — each doubling copies the
+    /// whole archive so far at once, milliseconds of one slice for a
+    /// large state.
+    archived: std::cell::Cell<(usize, usize)>,
 }
 
 /// A key's state, its insertion number, and the newest freeze its
@@ -165,6 +171,7 @@ impl<K, S> Default for Table<K, S> {
             freezes: Vec::new(),
             next_epoch: 1,
             presolved: None,
+            archived: std::cell::Cell::new((0, 0)),
         }
     }
 }
@@ -631,8 +638,15 @@ where
 
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError> {
         let archived = checkpoint::access::<Self>(payload)?;
-        rkyv::deserialize::<Self, rancor::Error>(archived)
-            .map_err(|source| CheckpointError::Deserialize { source })
+        let state = rkyv::deserialize::<Self, rancor::Error>(archived)
+            .map_err(|source| CheckpointError::Deserialize { source })?;
+        // The first archive after a restore (a takeover's, a restart's)
+        // reserves its output from the one restored.
+        {
+            let t = state.map.borrow();
+            t.archived.set((payload.len(), t.map.len()));
+        }
+        Ok(state)
     }
 }
 

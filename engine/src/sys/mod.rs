@@ -2,7 +2,7 @@
 //! threads' scheduler state, io_uring file writes, filesystem space, scratch
 //! directories that outlive a killed run only until the next run's sweep,
 //! reading files another process may change (regular files only, bounded
-//! reads).
+//! reads), and dropping large buffers off the data path.
 //!
 //! Everything here is a thin, fallible wrapper: callers get an error they can
 //! report, never a panic, when the machine lacks what the engine asks for.
@@ -11,6 +11,7 @@ pub mod affinity;
 pub mod file;
 pub mod fs;
 pub mod limits;
+pub mod reap;
 pub mod rusage;
 pub mod scratch;
 pub mod thread;

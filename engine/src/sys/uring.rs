@@ -207,12 +207,40 @@ impl Default for AlignedBuf {
     }
 }
 
+/// Buffers at least this large are freed on the reaper thread
+/// ([`super::reap`]): giving their pages back takes milliseconds.
+const FREE_ELSEWHERE: usize = 4 << 20;
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.cap != 0 {
-            // SAFETY: allocated with exactly this layout (see `reserve`).
-            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.cap)) }
+        if self.cap == 0 {
+            return;
         }
+        let a = Allocation {
+            ptr: self.ptr,
+            cap: self.cap,
+        };
+        if a.cap >= FREE_ELSEWHERE {
+            super::reap::later(a);
+        }
+    }
+}
+
+/// An [`AlignedBuf`]'s allocation, freed when this drops.
+struct Allocation {
+    ptr: NonNull<u8>,
+    cap: usize,
+}
+
+// SAFETY: the allocation of a buffer that is gone: nothing else refers to
+// it, and the global allocator frees memory on any thread.
+unsafe impl Send for Allocation {}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: allocated with exactly this layout (see `reserve`), and
+        // owned by this value alone.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), AlignedBuf::layout(self.cap)) }
     }
 }
 

@@ -169,7 +169,7 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
         // A stopped attempt's sink stages nothing (see `barrier`).
         if !self.failed && !self.finished && !self.ctx.shared.cancelled() {
             let sink = &mut self.sink;
-            let r = self.ctx.unwatched(|| {
+            let r = self.ctx.long(|| {
                 sink.finish()
                     .map_err(|e| ("sink finish failed", e))
                     .and_then(|()| {

@@ -99,6 +99,9 @@ impl ArchiveSteps for FrameSteps {
             put(out, &(node as u64).to_le_bytes());
             match archived {
                 Some(b) => {
+                    // Room for the part now: grown by doubling instead, the
+                    // frame would copy all it holds in one step.
+                    out.reserve(1 + 8 + b.len());
                     put(out, &[1]);
                     put(out, &(b.len() as u64).to_le_bytes());
                     self.copying = Some((b, 0));

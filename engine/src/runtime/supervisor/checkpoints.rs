@@ -310,7 +310,7 @@ impl Supervisor {
                         let (node, instance) = keys[i];
                         let id = f.id;
                         c.in_flight = None;
-                        c.failed(format!(
+                        c.overtaken(format!(
                             "checkpoint {id}: declined — `{}` instance {instance} acknowledged it, then its standby took over from past the barrier",
                             self.names[node]
                         ));
@@ -517,6 +517,18 @@ impl Coordinator {
 
     pub(super) fn failed(&mut self, why: String) {
         self.consecutive_failures += 1;
+        self.stats.failed += 1;
+        self.stats.last_failure = Some(why);
+        self.last_end = Some(Instant::now());
+    }
+
+    /// A checkpoint a takeover made impossible: counted among the failed
+    /// ones, but — like one a restart abandons — not among the
+    /// consecutive failures the configuration tolerates. It says nothing
+    /// against checkpointing, only that an operator failed and its
+    /// standby recovered it; under a burst of failures every checkpoint
+    /// may overlap a takeover, and the job must not fail for that.
+    pub(super) fn overtaken(&mut self, why: String) {
         self.stats.failed += 1;
         self.stats.last_failure = Some(why);
         self.last_end = Some(Instant::now());

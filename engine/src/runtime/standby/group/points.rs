@@ -124,6 +124,9 @@ impl Group {
                 }
                 if let Some(old) = g.exchange.replace(Arc::clone(x)) {
                     let _ = std::fs::remove_file(old.path());
+                    // Unmapping it frees every page of its slots (hundreds of
+                    // megabytes for a large state): off the primary's poll.
+                    crate::sys::reap::later(old);
                 }
             }
             xseq = staged.commit();

@@ -20,6 +20,7 @@ use super::{Incarnation, Pending};
 use crate::checkpoint::{ArchiveSteps, SnapshotBytes, StateCapture};
 use crate::record::Nanos;
 use crate::runtime::standby::group::Doing;
+use crate::runtime::task::TaskCtx;
 use crate::standby::codec::Codec;
 use crate::standby::exchange::{Staged, Staging};
 use std::rc::Rc;
@@ -83,7 +84,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         if self.building() {
             self.doing(Doing::Snapshot);
             let p = self.pending.as_mut().expect("building");
-            match build_slice(&self.group, &mut p.build, p.seq, &self.ctx.clock) {
+            match build_slice(&self.group, &mut p.build, p.seq, &self.ctx) {
                 Slice::Going => {}
                 Slice::Skip => {
                     self.pending = None;
@@ -152,7 +153,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             self.chain = Some(chain);
             match s {
                 Some(StateCapture::Steps(steps)) => Build::Archiving(steps, STEP_ENTRIES),
-                Some(StateCapture::Bytes(bytes)) => match stage(&self.group, bytes) {
+                Some(StateCapture::Bytes(bytes)) => match stage(&self.group, bytes, &ctx) {
                     Ok(Some(b)) => b,
                     Ok(None) => return false,
                     Err(e) => {
@@ -175,12 +176,15 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
 }
 
 /// The archive, with a slot of its size reserved (`None`: every slot is
-/// busy).
+/// busy). A long step: an archive larger than the exchange's slots makes a
+/// new exchange, every block of it reserved (tens of milliseconds for a
+/// large state).
 fn stage(
     group: &crate::runtime::standby::group::Group,
     bytes: SnapshotBytes,
+    ctx: &TaskCtx,
 ) -> Result<Option<Build>, String> {
-    match group.stage_state(bytes.len()) {
+    match ctx.long(|| group.stage_state(bytes.len())) {
         Ok(Some(staging)) => Ok(Some(Build::Copying(Box::new((bytes, staging))))),
         Ok(None) => Ok(None),
         Err(e) => Err(format!("reserving the snapshot exchange: {e}")),
@@ -192,15 +196,16 @@ fn build_slice(
     group: &crate::runtime::standby::group::Group,
     build: &mut Build,
     seq: u64,
-    clock: &crate::runtime::task::Clock,
+    ctx: &TaskCtx,
 ) -> Slice {
+    let clock = &ctx.clock;
     let until = clock.now() + SLICE;
     loop {
         match build {
             Build::Stateless | Build::Ready(_) => return Slice::Going,
             Build::Archiving(steps, entries) => match timed(clock, || steps.step(*entries)) {
                 (Ok(None), took) => *entries = next_step(*entries, took),
-                (Ok(Some(bytes)), _) => match stage(group, bytes) {
+                (Ok(Some(bytes)), _) => match stage(group, bytes, ctx) {
                     Ok(Some(b)) => *build = b,
                     Ok(None) => return Slice::Skip,
                     Err(e) => return Slice::Failed(e),
