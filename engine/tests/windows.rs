@@ -644,3 +644,40 @@ fn an_idle_partition_does_not_hold_the_watermark_back() {
         fired.len()
     );
 }
+
+#[test]
+fn firing_a_million_windows_at_the_end_is_work_not_a_stall() {
+    // Every key's only window closes at the end of the stream, all in one
+    // poll (a second or more): restart-all's heartbeat watch (100 ms) must
+    // take the firing for progress. Taken for a stall, the job restarts —
+    // from the start, with no checkpoint — reaches the end, and stalls
+    // again, without end (bounded here by the attempts).
+    const KEYS: u32 = 1_000_000;
+    let job = JobBuilder::new("many-windows");
+    job.default_parallelism(1);
+    let fired = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let f2 = Arc::clone(&fired);
+    let out = job
+        .source("clicks", |_| {
+            IterSource((0..KEYS).map(|u| ((u, u64::from(u)), 0u64)))
+        })
+        .watermarks(Watermarks::ascending())
+        .key_by(|c: &Click| c.0)
+        .window(Windows::tumbling(Duration::from_secs(1)))
+        .aggregate("window", CountAgg);
+    out.results().for_each("sink", move |_| {
+        f2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    });
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .restart(RestartStrategy::FixedDelay {
+            attempts: 3,
+            delay: Duration::ZERO,
+        });
+    let report = job.build().unwrap().run(&cfg).unwrap();
+    assert_eq!(report.restarts, 0, "restarted: {:?}", report.recovery);
+    assert_eq!(
+        fired.load(std::sync::atomic::Ordering::Relaxed),
+        u64::from(KEYS)
+    );
+}
