@@ -100,8 +100,10 @@ struct Args {
     /// primary takes a recovery point at the latest when a queue is full
     /// of entries no point covers; at 10 M events/s a 16 MiB queue fills
     /// in about 50 ms, and each point archives the operator's whole state.
-    #[arg(long, default_value_t = 128)]
-    queue_mb: u64,
+    /// Default: 1 GiB over the cores² queues, 16 to 128 MiB each (128 on
+    /// 2 cores, 16 from 8 cores on, where each queue carries less).
+    #[arg(long)]
+    queue_mb: Option<u64>,
     /// Checkpoint interval of `--strategy restart-all` and `both`.
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
@@ -254,7 +256,11 @@ fn run_in(
                 Mode::Hot => StandbyMode::Hot,
             },
             heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms.max(1)),
-            queue_memory: args.queue_mb.max(1) << 20,
+            queue_memory: args
+                .queue_mb
+                .unwrap_or((1024 / (cores * cores) as u64).clamp(16, 128))
+                .max(1)
+                << 20,
             ..StandbyConfig::default()
         });
     }
