@@ -222,6 +222,8 @@ impl Drop for AlignedBuf {
         };
         if a.cap >= FREE_ELSEWHERE {
             super::reap::later(a);
+        } else {
+            drop(a);
         }
     }
 }

@@ -515,11 +515,11 @@ impl Coordinator {
         self.stats.last_completed = Some(id);
     }
 
+    /// A checkpoint failed: one more of the consecutive failures the
+    /// configuration tolerates.
     pub(super) fn failed(&mut self, why: String) {
         self.consecutive_failures += 1;
-        self.stats.failed += 1;
-        self.stats.last_failure = Some(why);
-        self.last_end = Some(Instant::now());
+        self.overtaken(why);
     }
 
     /// A checkpoint a takeover made impossible: counted among the failed
