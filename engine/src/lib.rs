@@ -93,6 +93,7 @@
 
 pub mod checkpoint;
 pub mod error;
+pub mod export;
 pub mod job;
 pub mod metrics;
 pub mod operator;
@@ -114,7 +115,7 @@ pub use job::{
     StandbyConnected, Stream, WindowJoin, WindowOutput, WindowedStream,
 };
 pub use metrics::{
-    CheckpointStats, JobReport, LatencyHistogram, OperatorStats, Progress, RecoveryKind,
+    CheckpointStats, JobReport, JobStatus, LatencyHistogram, OperatorStats, Progress, RecoveryKind,
     RecoveryRecord, StandbyStats,
 };
 pub use operator::source::{IterSource, Source, SourcePoll};
@@ -125,6 +126,6 @@ pub use record::{Record, TupleId};
 pub use recovery::restart::RestartStrategy;
 pub use runtime::panic::PanicOutput;
 pub use runtime::placement::Chaining;
-pub use runtime::{CheckpointConfig, CheckpointMode, JobHandle, RuntimeConfig};
+pub use runtime::{CheckpointConfig, CheckpointMode, JobHandle, JobWatch, RuntimeConfig};
 pub use standby::{StandbyConfig, StandbyMode};
 pub use state::{KeyedState, StateSnapshot};

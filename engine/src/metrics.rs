@@ -44,6 +44,23 @@ impl LatencyHistogram {
         let _ = self.0.add(&other.0);
     }
 
+    /// The samples recorded since `earlier`, an older copy of this
+    /// cumulative histogram (an interval of a live reader).
+    pub fn since(&self, earlier: &LatencyHistogram) -> LatencyHistogram {
+        let mut d = self.clone();
+        // `earlier` holds a subset of `self`'s samples; should it not (a
+        // copy of another histogram), what cannot be taken is left.
+        if d.0.subtract(&earlier.0).is_err() {
+            return self.clone();
+        }
+        d
+    }
+
+    /// Forgets every sample.
+    pub fn clear(&mut self) {
+        self.0.reset();
+    }
+
     /// Number of samples.
     pub fn len(&self) -> u64 {
         self.0.len()
@@ -101,8 +118,51 @@ pub(crate) struct InstanceCounters {
 pub(crate) struct JobMetrics {
     /// `[node][instance]`.
     pub(crate) counters: Vec<Vec<CachePadded<InstanceCounters>>>,
+    /// Sinks merge what they measured into it every
+    /// [`LATENCY_PUBLISH_NS`] and when they end.
     latency: Mutex<LatencyHistogram>,
     pub(crate) dead_letters: AtomicU64,
+    /// The supervisor's figures, published every [`STATUS_PUBLISH_NS`].
+    status: Mutex<JobStatus>,
+}
+
+/// How often a sink merges its latency histogram into the job's (10 ms:
+/// a live reader's interval is accurate to that).
+pub(crate) const LATENCY_PUBLISH_NS: u64 = 10_000_000;
+
+/// How often the supervisor publishes a [`JobStatus`].
+pub(crate) const STATUS_PUBLISH_NS: u64 = 10_000_000;
+
+/// What a running job has done beyond its operators' counts — checkpoints,
+/// recoveries, standbys — as its supervisor last published it (every
+/// 10 ms; see [`crate::JobHandle::status`]). Counts cover every attempt.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobStatus {
+    /// Checkpoints triggered at the sources.
+    pub checkpoints_started: u64,
+    /// Checkpoints made durable.
+    pub checkpoints_completed: u64,
+    /// Checkpoints abandoned (timeout, declined, write error).
+    pub checkpoints_failed: u64,
+    /// Completed checkpoints that took longer than the interval.
+    pub checkpoints_late: u64,
+    /// The newest completed checkpoint's duration, trigger → durable
+    /// manifest, microseconds.
+    pub checkpoint_last_duration_us: Option<u64>,
+    /// Restarts (attempts after the first).
+    pub restarts: u32,
+    /// Standbys that took over.
+    pub takeovers: u64,
+    /// The newest recovery whose first output is known: fault → first
+    /// output of the recovered operator (takeover) or job (restart), µs.
+    pub last_recovery_first_output_us: Option<u64>,
+    /// Operator instances running with a standby.
+    pub standby_groups: usize,
+    /// Bytes the buffer queues hold now, over every group.
+    pub standby_queue_bytes: u64,
+    /// Inputs the buffer queues hold now, over every group: what the
+    /// standbys would replay were every primary to fail now (their lag).
+    pub standby_queue_entries: u64,
 }
 
 impl JobMetrics {
@@ -114,7 +174,19 @@ impl JobMetrics {
                 .collect(),
             latency: Mutex::new(LatencyHistogram::new()),
             dead_letters: AtomicU64::new(0),
+            status: Mutex::new(JobStatus::default()),
         }
+    }
+
+    pub(crate) fn publish_status(&self, s: JobStatus) {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    }
+
+    pub(crate) fn status(&self) -> JobStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub(crate) fn merge_latency(&self, h: &LatencyHistogram) {
@@ -256,6 +328,9 @@ pub struct RecoveryRecord {
     pub cause: String,
     /// The record it failed on, when known (injected faults).
     pub tuple_id: Option<crate::record::TupleId>,
+    /// When the fault happened, microseconds since the job started (the
+    /// engine clock): where a timeline marks it.
+    pub fault_at_us: u64,
     /// Fault → the supervisor noticed.
     pub detect_us: u64,
     /// Detection → every worker of the new attempt built and restored.

@@ -553,6 +553,26 @@ impl JobHandle {
         operator_stats(&self.graph, &self.metrics)
     }
 
+    /// Checkpoints, recoveries and standbys so far (see [`JobWatch::status`]).
+    pub fn status(&self) -> crate::JobStatus {
+        self.metrics.status()
+    }
+
+    /// End-to-end latency so far (see [`JobWatch::latency`]).
+    pub fn latency(&self) -> crate::LatencyHistogram {
+        self.metrics.latency()
+    }
+
+    /// A read-only view of the running job that other threads may keep
+    /// (a metrics exporter, an interval log): it reads what the job
+    /// publishes anyway and touches no data path.
+    pub fn watch(&self) -> JobWatch {
+        JobWatch {
+            metrics: Arc::clone(&self.metrics),
+            graph: Arc::clone(&self.graph),
+        }
+    }
+
     /// Whether the job has ended (completed, failed or cancelled).
     pub fn is_finished(&self) -> bool {
         self.supervisor.as_ref().is_none_or(|t| t.is_finished())
@@ -588,6 +608,43 @@ impl JobHandle {
             }),
             None => Err(JobError::Cancelled),
         }
+    }
+}
+
+/// What a running job publishes, readable from any thread
+/// ([`JobHandle::watch`]); it outlives the job, keeping its last figures.
+#[derive(Clone)]
+pub struct JobWatch {
+    metrics: Arc<JobMetrics>,
+    graph: Arc<Graph>,
+}
+
+impl JobWatch {
+    /// The job's name.
+    pub fn job_name(&self) -> &str {
+        &self.graph.name
+    }
+
+    /// Counts published by the operators so far.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            operators: operator_stats(&self.graph, &self.metrics),
+            dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Checkpoints, recoveries and standbys so far, as the supervisor last
+    /// published them (every 10 ms).
+    pub fn status(&self) -> crate::JobStatus {
+        self.metrics.status()
+    }
+
+    /// End-to-end latency measured so far, over all sinks: while records
+    /// flow, each sink merges what it measured every 10 ms (and the rest
+    /// when it ends), so this lags by about that. Subtract an earlier copy
+    /// for an interval ([`crate::LatencyHistogram::since`]).
+    pub fn latency(&self) -> crate::LatencyHistogram {
+        self.metrics.latency()
     }
 }
 

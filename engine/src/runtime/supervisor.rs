@@ -82,6 +82,8 @@ pub(crate) struct Supervisor {
     /// The checkpoint the job started from, and newer ones passed over.
     restored_from: Option<(u64, Vec<String>)>,
     standby_stats: Option<StandbyStats>,
+    /// When the last [`crate::JobStatus`] was published.
+    status_at: u64,
     /// Shared with every attempt's workers: see `JobShared::build`.
     build_fence: Arc<std::sync::RwLock<()>>,
 }
@@ -152,6 +154,7 @@ impl Supervisor {
             cores,
             origin,
             metrics: Arc::clone(&metrics),
+            status_at: 0,
             pacing_start: Arc::new(OnceLock::new()),
             tx: tx.clone(),
             rx,
@@ -418,6 +421,10 @@ impl Supervisor {
         }
         self.coordinate()?;
         self.measure_recovery(now);
+        if now.saturating_sub(self.status_at) >= crate::metrics::STATUS_PUBLISH_NS {
+            self.status_at = now;
+            self.publish_status();
+        }
         Ok(None)
     }
 

@@ -1,7 +1,7 @@
 //! The chain hop around a [`Sink`]: counts records and measures end-to-end
 //! latency (engine clock now − the record's ingest stamp) into a per-task HDR
-//! histogram, merged into the job's when the sink ends (or is dropped with
-//! its attempt).
+//! histogram, merged into the job's every 10 ms (so a live reader sees it)
+//! and when the sink ends (or is dropped with its attempt).
 //!
 //! The clock is read once per batch, not per record: ingest stamps are
 //! buffered and all get the same "now" at the next flush. That can only
@@ -14,7 +14,7 @@
 //! after a restart and when it got back to where it was before the fault.
 
 use super::run_probe;
-use crate::metrics::LatencyHistogram;
+use crate::metrics::{LatencyHistogram, LATENCY_PUBLISH_NS};
 use crate::operator::{Collector, Sink, FINAL_EPOCH};
 use crate::record::Record;
 use crate::runtime::coord::{Event, SinkTally};
@@ -33,6 +33,8 @@ pub(crate) struct SinkOp<T, S> {
     probe: Probe,
     stamps: Vec<u64>,
     hist: LatencyHistogram,
+    /// When `hist` was last merged into the job's (engine clock).
+    merged_at: u64,
     merged: bool,
     seen: u64,
     /// Records handed to the sink in this attempt.
@@ -65,6 +67,7 @@ impl<T, S: Sink<T>> SinkOp<T, S> {
             probe: cx.probe,
             stamps: Vec::with_capacity(STAMP_BATCH),
             hist: LatencyHistogram::new(),
+            merged_at: 0,
             merged: false,
             seen: 0,
             written: 0,
@@ -84,6 +87,18 @@ impl<T, S: Sink<T>> SinkOp<T, S> {
             self.hist.record(now.saturating_sub(s));
         }
         self.stamps.clear();
+        if now.saturating_sub(self.merged_at) >= LATENCY_PUBLISH_NS {
+            self.merge_latency(now);
+        }
+    }
+
+    /// Hands what was measured since the last merge to the job's histogram.
+    fn merge_latency(&mut self, now: u64) {
+        if !self.hist.is_empty() {
+            self.ctx.shared.metrics.merge_latency(&self.hist);
+            self.hist.clear();
+        }
+        self.merged_at = now;
     }
 
     fn publish(&mut self) {

@@ -672,12 +672,21 @@ impl Group {
 
     /// Bytes the buffer queues hold now; raises the recorded peak.
     pub(crate) fn note_queue_bytes(&self) {
-        let b: u64 = self
-            .queues
+        self.queue_peak
+            .fetch_max(self.queue_bytes(), Ordering::Relaxed);
+    }
+
+    /// Bytes the buffer queues hold now.
+    pub(crate) fn queue_bytes(&self) -> u64 {
+        self.queues
             .iter()
             .map(|q| q.arena_used() + 32 * (q.tail() - q.head()))
-            .sum();
-        self.queue_peak.fetch_max(b, Ordering::Relaxed);
+            .sum()
+    }
+
+    /// Inputs the buffer queues hold now.
+    pub(crate) fn queue_entries(&self) -> u64 {
+        self.queues.iter().map(|q| q.tail() - q.head()).sum()
     }
 
     /// Where the group stands (for a diagnostic dump).

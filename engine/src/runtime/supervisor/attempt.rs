@@ -314,6 +314,7 @@ impl Supervisor {
         let mut record = restart_record(
             &err,
             shared.fault_tuple(),
+            failed_at / 1000,
             detected_at.saturating_sub(failed_at) / 1000,
         );
         std::thread::sleep(delay);

@@ -68,6 +68,7 @@ pub(super) fn sinks_after_restart(sinks: impl IntoIterator<Item = SinkMarks>) ->
 pub(super) fn restart_record(
     err: &JobError,
     tuple_id: Option<TupleId>,
+    fault_at_us: u64,
     detect_us: u64,
 ) -> RecoveryRecord {
     RecoveryRecord {
@@ -76,6 +77,7 @@ pub(super) fn restart_record(
         instance: error_instance(err),
         cause: err.to_string(),
         tuple_id,
+        fault_at_us,
         detect_us,
         restore_us: None,
         first_output_us: None,
@@ -135,6 +137,51 @@ impl Supervisor {
         }
     }
 
+    /// Publishes what a live reader sees of checkpoints, recoveries and
+    /// standbys ([`crate::JobHandle::status`]).
+    pub(super) fn publish_status(&self) {
+        let mut s = crate::JobStatus {
+            restarts: self.attempt.number,
+            ..Default::default()
+        };
+        // The newest recovery with its first output: (fault, fault → first output).
+        let mut newest = self
+            .recovery
+            .iter()
+            .filter_map(|r| r.first_output_us.map(|f| (r.fault_at_us, f)))
+            .max();
+        if let Some(st) = &self.standby_stats {
+            s.takeovers = st.takeovers;
+        }
+        if let Some(c) = &self.coord {
+            s.checkpoints_started = c.stats.started;
+            s.checkpoints_completed = c.stats.completed;
+            s.checkpoints_failed = c.stats.failed;
+            s.checkpoints_late = c.stats.late;
+            s.checkpoint_last_duration_us = c.stats.durations_us.last().copied();
+        }
+        if let Some(sb) = &self.attempt.shared.standby {
+            let log = sb.log.lock();
+            s.takeovers += log.len() as u64;
+            let live = log
+                .iter()
+                .filter_map(|t| {
+                    let first = t.sink_at.or(t.accepted_at)?;
+                    Some((t.fault_at / 1000, first.saturating_sub(t.fault_at) / 1000))
+                })
+                .max();
+            drop(log);
+            newest = newest.max(live);
+            s.standby_groups = sb.groups.len();
+            for g in sb.groups.values() {
+                s.standby_queue_bytes += g.queue_bytes();
+                s.standby_queue_entries += g.queue_entries();
+            }
+        }
+        s.last_recovery_first_output_us = newest.map(|(_, f)| f);
+        self.metrics.publish_status(s);
+    }
+
     /// A standby run's takeovers, in the order of their faults, become
     /// recovery records (figures measured from the fault), and its counts
     /// the report's standby figures.
@@ -187,14 +234,14 @@ mod tests {
             instance: 3,
             message: "boom".into(),
         };
-        let r = restart_record(&err, Some(TupleId(42)), 17);
+        let r = restart_record(&err, Some(TupleId(42)), 5, 17);
         assert_eq!((r.operator.as_str(), r.instance), ("keyed", 3));
         assert_eq!(r.tuple_id, Some(TupleId(42)));
         assert_eq!(r.detect_us, 17);
         assert!(r.cause.contains("boom"));
         assert!(!r.unprovoked && r.restore_us.is_none());
         // An error that names no instance: instance 0.
-        assert_eq!(restart_record(&JobError::Cancelled, None, 0).instance, 0);
+        assert_eq!(restart_record(&JobError::Cancelled, None, 0, 0).instance, 0);
     }
 
     #[test]

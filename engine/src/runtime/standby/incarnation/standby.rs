@@ -278,6 +278,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 instance: group.instance,
                 cause: fault.cause,
                 tuple_id: fault.tuple,
+                fault_at_us: fault.at / 1000,
                 detect_us: now.saturating_sub(fault.at) / 1000,
                 unprovoked: fault.unprovoked,
                 evidence: evidence.map(|(e, doing)| format!("{e}; the primary was {doing}")),
