@@ -5,5 +5,6 @@ pub mod cleanup;
 pub mod cli;
 pub mod nexmark;
 pub mod paper;
+pub mod live;
 pub mod paths;
 pub mod report;

@@ -124,6 +124,8 @@ pub(crate) struct JobMetrics {
     pub(crate) dead_letters: AtomicU64,
     /// The supervisor's figures, published every [`STATUS_PUBLISH_NS`].
     status: Mutex<JobStatus>,
+    /// The job's start: the engine clock's origin.
+    pub(crate) origin: std::time::Instant,
 }
 
 /// How often a sink merges its latency histogram into the job's (10 ms:
@@ -175,6 +177,7 @@ impl JobMetrics {
             latency: Mutex::new(LatencyHistogram::new()),
             dead_letters: AtomicU64::new(0),
             status: Mutex::new(JobStatus::default()),
+            origin: std::time::Instant::now(),
         }
     }
 

@@ -625,6 +625,12 @@ impl JobWatch {
         &self.graph.name
     }
 
+    /// Time since the job started: the engine clock, which recovery
+    /// records' `fault_at_us` are on.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.metrics.origin.elapsed()
+    }
+
     /// Counts published by the operators so far.
     pub fn progress(&self) -> Progress {
         Progress {

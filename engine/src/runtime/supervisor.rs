@@ -140,7 +140,8 @@ impl Supervisor {
             None => None,
         };
         let (tx, rx) = mpsc::channel();
-        let origin = Instant::now();
+        // The engine clock's origin: the one live readers see too.
+        let origin = metrics.origin;
         let mut sup = Supervisor {
             names: graph.nodes.iter().map(|n| Arc::clone(&n.name)).collect(),
             dead_letters: Arc::new(DeadLetters::new(&graph.name, config.run_dir.clone())),

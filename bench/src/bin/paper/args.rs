@@ -176,6 +176,19 @@ pub struct Args {
     /// throughput ratio (checkpointed / plain).
     #[arg(long)]
     pub compare_without_checkpoints: bool,
+    /// Serve live metrics while the job runs, in the Prometheus text
+    /// format at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0: any
+    /// free port, printed). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Write end-to-end latency as an HdrHistogram interval log (.hlog),
+    /// one interval a second, values in nanoseconds.
+    #[arg(long, value_name = "FILE")]
+    pub hlog: Option<PathBuf>,
+    /// Write the sink's throughput and p99 latency in 10 ms buckets, and
+    /// each recovery's fault, as JSON (what `experiments` plots).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
 }
 
 pub fn parse_chaining(s: &str) -> Result<Chaining, String> {

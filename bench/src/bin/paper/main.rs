@@ -33,6 +33,7 @@ fn run(
     input: &Arc<Input>,
     checkpoints: bool,
     faults: &Schedule,
+    live: &tandem_bench::live::LiveFlags,
 ) -> anyhow::Result<Report> {
     let (cores, parallelism) = (plan.cores, plan.parallelism);
     let checkpointing = plan.checkpointing;
@@ -119,6 +120,7 @@ fn run(
         };
         anyhow::Error::new(e).context(format!("starting the job{hint}"))
     })?;
+    let live = tandem_bench::live::Live::start(live, &handle.watch())?;
     let bar = indicatif::ProgressBar::new(input.len());
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -169,6 +171,7 @@ fn run(
         Some(Err(e)) => return Err(e).context("taking the savepoint"),
     }
     let joined = handle.join();
+    live.finish(joined.as_ref().ok())?;
     if tandem_bench::cli::interrupted() {
         keep_checkpoints(args);
         checks::interrupted()?;
@@ -263,6 +266,7 @@ fn run(
                 operator: r.operator.clone(),
                 instance: r.instance,
                 tuple_id: r.tuple_id.map(seq_of),
+                fault_at_ms: r.fault_at_us as f64 / 1e3,
                 cause: r.cause.clone(),
                 detect_us: r.detect_us,
                 restore_us: r.restore_us,
@@ -407,7 +411,7 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         }
         let mut a = args.clone();
         a.savepoint_after_ms = None;
-        let r = run(&a, &p, &input, false, &Schedule::default())?;
+        let r = run(&a, &p, &input, false, &Schedule::default(), &Default::default())?;
         errln!(
             "without {}: {:.0} records/s, p99 {}",
             if args.compare_without_standby {
@@ -422,7 +426,13 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut rep = run(args, &plan, &input, true, &faults)?;
+    let live = tandem_bench::live::LiveFlags {
+        metrics_addr: args.metrics_addr,
+        hlog: args.hlog.clone(),
+        timeline: args.timeline.clone(),
+        timeline_operator: names::SINK.to_string(),
+    };
+    let mut rep = run(args, &plan, &input, true, &faults, &live)?;
     if let Some((p, p99)) = plain {
         rep.plain_throughput_rps = Some(p);
         rep.throughput_ratio = Some(rep.throughput_rps / p);

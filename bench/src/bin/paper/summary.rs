@@ -15,6 +15,8 @@ pub struct Recovery {
     pub instance: usize,
     /// The input record (its seq) the fault fired on, when known.
     pub tuple_id: Option<u64>,
+    /// When the fault happened, ms since the job started.
+    pub fault_at_ms: f64,
     pub cause: String,
     pub detect_us: u64,
     pub restore_us: Option<u64>,

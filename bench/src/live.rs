@@ -1,0 +1,164 @@
+//! What a benchmark run shows while it runs, shared by `paper` and
+//! `nexmark`: `--metrics-addr` (a Prometheus endpoint), `--hlog` (an
+//! HdrHistogram interval log, one interval a second) and `--timeline`
+//! (throughput and p99 in 10 ms buckets, the faults marked: the data of a
+//! recovery plot).
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tandem::export::{IntervalLog, MetricsServer};
+use tandem::{JobWatch, LatencyHistogram};
+
+/// The flags, as each binary has them.
+#[derive(Clone, Debug, Default)]
+pub struct LiveFlags {
+    pub metrics_addr: Option<SocketAddr>,
+    pub hlog: Option<PathBuf>,
+    pub timeline: Option<PathBuf>,
+    /// The operator whose received records the timeline counts (the sink).
+    pub timeline_operator: String,
+}
+
+/// One 10 ms bucket of a timeline.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Bucket {
+    /// The bucket's end, ms since the job started.
+    pub t_ms: f64,
+    /// Records the counted operator received in the bucket, per second.
+    pub rate: f64,
+    /// p99 latency of the records that reached a sink in the bucket, µs
+    /// (`None`: none did).
+    pub p99_us: Option<f64>,
+}
+
+/// A run's timeline (`--timeline FILE`), faults marked.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The bucket width, ms.
+    pub bucket_ms: f64,
+    pub buckets: Vec<Bucket>,
+    /// Each recovery's fault, ms since the job started, with its kind.
+    pub faults: Vec<(f64, String)>,
+}
+
+/// What runs beside a job; [`Live::finish`] once it has ended.
+pub struct Live {
+    server: Option<MetricsServer>,
+    hlog: Option<(IntervalLog, PathBuf)>,
+    timeline: Option<(JoinHandle<Vec<Bucket>>, mpsc::Sender<()>, PathBuf)>,
+}
+
+impl Live {
+    /// Starts what `flags` ask for beside the job `watch` shows.
+    pub fn start(flags: &LiveFlags, watch: &JobWatch) -> anyhow::Result<Live> {
+        let server = match flags.metrics_addr {
+            Some(a) => {
+                let s = MetricsServer::serve(a, watch.clone())
+                    .with_context(|| format!("serving metrics on {a} (--metrics-addr)"))?;
+                crate::errln!("metrics at http://{}/metrics", s.addr());
+                Some(s)
+            }
+            None => None,
+        };
+        let hlog = match &flags.hlog {
+            Some(p) => Some((
+                IntervalLog::start(p, watch.clone(), Duration::from_secs(1))
+                    .with_context(|| format!("creating {} (--hlog)", p.display()))?,
+                p.clone(),
+            )),
+            None => None,
+        };
+        let timeline = match &flags.timeline {
+            Some(p) => {
+                let (stop, stopped) = mpsc::channel();
+                let w = watch.clone();
+                let op = flags.timeline_operator.clone();
+                let t = std::thread::Builder::new()
+                    .name("timeline".into())
+                    .spawn(move || sample(&w, &op, Duration::from_millis(10), &stopped))?;
+                Some((t, stop, p.clone()))
+            }
+            None => None,
+        };
+        Ok(Live {
+            server,
+            hlog,
+            timeline,
+        })
+    }
+
+    /// Ends what runs beside the job: the interval log's last interval, the
+    /// timeline (with `report`'s faults) written.
+    pub fn finish(mut self, report: Option<&tandem::JobReport>) -> anyhow::Result<()> {
+        drop(self.server.take());
+        if let Some((log, path)) = self.hlog.take() {
+            let n = log
+                .finish()
+                .with_context(|| format!("writing {} (--hlog)", path.display()))?;
+            crate::errln!("wrote {} ({n} intervals)", path.display());
+        }
+        if let Some((t, stop, path)) = self.timeline.take() {
+            let _ = stop.send(());
+            let buckets = t
+                .join()
+                .map_err(|_| anyhow::anyhow!("the timeline sampler panicked"))?;
+            let faults = report.map_or_else(Vec::new, |r| {
+                r.recovery
+                    .iter()
+                    .map(|x| (x.fault_at_us as f64 / 1e3, x.kind.name().to_string()))
+                    .collect()
+            });
+            let tl = Timeline {
+                bucket_ms: 10.0,
+                buckets,
+                faults,
+            };
+            crate::report::write_json(&path, &tl)?;
+        }
+        Ok(())
+    }
+}
+
+/// Samples the job every `every` until told to stop (or it has ended).
+fn sample(w: &JobWatch, op: &str, every: Duration, stop: &mpsc::Receiver<()>) -> Vec<Bucket> {
+    // On the engine clock, as the faults are.
+    let t0 = Instant::now() - w.elapsed();
+    let count = || w.progress().operator(op).map_or(0, |o| o.records);
+    // The next bucket's end after `t` (bucket ends are multiples of `every`).
+    let after = |t: Duration| every * (t.as_nanos() / every.as_nanos() + 1) as u32;
+    let (mut prev_n, mut prev_h) = (count(), LatencyHistogram::new());
+    let mut prev_t = t0.elapsed().as_secs_f64();
+    let mut out = Vec::new();
+    let mut next = after(t0.elapsed());
+    loop {
+        let wait = next.saturating_sub(t0.elapsed());
+        let last = !matches!(stop.recv_timeout(wait), Err(mpsc::RecvTimeoutError::Timeout));
+        let t = t0.elapsed().as_secs_f64();
+        let (n, h) = (count(), w.latency());
+        let d = h.since(&prev_h);
+        let dt = (t - prev_t).max(1e-6);
+        out.push(Bucket {
+            t_ms: t * 1e3,
+            rate: n.saturating_sub(prev_n) as f64 / dt,
+            p99_us: (!d.is_empty()).then(|| d.quantile(0.99) as f64 / 1e3),
+        });
+        (prev_n, prev_h, prev_t) = (n, h, t);
+        // A sampler that was not scheduled for a while skips the buckets
+        // it missed (the next one covers them).
+        next = (next + every).max(after(t0.elapsed()));
+        if last {
+            return out;
+        }
+    }
+}
+
+/// Reads a timeline written by `--timeline`.
+pub fn read_timeline(path: &Path) -> anyhow::Result<Timeline> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(serde_json::from_slice(&text)?)
+}
