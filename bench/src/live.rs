@@ -34,6 +34,11 @@ pub struct Bucket {
     /// p99 latency of the records that reached a sink in the bucket, µs
     /// (`None`: none did).
     pub p99_us: Option<f64>,
+    /// The process's CPU time over the bucket, in cores (1.0: one core
+    /// busy throughout).
+    pub cpu_cores: f64,
+    /// Bytes the standbys' buffer queues held at the bucket's end.
+    pub queue_bytes: u64,
 }
 
 /// A run's timeline (`--timeline FILE`), faults marked.
@@ -133,21 +138,28 @@ fn sample(w: &JobWatch, op: &str, every: Duration, stop: &mpsc::Receiver<()>) ->
     let after = |t: Duration| every * (t.as_nanos() / every.as_nanos() + 1) as u32;
     let (mut prev_n, mut prev_h) = (count(), LatencyHistogram::new());
     let mut prev_t = t0.elapsed().as_secs_f64();
+    let cpu = || tandem::sys::rusage::process_cpu_time().as_secs_f64();
+    let mut prev_cpu = cpu();
     let mut out = Vec::new();
     let mut next = after(t0.elapsed());
     loop {
         let wait = next.saturating_sub(t0.elapsed());
-        let last = !matches!(stop.recv_timeout(wait), Err(mpsc::RecvTimeoutError::Timeout));
+        let last = !matches!(
+            stop.recv_timeout(wait),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        );
         let t = t0.elapsed().as_secs_f64();
-        let (n, h) = (count(), w.latency());
+        let (n, h, c) = (count(), w.latency(), cpu());
         let d = h.since(&prev_h);
         let dt = (t - prev_t).max(1e-6);
         out.push(Bucket {
             t_ms: t * 1e3,
             rate: n.saturating_sub(prev_n) as f64 / dt,
             p99_us: (!d.is_empty()).then(|| d.quantile(0.99) as f64 / 1e3),
+            cpu_cores: (c - prev_cpu).max(0.0) / dt,
+            queue_bytes: w.status().standby_queue_bytes,
         });
-        (prev_n, prev_h, prev_t) = (n, h, t);
+        (prev_n, prev_h, prev_t, prev_cpu) = (n, h, t, c);
         // A sampler that was not scheduled for a while skips the buckets
         // it missed (the next one covers them).
         next = (next + every).max(after(t0.elapsed()));

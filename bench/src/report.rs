@@ -18,6 +18,8 @@ pub struct LatencyNs {
     pub p999: u64,
     /// Largest sample.
     pub max: u64,
+    /// Mean (ns, rounded).
+    pub mean: u64,
     /// Number of samples.
     pub samples: u64,
 }
@@ -30,6 +32,7 @@ impl From<&LatencyHistogram> for LatencyNs {
             p99: h.quantile(0.99),
             p999: h.quantile(0.999),
             max: h.max(),
+            mean: h.mean().round() as u64,
             samples: h.len(),
         }
     }

@@ -124,6 +124,15 @@ struct Args {
     /// Where the run's scratch files go (default: the temp directory).
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Serve live metrics while the job runs, in the Prometheus text
+    /// format at http://ADDR/metrics (e.g. 127.0.0.1:9464; port 0: any
+    /// free port, printed). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+    /// Write end-to-end latency as an HdrHistogram interval log (.hlog),
+    /// one interval a second, values in nanoseconds.
+    #[arg(long, value_name = "FILE")]
+    hlog: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -276,6 +285,14 @@ fn run_in(
     };
 
     let handle = job.start(&cfg).context("starting the job")?;
+    let live = tandem_bench::live::Live::start(
+        &tandem_bench::live::LiveFlags {
+            metrics_addr: args.metrics_addr,
+            hlog: args.hlog.clone(),
+            ..Default::default()
+        },
+        &handle.watch(),
+    )?;
     let bar = indicatif::ProgressBar::new(args.events);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -305,6 +322,7 @@ fn run_in(
     }
     let joined = handle.join();
     bar.finish_and_clear();
+    live.finish(joined.as_ref().ok())?;
     let report = joined.context("the job failed")?;
 
     let secs = report.elapsed.as_secs_f64();

@@ -1,0 +1,215 @@
+//! Running `paper` once per configuration, as a child process (each run its
+//! own process: its peak RSS and CPU are its own, and a run that fails or
+//! hangs is one run lost, not the campaign), and reading its JSON report.
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What `experiments` reads of a `paper` report (the rest is ignored).
+#[derive(Clone, Debug, Deserialize)]
+pub struct PaperReport {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub elapsed_s: f64,
+    pub throughput_rps: f64,
+    pub latency_ns: Latency,
+    pub cpu_seconds: f64,
+    pub peak_rss_bytes: u64,
+    pub engine_memory_bytes: u64,
+    pub cores: usize,
+    pub faults_fired: u64,
+    pub recovery: Vec<Recovery>,
+    pub restarts: u32,
+    pub checkpoints_completed: u64,
+    pub standby: Option<Standby>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Latency {
+    pub p50: u64,
+    pub p99: u64,
+    pub mean: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Recovery {
+    pub fault_at_ms: f64,
+    pub detect_us: u64,
+    pub first_output_us: Option<u64>,
+    pub caught_up_us: Option<u64>,
+    pub unprovoked: bool,
+}
+
+impl Recovery {
+    /// Fault → the job back where it was (the paper's recovery time:
+    /// reload and replay); fault → first output where that is all that
+    /// was measured.
+    pub fn recovery_us(&self) -> Option<u64> {
+        self.caught_up_us.or(self.first_output_us)
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Standby {
+    pub takeovers: u64,
+    pub queue_bytes_peak: u64,
+}
+
+/// One `paper` run: its flags beyond the common ones, and where its files go.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// A file-name-safe name, unique in the campaign.
+    pub name: String,
+    pub flags: Vec<String>,
+    /// Seconds it is expected to take (the progress bar's weight).
+    pub estimate_s: f64,
+    /// Write an interval log (`--hlog`) and a timeline (`--timeline`).
+    pub hlog: bool,
+    pub timeline: bool,
+}
+
+/// The files a run left: its report and, when asked, its logs.
+#[derive(Clone, Debug)]
+pub struct Done {
+    pub report: PaperReport,
+    pub hlog: Option<PathBuf>,
+    pub timeline: Option<PathBuf>,
+    pub wall_s: f64,
+}
+
+/// Runs `paper` (the binary at `bin`) for each run, into `dir/runs/`.
+pub struct Runner {
+    pub bin: PathBuf,
+    pub dir: PathBuf,
+    pub common: Vec<String>,
+    /// A run not finished in this long is stopped and counted as failed.
+    pub timeout: Duration,
+}
+
+impl Runner {
+    /// Runs one configuration; its report, or why there is none (the
+    /// child's last lines of standard error).
+    pub fn run(&self, r: &Run) -> anyhow::Result<Done> {
+        let runs = self.dir.join("runs");
+        std::fs::create_dir_all(&runs)?;
+        let report = runs.join(format!("{}.json", r.name));
+        let log = runs.join(format!("{}.log", r.name));
+        let hlog = r.hlog.then(|| runs.join(format!("{}.hlog", r.name)));
+        let timeline = r
+            .timeline
+            .then(|| runs.join(format!("{}.timeline.json", r.name)));
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(&self.common)
+            .args(&r.flags)
+            .arg("--report")
+            .arg(&report);
+        if let Some(h) = &hlog {
+            cmd.arg("--hlog").arg(h);
+        }
+        if let Some(t) = &timeline {
+            cmd.arg("--timeline").arg(t);
+        }
+        let stderr = std::fs::File::create(&log)?;
+        cmd.stdin(Stdio::null())
+            .stdout(stderr.try_clone()?)
+            .stderr(stderr);
+        let started = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", self.bin.display()))?;
+        let status = loop {
+            if let Some(s) = child.try_wait()? {
+                break s;
+            }
+            if tandem_bench::cli::interrupted() || started.elapsed() > self.timeout {
+                // SIGTERM: `paper` stops its job and removes its scratch
+                // files; a child that does not is killed after its grace.
+                // SAFETY: `kill` with a live child's pid and a valid signal.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                let waited = Instant::now();
+                while child.try_wait()?.is_none() {
+                    if waited.elapsed() > tandem_bench::cli::GRACE + Duration::from_secs(2) {
+                        let _ = child.kill();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if tandem_bench::cli::interrupted() {
+                    bail!("interrupted");
+                }
+                bail!(
+                    "run {} took longer than {:?} and was stopped (its output: {})",
+                    r.name,
+                    self.timeout,
+                    log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if !status.success() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(3).collect();
+            bail!(
+                "run {} failed ({status}): {}",
+                r.name,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            );
+        }
+        let text =
+            std::fs::read(&report).with_context(|| format!("reading {}", report.display()))?;
+        let parsed: PaperReport = serde_json::from_slice(&text)
+            .with_context(|| format!("parsing {}", report.display()))?;
+        Ok(Done {
+            report: parsed,
+            hlog,
+            timeline,
+            wall_s: started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// The `paper` binary beside this one (cargo builds a package's binaries
+/// into one directory), or `explicit`.
+pub fn paper_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        if !p.is_file() {
+            bail!("--paper-bin {}: no such file", p.display());
+        }
+        return Ok(p.to_path_buf());
+    }
+    let me = std::env::current_exe().context("finding this binary")?;
+    let beside = me.with_file_name("paper");
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    bail!(
+        "`paper` is not beside {} — build both: `cargo build --release -p tandem-bench` (or name it with --paper-bin)",
+        me.display()
+    )
+}
+
+/// The merged latency histogram of an interval log.
+pub fn read_hlog(path: &Path) -> anyhow::Result<hdrhistogram::Histogram<u64>> {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    use hdrhistogram::serialization::Deserializer;
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut all = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3)?;
+    let mut de = Deserializer::new();
+    for e in IntervalLogIterator::new(&text) {
+        let e = e.map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        if let LogEntry::Interval(i) = e {
+            let bytes = STANDARD
+                .decode(i.encoded_histogram())
+                .with_context(|| format!("{}: an interval is not base64", path.display()))?;
+            let h: hdrhistogram::Histogram<u64> = de
+                .deserialize(&mut std::io::Cursor::new(bytes))
+                .map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+            all.add(&h)?;
+        }
+    }
+    Ok(all)
+}
