@@ -3,8 +3,8 @@
 
 pub mod cleanup;
 pub mod cli;
+pub mod live;
 pub mod nexmark;
 pub mod paper;
-pub mod live;
 pub mod paths;
 pub mod report;

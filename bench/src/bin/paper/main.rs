@@ -411,7 +411,14 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         }
         let mut a = args.clone();
         a.savepoint_after_ms = None;
-        let r = run(&a, &p, &input, false, &Schedule::default(), &Default::default())?;
+        let r = run(
+            &a,
+            &p,
+            &input,
+            false,
+            &Schedule::default(),
+            &Default::default(),
+        )?;
         errln!(
             "without {}: {:.0} records/s, p99 {}",
             if args.compare_without_standby {
