@@ -27,9 +27,14 @@ twice the heartbeat + 5 ms (operator and record), and none to a stall no
 longer than the heartbeat (no failure: the primary was not given up on). Prints
 one line per run and a summary; exits 1 if any run failed.
 
-    python3 bench/scripts/bqbs_campaign.py --runs 200 --seed 1 [--checkpoints] [--paper PATH]
+    python3 bench/scripts/bqbs_campaign.py --runs 200 --seed 1 [--checkpoints] [--paper PATH] [--dir DIR] [--keep]
+
+Its outputs (clean.jsonl, faulted.jsonl, report.json: ~100 MB at 500k
+records) go to a fresh temp directory, removed when the campaign ends,
+however it ends (also on Ctrl-C); with --dir DIR they go there and the
+files are removed likewise. --keep keeps them for a look.
 """
-import argparse, hashlib, json, os, random, subprocess, sys, tempfile, time
+import argparse, hashlib, json, os, random, shutil, subprocess, sys, tempfile, time
 
 def sorted_md5(path):
     with open(path, 'rb') as f:
@@ -56,9 +61,29 @@ def main():
     ap.add_argument('--dir', default=None, help='scratch directory (default: a temp dir)')
     ap.add_argument('--checkpoints', action='store_true',
                     help='checkpoints beside the standbys; faults in any operator')
+    ap.add_argument('--keep', action='store_true',
+                    help='keep the outputs and report of the last runs (default: removed at the end)')
     a = ap.parse_args()
-    d = a.dir or tempfile.mkdtemp(prefix='bqbs-campaign-')
-    os.makedirs(d, exist_ok=True)
+    if a.dir:
+        os.makedirs(a.dir, exist_ok=True)
+        d = a.dir
+    else:
+        d = tempfile.mkdtemp(prefix='bqbs-campaign-')
+    try:
+        return campaign(a, d)
+    finally:
+        if a.keep:
+            print(f'kept {d}', file=sys.stderr)
+        elif a.dir:
+            for f in ('clean.jsonl', 'faulted.jsonl', 'report.json'):
+                try:
+                    os.remove(os.path.join(d, f))
+                except FileNotFoundError:
+                    pass
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+
+def campaign(a, d):
     env = dict(os.environ); env.pop('RUST_BACKTRACE', None)
     clean = {}
     failed = 0

@@ -57,53 +57,82 @@ fn run(
     words: u64,
     cfg: &RuntimeConfig,
 ) -> Result<(Vec<(u32, u64)>, tandem::JobReport), tandem::JobError> {
+    // The count is marked for a standby only when the run has one (the
+    // fault-free reference has none).
+    let backed = cfg.standby.is_some();
     let job = JobBuilder::new("running-count");
     job.default_parallelism(2);
     let out = Arc::new(Mutex::new(Vec::with_capacity(words as usize)));
     let o2 = Arc::clone(&out);
-    job.source("words", move |i| {
+    let words_stream = job.source("words", move |i| {
         let (p, me) = (i.parallelism as u64, i.instance as u64);
         IterSource(
             (0..words)
                 .filter(move |n| n % p == me)
                 .map(|n| (word(n), n)),
         )
-    })
-    .standby()
-    .key_by(|w: &u32| *w)
-    .aggregate("count", |n: &mut u64, w: &u32| {
-        *n += 1;
-        (*w, *n)
-    })
-    .for_each("sink", move |r| o2.lock().unwrap().push(r.value));
+    });
+    let words_stream = if backed {
+        words_stream.standby()
+    } else {
+        words_stream
+    };
+    words_stream
+        .key_by(|w: &u32| *w)
+        .aggregate("count", |n: &mut u64, w: &u32| {
+            *n += 1;
+            (*w, *n)
+        })
+        .for_each("sink", move |r| o2.lock().unwrap().push(r.value));
     let report = job.build()?.run(cfg)?;
     let mut v = std::mem::take(&mut *out.lock().unwrap());
     v.sort_unstable();
     Ok((v, report))
 }
 
-fn main() -> Result<(), tandem::JobError> {
-    let mut words = 2_000_000u64;
-    let mut runs = 50u64;
-    let mut mode = StandbyMode::Warm;
-    let mut heartbeat = 5u64;
+const USAGE: &str =
+    "usage: running_count [--words N (default 2000000)] [--runs N (50)] [--mode warm|hot] [--heartbeat-ms MS (5)]";
+
+/// The command line: `--help` prints the usage; a bad flag is one `error:`
+/// line and exit status 2, never a panic.
+fn args() -> (u64, u64, StandbyMode, u64) {
+    fn fail(why: String) -> ! {
+        eprintln!("error: {why}\n{USAGE}");
+        std::process::exit(2)
+    }
+    let number = |flag: &str, v: Option<String>| -> u64 {
+        let v = v.unwrap_or_else(|| fail(format!("{flag} needs a value")));
+        match v.parse::<u64>() {
+            Ok(n) if n > 0 => n,
+            _ => fail(format!("{flag}: expected a positive integer, not `{v}`")),
+        }
+    };
+    let (mut words, mut runs, mut mode, mut heartbeat) = (2_000_000, 50, StandbyMode::Warm, 5);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut value = || args.next().unwrap_or_default();
         match a.as_str() {
-            "--words" => words = value().parse().expect("--words N"),
-            "--runs" => runs = value().parse().expect("--runs N"),
-            "--heartbeat-ms" => heartbeat = value().parse().expect("--heartbeat-ms MS"),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0)
+            }
+            "--words" => words = number("--words", args.next()),
+            "--runs" => runs = number("--runs", args.next()),
+            "--heartbeat-ms" => heartbeat = number("--heartbeat-ms", args.next()),
             "--mode" => {
-                mode = match value().as_str() {
-                    "warm" => StandbyMode::Warm,
-                    "hot" => StandbyMode::Hot,
-                    m => panic!("--mode warm|hot, not {m}"),
+                mode = match args.next().as_deref() {
+                    Some("warm") => StandbyMode::Warm,
+                    Some("hot") => StandbyMode::Hot,
+                    m => fail(format!("--mode warm|hot, not {}", m.unwrap_or("nothing"))),
                 }
             }
-            other => panic!("unknown argument {other}"),
+            other => fail(format!("unknown argument `{other}`")),
         }
     }
+    (words, runs, mode, heartbeat)
+}
+
+fn main() -> Result<(), tandem::JobError> {
+    let (words, runs, mode, heartbeat) = args();
     // Injected panics print nothing (the engine's own hook, installed at
     // the first job start, still hears of each one first).
     let previous = std::panic::take_hook();

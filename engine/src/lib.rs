@@ -129,3 +129,10 @@ pub use runtime::placement::Chaining;
 pub use runtime::{CheckpointConfig, CheckpointMode, JobHandle, JobWatch, RuntimeConfig};
 pub use standby::{StandbyConfig, StandbyMode};
 pub use state::{KeyedState, StateSnapshot};
+
+/// The README's Rust examples, compiled and run as doctests
+/// (`cargo test --release -p tandem --doc`), so that they cannot drift
+/// from the code.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

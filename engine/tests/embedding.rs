@@ -155,3 +155,70 @@ fn a_record_too_large_for_a_standbys_buffer_queue_is_a_dead_letter_and_the_rest_
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// `TransactionalFile` is a `Sink` as it is: a job writing through it,
+/// restarted from a checkpoint after a panic, commits every line exactly
+/// once.
+#[test]
+fn a_transactional_file_is_a_sink_and_its_output_is_exactly_once_across_a_restart() {
+    use tandem::sinks::transactional::TransactionalFile;
+    let dir = tempdir("embedding-txn-sink");
+    let out = dir.join("out");
+    let fired = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&fired);
+    let o = out.clone();
+    let job = JobBuilder::new("txn-sink");
+    job.default_parallelism(2);
+    job.source("numbers", |i| {
+        let me = i.instance as u64;
+        IterSource((0..N).filter(move |n| n % 2 == me).map(|n| (n, n)))
+    })
+    .rate_limit(400_000.0)
+    .map("label", move |n: u64| {
+        if n == N / 2 && !f.swap(true, Ordering::SeqCst) {
+            panic!("the user's own bug");
+        }
+        format!("n={n}")
+    })
+    .sink("out", move |info| {
+        TransactionalFile::for_instance(&o, info).expect("opening the output")
+    });
+    let report = job.build().unwrap().run(&restarting(&dir)).unwrap();
+    assert!(fired.load(Ordering::SeqCst));
+    assert_eq!(report.recovery.len(), 1, "{:?}", report.recovery);
+    let mut got = committed_lines(&out);
+    got.sort();
+    let mut want: Vec<String> = (0..N).map(|n| format!("n={n}")).collect();
+    want.sort();
+    assert_eq!(got.len(), want.len(), "every line once");
+    assert_eq!(got, want);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A job whose operators are marked for a standby, run without a
+/// `StandbyConfig`, runs without standbys, and `Job::start` warns (the
+/// warning is what `standby_warning` returns).
+#[test]
+fn a_standby_mark_without_a_standby_config_warns_and_runs_without_one() {
+    let job = JobBuilder::new("unbacked");
+    job.default_parallelism(1);
+    job.source("numbers", |_| IterSource((0..1_000u64).map(|n| (n, n))))
+        .standby()
+        .map("double", |n: u64| n * 2)
+        .for_each("drop", |_| {});
+    let job = job.build().unwrap();
+    assert_eq!(job.standby_operators(), vec!["double".to_string()]);
+    let plain = RuntimeConfig::default().cores(1).pin(false);
+    let warning = job.standby_warning(&plain).expect("a warning");
+    assert!(
+        warning.starts_with("warning:")
+            && warning.contains("`double`")
+            && warning.contains("StandbyConfig"),
+        "{warning}"
+    );
+    let backed = plain.clone().standby(tandem::StandbyConfig::default());
+    assert_eq!(job.standby_warning(&backed), None);
+    let report = job.run(&plain).unwrap();
+    assert!(report.standby.is_none());
+    assert_eq!(report.source_records(), 1_000);
+}

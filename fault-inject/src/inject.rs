@@ -24,6 +24,7 @@ use crate::damage;
 use crate::spec::{FaultKind, FaultSpec, IoStep, StandbyPhase, When};
 use crate::Schedule;
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -108,12 +109,47 @@ pub struct Fired {
     pub kind: &'static str,
     /// The operator instance it fired in (`None` for checkpoint faults).
     pub instance: Option<usize>,
-    /// The tuple ID (records) or checkpoint id it fired on.
-    pub on: u64,
+    /// The record (its tuple ID) or the checkpoint it fired on.
+    pub on: FiredOn,
     /// Since the injector's start.
     pub at: Duration,
     /// What was done, when more than the kind says (the file damaged).
     pub detail: Option<String>,
+}
+
+/// What a fault fired on: a record, or a checkpoint (commit and checkpoint
+/// faults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FiredOn {
+    /// The record with this tuple ID (prints as `record 0:17`: partition,
+    /// sequence).
+    Record(TupleId),
+    /// The checkpoint with this id (prints as `checkpoint 3`).
+    Checkpoint(u64),
+}
+
+impl fmt::Display for FiredOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FiredOn::Record(id) => write!(f, "record {}:{}", id.partition(), id.seq()),
+            FiredOn::Checkpoint(c) => write!(f, "checkpoint {c}"),
+        }
+    }
+}
+
+/// One line: `panic@count:~4[2/4] in instance 1 on record 0:17 at 12.3ms`.
+impl fmt::Display for Fired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.fault)?;
+        if let Some(i) = self.instance {
+            write!(f, " in instance {i}")?;
+        }
+        write!(f, " on {} at {:?}", self.on, self.at)?;
+        if let Some(d) = &self.detail {
+            write!(f, ": {d}")?;
+        }
+        Ok(())
+    }
 }
 
 struct Inner {
@@ -131,7 +167,7 @@ impl Inner {
         self.start.get_or_init(Instant::now).elapsed()
     }
 
-    fn note(&self, i: usize, instance: Option<usize>, on: u64, detail: Option<String>) {
+    fn note(&self, i: usize, instance: Option<usize>, on: FiredOn, detail: Option<String>) {
         let a = &self.faults[i];
         let f = Fired {
             fault: a.label(),
@@ -483,7 +519,8 @@ impl OperatorFaults {
             | FaultKind::Crash
             | FaultKind::CorruptSnapshot { .. } => ProbeAction::Continue,
         };
-        self.inner.note(i, Some(self.instance), id.0, detail);
+        self.inner
+            .note(i, Some(self.instance), FiredOn::Record(id), detail);
         action
     }
 }
@@ -525,7 +562,7 @@ impl StorageProbe for StorageFaults {
             .checkpoint_fault(checkpoint, |f| f.kind == FaultKind::Crash)
         {
             Some(i) => {
-                self.0.note(i, None, checkpoint, None);
+                self.0.note(i, None, FiredOn::Checkpoint(checkpoint), None);
                 StorageAction::Crash
             }
             None => StorageAction::Continue,
@@ -543,7 +580,8 @@ impl StorageProbe for StorageFaults {
         };
         let what = damage::snapshot(manifest, damage)
             .unwrap_or_else(|e| format!("damaging checkpoint {} failed: {e}", manifest.id));
-        self.0.note(i, None, manifest.id, Some(what));
+        self.0
+            .note(i, None, FiredOn::Checkpoint(manifest.id), Some(what));
         StorageAction::Crash
     }
 }
@@ -557,7 +595,7 @@ impl StorageFaults {
         let FaultKind::IoError { errno, .. } = self.0.faults[i].spec.kind else {
             unreachable!("picked above")
         };
-        self.0.note(i, None, checkpoint, None);
+        self.0.note(i, None, FiredOn::Checkpoint(checkpoint), None);
         Some(std::io::Error::from_raw_os_error(errno.raw()))
     }
 }
@@ -625,7 +663,8 @@ impl ProbeFactory for FaultInjector {
         }) else {
             return Ok(());
         };
-        self.inner.note(i, Some(instance), checkpoint, None);
+        self.inner
+            .note(i, Some(instance), FiredOn::Checkpoint(checkpoint), None);
         Err(std::io::Error::other(format!(
             "injected fault {}",
             self.inner.faults[i].label()
@@ -679,7 +718,13 @@ mod tests {
             ProbeAction::CutInput
         );
         assert_eq!(inj.fired(), 3);
-        assert_eq!(inj.log().len(), 3);
+        let log = inj.log();
+        assert_eq!(log.len(), 3);
+        // What a fault fired on prints as a tuple ID, not a raw number.
+        assert_eq!(log[0].on, FiredOn::Record(TupleId::new(1, 3)));
+        assert_eq!(log[0].on.to_string(), "record 1:3");
+        let line = log[0].to_string();
+        assert!(line.contains(" on record 1:3 at "), "{line}");
     }
 
     #[test]
@@ -768,5 +813,7 @@ mod tests {
         assert!(inj.commit("sink", 1, 2).is_ok(), "once per checkpoint");
         assert!(inj.commit("other", 0, 4).is_ok());
         assert!(inj.commit("sink", 0, 4).is_err());
+        let on: Vec<String> = inj.log().iter().map(|f| f.on.to_string()).collect();
+        assert_eq!(on[0], "checkpoint 2");
     }
 }

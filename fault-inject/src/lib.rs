@@ -35,7 +35,7 @@ pub mod schedule;
 pub mod spec;
 
 pub use check::{Checker, Outcome};
-pub use inject::{FaultInjector, FaultInjectorBuilder, Fired, InjectError};
+pub use inject::{FaultInjector, FaultInjectorBuilder, Fired, FiredOn, InjectError};
 pub use schedule::{ExpandError, Schedule, ScheduleSpec, Space};
 pub use spec::{
     Damage, Errno, FaultKind, FaultSpec, IoStep, ParseFaultError, StandbyPhase, When, CHECKPOINT,
@@ -66,7 +66,12 @@ pub fn silence_injected_panics() {
 }
 
 /// Installs a panic hook that reports injected faults in one line and
-/// leaves every other panic to the hook installed before.
+/// keeps every other panic on one of the engine's worker threads (a bug in
+/// the program's own operator code, which the engine recovers from like an
+/// injected one) to one line too — `thread 'tandem-w0' panicked at
+/// src/main.rs:12:9: MESSAGE` — unless `RUST_BACKTRACE` asks for a
+/// backtrace (set, and not `0`). Panics on other threads (the program's
+/// own) go to the hook installed before.
 ///
 /// The default hook prints a backtrace when `RUST_BACKTRACE` is set;
 /// symbolizing one takes tens of milliseconds on the failing worker, before
@@ -74,6 +79,11 @@ pub fn silence_injected_panics() {
 /// time that the engine did not spend.
 pub fn quiet_injected_panics() {
     install(true)
+}
+
+/// Whether `RUST_BACKTRACE` asks for backtraces.
+fn backtraces_asked() -> bool {
+    std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0")
 }
 
 fn install(report: bool) {
@@ -84,12 +94,22 @@ fn install(report: bool) {
             .downcast_ref::<String>()
             .map(String::as_str)
             .or_else(|| p.downcast_ref::<&str>().copied());
+        let t = std::thread::current();
+        let name = t.name().unwrap_or("?");
         match msg {
             Some(m) if m.starts_with("injected fault") => {
                 if report {
-                    let t = std::thread::current();
-                    eprintln!("thread '{}': {m}", t.name().unwrap_or("?"));
+                    eprintln!("thread '{name}': {m}");
                 }
+            }
+            _ if report && name.starts_with("tandem-") && !backtraces_asked() => {
+                let at = info
+                    .location()
+                    .map_or_else(String::new, |l| format!(" at {l}"));
+                eprintln!(
+                    "thread '{name}' panicked{at}: {}",
+                    msg.unwrap_or("Box<dyn Any>")
+                );
             }
             _ => previous(info),
         }

@@ -139,8 +139,57 @@ impl Job {
     /// too few cores, an unusable checkpoint directory, a checkpoint to
     /// restore from that is corrupt or does not fit the job, a worker
     /// thread that cannot be spawned.
+    ///
+    /// Operators marked for a standby ([`Stream::standby`]) run without
+    /// one when `config` has no [`crate::StandbyConfig`]: this prints one
+    /// `warning:` line on standard error naming them
+    /// ([`Job::standby_warning`]).
     pub fn start(self, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
+        if let Some(w) = self.standby_warning(config) {
+            eprintln!("{w}");
+        }
         crate::runtime::start(self.graph, config)
+    }
+
+    /// The operators marked for a standby ([`Stream::standby`], or a
+    /// connection's `.standby()`), in the order they were added.
+    pub fn standby_operators(&self) -> Vec<String> {
+        self.graph
+            .nodes
+            .iter()
+            .filter(|n| n.standby.is_some())
+            .map(|n| n.name.to_string())
+            .collect()
+    }
+
+    /// The warning [`Job::start`] prints when operators are marked for a
+    /// standby and `config` has no [`crate::StandbyConfig`] (`None`:
+    /// nothing to say).
+    pub fn standby_warning(&self, config: &RuntimeConfig) -> Option<String> {
+        if config.standby.is_some() {
+            return None;
+        }
+        let marked = self.standby_operators();
+        if marked.is_empty() {
+            return None;
+        }
+        let names = marked
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(format!(
+            "warning: job `{}`: {names} {} marked with `.standby()`, but the RuntimeConfig \
+             has no StandbyConfig: {} without a standby (give it one with \
+             `RuntimeConfig::standby`)",
+            self.graph.name,
+            if marked.len() == 1 { "is" } else { "are" },
+            if marked.len() == 1 {
+                "it runs"
+            } else {
+                "they run"
+            },
+        ))
     }
 }
 
@@ -285,9 +334,36 @@ impl JobBuilder {
                 next += n.parallelism;
             }
         }
+        let graph = Graph { name, nodes, edges };
+        refuse_stranded_standbys(&graph)?;
         Ok(Job {
-            graph: Arc::new(Graph { name, nodes, edges }),
+            graph: Arc::new(graph),
         })
+    }
+}
+
+/// A marked operator that can neither head a backed-up chain nor join the
+/// one its input comes from (behind a repartition of a backed-up chain) is
+/// refused here, not first at `run()`. Which operators are refused does
+/// not depend on the chaining policy or the core count (placement's
+/// `backed_chains`), so any placement answers.
+fn refuse_stranded_standbys(graph: &Graph) -> Result<(), BuildError> {
+    if graph.nodes.iter().all(|n| n.standby.is_none()) {
+        return Ok(());
+    }
+    let (nodes, edges) = crate::runtime::shapes(graph, true, false);
+    let plan = crate::runtime::placement::place(
+        &nodes,
+        &edges,
+        1,
+        crate::runtime::placement::Chaining::Never,
+    );
+    match plan.refused.first() {
+        Some(&(n, why)) => Err(BuildError::Standby {
+            name: graph.nodes[n].name.to_string(),
+            reason: why.to_string(),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -634,6 +710,31 @@ impl<T: Data + Codec + Sync> Stream<T> {
     /// The operator must produce the same outputs, in the same order, when
     /// an input is processed again from the same state (replay after a
     /// takeover relies on it).
+    ///
+    /// **Which operators may have a standby.** A one-input operator: `map`,
+    /// `filter`, `flat_map`, `process`, a keyed `reduce`, `aggregate`,
+    /// `process` or `process_timed`, a window, or a union. A sink cannot
+    /// (marking the stream a sink reads is a [`BuildError::Standby`]); a
+    /// two-input operator gets one on the connection instead
+    /// ([`crate::Connected::standby`], [`KeyedConnected::standby`],
+    /// [`IntervalJoin::standby`], [`WindowJoin::standby`]), never by
+    /// marking an input.
+    ///
+    /// **Chains.** The one-input operators chained after the marked one run
+    /// in the same primary and standby (the chain is the unit of backup);
+    /// two adjacent marked operators on a forward edge back up one chain.
+    /// A marked operator whose input comes from a backed-up chain through a
+    /// repartition (a `key_by`, a `rebalance`, another parallelism) cannot
+    /// join that chain and cannot take its input from one: such a job is
+    /// refused by [`JobBuilder::build`] with a [`BuildError::Standby`]
+    /// naming it — back up one of the two.
+    ///
+    /// **The runtime must ask for standbys.** The mark takes effect only
+    /// when the [`RuntimeConfig`] has a [`crate::StandbyConfig`]
+    /// ([`RuntimeConfig::standby`]); without one the job runs without
+    /// standbys (`report.standby` is `None`), and [`Job::start`] says so on
+    /// standard error. That is how a job runs its fault-free reference:
+    /// the same graph, without the configuration.
     pub fn standby(&self) -> Stream<T> {
         let mut s = self.clone();
         s.standby = Some(SKit::<T>::arc());

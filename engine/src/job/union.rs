@@ -158,6 +158,14 @@ where
     /// takeover replays both in the primary's order. Both input types need
     /// a [`Codec`] and `Sync`.
     ///
+    /// The rules of [`Stream::standby`] hold here too: mark the
+    /// connection, never an input (a marked input is a build error); the
+    /// mark takes effect only with a [`crate::StandbyConfig`] (without one
+    /// the job runs without a standby and [`crate::Job::start`] warns).
+    /// The same goes for [`crate::KeyedConnected::standby`],
+    /// [`crate::job::IntervalJoin::standby`] and
+    /// [`crate::job::WindowJoin::standby`].
+    ///
     /// ```
     /// use tandem::{CoProcess, IterSource, JobBuilder, Output, Record, RuntimeConfig, StandbyConfig};
     ///

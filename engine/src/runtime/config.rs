@@ -41,7 +41,8 @@ pub struct CheckpointConfig {
     /// next.
     pub min_pause: Duration,
     /// Where checkpoints go (`None`: `<run dir>/checkpoints`, or a fresh
-    /// temporary directory removed when the job succeeds).
+    /// temporary directory removed when the job ends, whether it succeeded or
+    /// not).
     pub dir: Option<PathBuf>,
     /// Checkpoints kept (savepoints are never removed).
     pub retain: usize,
