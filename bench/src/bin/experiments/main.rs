@@ -114,7 +114,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
 
     let latency = tables::latency(&profile, &done);
     let failures = tables::failures(&done);
-    let resources = tables::resources(&done, &failures);
+    let resources = tables::resources(&done);
     let results = tables::Results {
         profile: profile.name.to_string(),
         machine,

@@ -20,6 +20,9 @@ pub struct Profile {
     pub failure_records: u64,
     pub failure_rate: f64,
     pub failure_reps: usize,
+    /// Table 8: the failure runs again with idle workers parking at once,
+    /// so that CPU time is work, not spinning; repeated.
+    pub resource_reps: usize,
 }
 
 /// The failures of table 7.
@@ -48,6 +51,7 @@ impl Profile {
             failure_records: 1_000_000,
             failure_rate: 250_000.0,
             failure_reps: 1,
+            resource_reps: 1,
         };
         match name {
             "full" => Profile {
@@ -59,6 +63,7 @@ impl Profile {
                 // Long enough for the paper's 30 s interval to matter.
                 failure_records: 4_000_000,
                 failure_reps: 3,
+                resource_reps: 2,
                 ..quick
             },
             _ => quick,
@@ -147,12 +152,45 @@ pub fn failure_configs(target: &str) -> Vec<Config> {
     ]
 }
 
+/// Table 8's strategies: as table 7's (without the 30 s interval, whose
+/// checkpoints cost nothing in so short a run), and none; idle workers
+/// park at once (`--idle-spin-us 0 --idle-yield-us 0`): the default
+/// policy spins an idle core for up to half a millisecond, which on a
+/// machine at rest is all its idle time.
+pub fn resource_configs(target: &str) -> Vec<Config> {
+    let mut v = vec![config("none", &["--strategy", "none"])];
+    v.extend(
+        failure_configs(target)
+            .into_iter()
+            .filter(|c| c.key != "restart-all-30s"),
+    );
+    for c in &mut v {
+        if c.key == "restart-all-1s" {
+            c.key = "restart-all".into();
+        }
+        c.flags
+            .extend(["--idle-spin-us", "0", "--idle-yield-us", "0"].map(String::from));
+    }
+    v
+}
+
 /// What a run is for.
 #[derive(Clone, Debug)]
 pub enum Kind {
-    Criticality { operator: String },
-    Latency { size: u64, config: Config },
-    Failures { config: Config },
+    Criticality {
+        operator: String,
+    },
+    Latency {
+        size: u64,
+        config: Config,
+    },
+    Failures {
+        config: Config,
+    },
+    /// With faults unless the strategy is `none`.
+    Resources {
+        config: Config,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -213,7 +251,7 @@ pub fn criticality(p: &Profile) -> Vec<Spec> {
 /// loop: a drift of the machine spreads over every configuration.
 pub fn rest(p: &Profile, target: &str) -> Vec<Spec> {
     let mut out = Vec::new();
-    for rep in 0..p.latency_reps.max(p.failure_reps) {
+    for rep in 0..p.latency_reps.max(p.failure_reps).max(p.resource_reps) {
         if rep < p.latency_reps {
             for &size in &p.sizes {
                 for c in latency_configs(target) {
@@ -253,6 +291,26 @@ pub fn rest(p: &Profile, target: &str) -> Vec<Spec> {
                         timeline: rep == 0,
                     },
                     kind: Kind::Failures { config: c },
+                });
+            }
+        }
+        if rep < p.resource_reps {
+            for c in resource_configs(target) {
+                let mut flags = records_flags(p.failure_records, p.failure_rate);
+                flags.extend(c.flags.iter().cloned());
+                if c.key != "none" {
+                    flags.push("--fault".into());
+                    flags.push(format!("panic@{target}:~{FAILURES}"));
+                }
+                out.push(Spec {
+                    run: Run {
+                        name: format!("resources-{}-{rep}", c.key),
+                        flags,
+                        estimate_s: estimate(p.failure_records, p.failure_rate),
+                        hlog: false,
+                        timeline: true,
+                    },
+                    kind: Kind::Resources { config: c },
                 });
             }
         }

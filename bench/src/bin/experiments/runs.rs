@@ -36,6 +36,9 @@ pub struct Latency {
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Recovery {
+    /// The input record an injected fault fired on (`None`: no injected
+    /// fault explains this recovery — a stall the machine caused).
+    pub tuple_id: Option<u64>,
     pub fault_at_ms: f64,
     pub detect_us: u64,
     pub first_output_us: Option<u64>,
@@ -44,6 +47,11 @@ pub struct Recovery {
 }
 
 impl Recovery {
+    /// A recovery from one of the faults the run injected.
+    pub fn injected(&self) -> bool {
+        self.tuple_id.is_some() && !self.unprovoked
+    }
+
     /// Fault → the job back where it was (the paper's recovery time:
     /// reload and replay); fault → first output where that is all that
     /// was measured.
