@@ -32,7 +32,7 @@ struct Args {
     profile: String,
     /// Directory for report.md, results.json, the plots and each run's
     /// files (runs/); created if missing.
-    #[arg(long, default_value = "experiments-out")]
+    #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// The `paper` binary (default: the one beside this binary).
     #[arg(long)]
