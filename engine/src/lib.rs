@@ -35,6 +35,8 @@
 //! (`engine/tests/layers.rs` checks this list against the imports):
 //!
 //! ```text
+//! export.rs    what a running job shows outside: Prometheus text over
+//!              HTTP, HdrHistogram interval logs (reads a JobWatch)
 //! job/         the typed builder: a Job is a graph the runtime consumes
 //! sinks/       ready-made sinks (two-phase-commit files)
 //! runtime/     what wires and runs tasks: placement, workers, rings between

@@ -239,7 +239,6 @@ pub fn criticality(p: &Profile) -> Vec<Spec> {
                     flags,
                     // Each restart replays up to a second of input.
                     estimate_s: estimate(p.crit_records, p.crit_rate) + p.crit_faults as f64 * 0.15,
-                    hlog: false,
                     timeline: false,
                 },
             }
@@ -257,13 +256,11 @@ pub fn rest(p: &Profile, target: &str) -> Vec<Spec> {
                 for c in latency_configs(target) {
                     let mut flags = records_flags(size, p.latency_rate);
                     flags.extend(c.flags.iter().cloned());
-                    let largest = Some(&size) == p.sizes.iter().max();
                     out.push(Spec {
                         run: Run {
                             name: format!("latency-{size}-{}-{rep}", c.key),
                             flags,
                             estimate_s: estimate(size, p.latency_rate),
-                            hlog: largest && rep == 0,
                             timeline: false,
                         },
                         kind: Kind::Latency { size, config: c },
@@ -287,7 +284,6 @@ pub fn rest(p: &Profile, target: &str) -> Vec<Spec> {
                             } else {
                                 0.0
                             },
-                        hlog: false,
                         timeline: rep == 0,
                     },
                     kind: Kind::Failures { config: c },
@@ -307,7 +303,6 @@ pub fn rest(p: &Profile, target: &str) -> Vec<Spec> {
                         name: format!("resources-{}-{rep}", c.key),
                         flags,
                         estimate_s: estimate(p.failure_records, p.failure_rate),
-                        hlog: false,
                         timeline: true,
                     },
                     kind: Kind::Resources { config: c },

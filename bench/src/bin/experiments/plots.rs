@@ -64,22 +64,26 @@ pub fn draw_all(
         .map_err(|_| anyhow!("the shipped font does not load"))?;
     let mut names = Vec::new();
 
-    // Latency CDFs, from the interval logs of the largest size's runs.
+    // Latency CDFs, from the interval logs of the largest size's first
+    // run of each strategy.
+    let size = done
+        .iter()
+        .filter_map(|(s, _)| match &s.kind {
+            Kind::Latency { size, .. } => Some(*size),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
     let mut cdfs: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for (s, d) in done {
-        if let (Kind::Latency { config, .. }, Some(h)) = (&s.kind, &d.hlog) {
-            let h = crate::runs::read_hlog(h)?;
-            cdfs.push((config.key.clone(), cdf(&h)));
+        if let (Kind::Latency { config, size: n }, Some(h)) = (&s.kind, &d.hlog) {
+            if *n == size && !cdfs.iter().any(|(k, _)| *k == config.key) {
+                let h = crate::runs::read_hlog(h)?;
+                cdfs.push((config.key.clone(), cdf(&h)));
+            }
         }
     }
     if !cdfs.is_empty() {
-        let size = done
-            .iter()
-            .find_map(|(s, d)| match &s.kind {
-                Kind::Latency { size, .. } if d.hlog.is_some() => Some(*size),
-                _ => None,
-            })
-            .unwrap_or(0);
         let title = format!(
             "End-to-end latency, {size} records at {:.0} k/s",
             r.latency.rate / 1e3
@@ -214,7 +218,16 @@ where
     let panels = rest.split_evenly((tls.len(), 1));
     for ((key, tl), p) in tls.iter().zip(panels) {
         let end = tl.buckets.last().map_or(1.0, |b| b.t_ms / 1e3).max(0.1);
-        let top = tl.buckets.iter().map(|b| b.rate / 1e3).fold(1.0, f64::max) * 1.1;
+        // The axis ends above the 99.5th percentile bucket: the last bucket
+        // (the per-user summaries all at once) would flatten the rest.
+        let mut rates: Vec<f64> = tl.buckets.iter().map(|b| b.rate / 1e3).collect();
+        rates.sort_by(f64::total_cmp);
+        let top = rates
+            .get(rates.len().saturating_sub(1) * 995 / 1000)
+            .copied()
+            .unwrap_or(1.0)
+            .max(1.0)
+            * 1.3;
         let p99: Vec<f64> = tl
             .buckets
             .iter()
@@ -229,7 +242,10 @@ where
             .clamp(0.001, 1.0)
             / 2.0;
         let mut c = ChartBuilder::on(&p)
-            .caption(key.as_str(), (SANS, 16))
+            .caption(
+                format!("{key} — line: throughput (left axis, clipped at the top); dots: p99 (right axis)"),
+                (SANS, 15),
+            )
             .margin(8)
             .x_label_area_size(35)
             .y_label_area_size(70)
@@ -254,19 +270,17 @@ where
             .map_err(e)?;
         let col = colour(key);
         c.draw_series(LineSeries::new(
-            tl.buckets.iter().map(|b| (b.t_ms / 1e3, b.rate / 1e3)),
+            tl.buckets
+                .iter()
+                .map(|b| (b.t_ms / 1e3, (b.rate / 1e3).min(top))),
             col.stroke_width(1),
         ))
-        .map_err(e)?
-        .label("throughput")
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        .map_err(e)?;
         c.draw_secondary_series(tl.buckets.iter().filter_map(|b| {
             b.p99_us
                 .map(|u| Circle::new((b.t_ms / 1e3, u / 1e3), 1, BLACK.filled()))
         }))
-        .map_err(e)?
-        .label("p99")
-        .legend(|(x, y)| Circle::new((x + 10, y), 3, BLACK.filled()));
+        .map_err(e)?;
         for (at, _) in &tl.faults {
             let x = at / 1e3;
             let dash = plotters::element::DashedPathElement::new(
@@ -277,13 +291,6 @@ where
             );
             c.draw_series(std::iter::once(dash)).map_err(e)?;
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((SANS, 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(e)?;
     }
     Ok(())
 }

@@ -74,8 +74,8 @@ pub struct Run {
     pub flags: Vec<String>,
     /// Seconds it is expected to take (the progress bar's weight).
     pub estimate_s: f64,
-    /// Write an interval log (`--hlog`) and a timeline (`--timeline`).
-    pub hlog: bool,
+    /// Write a timeline (`--timeline`); every run writes an interval log
+    /// (`--hlog`).
     pub timeline: bool,
 }
 
@@ -105,7 +105,7 @@ impl Runner {
         std::fs::create_dir_all(&runs)?;
         let report = runs.join(format!("{}.json", r.name));
         let log = runs.join(format!("{}.log", r.name));
-        let hlog = r.hlog.then(|| runs.join(format!("{}.hlog", r.name)));
+        let hlog = runs.join(format!("{}.hlog", r.name));
         let timeline = r
             .timeline
             .then(|| runs.join(format!("{}.timeline.json", r.name)));
@@ -114,9 +114,7 @@ impl Runner {
             .args(&r.flags)
             .arg("--report")
             .arg(&report);
-        if let Some(h) = &hlog {
-            cmd.arg("--hlog").arg(h);
-        }
+        cmd.arg("--hlog").arg(&hlog);
         if let Some(t) = &timeline {
             cmd.arg("--timeline").arg(t);
         }
@@ -171,7 +169,7 @@ impl Runner {
             .with_context(|| format!("parsing {}", report.display()))?;
         Ok(Done {
             report: parsed,
-            hlog,
+            hlog: Some(hlog),
             timeline,
             wall_s: started.elapsed().as_secs_f64(),
         })

@@ -983,7 +983,6 @@ mod tests {
             name: "t".into(),
             flags: Vec::new(),
             estimate_s: 1.0,
-            hlog: false,
             timeline: false,
         };
         (
