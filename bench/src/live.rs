@@ -59,8 +59,18 @@ pub struct Live {
 }
 
 impl Live {
-    /// Starts what `flags` ask for beside the job `watch` shows.
-    pub fn start(flags: &LiveFlags, watch: &JobWatch) -> anyhow::Result<Live> {
+    /// Starts what `flags` ask for beside the job `handle` runs. Without
+    /// any, nothing watches the job (its sinks then publish their latency
+    /// only when they end).
+    pub fn start(flags: &LiveFlags, handle: &tandem::JobHandle) -> anyhow::Result<Live> {
+        if flags.metrics_addr.is_none() && flags.hlog.is_none() && flags.timeline.is_none() {
+            return Ok(Live {
+                server: None,
+                hlog: None,
+                timeline: None,
+            });
+        }
+        let watch = &handle.watch();
         let server = match flags.metrics_addr {
             Some(a) => {
                 let s = MetricsServer::serve(a, watch.clone())

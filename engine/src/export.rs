@@ -382,7 +382,9 @@ fn write_log(
             stopped.recv_timeout(every.saturating_sub(t0.elapsed() - prev_t)),
             Err(mpsc::RecvTimeoutError::Timeout)
         );
-        let now_t = t0.elapsed();
+        // Whole milliseconds: the format prints seconds to three decimals,
+        // so rounded starts and lengths still tile the run exactly.
+        let now_t = Duration::from_millis(t0.elapsed().as_millis() as u64);
         let cum = watch.latency();
         let interval = cum.since(&prev);
         log.write_histogram(interval.inner(), prev_t, now_t - prev_t, None)

@@ -118,9 +118,12 @@ pub(crate) struct InstanceCounters {
 pub(crate) struct JobMetrics {
     /// `[node][instance]`.
     pub(crate) counters: Vec<Vec<CachePadded<InstanceCounters>>>,
-    /// Sinks merge what they measured into it every
-    /// [`LATENCY_PUBLISH_NS`] and when they end.
+    /// Sinks merge what they measured into it when they end, and every
+    /// [`LATENCY_PUBLISH_NS`] while someone watches (`watchers`).
     latency: Mutex<LatencyHistogram>,
+    /// Live [`crate::JobWatch`]es: while there are none, a sink keeps its
+    /// histogram to itself until it ends (a merge walks every bucket).
+    pub(crate) watchers: AtomicU64,
     pub(crate) dead_letters: AtomicU64,
     /// The supervisor's figures, published every [`STATUS_PUBLISH_NS`].
     status: Mutex<JobStatus>,
@@ -175,6 +178,7 @@ impl JobMetrics {
                 .map(|&p| (0..p).map(|_| CachePadded::default()).collect())
                 .collect(),
             latency: Mutex::new(LatencyHistogram::new()),
+            watchers: AtomicU64::new(0),
             dead_letters: AtomicU64::new(0),
             status: Mutex::new(JobStatus::default()),
             origin: std::time::Instant::now(),

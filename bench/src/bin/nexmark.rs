@@ -291,7 +291,7 @@ fn run_in(
             hlog: args.hlog.clone(),
             ..Default::default()
         },
-        &handle.watch(),
+        &handle,
     )?;
     let bar = indicatif::ProgressBar::new(args.events);
     bar.set_style(

@@ -558,7 +558,8 @@ impl JobHandle {
         self.metrics.status()
     }
 
-    /// End-to-end latency so far (see [`JobWatch::latency`]).
+    /// End-to-end latency so far (see [`JobWatch::latency`]; without a
+    /// live watch, the sinks publish theirs only when they end).
     pub fn latency(&self) -> crate::LatencyHistogram {
         self.metrics.latency()
     }
@@ -568,6 +569,7 @@ impl JobHandle {
     /// publishes anyway and touches no data path.
     pub fn watch(&self) -> JobWatch {
         JobWatch {
+            _watching: Arc::new(Watching::new(&self.metrics)),
             metrics: Arc::clone(&self.metrics),
             graph: Arc::clone(&self.graph),
         }
@@ -615,8 +617,26 @@ impl JobHandle {
 /// ([`JobHandle::watch`]); it outlives the job, keeping its last figures.
 #[derive(Clone)]
 pub struct JobWatch {
+    /// Counts this watch (and its clones) in `metrics.watchers`.
+    _watching: Arc<Watching>,
     metrics: Arc<JobMetrics>,
     graph: Arc<Graph>,
+}
+
+/// While it lives, the sinks publish their latency every 10 ms.
+struct Watching(Arc<JobMetrics>);
+
+impl Watching {
+    fn new(m: &Arc<JobMetrics>) -> Self {
+        m.watchers.fetch_add(1, Ordering::Relaxed);
+        Watching(Arc::clone(m))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl JobWatch {
@@ -645,10 +665,11 @@ impl JobWatch {
         self.metrics.status()
     }
 
-    /// End-to-end latency measured so far, over all sinks: while records
-    /// flow, each sink merges what it measured every 10 ms (and the rest
-    /// when it ends), so this lags by about that. Subtract an earlier copy
-    /// for an interval ([`crate::LatencyHistogram::since`]).
+    /// End-to-end latency measured so far, over all sinks: while a watch
+    /// exists and records flow, each sink merges what it measured every
+    /// 10 ms (and the rest when it ends), so this lags by about that.
+    /// Subtract an earlier copy for an interval
+    /// ([`crate::LatencyHistogram::since`]).
     pub fn latency(&self) -> crate::LatencyHistogram {
         self.metrics.latency()
     }

@@ -120,7 +120,7 @@ fn run(
         };
         anyhow::Error::new(e).context(format!("starting the job{hint}"))
     })?;
-    let live = tandem_bench::live::Live::start(live, &handle.watch())?;
+    let live = tandem_bench::live::Live::start(live, &handle)?;
     let bar = indicatif::ProgressBar::new(input.len());
     bar.set_style(
         indicatif::ProgressStyle::with_template(

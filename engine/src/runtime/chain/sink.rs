@@ -1,7 +1,7 @@
 //! The chain hop around a [`Sink`]: counts records and measures end-to-end
 //! latency (engine clock now − the record's ingest stamp) into a per-task HDR
-//! histogram, merged into the job's every 10 ms (so a live reader sees it)
-//! and when the sink ends (or is dropped with its attempt).
+//! histogram, merged into the job's when the sink ends (or is dropped with
+//! its attempt) and, while a [`crate::JobWatch`] exists, every 10 ms.
 //!
 //! The clock is read once per batch, not per record: ingest stamps are
 //! buffered and all get the same "now" at the next flush. That can only
@@ -87,7 +87,9 @@ impl<T, S: Sink<T>> SinkOp<T, S> {
             self.hist.record(now.saturating_sub(s));
         }
         self.stamps.clear();
-        if now.saturating_sub(self.merged_at) >= LATENCY_PUBLISH_NS {
+        if now.saturating_sub(self.merged_at) >= LATENCY_PUBLISH_NS
+            && self.ctx.shared.metrics.watchers.load(Ordering::Relaxed) > 0
+        {
             self.merge_latency(now);
         }
     }
