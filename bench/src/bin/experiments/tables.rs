@@ -724,6 +724,31 @@ pub fn bars(r: &Results) -> Vec<Bar> {
             met: over <= 8.0,
         });
     }
+    // The paper's +8 % is BQBS against Flink's restart-all while failures
+    // are handled.
+    let restart = r.resources.rows.iter().find(|x| x.config == "restart-all");
+    for row in r
+        .resources
+        .rows
+        .iter()
+        .filter(|x| x.config.starts_with("bqbs"))
+    {
+        let (Some(n), Some(b)) = (restart.and_then(|x| x.cpu_failure_pct), row.cpu_failure_pct)
+        else {
+            continue;
+        };
+        let over = (b / n - 1.0) * 100.0;
+        out.push(Bar {
+            claim: format!(
+                "CPU of {} over restart-all during failures (idle workers park)",
+                row.config
+            ),
+            paper: "+8 %",
+            ours: format!("{} ({b:.1} % against {n:.1} % of the cores)", pct(over)),
+            bar: "≤ +8 %",
+            met: over <= 8.0,
+        });
+    }
     out
 }
 
