@@ -24,6 +24,30 @@
 //!
 //! Under `--cfg loom` the futex is replaced by loom's yield, so the models
 //! explore every interleaving of the state machine.
+//!
+//! ## Between processes
+//!
+//! The cell is four atomic words and nothing else, so it works the same in
+//! memory two processes map: [`LivenessFile`] is the cell in a file of its
+//! own (mode 0600) that a primary and a standby in different processes map
+//! shared. The futex is a shared one (no `FUTEX_PRIVATE_FLAG`), so a wake
+//! from one process reaches a waiter in another. Every change is one atomic
+//! operation, so a process that dies at any point leaves a cell another can
+//! read: a primary killed between its heartbeat and its next one simply
+//! stops beating (its death is seen by the stall timeout, or at once by
+//! whoever watches its process); a claimant killed between raising the beat
+//! and its compare-and-swap leaves the epoch unclaimed with a fresher beat,
+//! which only delays the stall by one timeout. Heartbeats are only
+//! comparable when every process reads the same clock: the file's header
+//! names it, `CLOCK_MONOTONIC` nanoseconds from an origin the processes
+//! agree on.
+//!
+//! ```text
+//! 0   magic "TNDMLV\0\x01"   8  version (u32) = 1   12  cell bytes (u32) = 64
+//! 16  clock (u32) = 1: CLOCK_MONOTONIC nanoseconds
+//! 64  state (atomic u64)   72  beat (atomic u64)   80  wake (atomic u32)
+//! 84  stop (atomic u32)    88..128 zero
+//! ```
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -56,7 +80,7 @@ pub enum Wake {
 
 /// The shared cell (one cache line).
 #[derive(Debug)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 pub struct Liveness {
     state: AtomicU64,
     beat: AtomicU64,
@@ -193,6 +217,160 @@ impl Liveness {
 }
 
 #[cfg(not(loom))]
+pub use file::LivenessFile;
+
+#[cfg(not(loom))]
+mod file {
+    use super::Liveness;
+    use crate::standby::bq::BqError;
+    use memmap2::{MmapOptions, MmapRaw};
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::Ordering;
+
+    /// File magic.
+    pub const MAGIC: [u8; 8] = *b"TNDMLV\0\x01";
+    const VERSION: u32 = 1;
+    /// The header's clock: `CLOCK_MONOTONIC` nanoseconds.
+    const CLOCK_MONOTONIC_NS: u32 = 1;
+    const OFF_CELL: usize = 64;
+    const LEN: usize = 128;
+
+    /// A [`Liveness`] cell in a file that several processes map shared
+    /// (see the module docs for its layout and what a dead writer leaves).
+    pub struct LivenessFile {
+        map: MmapRaw,
+        path: PathBuf,
+    }
+
+    impl std::fmt::Debug for LivenessFile {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("LivenessFile")
+                .field("path", &self.path)
+                .field("epoch", &self.current())
+                .finish()
+        }
+    }
+
+    const _: () = assert!(std::mem::size_of::<Liveness>() == OFF_CELL);
+    const _: () = assert!(std::mem::align_of::<Liveness>() <= OFF_CELL);
+
+    impl LivenessFile {
+        /// Creates the file (mode 0600; an existing file is an error) with
+        /// epoch 1 and a heartbeat at `now`.
+        pub fn create(path: impl AsRef<Path>, now: u64) -> Result<Self, BqError> {
+            let path = path.as_ref().to_path_buf();
+            let map = MmapRaw::from(crate::standby::bq::create_mapped(&path, LEN as u64)?);
+            let f = LivenessFile { map, path };
+            // The cell first, the magic last: a file whose creator died
+            // half-way is refused by `open`, never read as a cell.
+            let cell = f.cell();
+            cell.state.store(1 << 1, Ordering::Relaxed);
+            cell.beat.store(now, Ordering::Relaxed);
+            let mut h = [0u8; 64];
+            h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+            h[12..16].copy_from_slice(&(OFF_CELL as u32).to_le_bytes());
+            h[16..20].copy_from_slice(&CLOCK_MONOTONIC_NS.to_le_bytes());
+            h[0..8].copy_from_slice(&MAGIC);
+            std::sync::atomic::fence(Ordering::Release);
+            // SAFETY: the header's 64 bytes are ours alone until the path
+            // is handed to another process, which happens after this; the
+            // cell (from byte 64) is not touched.
+            unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), f.map.as_mut_ptr(), 64) };
+            Ok(f)
+        }
+
+        /// Maps an existing cell file another process created, after
+        /// checking its header: a file of another format, version or
+        /// clock, or of another length, is refused.
+        pub fn open(path: impl AsRef<Path>) -> Result<Self, BqError> {
+            let path = path.as_ref().to_path_buf();
+            let (file, len) = crate::sys::file::open_regular(
+                &path,
+                std::fs::OpenOptions::new().read(true).write(true),
+            )
+            .map_err(|source| BqError::Io {
+                path: path.clone(),
+                op: "open",
+                source,
+            })?;
+            let invalid = |reason: String| BqError::Invalid {
+                path: path.clone(),
+                reason,
+            };
+            if len != LEN as u64 {
+                return Err(invalid(format!(
+                    "{len} bytes: a liveness cell file has {LEN}"
+                )));
+            }
+            // A raw map creates no references to the bytes: every access
+            // to the cell is atomic, from this and any other mapping; the
+            // header is only read.
+            let map = MmapOptions::new()
+                .map_raw(&file)
+                .map_err(|source| BqError::Io {
+                    path: path.clone(),
+                    op: "mmap",
+                    source,
+                })?;
+            if map.len() != LEN {
+                return Err(invalid(format!(
+                    "{} bytes mapped, {LEN} expected",
+                    map.len()
+                )));
+            }
+            let mut h = [0u8; 64];
+            // SAFETY: the first 64 bytes are mapped and only ever written
+            // by the creator before it hands the path on.
+            unsafe { std::ptr::copy_nonoverlapping(map.as_ptr(), h.as_mut_ptr(), 64) };
+            std::sync::atomic::fence(Ordering::Acquire);
+            let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().expect("4 bytes"));
+            if h[0..8] != MAGIC {
+                return Err(invalid(format!(
+                    "not a liveness cell, or its creator died creating it (magic {:02x?})",
+                    &h[0..8]
+                )));
+            }
+            if u32_at(8) != VERSION {
+                return Err(invalid(format!(
+                    "format version {} (this build reads {VERSION})",
+                    u32_at(8)
+                )));
+            }
+            if u32_at(12) != OFF_CELL as u32 || u32_at(16) != CLOCK_MONOTONIC_NS {
+                return Err(invalid(format!(
+                    "a cell of {} bytes on clock {} (this build: {OFF_CELL} bytes, clock {CLOCK_MONOTONIC_NS})",
+                    u32_at(12),
+                    u32_at(16)
+                )));
+            }
+            Ok(LivenessFile { map, path })
+        }
+
+        /// The cell.
+        pub fn cell(&self) -> &Liveness {
+            // SAFETY: the map is page-aligned and `LEN` bytes long, so the
+            // cell at `OFF_CELL` is aligned (see the asserts above) and in
+            // bounds; it lives as long as `self`; `Liveness` is atomics
+            // only, valid for any bit pattern another process may leave,
+            // and every access to them is atomic.
+            unsafe { &*(self.map.as_ptr().add(OFF_CELL) as *const Liveness) }
+        }
+
+        /// The file.
+        pub fn path(&self) -> &Path {
+            &self.path
+        }
+    }
+
+    impl std::ops::Deref for LivenessFile {
+        type Target = Liveness;
+        fn deref(&self) -> &Liveness {
+            self.cell()
+        }
+    }
+}
+
+#[cfg(not(loom))]
 mod park {
     use std::sync::atomic::AtomicU32;
     use std::time::Duration;
@@ -210,23 +388,20 @@ mod park {
             libc::syscall(
                 libc::SYS_futex,
                 word.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                // Shared: the waiter and the waker may be in different
+                // processes that map the cell (see `LivenessFile`).
+                libc::FUTEX_WAIT,
                 seen,
                 &ts as *const libc::timespec,
             );
         }
     }
 
-    /// Wakes every thread sleeping on `word`.
+    /// Wakes every thread sleeping on `word`, in any process.
     pub(super) fn wake_all(word: &AtomicU32) {
         // SAFETY: FUTEX_WAKE on a valid, aligned u32; no memory is written.
         unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                word.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                i32::MAX,
-            );
+            libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
         }
     }
 }
