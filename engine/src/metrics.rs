@@ -128,7 +128,7 @@ pub(crate) struct JobMetrics {
     /// The supervisor's figures, published every [`STATUS_PUBLISH_NS`].
     status: Mutex<JobStatus>,
     /// The job's start: the engine clock's origin.
-    pub(crate) origin: std::time::Instant,
+    pub(crate) origin: crate::sys::clock::Origin,
 }
 
 /// How often a sink merges its latency histogram into the job's (10 ms:
@@ -181,7 +181,7 @@ impl JobMetrics {
             watchers: AtomicU64::new(0),
             dead_letters: AtomicU64::new(0),
             status: Mutex::new(JobStatus::default()),
-            origin: std::time::Instant::now(),
+            origin: crate::sys::clock::Origin::now(),
         }
     }
 

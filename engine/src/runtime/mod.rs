@@ -55,7 +55,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use config::{CheckpointConfig, CheckpointMode, RuntimeConfig};
 pub use dead_letter::json_str;
@@ -93,7 +93,7 @@ pub(crate) struct WorkerLive {
 
 /// What every thread of one attempt of a job shares.
 pub(crate) struct JobShared {
-    pub(crate) origin: Instant,
+    pub(crate) origin: crate::sys::clock::Origin,
     pub(crate) panic_output: panic::PanicOutput,
     pub(crate) names: Vec<Arc<str>>,
     pub(crate) metrics: Arc<JobMetrics>,
@@ -150,7 +150,7 @@ impl JobShared {
             let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {
                 *slot = Some(e);
-                let now = self.origin.elapsed().as_nanos() as u64;
+                let now = self.origin.elapsed_ns();
                 let _ = self.failed_at.compare_exchange(
                     0,
                     now.max(1),

@@ -35,7 +35,7 @@ use standbys::validate_standby;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The pseudo-operator whose file lists the instances that had finished.
 pub(crate) const JOB_META: &str = "~job";
@@ -47,7 +47,7 @@ pub(crate) struct Supervisor {
     plan: Plan,
     config: RuntimeConfig,
     cores: Vec<usize>,
-    origin: Instant,
+    origin: crate::sys::clock::Origin,
     names: Vec<Arc<str>>,
     metrics: Arc<JobMetrics>,
     dead_letters: Arc<DeadLetters>,
@@ -88,8 +88,8 @@ pub(crate) struct Supervisor {
     build_fence: Arc<std::sync::RwLock<()>>,
 }
 
-pub(super) fn now_ns(origin: Instant) -> u64 {
-    origin.elapsed().as_nanos() as u64
+pub(super) fn now_ns(origin: crate::sys::clock::Origin) -> u64 {
+    origin.elapsed_ns()
 }
 
 impl Supervisor {

@@ -22,23 +22,22 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// The engine clock: nanoseconds since the job started, the same origin on
 /// every core.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
-    origin: Instant,
+    origin: crate::sys::clock::Origin,
 }
 
 impl Clock {
-    pub(crate) fn new(origin: Instant) -> Self {
+    pub(crate) fn new(origin: crate::sys::clock::Origin) -> Self {
         Clock { origin }
     }
 
     #[inline]
     pub(crate) fn now(&self) -> Nanos {
-        self.origin.elapsed().as_nanos() as u64
+        self.origin.elapsed_ns()
     }
 }
 
@@ -656,7 +655,7 @@ mod tests {
 
     fn ctx() -> TaskCtx {
         let (tx, _rx) = std::sync::mpsc::channel();
-        let mut s = super::super::supervisor::test_shared(Instant::now(), &tx);
+        let mut s = super::super::supervisor::test_shared(crate::sys::clock::Origin::now(), &tx);
         s.beats = vec![CachePadded::new(AtomicU64::new(5))];
         s.released_at = vec![CachePadded::new(AtomicU64::new(5))];
         TaskCtx::new(0, 0, 0, Arc::new(s), Rc::new(Background::default()))

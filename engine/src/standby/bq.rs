@@ -660,4 +660,4 @@ mod file;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use file::create_mapped;
+pub(crate) use file::{create_mapped, open_mapped};

@@ -458,6 +458,43 @@ mod mapped {
             })
         }
 
+        /// Maps an existing log another incarnation created (possibly in
+        /// another process), after checking its header against the file:
+        /// another format or version, an impossible lane count or
+        /// capacity, or a length the header does not imply, is refused.
+        pub fn open(path: impl AsRef<Path>) -> Result<Self, BqError> {
+            let path = path.as_ref().to_path_buf();
+            let (map, h) =
+                crate::standby::bq::open_mapped(&path, &MAGIC, VERSION, "determinant log")?;
+            let lanes = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes"));
+            let capacity = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+            let invalid = |reason: String| BqError::Invalid {
+                path: path.clone(),
+                reason,
+            };
+            if lanes == 0 || lanes > super::MAX_LANE + 1 {
+                return Err(invalid(format!("{lanes} lanes in a determinant log")));
+            }
+            if capacity < 2 || !capacity.is_power_of_two() || capacity > (1 << 40) {
+                return Err(invalid(format!(
+                    "a capacity of {capacity} entries (a power of two is written)"
+                )));
+            }
+            if map.len() as u64 != super::file_len(capacity) {
+                return Err(invalid(format!(
+                    "{} bytes, the header implies {}",
+                    map.len(),
+                    super::file_len(capacity)
+                )));
+            }
+            Ok(DetLog {
+                map,
+                path,
+                lanes,
+                capacity: capacity as usize,
+            })
+        }
+
         /// The entries, as the protocol sees them.
         pub fn words(&self) -> Words<'_> {
             let base = self.map[HEADER..].as_ptr() as *const AtomicU64;
@@ -622,6 +659,27 @@ mod tests {
             DetLog::create(&p, 2, 8).is_err(),
             "never over an existing file"
         );
+        // Another mapping of the file, opened by path as another process
+        // would, reads what the first appended and appends after it.
+        let other = DetLog::open(&p).unwrap();
+        assert_eq!((other.lanes(), other.capacity()), (2, 8));
+        assert_eq!(other.get(0), Some(d));
+        let e = Det::End { lane: 0 };
+        other.words().append(1, 0, e).unwrap();
+        assert_eq!(log.get(1), Some(e));
+
+        // A damaged header is refused, never read as entries.
+        let junk = p.with_extension("junk");
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[16] = 3; // a capacity that is not a power of two
+        std::fs::write(&junk, &bytes).unwrap();
+        let err = DetLog::open(&junk).unwrap_err();
+        assert!(err.to_string().contains("capacity of"), "{err}");
+        bytes[0] = b'X';
+        std::fs::write(&junk, &bytes).unwrap();
+        let err = DetLog::open(&junk).unwrap_err();
+        assert!(err.to_string().contains("not a determinant log"), "{err}");
+        std::fs::remove_file(junk).unwrap();
         std::fs::remove_file(&p).unwrap();
     }
 }

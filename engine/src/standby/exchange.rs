@@ -245,6 +245,34 @@ impl SnapshotExchange {
         })
     }
 
+    /// Maps an existing exchange another incarnation created (possibly in
+    /// another process), after checking its header against the file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, BqError> {
+        let path = path.as_ref().to_path_buf();
+        let (mut map, h) = super::bq::open_mapped(&path, &MAGIC, VERSION, "snapshot exchange")?;
+        let slot_bytes = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+        let implied = usize::try_from(slot_bytes)
+            .ok()
+            .filter(|s| *s > 0 && s.is_multiple_of(4096))
+            .map(Self::file_len);
+        if implied != Some(map.len() as u64) {
+            return Err(BqError::Invalid {
+                path,
+                reason: format!(
+                    "{} bytes with slots of {slot_bytes} bytes: three slots after the header do not fit",
+                    map.len()
+                ),
+            });
+        }
+        let base = map.as_mut_ptr();
+        Ok(SnapshotExchange {
+            map,
+            path,
+            slot_bytes: slot_bytes as usize,
+            base,
+        })
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -400,6 +428,36 @@ mod tests {
             })
         );
         drop(s);
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_second_mapping_opened_by_path_shares_publications_and_pins() {
+        let p = tmp("open");
+        let writer = Arc::new(SnapshotExchange::create(&p, 100).unwrap());
+        let reader = SnapshotExchange::open(&p).unwrap();
+        assert_eq!(reader.slot_bytes(), 4096);
+        assert_eq!(writer.publish(b"one", 10), Ok(1));
+        let s = reader.latest().unwrap();
+        assert_eq!((s.bytes, s.covered), (&b"one"[..], 10));
+        // The reader's pin, made through its own mapping, keeps the writer
+        // off the slot: two more publications take the other two.
+        assert_eq!(writer.publish(b"two", 20), Ok(2));
+        assert_eq!(writer.publish(b"three", 30), Ok(3));
+        assert_eq!(s.bytes, b"one", "the pinned slot was not reused");
+        drop(s);
+
+        // Another format, a damaged size, a short file: refused.
+        let junk = tmp("open-junk");
+        std::fs::write(&junk, vec![0u8; 8192]).unwrap();
+        let e = SnapshotExchange::open(&junk).unwrap_err();
+        assert!(e.to_string().contains("not a snapshot exchange"), "{e}");
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes.truncate(4096 + 4096);
+        std::fs::write(&junk, &bytes).unwrap();
+        let e = SnapshotExchange::open(&junk).unwrap_err();
+        assert!(e.to_string().contains("do not fit"), "{e}");
+        std::fs::remove_file(junk).unwrap();
         std::fs::remove_file(p).unwrap();
     }
 

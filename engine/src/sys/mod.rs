@@ -9,6 +9,7 @@
 //! report, never a panic, when the machine lacks what the engine asks for.
 
 pub mod affinity;
+pub mod clock;
 pub mod file;
 pub mod fs;
 pub mod limits;

@@ -576,7 +576,7 @@ pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobE
 
 /// A stand-in for the attempt field before the first attempt starts.
 pub(in crate::runtime) fn placeholder_shared(
-    origin: Instant,
+    origin: crate::sys::clock::Origin,
     tx: &mpsc::Sender<Event>,
 ) -> JobShared {
     JobShared {

@@ -65,6 +65,57 @@ fn create_file(path: &Path, len: u64) -> Result<File, BqError> {
     Ok(file)
 }
 
+/// Opens an existing shared file that another incarnation (possibly in
+/// another process) created, checks its magic and format version, and maps
+/// it shared. Returns the map and the header's first 64 bytes, read from
+/// the file before mapping, for the caller to check the sizes it implies
+/// against the map's length (a file truncated meanwhile is an error, not a
+/// `SIGBUS` later).
+pub(crate) fn open_mapped(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+    what: &str,
+) -> Result<(MmapMut, [u8; 64]), BqError> {
+    let io = |op| {
+        let path = path.to_path_buf();
+        move |source| BqError::Io { path, op, source }
+    };
+    let invalid = |reason: String| BqError::Invalid {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let (file, len) =
+        crate::sys::file::open_regular(path, OpenOptions::new().read(true).write(true))
+            .map_err(io("open"))?;
+    if len < 64 {
+        return Err(invalid(format!("{len} bytes: shorter than a header")));
+    }
+    let mut h = [0u8; 64];
+    read_measured(&file, &mut h).map_err(io("read header"))?;
+    if &h[0..8] != magic {
+        return Err(invalid(format!("not a {what} (magic {:02x?})", &h[0..8])));
+    }
+    let found = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    if found != version {
+        return Err(invalid(format!(
+            "{what} format version {found} (this build reads {version})"
+        )));
+    }
+    // SAFETY: a regular file opened for writing by its owner; every access
+    // to its shared bytes follows its module's protocol. Another process
+    // truncating it would fault accesses — a broken deployment, as for
+    // `BufferQueue::map`.
+    let map = unsafe { MmapOptions::new().map_mut(&file) }.map_err(io("mmap"))?;
+    if map.len() as u64 != len {
+        return Err(invalid(format!(
+            "{} bytes mapped, {len} measured",
+            map.len()
+        )));
+    }
+    Ok((map, h))
+}
+
 /// The filesystem (or the user's quota, or the largest file size) has no
 /// room.
 fn no_space(e: &io::Error) -> bool {
