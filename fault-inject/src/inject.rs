@@ -513,6 +513,8 @@ impl OperatorFaults {
                 });
                 ProbeAction::Panic(format!("{msg}: {}", detail.as_deref().unwrap_or_default()))
             }
+            // Dies below, once the firing is noted.
+            FaultKind::Process { .. } => ProbeAction::Continue,
             // Not record faults: never armed on a record.
             FaultKind::Commit
             | FaultKind::IoError { .. }
@@ -521,6 +523,9 @@ impl OperatorFaults {
         };
         self.inner
             .note(i, Some(self.instance), FiredOn::Record(id), detail);
+        if let FaultKind::Process { death } = a.spec.kind {
+            crate::death::die(death, &format!("injected fault {}", a.label()));
+        }
         action
     }
 }

@@ -30,6 +30,7 @@
 
 pub mod check;
 mod damage;
+mod death;
 pub mod inject;
 pub mod schedule;
 pub mod spec;
@@ -38,7 +39,8 @@ pub use check::{Checker, Outcome};
 pub use inject::{FaultInjector, FaultInjectorBuilder, Fired, FiredOn, InjectError};
 pub use schedule::{ExpandError, Schedule, ScheduleSpec, Space};
 pub use spec::{
-    Damage, Errno, FaultKind, FaultSpec, IoStep, ParseFaultError, StandbyPhase, When, CHECKPOINT,
+    Damage, Death, Errno, FaultKind, FaultSpec, IoStep, ParseFaultError, StandbyPhase, When,
+    CHECKPOINT,
 };
 
 impl std::str::FromStr for Schedule {

@@ -15,6 +15,12 @@
 //! corrupt   operator    flip | truncate              its buffer-queue entry of the record is
 //!                                                    damaged, then it panics (the takeover
 //!                                                    would replay the damage)
+//! kill      operator    —                            the process running the operator is
+//!                                                    killed (SIGKILL: no unwinding, no
+//!                                                    destructor, no flush)
+//! abort     operator    —                            that process calls abort() (SIGABRT)
+//! segv      operator    —                            that process dies of SIGSEGV, as of a
+//!                                                    segfault in native code
 //! commit    sink        —                            committing the sink's output of
 //!                                                    checkpoint WHEN fails once
 //! ioerror   checkpoint  eio|enospc[-write|-fsync]    writing (default) or fsyncing the
@@ -121,6 +127,17 @@ pub enum StandbyPhase {
     During,
 }
 
+/// How a process dies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Death {
+    /// `SIGKILL`: the OOM killer, `kill -9`.
+    Kill,
+    /// `abort()`: a failed assertion in native code, `panic = "abort"`.
+    Abort,
+    /// `SIGSEGV`: a segfault.
+    Segv,
+}
+
 /// What happens when a fault fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FaultKind {
@@ -157,6 +174,11 @@ pub enum FaultKind {
         /// How.
         damage: Damage,
     },
+    /// The process running the operator dies, at once and outright.
+    Process {
+        /// How.
+        death: Death,
+    },
     /// Committing a sink's output of the checkpoint fails once.
     Commit,
     /// A snapshot write or fsync of the checkpoint fails.
@@ -186,6 +208,11 @@ impl FaultKind {
             FaultKind::Mute { .. } => "mute",
             FaultKind::Standby { .. } => "standby",
             FaultKind::CorruptQueue { .. } | FaultKind::CorruptSnapshot { .. } => "corrupt",
+            FaultKind::Process { death: Death::Kill } => "kill",
+            FaultKind::Process {
+                death: Death::Abort,
+            } => "abort",
+            FaultKind::Process { death: Death::Segv } => "segv",
             FaultKind::Commit => "commit",
             FaultKind::IoError { .. } => "ioerror",
             FaultKind::Crash => "crash",
@@ -217,7 +244,15 @@ impl FaultKind {
                 | FaultKind::Standby { .. }
                 | FaultKind::CorruptQueue { .. }
                 | FaultKind::Stall { millis: None }
+                | FaultKind::Process { .. }
         )
+    }
+
+    /// Whether the fault ends the whole process its operator runs in (not
+    /// just the operator's thread): only a standby in another process
+    /// survives it.
+    pub fn ends_process(&self) -> bool {
+        matches!(self, FaultKind::Process { .. })
     }
 
     /// Whether the fault needs its operator to have a standby.
@@ -416,6 +451,9 @@ impl FromStr for FaultSpec {
         let (name, shape, with_arg): (&'static str, &'static str, bool) = match kind {
             "panic" => ("panic", "OPERATOR:WHEN", false),
             "cut" => ("cut", "OPERATOR:WHEN", false),
+            "kill" => ("kill", "OPERATOR:WHEN", false),
+            "abort" => ("abort", "OPERATOR:WHEN", false),
+            "segv" => ("segv", "OPERATOR:WHEN", false),
             "stall" => ("stall", "OPERATOR:WHEN:MILLIS|forever", true),
             "slow" => ("slow", "OPERATOR:WHEN:MICROS[xCOUNT]", true),
             "mute" => ("mute", "OPERATOR:WHEN:MILLIS", true),
@@ -446,6 +484,11 @@ impl FromStr for FaultSpec {
         let kind = match name {
             "panic" => FaultKind::Panic,
             "cut" => FaultKind::Cut,
+            "kill" => FaultKind::Process { death: Death::Kill },
+            "abort" => FaultKind::Process {
+                death: Death::Abort,
+            },
+            "segv" => FaultKind::Process { death: Death::Segv },
             "commit" => FaultKind::Commit,
             "crash" => FaultKind::Crash,
             "stall" => match arg.unwrap_or_default() {
@@ -569,7 +612,11 @@ impl fmt::Display for FaultSpec {
             Damage::Truncate => "truncate",
         };
         match self.kind {
-            FaultKind::Panic | FaultKind::Cut | FaultKind::Commit | FaultKind::Crash => Ok(()),
+            FaultKind::Panic
+            | FaultKind::Cut
+            | FaultKind::Process { .. }
+            | FaultKind::Commit
+            | FaultKind::Crash => Ok(()),
             FaultKind::Stall { millis: None } => f.write_str(":forever"),
             FaultKind::Stall { millis: Some(ms) } => write!(f, ":{ms}"),
             FaultKind::Slow { micros, records } => write!(f, ":{micros}x{records}"),
@@ -616,6 +663,9 @@ mod tests {
             "stall@map:7:forever",
             "slow@map:7:100x500",
             "cut@keyed:0",
+            "kill@flatmap:10",
+            "abort@keyed:~3",
+            "segv@filter:1/5",
             "mute@filter:10:30",
             "standby@flatmap:10:before",
             "standby@flatmap:10:during",
@@ -651,6 +701,7 @@ mod tests {
                 "stall takes OPERATOR:WHEN:MILLIS|forever",
             ),
             ("panic@flatmap:5:9", "panic takes OPERATOR:WHEN"),
+            ("kill@flatmap:5:9", "kill takes OPERATOR:WHEN"),
             ("stall@flatmap:5:-1", "not a valid duration"),
             ("panic@flatmap:+5", "not a valid duration"),
             ("panic@flatmap:5*0", "count (at least 1)"),

@@ -446,6 +446,13 @@ impl Plan {
                     );
                 }
             }
+            k if k.ends_process() && (self.bqbs || self.checkpointing) => {
+                return Err(format!(
+                    "{} ends the process that runs `{}`, and this build runs every operator in one process: neither a standby nor a restart would survive it, so the whole run would end (it runs only with --strategy none)",
+                    k.name(),
+                    f.target
+                ));
+            }
             k if k.needs_standby() && !self.backed_up(&f.target) => {
                 return Err(format!(
                     "{} faults need `{}` to have a standby (--strategy bqbs --standby {})",
