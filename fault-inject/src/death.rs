@@ -9,7 +9,12 @@ use crate::spec::Death;
 pub(crate) fn die(death: Death, what: &str) -> ! {
     // SAFETY: `getpid` has no preconditions.
     let pid = unsafe { libc::getpid() };
-    eprintln!("{what}: process {pid} dies ({death:?})");
+    let how = match death {
+        Death::Kill => "SIGKILL",
+        Death::Abort => "abort()",
+        Death::Segv => "SIGSEGV",
+    };
+    eprintln!("{what}: process {pid} dies of {how}");
     match death {
         Death::Abort => std::process::abort(),
         Death::Kill => {
