@@ -74,7 +74,7 @@ pub enum RuntimeError {
     /// directory they go in.
     #[error(
         "the standbys' files need {} in {dir} ({files} files: a buffer queue of {} per input \
-         lane, determinant logs, snapshot exchanges), and {} is free there: lower the queue \
+         lane, determinant logs, snapshot exchanges, liveness cells), and {} is free there: lower the queue \
          memory (StandbyConfig::queue_memory), give that filesystem more space, or name a run \
          directory on a larger one (RuntimeConfig::run_dir)",
         crate::sys::fs::human_bytes(*needed),

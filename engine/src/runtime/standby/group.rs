@@ -146,7 +146,7 @@ use crate::runtime::graph::AnySend;
 use crate::standby::bq::{BqConfig, BufferQueue, MAX_READERS};
 use crate::standby::config::{StandbyConfig, StandbyMode};
 use crate::standby::detlog::DetLog;
-use crate::standby::epoch::Liveness;
+use crate::standby::epoch::LivenessFile;
 use crate::standby::exchange::SnapshotExchange;
 
 mod failures;
@@ -245,7 +245,9 @@ pub(crate) struct Group {
     /// The source the chain replays as its one lane (no queue; see
     /// `incarnation/source_lane.rs`).
     pub(crate) source: Option<usize>,
-    pub(crate) live: Liveness,
+    /// The liveness cell, in a file of its own beside the queues (so that
+    /// an incarnation in another process can map it).
+    pub(crate) live: LivenessFile,
     /// Per input lane (upstream instance, in lane order).
     pub(crate) queues: Vec<BufferQueue>,
     /// Per queue: its typed slots (a `slots::TypedSlots<T>` for the
@@ -360,7 +362,11 @@ impl Group {
         let queues = q.file_len().saturating_mul(lanes as u64);
         let log = crate::standby::detlog::file_len(q.slots.saturating_mul(lanes.max(1) as u64));
         let exchange = SnapshotExchange::file_len(FIRST_EXCHANGE);
-        Ok(queues.saturating_add(log).saturating_add(exchange))
+        // The liveness cell's file takes a page.
+        Ok(queues
+            .saturating_add(log)
+            .saturating_add(exchange)
+            .saturating_add(4096))
     }
 
     /// Bytes of one input lane's buffer queue file.
@@ -388,6 +394,7 @@ impl Group {
         source: Option<(usize, u64)>,
     ) -> Result<Self, crate::standby::bq::BqError> {
         let qcfg = Self::queue_config(cfg)?;
+        let live = LivenessFile::create(dir.join(format!("{name}-{instance}.live")), now.max(1))?;
         let mut queues = Vec::with_capacity(upstream.len());
         // A replayed source's lane has no queue.
         for &(e, u) in upstream.iter().filter(|_| source.is_none()) {
@@ -420,7 +427,7 @@ impl Group {
         Ok(Group {
             node,
             instance,
-            live: Liveness::new(now.max(1)),
+            live,
             consumers: consumers
                 .into_iter()
                 .map(|(edge, node, instance, worker)| ConsumerLane {
@@ -717,6 +724,7 @@ impl Group {
             let _ = std::fs::remove_file(q.path());
         }
         let _ = std::fs::remove_file(self.log.path());
+        let _ = std::fs::remove_file(self.live.path());
         let g = self.lock();
         for x in g.exchange.iter().chain(&g.spare) {
             let _ = std::fs::remove_file(x.path());

@@ -188,7 +188,9 @@ fn check_space(
         // A replayed source's lane has no queue file.
         let queued = if source.is_some() { 0 } else { upstream.len() };
         needed = needed.saturating_add(Group::files_len(queued, cfg).map_err(config)?);
-        files += queued + 2;
+        // The queues, the determinant log, the first snapshot exchange and
+        // the liveness cell.
+        files += queued + 3;
     }
     let Ok(free) = crate::sys::fs::free_bytes(dir) else {
         // A filesystem that cannot say: each file's reservation still
