@@ -1,11 +1,13 @@
 //! What the process-level standby stands on, across real processes (this
 //! test binary started again in a role): a child the engine starts dies
-//! with the engine's process however that process ends, and the liveness
-//! cell in a shared file fences, wakes and outlives a killed primary.
+//! with the engine's process however that process ends, the liveness
+//! cell in a shared file fences, wakes and outlives a killed primary, and
+//! a file-backed ring shows only whole records when its producer is killed.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tandem::queue::spsc::{MappedConsumer, MappedProducer};
 use tandem::standby::epoch::{LivenessFile, Wake};
 use tandem::sys::process::{Child, Exit};
 
@@ -125,6 +127,63 @@ fn run_role(role: &str) {
         r => panic!("unknown role {r}"),
     };
     std::process::exit(code);
+}
+
+const RING_TEST: &str =
+    "a_ring_between_processes_loses_or_tears_nothing_when_its_producer_is_killed";
+
+/// Pushes `[seq, !seq]` for ever, from 0, into the ring at `CELL`.
+fn produce() -> ! {
+    let mut tx = MappedProducer::<[u64; 2]>::open(std::env::var_os(CELL).unwrap()).unwrap();
+    let mut seq = 0u64;
+    loop {
+        match tx.push([seq, !seq]) {
+            Ok(()) => seq += 1,
+            Err(_) => std::hint::spin_loop(),
+        }
+    }
+}
+
+#[test]
+fn a_ring_between_processes_loses_or_tears_nothing_when_its_producer_is_killed() {
+    if std::env::var_os(ROLE).is_some() {
+        produce();
+    }
+    let dir = std::env::temp_dir().join(format!("tandem-cross-ring-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ring");
+    let mut rx = MappedConsumer::<[u64; 2]>::create(&path, 256).unwrap();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", RING_TEST, "--nocapture", "--test-threads", "1"])
+        .env(ROLE, "producer")
+        .env(CELL, &path)
+        .stdout(Stdio::null());
+    let mut producer = Child::spawn(cmd).unwrap();
+    let mut expected = 0u64;
+    let take = |rx: &mut MappedConsumer<[u64; 2]>, expected: &mut u64| {
+        rx.pop_batch(64, |[seq, check]| {
+            assert_eq!((seq, check), (*expected, !*expected), "in order, whole");
+            *expected += 1;
+        })
+    };
+    let t = Instant::now();
+    while expected < 200_000 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the producer stalled at {expected}"
+        );
+        take(&mut rx, &mut expected);
+    }
+    // Killed mid-stream, perhaps between writing a slot and publishing
+    // it: what was published is whole and in order, the rest never shows.
+    producer.kill().unwrap();
+    while take(&mut rx, &mut expected) > 0 {}
+    assert_eq!(take(&mut rx, &mut expected), 0, "nothing after the death");
+    // SIGKILL runs no destructor: the ring cannot say its producer is
+    // gone. Whoever reads it learns that from the process (its pidfd).
+    assert!(!rx.is_abandoned());
+    drop(rx);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
