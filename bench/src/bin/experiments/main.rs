@@ -11,6 +11,7 @@
 
 mod plan;
 mod plots;
+mod report;
 mod runs;
 mod tables;
 
@@ -131,9 +132,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
     };
     let plots = plots::draw_all(&args.out, &results, &done)?;
     tandem_bench::report::write_json(&args.out.join("results.json"), &results)?;
-    let md = tables::markdown(&results, &plots);
+    let md = report::markdown(&results, &plots);
     std::fs::write(args.out.join("report.md"), md)?;
-    outln!("{}", tables::summary(&results))?;
+    outln!("{}", report::summary(&results))?;
     outln!(
         "wrote {}/report.md, results.json and {} plots in {:.0} s",
         args.out.display(),
