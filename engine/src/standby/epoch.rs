@@ -264,7 +264,7 @@ mod file {
 mod file {
     use super::Liveness;
     use crate::standby::bq::BqError;
-    use memmap2::{MmapOptions, MmapRaw};
+    use memmap2::MmapRaw;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::Ordering;
 
@@ -325,58 +325,21 @@ mod file {
         /// clock, or of another length, is refused.
         pub fn open(path: impl AsRef<Path>) -> Result<Self, BqError> {
             let path = path.as_ref().to_path_buf();
-            let (file, len) = crate::sys::file::open_regular(
-                &path,
-                std::fs::OpenOptions::new().read(true).write(true),
-            )
-            .map_err(|source| BqError::Io {
-                path: path.clone(),
-                op: "open",
-                source,
-            })?;
+            // Magic and version: a file whose creator died before writing
+            // its magic is refused here.
+            let (map, h) =
+                crate::standby::bq::open_mapped(&path, &MAGIC, VERSION, "liveness cell")?;
             let invalid = |reason: String| BqError::Invalid {
                 path: path.clone(),
                 reason,
             };
-            if len != LEN as u64 {
-                return Err(invalid(format!(
-                    "{len} bytes: a liveness cell file has {LEN}"
-                )));
-            }
-            // A raw map creates no references to the bytes: every access
-            // to the cell is atomic, from this and any other mapping; the
-            // header is only read.
-            let map = MmapOptions::new()
-                .map_raw(&file)
-                .map_err(|source| BqError::Io {
-                    path: path.clone(),
-                    op: "mmap",
-                    source,
-                })?;
             if map.len() != LEN {
                 return Err(invalid(format!(
-                    "{} bytes mapped, {LEN} expected",
+                    "{} bytes: a liveness cell file has {LEN}",
                     map.len()
                 )));
             }
-            let mut h = [0u8; 64];
-            // SAFETY: the first 64 bytes are mapped and only ever written
-            // by the creator before it hands the path on.
-            unsafe { std::ptr::copy_nonoverlapping(map.as_ptr(), h.as_mut_ptr(), 64) };
-            std::sync::atomic::fence(Ordering::Acquire);
             let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().expect("4 bytes"));
-            if h[0..8] != MAGIC {
-                return Err(invalid(format!(
-                    "not a liveness cell, or its creator died creating it (magic {:02x?})",
-                    &h[0..8]
-                )));
-            }
-            if u32_at(8) != VERSION {
-                return Err(invalid(format!(
-                    "format version {} (this build reads {VERSION})",
-                    u32_at(8)
-                )));
-            }
             if u32_at(12) != OFF_CELL as u32 || u32_at(16) != CLOCK_MONOTONIC_NS {
                 return Err(invalid(format!(
                     "a cell of {} bytes on clock {} (this build: {OFF_CELL} bytes, clock {CLOCK_MONOTONIC_NS})",
@@ -384,6 +347,9 @@ mod file {
                     u32_at(16)
                 )));
             }
+            // From here on only raw: every access to the cell is atomic,
+            // from this and any other mapping.
+            let map = MmapRaw::from(map);
             Ok(LivenessFile { map, path })
         }
 
