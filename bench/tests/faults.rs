@@ -207,6 +207,7 @@ fn run_standby(
             queue_memory: 4 << 20,
             replay_sources: true,
             encoded_queues: false,
+            ..Default::default()
         });
     let report = job
         .run(&cfg)

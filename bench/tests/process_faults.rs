@@ -50,3 +50,81 @@ fn a_process_fault_is_refused_where_a_recovery_would_be_expected() {
         );
     }
 }
+
+/// The sorted lines of `path`.
+fn sorted(path: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn under_process_isolation_a_standby_survives_its_primarys_process_dying() {
+    let dir = std::env::temp_dir().join(format!("tandem-process-iso-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let clean = dir.join("clean");
+    let o = paper(&["--strategy", "none", "--output", clean.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected = sorted(&clean);
+    for (standby, mode, faults) in [
+        ("flatmap", "warm", "kill@flatmap:3"),
+        ("flatmap", "hot", "segv@flatmap:2"),
+        ("keyed", "warm", "kill@keyed:2"),
+        ("keyed", "warm", "abort@keyed:1"),
+    ] {
+        let out = dir.join(format!("{standby}-{mode}"));
+        let run = dir.join(format!("run-{standby}-{mode}"));
+        std::fs::create_dir_all(&run).unwrap();
+        let o = paper(&[
+            "--strategy",
+            "bqbs",
+            "--standby",
+            standby,
+            "--standby-mode",
+            mode,
+            "--isolation",
+            "process",
+            "--fault-schedule",
+            faults,
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{standby} {mode} {faults}: {stderr}");
+        assert!(
+            stderr.contains("dies of"),
+            "{faults}: a child process died: {stderr}"
+        );
+        assert_eq!(
+            sorted(&out),
+            expected,
+            "{standby} {mode} {faults}: the output of a run whose primary's process died \
+             equals the clean run's"
+        );
+        // No shared file (pipes, status, queues) is left in the run
+        // directory.
+        let left: Vec<_> = walk(&run);
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            v.extend(walk(&p));
+        } else {
+            v.push(p);
+        }
+    }
+    v
+}

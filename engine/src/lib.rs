@@ -128,8 +128,10 @@ pub use record::{Record, TupleId};
 pub use recovery::restart::RestartStrategy;
 pub use runtime::panic::PanicOutput;
 pub use runtime::placement::Chaining;
+pub use runtime::standby::remote::child::is_incarnation_process;
+pub use runtime::standby::remote::ChildRecord;
 pub use runtime::{CheckpointConfig, CheckpointMode, JobHandle, JobWatch, RuntimeConfig};
-pub use standby::{StandbyConfig, StandbyMode};
+pub use standby::{Isolation, StandbyConfig, StandbyMode};
 pub use state::{KeyedState, StateSnapshot};
 
 /// The README's Rust examples, compiled and run as doctests

@@ -90,6 +90,7 @@ fn config(
             queue_memory: 4 << 20,
             replay_sources: replay,
             encoded_queues: encoded,
+            ..Default::default()
         })
 }
 

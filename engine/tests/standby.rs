@@ -150,6 +150,7 @@ impl Spec {
             queue_memory: 4 << 20,
             replay_sources: true,
             encoded_queues: false,
+            ..Default::default()
         });
         self
     }
@@ -592,6 +593,7 @@ fn a_failed_standby_is_replaced_and_its_replacement_takes_over() {
             queue_memory: 4 << 20,
             replay_sources: true,
             encoded_queues: false,
+            ..Default::default()
         })
         .probes(faults(&[(
             TupleId::new(0, 20_000),

@@ -97,6 +97,7 @@ impl Run {
                 queue_memory: 2 << 20,
                 replay_sources: self.replay,
                 encoded_queues: self.encoded,
+                ..Default::default()
             });
         }
         if !self.faults.is_empty() {
@@ -362,6 +363,7 @@ fn a_takeover_reads_a_source_that_cannot_jump_from_near_the_point_not_from_its_s
             queue_memory: 2 << 20,
             replay_sources: true,
             encoded_queues: false,
+            ..Default::default()
         })
         .probes(Arc::new(Faults::new(vec![
             panic_in("op", 0, 15_000),
@@ -485,6 +487,7 @@ fn a_member_whose_state_ends_keeps_the_points_going_and_restores_none() {
                 queue_memory: 256 << 10,
                 replay_sources: replay,
                 encoded_queues: !replay && mode == StandbyMode::Hot,
+                ..Default::default()
             });
         }
         if !faults.is_empty() {

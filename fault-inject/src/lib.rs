@@ -30,7 +30,6 @@
 
 pub mod check;
 mod damage;
-mod death;
 pub mod inject;
 pub mod schedule;
 pub mod spec;

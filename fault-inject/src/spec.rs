@@ -127,16 +127,8 @@ pub enum StandbyPhase {
     During,
 }
 
-/// How a process dies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Death {
-    /// `SIGKILL`: the OOM killer, `kill -9`.
-    Kill,
-    /// `abort()`: a failed assertion in native code, `panic = "abort"`.
-    Abort,
-    /// `SIGSEGV`: a segfault.
-    Segv,
-}
+/// How a process dies (the engine carries it out: [`tandem::runtime::probe::ProbeAction::Die`]).
+pub use tandem::runtime::probe::Death;
 
 /// What happens when a fault fires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

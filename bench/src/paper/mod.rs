@@ -275,6 +275,49 @@ pub enum PaperOut {
     },
 }
 
+impl Codec for PaperOut {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            PaperOut::Record(l) => {
+                out.push(0);
+                l.encode(out);
+            }
+            PaperOut::Summary {
+                user_id,
+                count,
+                likes_sum,
+            } => {
+                out.push(1);
+                user_id.encode(out);
+                count.encode(out);
+                likes_sum.encode(out);
+            }
+        }
+    }
+    fn decode(b: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        match u8::decode(b)? {
+            (0, b) => {
+                let (l, b) = Levelled::decode(b)?;
+                Ok((PaperOut::Record(l), b))
+            }
+            (1, b) => {
+                let (user_id, b) = u32::decode(b)?;
+                let (count, b) = u64::decode(b)?;
+                let (likes_sum, b) = u64::decode(b)?;
+                Ok((
+                    PaperOut::Summary {
+                        user_id,
+                        count,
+                        likes_sum,
+                    },
+                    b,
+                ))
+            }
+            (t, _) => Err(CodecError(format!("paper output tag {t}"))),
+        }
+    }
+}
+
 /// A mapping record: records with at least `min_likes` likes get `level`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LevelRule {
@@ -476,6 +519,8 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
     use names::*;
     let job = JobBuilder::new("paper");
     job.default_parallelism(opts.parallelism);
+    // What leaves a backed-up chain under process isolation.
+    job.codec::<Flat>().codec::<Levelled>().codec::<PaperOut>();
     let (len, seed) = (input.len(), input.seed());
     let mut source = job.source(SOURCE, move |i| {
         JsonSource::partition(len, seed, i.instance, i.parallelism)
@@ -519,7 +564,13 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
     let c = Arc::clone(&counts);
     // Output locations are created here, so an unwritable output is an
     // error now, not a failure inside a running job.
-    match (&opts.output, opts.output_mode) {
+    // (Not in a child of process isolation: the driver's sinks write.)
+    let output_files = if tandem::is_incarnation_process() {
+        None
+    } else {
+        opts.output.as_ref()
+    };
+    match (output_files, opts.output_mode) {
         (Some(o), OutputMode::Direct) => {
             for i in 0..opts.parallelism {
                 let p = part_path(o, i);

@@ -70,6 +70,7 @@ struct Inner {
     parallelism: usize,
     /// Operators that work in event time: their sources need watermarks.
     event_time: Vec<usize>,
+    codecs: crate::runtime::graph::Codecs,
 }
 
 impl Inner {
@@ -81,6 +82,7 @@ impl Inner {
             errors: Vec::new(),
             parallelism: 1,
             event_time: Vec::new(),
+            codecs: Default::default(),
         }
     }
 }
@@ -144,7 +146,16 @@ impl Job {
     /// one when `config` has no [`crate::StandbyConfig`]: this prints one
     /// `warning:` line on standard error naming them
     /// ([`Job::standby_warning`]).
+    ///
+    /// In a child started for process isolation
+    /// ([`crate::Isolation::Process`]), `start` never returns: the child
+    /// serves its incarnation and exits. Such a child runs `main` again up
+    /// to here, so what `main` does before starting the job it does in
+    /// every child too; [`crate::is_incarnation_process`] tells it apart.
     pub fn start(self, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
+        if let Some(role) = crate::runtime::standby::remote::child::role() {
+            crate::runtime::standby::remote::child::run(&self.graph, role);
+        }
         if let Some(w) = self.standby_warning(config) {
             eprintln!("{w}");
         }
@@ -201,6 +212,19 @@ impl JobBuilder {
         JobBuilder {
             inner: Rc::new(RefCell::new(Inner::new(name.into()))),
         }
+    }
+
+    /// Makes `T`'s [`Codec`] known to the job: under process isolation
+    /// ([`crate::StandbyConfig::isolation`]) the output of a backed-up
+    /// chain crosses from its child process to the driver encoded, so its
+    /// type needs one. The input of every `.standby()` stream is known
+    /// already.
+    pub fn codec<T: Data + Codec>(&self) -> &Self {
+        self.inner
+            .borrow_mut()
+            .codecs
+            .extend([crate::runtime::graph::CodecFns::<T>::entry()]);
+        self
     }
 
     /// Sets the parallelism of operators added from now on (each can still
@@ -278,6 +302,7 @@ impl JobBuilder {
             edges,
             mut errors,
             event_time,
+            codecs,
             ..
         } = inner;
         if !errors.is_empty() {
@@ -334,7 +359,12 @@ impl JobBuilder {
                 next += n.parallelism;
             }
         }
-        let graph = Graph { name, nodes, edges };
+        let graph = Graph {
+            name,
+            nodes,
+            edges,
+            codecs,
+        };
         refuse_stranded_standbys(&graph)?;
         Ok(Job {
             graph: Arc::new(graph),
@@ -736,6 +766,10 @@ impl<T: Data + Codec + Sync> Stream<T> {
     /// standard error. That is how a job runs its fault-free reference:
     /// the same graph, without the configuration.
     pub fn standby(&self) -> Stream<T> {
+        self.job
+            .borrow_mut()
+            .codecs
+            .extend([crate::runtime::graph::CodecFns::<T>::entry()]);
         let mut s = self.clone();
         s.standby = Some(SKit::<T>::arc());
         s

@@ -183,9 +183,42 @@ pub(crate) struct Graph {
     pub(crate) name: String,
     pub(crate) nodes: Vec<Node>,
     pub(crate) edges: Vec<Edge>,
+    pub(crate) codecs: Codecs,
 }
 
 pub(crate) type HashFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
+
+/// A type's [`crate::standby::Codec`], as plain functions: what carries a stream's
+/// records between processes (process isolation's chain ends).
+pub(crate) struct CodecFns<T> {
+    pub(crate) encode: fn(&T, &mut Vec<u8>),
+    pub(crate) decode: DecodeFn<T>,
+}
+
+/// A [`crate::standby::Codec`]'s decode, as a plain function.
+pub(crate) type DecodeFn<T> = fn(&[u8]) -> Result<(T, &[u8]), crate::standby::codec::CodecError>;
+
+impl<T: crate::standby::codec::Codec + 'static> CodecFns<T> {
+    pub(crate) fn entry() -> (std::any::TypeId, Arc<dyn Any + Send + Sync>) {
+        (
+            std::any::TypeId::of::<T>(),
+            Arc::new(CodecFns::<T> {
+                encode: T::encode,
+                decode: T::decode,
+            }),
+        )
+    }
+}
+
+/// The codecs a job knows, by type: every type a `.standby()` stream
+/// carries, and those given with [`crate::JobBuilder::codec`].
+pub(crate) type Codecs = std::collections::HashMap<std::any::TypeId, Arc<dyn Any + Send + Sync>>;
+
+fn codec_of<T: 'static>(codecs: &Codecs) -> Option<Arc<CodecFns<T>>> {
+    codecs
+        .get(&std::any::TypeId::of::<T>())
+        .and_then(|c| Arc::clone(c).downcast::<CodecFns<T>>().ok())
+}
 
 /// Operations that need a stream's element type.
 pub(crate) trait StreamKit: Send + Sync {
@@ -217,6 +250,23 @@ pub(crate) trait StreamKit: Send + Sync {
         gate: Option<Rc<Gate>>,
         ctx: &Rc<TaskCtx>,
     ) -> Box<dyn Port>;
+    /// The stream's type has a codec in `codecs`.
+    fn has_codec(&self, codecs: &Codecs) -> bool;
+    /// Process isolation, in the driver: the end of a chain (`tail`, a
+    /// collector of this type) fed the child's replies; `None` without a
+    /// codec.
+    fn remote_tail(
+        &self,
+        codecs: &Codecs,
+        tail: AnyBox,
+    ) -> Option<Box<dyn crate::runtime::standby::remote::ReplyTail>>;
+    /// Process isolation, in the child: the end of its chain, writing what
+    /// reaches it into the reply pipe; `None` without a codec.
+    fn reply_collector(
+        &self,
+        codecs: &Codecs,
+        out: Rc<std::cell::RefCell<crate::runtime::standby::remote::child::Replies>>,
+    ) -> Option<AnyBox>;
 }
 
 pub(crate) struct Kit<T>(PhantomData<fn() -> T>);
@@ -233,6 +283,30 @@ impl<T> Kit<T> {
 type BoxCollector<T> = Box<dyn Collector<T>>;
 
 impl<T: crate::Data> StreamKit for Kit<T> {
+    fn has_codec(&self, codecs: &Codecs) -> bool {
+        codec_of::<T>(codecs).is_some()
+    }
+
+    fn remote_tail(
+        &self,
+        codecs: &Codecs,
+        tail: AnyBox,
+    ) -> Option<Box<dyn crate::runtime::standby::remote::ReplyTail>> {
+        let c = codec_of::<T>(codecs)?;
+        Some(crate::runtime::standby::remote::deliver_to::<T>(tail, c))
+    }
+
+    fn reply_collector(
+        &self,
+        codecs: &Codecs,
+        out: Rc<std::cell::RefCell<crate::runtime::standby::remote::child::Replies>>,
+    ) -> Option<AnyBox> {
+        let c = codec_of::<T>(codecs)?;
+        Some(Box::new(Box::new(
+            crate::runtime::standby::remote::child::ReplyCollector::<T>::new(out, c),
+        ) as BoxCollector<T>))
+    }
+
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox {
         let outs = outs
             .into_iter()

@@ -52,6 +52,21 @@ pub enum ProbeAction {
     /// nor, for the primary of a standby group, the group's): an operator
     /// that runs but stops beating.
     MuteHeartbeat(Duration),
+    /// The process running the operator dies at once, as this says (the
+    /// message first, on standard error): under process isolation the
+    /// incarnation's child, otherwise the whole job's process.
+    Die(Death, String),
+}
+
+/// How a process dies ([`ProbeAction::Die`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Death {
+    /// `SIGKILL`: no handler, no unwinding (the OOM killer, `kill -9`).
+    Kill,
+    /// `abort()`: `SIGABRT`, as a failed assertion in native code.
+    Abort,
+    /// `SIGSEGV`, as a bad pointer in native code.
+    Segv,
 }
 
 /// Consulted before every record of one operator instance.

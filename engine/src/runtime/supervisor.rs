@@ -25,6 +25,7 @@ use crate::runtime::dead_letter::DeadLetters;
 use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::placement::Plan;
 use attempt::build_restore;
+pub(in crate::runtime) use attempt::child_shared;
 pub(in crate::runtime) use attempt::load_restore_point;
 #[cfg(test)]
 pub(super) use attempt::placeholder_shared as test_shared;

@@ -16,6 +16,21 @@ pub enum StandbyMode {
     Hot,
 }
 
+/// Where the incarnations (primary and standbys) of a backed-up chain run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// On the job's worker threads: a standby survives a panic, a stall or
+    /// a cut input of its primary.
+    #[default]
+    Thread,
+    /// Each incarnation's operators in a child process of their own (the
+    /// same executable started again; see [`crate::is_incarnation_process`]):
+    /// a standby also survives the primary's process dying (`kill -9`,
+    /// `abort()`, a segfault, the OOM killer). The chain's input and output
+    /// types need a [`crate::standby::Codec`] ([`crate::JobBuilder::codec`]).
+    Process,
+}
+
 /// Active standby (BQBS) for the operators built after
 /// [`crate::Stream::standby`].
 #[derive(Clone, Debug)]
@@ -52,6 +67,11 @@ pub struct StandbyConfig {
     /// (the default: one write, no encode or decode). The encoded form is
     /// what a standby in another process will need.
     pub encoded_queues: bool,
+    /// Where incarnations run (threads, or a child process each).
+    pub isolation: Isolation,
+    /// Process isolation: the arguments each child is started with (the
+    /// program is always this executable); `None`: this process's own.
+    pub child_args: Option<Vec<std::ffi::OsString>>,
 }
 
 impl Default for StandbyConfig {
@@ -63,6 +83,8 @@ impl Default for StandbyConfig {
             queue_memory: 16 << 20,
             replay_sources: true,
             encoded_queues: false,
+            isolation: Isolation::Thread,
+            child_args: None,
         }
     }
 }

@@ -45,6 +45,7 @@ pub mod decide;
 pub mod detlog;
 pub mod epoch;
 pub mod exchange;
+pub(crate) mod pipe;
 
 pub use codec::{decode_bytes, decode_str, encode_bytes, Codec, CodecError};
-pub use config::{StandbyConfig, StandbyMode};
+pub use config::{Isolation, StandbyConfig, StandbyMode};

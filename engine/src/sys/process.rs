@@ -147,6 +147,7 @@ fn spawner() -> io::Result<Sender<SpawnRequest>> {
         std::thread::Builder::new()
             .name("tandem-spawn".into())
             .spawn(move || {
+                unpin_this_thread();
                 for (mut cmd, reply) in rx {
                     let _ = reply.send(spawn_here(&mut cmd));
                 }
@@ -159,6 +160,22 @@ fn spawner() -> io::Result<Sender<SpawnRequest>> {
         None => Err(io::Error::other(
             "could not start the thread that starts child processes",
         )),
+    }
+}
+
+/// Lets this thread run on every CPU the process may use: the spawner may
+/// be started from a worker pinned to one core, and its children would
+/// inherit the pin (a child that counts its cores would count one).
+fn unpin_this_thread() {
+    // SAFETY: a zeroed `cpu_set_t` is a valid empty set; `CPU_SET` writes
+    // bits inside it; `sched_setaffinity` reads `size_of` bytes of it. The
+    // kernel keeps only the CPUs the process's cpuset allows.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
@@ -375,6 +392,45 @@ impl Drop for Child {
         if self.exit.is_none() {
             let _ = self.kill();
         }
+    }
+}
+
+/// Ends this process the way `death` says, at once, as the real thing
+/// would: no unwinding, no destructor, no buffered output flushed (`what`
+/// goes to standard error first, with the PID). Never returns.
+pub fn die(death: crate::runtime::probe::Death, what: &str) -> ! {
+    use crate::runtime::probe::Death;
+    // SAFETY: `getpid` has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let how = match death {
+        Death::Kill => "SIGKILL",
+        Death::Abort => "abort()",
+        Death::Segv => "SIGSEGV",
+    };
+    eprintln!("{what}: process {pid} dies of {how}");
+    match death {
+        Death::Abort => std::process::abort(),
+        Death::Kill => {
+            // SAFETY: signalling our own PID; SIGKILL cannot be caught, so
+            // the call does not return once delivered.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        Death::Segv => {
+            // Rust's own SIGSEGV handler (it reports stack overflows)
+            // returns for a signal that is not a guard-page fault, which
+            // for a raised signal would mean carrying on: restore the
+            // default action first.
+            // SAFETY: setting SIGSEGV's disposition to the default, then
+            // raising it in this thread; both calls take plain integers.
+            unsafe {
+                libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+                libc::raise(libc::SIGSEGV);
+            }
+        }
+    }
+    // Delivery is asynchronous for a process signal: wait for it.
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 

@@ -76,8 +76,9 @@ impl OperatorFaults {
                 });
                 ProbeAction::Panic(format!("{msg}: {}", detail.as_deref().unwrap_or_default()))
             }
-            // Dies below, once the firing is noted.
-            FaultKind::Process { .. } => ProbeAction::Continue,
+            // The engine kills the process running the operator (its
+            // child under process isolation), once the firing is noted.
+            FaultKind::Process { death } => ProbeAction::Die(death, msg),
             // Not record faults: never armed on a record.
             FaultKind::Commit
             | FaultKind::IoError { .. }
@@ -86,9 +87,6 @@ impl OperatorFaults {
         };
         self.inner
             .note(i, Some(self.instance), FiredOn::Record(id), detail);
-        if let FaultKind::Process { death } = a.spec.kind {
-            crate::death::die(death, &format!("injected fault {}", a.label()));
-        }
         action
     }
 }

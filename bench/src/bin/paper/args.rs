@@ -96,6 +96,12 @@ pub struct Args {
     /// and replays) or hot (computes along, output suppressed).
     #[arg(long, default_value = "warm", value_parser = parse_standby_mode)]
     pub standby_mode: tandem::StandbyMode,
+    /// Where a backed-up operator's primary and standby run (bqbs): thread
+    /// (on the job's workers) or process (each in a child process of its
+    /// own, so that a standby survives its primary's process dying:
+    /// kill, abort and segv faults).
+    #[arg(long, default_value = "thread", value_parser = parse_isolation)]
+    pub isolation: tandem::Isolation,
     /// An idle worker spins this long before it yields (µs): idle spans
     /// shorter than this cost no wake-up, and CPU for as long (see README,
     /// *Latency and the host*).
@@ -214,6 +220,14 @@ pub fn parse_standby_mode(s: &str) -> Result<tandem::StandbyMode, String> {
         "warm" => Ok(tandem::StandbyMode::Warm),
         "hot" => Ok(tandem::StandbyMode::Hot),
         _ => Err(format!("expected warm or hot, got `{s}`")),
+    }
+}
+
+pub fn parse_isolation(s: &str) -> Result<tandem::Isolation, String> {
+    match s {
+        "thread" => Ok(tandem::Isolation::Thread),
+        "process" => Ok(tandem::Isolation::Process),
+        _ => Err(format!("expected thread or process, got `{s}`")),
     }
 }
 

@@ -446,9 +446,12 @@ impl Plan {
                     );
                 }
             }
-            k if k.ends_process() && (self.bqbs || self.checkpointing) => {
+            k if k.ends_process()
+                && (self.bqbs || self.checkpointing)
+                && !(self.backed_up(&f.target) && args.isolation == tandem::Isolation::Process) =>
+            {
                 return Err(format!(
-                    "{} ends the process that runs `{}`, and this build runs every operator in one process: neither a standby nor a restart would survive it, so the whole run would end (it runs only with --strategy none)",
+                    "{} ends the process that runs `{}`, and here that process runs the whole job: neither a standby nor a restart would survive it (it runs with --strategy bqbs --standby {1} --isolation process, or with --strategy none)",
                     k.name(),
                     f.target
                 ));

@@ -39,13 +39,7 @@ fn run(
     let checkpointing = plan.checkpointing;
     let interval_ms = args.checkpoint_interval_ms.unwrap_or(1000);
     let output_mode = plan.output_mode;
-    let opts = PaperOptions {
-        parallelism,
-        rate: (args.rate > 0.0).then_some(args.rate),
-        output: plan.output.clone(),
-        output_mode,
-        standby: plan.standby.clone(),
-    };
+    let opts = options(args, plan);
     let (job, counts) = paper::build_job(Arc::clone(input), &opts)?;
     let mut cfg = RuntimeConfig::default()
         .cores(cores)
@@ -82,6 +76,8 @@ fn run(
             queue_memory: args.standby_queue_mib << 20,
             replay_sources: !args.standby_queue_source,
             encoded_queues: args.standby_encoded_queue,
+            isolation: args.isolation,
+            ..Default::default()
         });
     }
     let p = parallelism;
@@ -330,6 +326,18 @@ fn run(
     })
 }
 
+/// The job's options, as the run builds it (and every child of process
+/// isolation builds it again).
+fn options(args: &Args, plan: &Plan) -> PaperOptions {
+    PaperOptions {
+        parallelism: plan.parallelism,
+        rate: (args.rate > 0.0).then_some(args.rate),
+        output: plan.output.clone(),
+        output_mode: plan.output_mode,
+        standby: plan.standby.clone(),
+    }
+}
+
 fn main() -> ExitCode {
     tandem_fault_inject::quiet_injected_panics();
     tandem_bench::cli::main(1, || {
@@ -362,15 +370,24 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         }
         None => {
             let input = Input::generate(args.records, args.seed, args.malformed_every, available);
-            errln!(
-                "generated {} records ({:.1} MB of JSON) in {:.2} s",
-                args.records,
-                input.memory_bytes() as f64 / 1e6,
-                t.elapsed().as_secs_f64()
-            );
+            if !tandem::is_incarnation_process() {
+                errln!(
+                    "generated {} records ({:.1} MB of JSON) in {:.2} s",
+                    args.records,
+                    input.memory_bytes() as f64 / 1e6,
+                    t.elapsed().as_secs_f64()
+                );
+            }
             input
         }
     };
+    if tandem::is_incarnation_process() {
+        // A child of process isolation: it builds the same job, and the
+        // engine serves its incarnation (`start` does not return).
+        let (job, _) = paper::build_job(Arc::new(input), &options(args, &plan))?;
+        job.start(&RuntimeConfig::default())?;
+        anyhow::bail!("a child of process isolation returned from its job's start");
+    }
     checks::interrupted()?;
     if let Some(sp) = &args.from_savepoint {
         checks::savepoint_fits(sp, input.len(), plan.parallelism)?;

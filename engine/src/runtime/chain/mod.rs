@@ -40,7 +40,13 @@ pub(crate) fn run_probe(
         // A hot standby's computation: faults are the primary's.
         return true;
     }
-    match p.before(id) {
+    act_on_probe(p.before(id), id, ctx, op)
+}
+
+/// Carries out a probe's `action` for record `id` of operator `op`;
+/// whether the record may be processed.
+pub(crate) fn act_on_probe(action: ProbeAction, id: TupleId, ctx: &TaskCtx, op: usize) -> bool {
+    match action {
         ProbeAction::Continue => true,
         ProbeAction::Panic(message) => {
             ctx.fault_tuple.set(Some(id));
@@ -87,5 +93,6 @@ pub(crate) fn run_probe(
             ctx.fail_cut(op);
             false
         }
+        ProbeAction::Die(death, message) => crate::sys::process::die(death, &message),
     }
 }

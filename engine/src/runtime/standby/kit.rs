@@ -126,6 +126,18 @@ pub(crate) trait StandbyKit: Send + Sync {
         ctx: &Rc<TaskCtx>,
         source: Option<SourceSpec>,
     ) -> Box<dyn Port>;
+    /// Process isolation, in the driver: the chain of an incarnation whose
+    /// operators run in the child `link` talks to.
+    fn remote_chain(
+        &self,
+        link: Rc<std::cell::RefCell<super::remote::Link>>,
+        ctx: &Rc<TaskCtx>,
+        probe: crate::runtime::graph::Probe,
+        head: usize,
+    ) -> AnyBox;
+    /// Process isolation, in the child: the head of its chain (`chain`, a
+    /// collector of the input type), fed the driver's requests.
+    fn child_head(&self, chain: AnyBox) -> Box<dyn super::remote::RequestHead>;
 }
 
 /// Builds an incarnation's operator chain, restoring the given state.
@@ -163,5 +175,29 @@ impl<T: crate::Data + Codec + Sync> StandbyKit for SKit<T> {
         Box::new(super::incarnation::Incarnation::<T>::new(
             group, inc, primary, build, ctx, source,
         ))
+    }
+
+    fn remote_chain(
+        &self,
+        link: Rc<std::cell::RefCell<super::remote::Link>>,
+        ctx: &Rc<TaskCtx>,
+        probe: crate::runtime::graph::Probe,
+        head: usize,
+    ) -> AnyBox {
+        Box::new(Box::new(super::remote::RemoteChain::<T>::new(
+            link,
+            Rc::clone(ctx),
+            probe,
+            head,
+        )) as Box<dyn crate::operator::Collector<T>>)
+    }
+
+    fn child_head(&self, chain: AnyBox) -> Box<dyn super::remote::RequestHead> {
+        Box::new(super::remote::child::ChildHead::<T> {
+            chain: crate::runtime::graph::downcast::<Box<dyn crate::operator::Collector<T>>>(
+                chain,
+                "child chain",
+            ),
+        })
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod fenced;
 pub(crate) mod group;
 pub(crate) mod incarnation;
 pub(crate) mod kit;
+pub(crate) mod remote;
 pub(crate) mod run;
 pub(crate) mod sender;
 pub(crate) mod slots;

@@ -102,6 +102,8 @@ pub(crate) struct StandbyRun {
     /// a fresh one in `/dev/shm`), removed with the run — or, if the
     /// process is killed, by the next job's sweep.
     pub(crate) dir: crate::sys::scratch::ScratchDir,
+    /// Process isolation: every incarnation's child, as it ended.
+    pub(crate) children: Arc<Mutex<Vec<super::remote::ChildRecord>>>,
 }
 
 impl StandbyRun {

@@ -574,6 +574,25 @@ pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobE
     Ok(r)
 }
 
+/// The shared state of an incarnation's child (process isolation): the
+/// job's names and counters, one worker, no supervisor listening. The
+/// child's chain reports through its replies, not through this.
+pub(in crate::runtime) fn child_shared(
+    origin: crate::sys::clock::Origin,
+    graph: &crate::runtime::graph::Graph,
+) -> JobShared {
+    let (tx, _rx) = mpsc::channel();
+    let mut s = placeholder_shared(origin, &tx);
+    s.names = graph.nodes.iter().map(|n| Arc::clone(&n.name)).collect();
+    let par: Vec<usize> = graph.nodes.iter().map(|n| n.parallelism).collect();
+    s.metrics = Arc::new(JobMetrics::new(&par));
+    s.cancel = AtomicBool::new(false);
+    s.beats = vec![Default::default()];
+    s.released_at = vec![Default::default()];
+    s.workers = vec![Default::default()];
+    s
+}
+
 /// A stand-in for the attempt field before the first attempt starts.
 pub(in crate::runtime) fn placeholder_shared(
     origin: crate::sys::clock::Origin,

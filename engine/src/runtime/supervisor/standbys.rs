@@ -165,6 +165,7 @@ impl Supervisor {
             inbox: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
             pending: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             dir: scratch,
+            children: Default::default(),
         })))
     }
 }
@@ -267,6 +268,63 @@ pub(super) fn validate_standby(
     }
     if let Some(&(n, why)) = plan.refused.first() {
         return Err(err(n, why));
+    }
+    if config
+        .standby
+        .as_ref()
+        .is_some_and(|s| s.isolation == crate::standby::Isolation::Process)
+    {
+        validate_process_isolation(graph, plan, config, &err)?;
+    }
+    Ok(())
+}
+
+/// What process isolation needs: one-input operators in the chains, a
+/// codec for what leaves a chain, and no checkpoints (an operator in a
+/// child cannot acknowledge one yet).
+fn validate_process_isolation(
+    graph: &Graph,
+    plan: &crate::runtime::placement::Plan,
+    config: &RuntimeConfig,
+    err: &dyn Fn(usize, &str) -> JobError,
+) -> Result<(), JobError> {
+    if config.checkpoint.is_some() {
+        return Err(RuntimeError::Standby(
+            "process isolation does not run with checkpoints yet (an operator in a child \
+             process cannot take part in one): use thread isolation, or no checkpoints"
+                .into(),
+        )
+        .into());
+    }
+    for (n, head) in plan.backed.iter().enumerate() {
+        if head.is_none() {
+            continue;
+        }
+        let node = &graph.nodes[n];
+        if !matches!(node.kind, NodeKind::Unary(_)) {
+            return Err(err(
+                n,
+                "under process isolation a backed-up chain holds one-input operators only",
+            ));
+        }
+        let leaves = graph
+            .edges
+            .iter()
+            .enumerate()
+            .any(|(ei, e)| e.from == n && !plan.chained[ei]);
+        if leaves
+            && !node
+                .out
+                .as_ref()
+                .is_some_and(|k| k.has_codec(&graph.codecs))
+        {
+            return Err(err(
+                n,
+                "under process isolation a backed-up chain's output crosses from its child \
+                 process encoded, and this operator's output type has no codec: give the job \
+                 one with `JobBuilder::codec::<T>()`",
+            ));
+        }
     }
     Ok(())
 }

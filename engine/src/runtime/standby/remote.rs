@@ -1,0 +1,568 @@
+//! Process isolation (`StandbyConfig::isolation`): an incarnation's
+//! operator chain runs in a child process of its own.
+//!
+//! ## What runs where
+//!
+//! The protocol stays in the driver: the incarnation's port (reading the
+//! buffer queues, the determinant log, recovery points, the claim, the
+//! fencing) and the ring senders at the chain's end run on the driver's
+//! workers as in thread mode. What moves to the child is the operators'
+//! code — the part that segfaults, aborts, runs out of memory or is
+//! `kill -9`ed. The driver's chain is a [`RemoteChain`]: every call the
+//! port makes on its chain ([`Collector`]) becomes a request message in a
+//! pipe to the child ([`crate::standby::pipe`], in the attempt's standby
+//! directory, 0600); the child calls its own chain, whose end writes every
+//! call it receives into a reply pipe; the driver hands each reply to the
+//! chain's real end. A child holds no slot, cursor, lock or epoch, so its
+//! death, at any instruction, strands nothing: the driver sees it (the
+//! child's `pidfd`, polled while it waits) and fails the incarnation as a
+//! panic would, and a standby — whose own child is already running —
+//! takes over exactly as in thread mode.
+//!
+//! ## Synchronous points
+//!
+//! Records, watermarks and a chunk's opening flow without waiting. Closing
+//! a chunk, a flush, the end and a snapshot wait until the child has
+//! answered everything sent before (a sync number it echoes), so when the
+//! call returns the chain's end holds what thread mode would have: the
+//! port's reasoning about chunks and marks holds unchanged. While it
+//! waits, the driver's worker does not beat: a child that stops answering
+//! (SIGSTOP, a stall) is judged stuck by the standby like a stuck thread.
+//!
+//! ## Faults
+//!
+//! Probes (fault injection) run in the driver, so a fault fires once per
+//! run however many children replay its record; what it does — a panic, a
+//! stall, a process death — is carried out by the child, on the record.
+
+pub(crate) mod child;
+mod wire;
+
+use crate::checkpoint::{CheckpointError, SnapshotBytes, StateCapture};
+use crate::operator::{ChainParts, ChunkId, Collector};
+use crate::record::Record;
+use crate::runtime::graph::{AnyBox, Probe};
+use crate::runtime::probe::ProbeAction;
+use crate::runtime::task::TaskCtx;
+use crate::standby::codec::Codec;
+use crate::standby::pipe::{PipeReader, PipeWriter};
+use crate::sys::process::{Child, ChildExit};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+pub(crate) use wire::*;
+
+/// Bytes of each pipe between the driver and a child.
+pub(crate) const PIPE_BYTES: usize = 4 << 20;
+/// Bytes of state in one message of a build or a snapshot.
+const PIECE: usize = 256 << 10;
+/// How long a child may take to answer its first message (it starts the
+/// program again and builds the job) before it counts as failed.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The chain's real end in the driver, fed the child's replies (built by
+/// the chain's last operator's output type: `StreamKit::remote_tail`).
+pub(crate) trait ReplyTail {
+    /// Hands one reply (`A_RECORD` .. `A_CLOSE`) to the end of the chain.
+    fn deliver(&mut self, msg: &[u8]) -> Result<(), String>;
+}
+
+/// The child's end of a request: decodes the chain's input records
+/// (`StandbyKit::child_head`).
+pub(crate) trait RequestHead {
+    fn deliver(&mut self, tag: u8, body: &[u8]) -> Result<(), String>;
+    fn snapshot(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError>;
+}
+
+/// Every child of the run, as it ended (for the report).
+#[derive(Clone, Debug)]
+pub struct ChildRecord {
+    /// The operator (the chain's head) and instance.
+    pub operator: String,
+    /// The operator's instance.
+    pub instance: usize,
+    /// The incarnation the child ran.
+    pub incarnation: u64,
+    /// Its process ID.
+    pub pid: u32,
+    /// `primary` or `standby`: the role the child last had.
+    pub role: &'static str,
+    /// How it ended (`None`: it did not end before the report).
+    pub exit: Option<ChildExit>,
+}
+
+/// The driver's side of one child: its pipes and its process.
+pub(crate) struct Link {
+    req: PipeWriter,
+    rep: PipeReader,
+    child: Child,
+    /// `operator[instance] incarnation N (pid P)`.
+    pub(crate) what: String,
+    tail: Option<Box<dyn ReplyTail>>,
+    sent_sync: u64,
+    seen_sync: u64,
+    msg: Vec<u8>,
+    /// A snapshot being received: its parts, and the one being filled.
+    snap: Vec<(usize, Option<Vec<u8>>)>,
+    snap_done: bool,
+    /// The child reported a failure, or died: the message.
+    failed: Option<String>,
+    /// The child answered at least once (it runs the job).
+    started: bool,
+    /// Where the child's exit is reported when the link goes.
+    pub(crate) record: ChildRecord,
+    pub(crate) children: Arc<std::sync::Mutex<Vec<ChildRecord>>>,
+}
+
+impl Link {
+    pub(crate) fn new(
+        req: PipeWriter,
+        rep: PipeReader,
+        child: Child,
+        mut record: ChildRecord,
+        children: Arc<std::sync::Mutex<Vec<ChildRecord>>>,
+    ) -> Self {
+        record.pid = child.pid();
+        Link {
+            what: format!(
+                "{}[{}] incarnation {} (process {})",
+                record.operator,
+                record.instance,
+                record.incarnation,
+                child.pid()
+            ),
+            req,
+            rep,
+            child,
+            tail: None,
+            sent_sync: 0,
+            seen_sync: 0,
+            msg: Vec::with_capacity(256),
+            snap: Vec::new(),
+            snap_done: false,
+            failed: None,
+            started: false,
+            record,
+            children,
+        }
+    }
+
+    /// Stages `msg`, waiting (and taking replies) while the pipe is full.
+    fn send(&mut self, msg: &[u8], ctx: &TaskCtx) -> Result<(), String> {
+        if self.req.stage(msg) {
+            return Ok(());
+        }
+        self.req.commit();
+        let mut idle = Idle::new();
+        loop {
+            self.pump(ctx)?;
+            if self.req.stage(msg) {
+                return Ok(());
+            }
+            self.watch(ctx, &mut idle)?;
+        }
+    }
+
+    /// Hands every reply received to the tail.
+    fn pump(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+        loop {
+            let got = self
+                .rep
+                .recv(&mut self.msg)
+                .map_err(|e| format!("{}: reply pipe: {e}", self.what))?;
+            if !got {
+                return Ok(());
+            }
+            self.started = true;
+            // The child works: a sign of life of the primary.
+            ctx.tick();
+            let msg = std::mem::take(&mut self.msg);
+            let r = self.take_reply(&msg);
+            self.msg = msg;
+            r?;
+        }
+    }
+
+    fn take_reply(&mut self, msg: &[u8]) -> Result<(), String> {
+        let (&tag, body) = msg
+            .split_first()
+            .ok_or_else(|| format!("{}: an empty reply", self.what))?;
+        match tag {
+            A_SYNCED => self.seen_sync = u64_at(body, 0)?,
+            A_FAILED => {
+                let m = String::from_utf8_lossy(body).into_owned();
+                self.failed.get_or_insert(m);
+            }
+            A_SNAP_PART => {
+                let node = u64_at(body, 0)? as usize;
+                let present = *body.get(8).ok_or("a short snapshot part")? == 1;
+                let bytes = &body[9..];
+                match self.snap.last_mut() {
+                    Some((n, Some(b))) if *n == node && present => b.extend_from_slice(bytes),
+                    _ => self.snap.push((node, present.then(|| bytes.to_vec()))),
+                }
+            }
+            A_SNAP_DONE => self.snap_done = true,
+            A_READY => {}
+            _ => match self.tail.as_mut() {
+                Some(t) => t.deliver(msg)?,
+                None => return Err(format!("{}: output before its chain was built", self.what)),
+            },
+        }
+        Ok(())
+    }
+
+    /// Between two looks at the pipe: the child must be alive and the
+    /// incarnation still wanted; then a pause that grows.
+    fn watch(&mut self, ctx: &TaskCtx, idle: &mut Idle) -> Result<(), String> {
+        if let Some(m) = &self.failed {
+            return Err(m.clone());
+        }
+        if idle.check() {
+            if let Some(exit) = self.child.try_wait().map_err(|e| e.to_string())? {
+                // Replies it published before it died still count.
+                self.pump(ctx)?;
+                if let Some(m) = &self.failed {
+                    return Err(m.clone());
+                }
+                self.record.exit = Some(exit);
+                return Err(format!("{}: the process {}", self.what, describe(&exit)));
+            }
+            if ctx.shared.cancelled() || ctx.superseded() {
+                return Err(STOPPED.into());
+            }
+            if !self.started && idle.since() > START_TIMEOUT {
+                return Err(format!(
+                    "{}: the process did not answer within {START_TIMEOUT:?}",
+                    self.what
+                ));
+            }
+        }
+        idle.pause();
+        Ok(())
+    }
+
+    /// Sends a sync and waits until the child answered everything before.
+    fn sync(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+        self.sent_sync += 1;
+        let n = self.sent_sync;
+        let mut m = [0u8; 9];
+        m[0] = R_SYNC;
+        m[1..].copy_from_slice(&n.to_le_bytes());
+        self.send(&m, ctx)?;
+        self.req.commit();
+        let mut idle = Idle::new();
+        loop {
+            self.pump(ctx)?;
+            if let Some(m) = &self.failed {
+                return Err(m.clone());
+            }
+            if self.seen_sync >= n {
+                return Ok(());
+            }
+            self.watch(ctx, &mut idle)?;
+        }
+    }
+
+    /// Builds the child's chain (from `state`, if any) and sets the tail
+    /// its outputs go to.
+    pub(crate) fn build(
+        &mut self,
+        state: Option<Vec<u8>>,
+        tail: Box<dyn ReplyTail>,
+        ctx: &TaskCtx,
+    ) -> Result<(), String> {
+        self.tail = Some(tail);
+        let mut m = Vec::with_capacity(PIECE + 1);
+        if let Some(s) = &state {
+            for piece in s.chunks(PIECE) {
+                m.clear();
+                m.push(R_BUILD_PART);
+                m.extend_from_slice(piece);
+                self.send(&m, ctx)?;
+            }
+        }
+        self.send(&[R_BUILD, state.is_some() as u8], ctx)?;
+        self.sync(ctx)
+    }
+
+    /// Asks the child to end, and reaps it (killing it if it does not end
+    /// at once); records how it ended.
+    pub(crate) fn close(&mut self) {
+        if self.record.exit.is_none() {
+            if self.req.stage(&[R_STOP]) {
+                self.req.commit();
+            }
+            let exit = match self.child.wait_timeout(Duration::from_millis(100)) {
+                Ok(Some(e)) => Some(e),
+                _ => self.child.kill().ok(),
+            };
+            self.record.exit = exit;
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.close();
+        self.children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.record.clone());
+    }
+}
+
+/// The message of a wait cut short because the incarnation is no longer
+/// wanted (fenced, or the attempt stopped): not a failure of its own.
+pub(crate) const STOPPED: &str = "the incarnation was stopped";
+
+/// How a child ended, in words.
+pub(crate) fn describe(exit: &ChildExit) -> String {
+    match exit.exit {
+        crate::sys::process::Exit::Code(c) => format!("exited with code {c}"),
+        crate::sys::process::Exit::Signal { signal, .. } => {
+            format!("died of {}", crate::sys::process::signal_name(signal))
+        }
+    }
+}
+
+/// Spin, then yield: a wait for another process that costs little when it
+/// answers at once.
+struct Idle {
+    n: u32,
+    since: std::time::Instant,
+}
+
+impl Idle {
+    fn new() -> Self {
+        Idle {
+            n: 0,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    /// Whether to look at slow things (the process, the epoch) now.
+    fn check(&self) -> bool {
+        self.n.is_multiple_of(64)
+    }
+
+    fn since(&self) -> Duration {
+        self.since.elapsed()
+    }
+
+    /// Never sleeps: a primary waiting for its child is working, and the
+    /// standby's detector reads a sleeping thread as a stuck one.
+    fn pause(&mut self) {
+        self.n = self.n.wrapping_add(1);
+        if self.n < 2_000 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The driver's chain of an incarnation under process isolation (see the
+/// module docs).
+pub(crate) struct RemoteChain<T> {
+    link: Rc<RefCell<Link>>,
+    ctx: Rc<TaskCtx>,
+    /// The chain head's probe (faults run in the driver's injector).
+    probe: Probe,
+    head: usize,
+    buf: Vec<u8>,
+    _t: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T: Codec> RemoteChain<T> {
+    pub(crate) fn new(
+        link: Rc<RefCell<Link>>,
+        ctx: Rc<TaskCtx>,
+        probe: Probe,
+        head: usize,
+    ) -> Self {
+        RemoteChain {
+            link,
+            ctx,
+            probe,
+            head,
+            buf: Vec::with_capacity(256),
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    /// A failure of the child is the operator's: it panics here, in the
+    /// incarnation's poll, as the operator would have in thread mode.
+    fn check(&self, r: Result<(), String>) {
+        if let Err(m) = r {
+            if m == STOPPED {
+                // Fenced or stopped: the port finds out itself, and the
+                // child's output is never read again.
+                return;
+            }
+            panic!("{m}");
+        }
+    }
+
+    fn send_buf(&mut self) {
+        let r = self.link.borrow_mut().send(&self.buf, &self.ctx);
+        self.check(r);
+    }
+
+    fn send_tag(&mut self, tag: u8) {
+        self.buf.clear();
+        self.buf.push(tag);
+        self.send_buf();
+    }
+
+    fn send_u64(&mut self, tag: u8, v: u64) {
+        self.buf.clear();
+        self.buf.push(tag);
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self.send_buf();
+    }
+
+    fn sync(&mut self) {
+        let r = self.link.borrow_mut().sync(&self.ctx);
+        self.check(r);
+    }
+
+    /// The probe's action for record `id`, carried out where it belongs.
+    fn fault(&mut self, id: crate::record::TupleId) {
+        self.ctx.record.set(Some(id));
+        let Some(p) = self.probe.as_mut() else { return };
+        if self.ctx.muted.get() {
+            return; // a hot standby's computation: faults are the primary's
+        }
+        let action = p.before(id);
+        let remote = match action {
+            ProbeAction::Continue => return,
+            ProbeAction::Panic(m) => Fault::Panic(m),
+            ProbeAction::Stall(d) => Fault::Stall(d),
+            ProbeAction::StallForever => Fault::StallForever,
+            ProbeAction::Delay(d) => Fault::Delay(d),
+            ProbeAction::Die(death, m) => Fault::Die(death, m),
+            // The driver's own business: the port's input, its heartbeat.
+            other => {
+                crate::runtime::chain::act_on_probe(other, id, &self.ctx, self.head);
+                return;
+            }
+        };
+        self.ctx.fault_tuple.set(Some(id));
+        self.buf.clear();
+        remote.encode(id, &mut self.buf);
+        self.send_buf();
+    }
+}
+
+impl<T: Codec> Collector<T> for RemoteChain<T> {
+    fn collect(&mut self, rec: Record<T>) {
+        self.fault(rec.id);
+        self.buf.clear();
+        encode_record(&mut self.buf, &rec);
+        self.send_buf();
+    }
+
+    fn flush(&mut self) {
+        self.send_tag(R_FLUSH);
+        self.sync();
+    }
+
+    fn end(&mut self) {
+        self.send_tag(R_END);
+        self.sync();
+    }
+
+    fn barrier(&mut self, id: u64) {
+        self.send_u64(R_BARRIER, id);
+    }
+
+    fn watermark(&mut self, wm: u64) {
+        self.send_u64(R_WATERMARK, wm);
+    }
+
+    fn idle(&mut self) {
+        self.send_tag(R_IDLE);
+    }
+
+    fn processing_time(&mut self, now: u64) {
+        self.send_u64(R_PTIME, now);
+    }
+
+    fn open_chunk(&mut self, id: ChunkId) {
+        self.buf.clear();
+        encode_chunk(&mut self.buf, R_OPEN, id);
+        self.send_buf();
+    }
+
+    fn close_chunk(&mut self) {
+        self.send_tag(R_CLOSE);
+        self.sync();
+    }
+
+    fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
+        let r = {
+            let mut l = self.link.borrow_mut();
+            l.snap.clear();
+            l.snap_done = false;
+            l.send(&[R_SNAPSHOT], &self.ctx)
+                .and_then(|()| l.sync(&self.ctx))
+        };
+        self.check(r);
+        let mut l = self.link.borrow_mut();
+        if !l.snap_done {
+            // Stopped while waiting: no state to stand for.
+            return Err(CheckpointError::ChainFrame(format!(
+                "{}: no snapshot (the incarnation was stopped)",
+                l.what
+            )));
+        }
+        for (node, state) in l.snap.drain(..) {
+            parts.push((
+                node,
+                state.map(|b| StateCapture::Bytes(SnapshotBytes::from_payload(&b))),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The chain's end in the driver for outputs of type `O`, decoding the
+/// child's replies (see [`ReplyTail`]).
+pub(crate) struct Deliver<O> {
+    pub(crate) tail: Box<dyn Collector<O>>,
+    pub(crate) codec: Arc<crate::runtime::graph::CodecFns<O>>,
+}
+
+impl<O> ReplyTail for Deliver<O> {
+    fn deliver(&mut self, msg: &[u8]) -> Result<(), String> {
+        let (&tag, body) = msg.split_first().ok_or("an empty reply")?;
+        match tag {
+            R_RECORD => {
+                let rec = decode_record(body, self.codec.decode)?;
+                self.tail.collect(rec);
+            }
+            R_FLUSH => self.tail.flush(),
+            R_END => self.tail.end(),
+            R_BARRIER => self.tail.barrier(u64_at(body, 0)?),
+            R_WATERMARK => self.tail.watermark(u64_at(body, 0)?),
+            R_IDLE => self.tail.idle(),
+            R_OPEN => self.tail.open_chunk(decode_chunk(body)?),
+            R_CLOSE => self.tail.close_chunk(),
+            t => return Err(format!("reply kind {t}")),
+        }
+        Ok(())
+    }
+}
+
+/// Boxes a [`Deliver`] for the tail `tail` (a `Box<dyn Collector<O>>`).
+pub(crate) fn deliver_to<O: 'static>(
+    tail: AnyBox,
+    codec: Arc<crate::runtime::graph::CodecFns<O>>,
+) -> Box<dyn ReplyTail> {
+    Box::new(Deliver {
+        tail: crate::runtime::graph::downcast::<Box<dyn Collector<O>>>(tail, "remote tail"),
+        codec,
+    })
+}

@@ -1,0 +1,528 @@
+//! The child's side of process isolation: the entry point a child takes
+//! instead of running the job, its chain, and the end of that chain that
+//! writes into the reply pipe.
+//!
+//! A child is the driver's own executable started again, with its role in
+//! the environment ([`ROLE`] and the variables beside it). Its `main` runs
+//! as the driver's did up to [`crate::Job::start`], which finds the role
+//! and serves the incarnation instead; it never returns to `main`. The job
+//! the child built must be the driver's: the operators' names and
+//! parallelism, hashed, must match what the driver passed, or the child
+//! ends with an error before it reads anything.
+
+use super::wire::*;
+use super::{Fault, RequestHead};
+use crate::checkpoint::CheckpointError;
+use crate::operator::{ChainParts, Collector, OperatorInfo};
+use crate::record::Record;
+use crate::runtime::graph::{AnyBox, BuildCx, CodecFns, Graph, NodeKind};
+use crate::runtime::task::{OpSlot, TaskCtx};
+use crate::standby::codec::Codec;
+use crate::standby::pipe::{PipeReader, PipeWriter};
+use std::cell::RefCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The environment variable that makes a process an incarnation's child:
+/// `NODE INSTANCE INCARNATION ATTEMPT ORIGIN_NS JOB_HASH MEMBERS` (members
+/// comma-separated, the chain's nodes in order).
+pub(crate) const ROLE: &str = "TANDEM_INCARNATION";
+/// The request pipe's path (the reply pipe's is beside it, `.rep`).
+pub(crate) const PIPES: &str = "TANDEM_INCARNATION_PIPES";
+
+/// A child's role, as the driver wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Role {
+    pub(crate) node: usize,
+    pub(crate) instance: usize,
+    pub(crate) inc: u64,
+    pub(crate) attempt: u32,
+    pub(crate) origin_ns: u64,
+    pub(crate) job: u64,
+    pub(crate) members: Vec<usize>,
+    /// The request pipe (the reply pipe: the same path with `.rep`).
+    pub(crate) pipes: PathBuf,
+}
+
+impl Role {
+    pub(crate) fn env(&self) -> String {
+        let m: Vec<String> = self.members.iter().map(|m| m.to_string()).collect();
+        format!(
+            "{} {} {} {} {} {} {}",
+            self.node,
+            self.instance,
+            self.inc,
+            self.attempt,
+            self.origin_ns,
+            self.job,
+            m.join(",")
+        )
+    }
+
+    fn parse(s: &str, pipes: PathBuf) -> Result<Role, String> {
+        let f: Vec<&str> = s.split(' ').collect();
+        let bad = || format!("{ROLE}={s:?} is not an incarnation's role");
+        if f.len() != 7 {
+            return Err(bad());
+        }
+        let n = |i: usize| f[i].parse::<u64>().map_err(|_| bad());
+        Ok(Role {
+            node: n(0)? as usize,
+            instance: n(1)? as usize,
+            inc: n(2)?,
+            attempt: n(3)? as u32,
+            origin_ns: n(4)?,
+            job: n(5)?,
+            members: f[6]
+                .split(',')
+                .map(|m| m.parse::<usize>().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?,
+            pipes,
+        })
+    }
+
+    /// The reply pipe's path.
+    pub(crate) fn reply_path(req: &std::path::Path) -> PathBuf {
+        req.with_extension("rep")
+    }
+}
+
+/// This process's role, if it was started as an incarnation's child.
+pub(crate) fn role() -> Option<Result<Role, String>> {
+    let s = std::env::var(ROLE).ok()?;
+    let pipes = std::env::var_os(PIPES)?;
+    Some(Role::parse(&s, PathBuf::from(pipes)))
+}
+
+/// Whether this process is an incarnation's child (its `main` may skip
+/// what only the driver should do: write output, remove files).
+pub fn is_incarnation_process() -> bool {
+    std::env::var_os(ROLE).is_some()
+}
+
+/// A job's identity for a child: its operators' names and parallelism.
+pub(crate) fn job_hash(graph: &Graph) -> u64 {
+    // FNV-1a: stable across processes and builds.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: &[u8]| {
+        for &x in b {
+            h ^= x as u64;
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+    };
+    eat(graph.name.as_bytes());
+    for n in &graph.nodes {
+        eat(n.name.as_bytes());
+        eat(&(n.parallelism as u64).to_le_bytes());
+    }
+    h >> 1
+}
+
+/// Serves the incarnation `role` names and ends the process: 0 when the
+/// driver said stop, 70 on an error (on standard error first).
+pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>) -> ! {
+    // The driver reports the chain's panics; the child stays quiet.
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = role.and_then(|role| serve(graph, &role).map_err(|e| format!("{e} ({role:?})")));
+    match r {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("tandem: incarnation process {}: {e}", std::process::id());
+            std::process::exit(70)
+        }
+    }
+}
+
+/// The replies the child writes, staged until a sync or an idle moment.
+pub(crate) struct Replies {
+    pipe: PipeWriter,
+    buf: Vec<u8>,
+}
+
+impl Replies {
+    /// Stages `self.buf` as a message, waiting while the pipe is full (the
+    /// driver takes replies whenever it waits; if it died, the parent-death
+    /// signal ends this process).
+    fn send_buf(&mut self) {
+        if self.pipe.stage(&self.buf) {
+            return;
+        }
+        self.pipe.commit();
+        let mut n = 0u32;
+        while !self.pipe.stage(&self.buf) {
+            pause(&mut n);
+        }
+    }
+
+    fn send(&mut self, msg: &[u8]) {
+        self.buf.clear();
+        self.buf.extend_from_slice(msg);
+        self.send_buf();
+    }
+
+    fn send_u64(&mut self, tag: u8, v: u64) {
+        self.buf.clear();
+        self.buf.push(tag);
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self.send_buf();
+    }
+
+    fn commit(&mut self) {
+        self.pipe.commit();
+    }
+}
+
+fn pause(n: &mut u32) {
+    *n = n.wrapping_add(1);
+    if *n < 2_000 {
+        std::hint::spin_loop();
+    } else if *n < 4_000 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// The end of the child's chain: every call becomes a reply.
+pub(crate) struct ReplyCollector<O> {
+    out: Rc<RefCell<Replies>>,
+    codec: Arc<CodecFns<O>>,
+}
+
+impl<O> ReplyCollector<O> {
+    pub(crate) fn new(out: Rc<RefCell<Replies>>, codec: Arc<CodecFns<O>>) -> Self {
+        ReplyCollector { out, codec }
+    }
+}
+
+impl<O> Collector<O> for ReplyCollector<O> {
+    fn collect(&mut self, rec: Record<O>) {
+        let mut o = self.out.borrow_mut();
+        let mut buf = std::mem::take(&mut o.buf);
+        buf.clear();
+        encode_record_with(&mut buf, &rec, self.codec.encode);
+        o.buf = buf;
+        o.send_buf();
+    }
+    fn flush(&mut self) {
+        self.out.borrow_mut().send(&[R_FLUSH]);
+    }
+    fn end(&mut self) {
+        self.out.borrow_mut().send(&[R_END]);
+    }
+    fn barrier(&mut self, id: u64) {
+        self.out.borrow_mut().send_u64(R_BARRIER, id);
+    }
+    fn watermark(&mut self, wm: u64) {
+        self.out.borrow_mut().send_u64(R_WATERMARK, wm);
+    }
+    fn idle(&mut self) {
+        self.out.borrow_mut().send(&[R_IDLE]);
+    }
+    fn open_chunk(&mut self, id: crate::operator::ChunkId) {
+        let mut o = self.out.borrow_mut();
+        o.buf.clear();
+        encode_chunk(&mut o.buf, R_OPEN, id);
+        o.send_buf();
+    }
+    fn close_chunk(&mut self) {
+        self.out.borrow_mut().send(&[R_CLOSE]);
+    }
+}
+
+/// The head of the child's chain, for input type `T`.
+pub(crate) struct ChildHead<T> {
+    pub(crate) chain: Box<dyn Collector<T>>,
+}
+
+impl<T: Codec> RequestHead for ChildHead<T> {
+    fn deliver(&mut self, tag: u8, body: &[u8]) -> Result<(), String> {
+        let c = &mut self.chain;
+        match tag {
+            R_RECORD => c.collect(decode_record(body, T::decode)?),
+            R_FLUSH => c.flush(),
+            R_END => c.end(),
+            R_BARRIER => c.barrier(u64_at(body, 0)?),
+            R_WATERMARK => c.watermark(u64_at(body, 0)?),
+            R_IDLE => c.idle(),
+            R_PTIME => c.processing_time(u64_at(body, 0)?),
+            R_OPEN => c.open_chunk(decode_chunk(body)?),
+            R_CLOSE => c.close_chunk(),
+            t => return Err(format!("request kind {t}")),
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
+        self.chain.snapshot_chain(parts)
+    }
+}
+
+fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
+    let ours = job_hash(graph);
+    if ours != role.job {
+        return Err(format!(
+            "this process built another job (`{}`, hash {ours}) than its driver's (hash {}): \
+             a program that runs jobs under process isolation must build the same job in \
+             every process",
+            graph.name, role.job
+        ));
+    }
+    for &m in &role.members {
+        match graph.nodes.get(m).map(|n| &n.kind) {
+            Some(NodeKind::Unary(_)) => {}
+            _ => return Err(format!("chain member {m} is not a one-input operator")),
+        }
+    }
+    let mut req = PipeReader::open(&role.pipes).map_err(|e| e.to_string())?;
+    let rep = PipeWriter::open(&Role::reply_path(&role.pipes)).map_err(|e| e.to_string())?;
+    let replies = Rc::new(RefCell::new(Replies {
+        pipe: rep,
+        buf: Vec::with_capacity(256),
+    }));
+    let origin = crate::sys::clock::Origin::from_monotonic_ns(role.origin_ns);
+    let shared = Arc::new(crate::runtime::supervisor::child_shared(origin, graph));
+    let ctx = Rc::new(TaskCtx::new(
+        role.instance,
+        role.node,
+        0,
+        Arc::clone(&shared),
+        Rc::default(),
+    ));
+    ctx.incarnation.set(role.inc);
+    replies.borrow_mut().send(&[A_READY]);
+    replies.borrow_mut().commit();
+
+    let mut head: Option<Box<dyn RequestHead>> = None;
+    let mut state: Vec<u8> = Vec::new();
+    let mut failed = false;
+    let mut msg = Vec::with_capacity(256);
+    let mut idle = 0u32;
+    loop {
+        if !req.recv(&mut msg).map_err(|e| e.to_string())? {
+            replies.borrow_mut().commit();
+            pause(&mut idle);
+            continue;
+        }
+        idle = 0;
+        let (&tag, body) = msg.split_first().ok_or("an empty request")?;
+        let fail = |m: String, failed: &mut bool| {
+            if !std::mem::replace(failed, true) {
+                let mut r = replies.borrow_mut();
+                r.buf.clear();
+                r.buf.push(A_FAILED);
+                r.buf.extend_from_slice(m.as_bytes());
+                r.send_buf();
+                r.commit();
+            }
+        };
+        match tag {
+            R_STOP => {
+                replies.borrow_mut().commit();
+                return Ok(());
+            }
+            R_SYNC => {
+                if let Some(e) = shared.take_error() {
+                    fail(e.to_string(), &mut failed);
+                }
+                let mut r = replies.borrow_mut();
+                r.send_u64(A_SYNCED, u64_at(body, 0)?);
+                r.commit();
+            }
+            _ if failed => {}
+            R_BUILD_PART => state.extend_from_slice(body),
+            R_BUILD => {
+                head = None;
+                let st = (body.first() == Some(&1)).then(|| std::mem::take(&mut state));
+                state.clear();
+                match catch_unwind(AssertUnwindSafe(|| {
+                    build(graph, role, &ctx, st, Rc::clone(&replies))
+                })) {
+                    Ok(Ok(h)) => head = Some(h),
+                    Ok(Err(e)) => fail(e, &mut failed),
+                    Err(p) => fail(
+                        crate::runtime::worker::panic_message(p.as_ref()),
+                        &mut failed,
+                    ),
+                }
+            }
+            R_SNAPSHOT => {
+                let Some(h) = head.as_mut() else {
+                    fail("a snapshot before the chain was built".into(), &mut failed);
+                    continue;
+                };
+                let mut parts = ChainParts::new();
+                let r = catch_unwind(AssertUnwindSafe(|| h.snapshot(&mut parts)));
+                match r {
+                    Ok(Ok(())) => {
+                        if let Err(e) = send_parts(&replies, parts) {
+                            fail(e, &mut failed);
+                        }
+                    }
+                    Ok(Err(e)) => fail(format!("standby snapshot: {e}"), &mut failed),
+                    Err(p) => fail(
+                        crate::runtime::worker::panic_message(p.as_ref()),
+                        &mut failed,
+                    ),
+                }
+            }
+            R_FAULT => {
+                let (id, f) = Fault::decode(body)?;
+                ctx.record.set(Some(id));
+                match f {
+                    Fault::Panic(m) => fail(m, &mut failed),
+                    Fault::Stall(d) => std::thread::sleep(d),
+                    // Until the driver, which fenced the incarnation or
+                    // stopped the attempt, kills this process.
+                    Fault::StallForever => loop {
+                        std::thread::sleep(Duration::from_secs(1));
+                    },
+                    Fault::Delay(d) => {
+                        let until = std::time::Instant::now() + d;
+                        while std::time::Instant::now() < until {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    Fault::Die(death, m) => {
+                        // What it answered so far reaches the driver, as
+                        // a real death would leave it.
+                        replies.borrow_mut().commit();
+                        crate::sys::process::die(death, &m)
+                    }
+                }
+            }
+            _ => {
+                let Some(h) = head.as_mut() else {
+                    fail(
+                        format!("request {tag} before the chain was built"),
+                        &mut failed,
+                    );
+                    continue;
+                };
+                match catch_unwind(AssertUnwindSafe(|| h.deliver(tag, body))) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => fail(e, &mut failed),
+                    Err(p) => fail(
+                        crate::runtime::worker::panic_message(p.as_ref()),
+                        &mut failed,
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The chain's states as `A_SNAP_PART` messages, then `A_SNAP_DONE`.
+fn send_parts(replies: &Rc<RefCell<Replies>>, parts: ChainParts) -> Result<(), String> {
+    let mut r = replies.borrow_mut();
+    for (node, state) in parts {
+        let bytes = match state {
+            Some(s) => Some(s.archive().map_err(|e| format!("standby snapshot: {e}"))?),
+            None => None,
+        };
+        let head = |r: &mut Replies, present: bool| {
+            r.buf.clear();
+            r.buf.push(A_SNAP_PART);
+            r.buf.extend_from_slice(&(node as u64).to_le_bytes());
+            r.buf.push(present as u8);
+        };
+        match bytes {
+            None => {
+                head(&mut r, false);
+                r.send_buf();
+            }
+            Some(b) if b.is_empty() => {
+                head(&mut r, true);
+                r.send_buf();
+            }
+            Some(b) => {
+                for piece in b.payload().chunks(super::PIECE) {
+                    head(&mut r, true);
+                    r.buf.extend_from_slice(piece);
+                    r.send_buf();
+                }
+            }
+        }
+    }
+    r.send(&[A_SNAP_DONE]);
+    Ok(())
+}
+
+/// Builds the chain `role.members` names, from `state` (a recovery
+/// point's archive) if given, ending in the reply pipe.
+fn build(
+    graph: &Graph,
+    role: &Role,
+    ctx: &Rc<TaskCtx>,
+    state: Option<Vec<u8>>,
+    replies: Rc<RefCell<Replies>>,
+) -> Result<Box<dyn RequestHead>, String> {
+    let from_point = state.is_some();
+    let mut states = match state {
+        Some(a) => crate::runtime::standby::chain_state::split(a, &role.members)?,
+        None => Default::default(),
+    };
+    let last = *role.members.last().ok_or("an empty chain")?;
+    let node = &graph.nodes[last];
+    let kit = node.out.as_ref().ok_or("a chain that ends in a sink")?;
+    let mut down: AnyBox = kit
+        .reply_collector(&graph.codecs, replies)
+        .ok_or_else(|| format!("`{}`'s output type has no codec", node.name))?;
+    for &m in role.members.iter().rev() {
+        let n = &graph.nodes[m];
+        let NodeKind::Unary(b) = &n.kind else {
+            return Err(format!("`{}` is not a one-input operator", n.name));
+        };
+        ctx.enter(m);
+        let cx = BuildCx {
+            ctx: Rc::clone(ctx),
+            slot: OpSlot::new(m, role.instance, ctx),
+            info: OperatorInfo {
+                name: Arc::clone(&n.name),
+                instance: role.instance,
+                parallelism: n.parallelism,
+                attempt: role.attempt,
+                restored: None,
+            },
+            probe: None,
+            restore: None,
+            standby_state: states.remove(&m),
+            from_point,
+        };
+        down = b(cx, down);
+    }
+    ctx.enter(role.node);
+    let skit = graph.nodes[role.node]
+        .standby
+        .as_ref()
+        .ok_or("the chain's head has no standby kit")?;
+    Ok(skit.child_head(down))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_reads_back_what_the_driver_wrote() {
+        let r = Role {
+            node: 3,
+            instance: 1,
+            inc: 7,
+            attempt: 2,
+            origin_ns: 123_456,
+            job: 99,
+            members: vec![3, 4, 5],
+            pipes: PathBuf::from("/dev/shm/x/a.req"),
+        };
+        assert_eq!(Role::parse(&r.env(), r.pipes.clone()).unwrap(), r);
+        assert!(Role::parse("1 2 3", r.pipes.clone()).is_err());
+        assert_eq!(
+            Role::reply_path(&r.pipes),
+            PathBuf::from("/dev/shm/x/a.rep")
+        );
+    }
+}

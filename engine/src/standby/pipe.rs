@@ -1,0 +1,263 @@
+//! A message pipe between two processes: length-prefixed byte messages in
+//! the 64-byte frames of a file-backed SPSC ring
+//! ([`crate::queue::spsc::MappedProducer`]).
+//!
+//! ## Layout
+//!
+//! The file is the ring's (`queue::storage::Mapped` documents its header:
+//! magic `TNDMSPSC`, version, element size 64). A message starts a frame:
+//! its first 4 bytes are the message's length `L` (little-endian), the
+//! `L` bytes follow, over as many frames as `4 + L` needs; the rest of the
+//! last frame is padding.
+//!
+//! ## A writer that dies mid-write
+//!
+//! The writer stages a message's frames and publishes whole messages only
+//! (the ring's one `tail` store covers every frame staged since the last
+//! commit), so a writer killed at any instruction leaves the reader whole
+//! messages and nothing of the one it was writing. A length the reader
+//! cannot believe (over [`MAX_MESSAGE`], or more frames than were
+//! published) is a broken pipe ([`PipeError::Torn`]), never a message. The
+//! ring cannot say that its writer died (a killed process drops nothing):
+//! the driver learns that from the child's exit.
+
+use crate::queue::spsc::MapError;
+use crate::queue::spsc::{MappedConsumer, MappedProducer};
+use std::path::Path;
+
+/// Bytes of one frame.
+pub(crate) const FRAME: usize = 64;
+type Frame = [u8; FRAME];
+/// The longest message a pipe carries (a larger snapshot goes through the
+/// snapshot exchange, not a pipe).
+pub(crate) const MAX_MESSAGE: usize = 64 << 20;
+
+/// What a pipe's reader can find.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PipeError {
+    #[error("a message of {len} bytes in a pipe of {capacity} frames (torn or foreign)")]
+    Torn { len: usize, capacity: usize },
+}
+
+/// Frames a message of `len` bytes takes.
+fn frames(len: usize) -> usize {
+    (4 + len).div_ceil(FRAME)
+}
+
+/// The writing end.
+pub(crate) struct PipeWriter {
+    ring: MappedProducer<Frame>,
+}
+
+impl PipeWriter {
+    /// Creates the pipe file at `path` (0600; fails if it exists) with room
+    /// for at least `bytes`.
+    pub(crate) fn create(path: &Path, bytes: usize) -> Result<Self, MapError> {
+        let ring = MappedProducer::create(path, bytes.div_ceil(FRAME).max(4))?;
+        Ok(PipeWriter { ring })
+    }
+
+    /// Attaches the writer of the pipe at `path` (made by
+    /// [`PipeReader::create`]).
+    pub(crate) fn open(path: &Path) -> Result<Self, MapError> {
+        Ok(PipeWriter {
+            ring: MappedProducer::open(path)?,
+        })
+    }
+
+    /// The largest message this pipe can ever take.
+    pub(crate) fn max_message(&self) -> usize {
+        (self.ring.capacity() * FRAME - 4).min(MAX_MESSAGE)
+    }
+
+    /// Stages `msg` (published at the next [`commit`](Self::commit));
+    /// `false` if the pipe has no room for it now (nothing is staged).
+    ///
+    /// # Panics
+    ///
+    /// If `msg` is longer than [`max_message`](Self::max_message): the
+    /// caller sizes its messages (an engine bug otherwise).
+    pub(crate) fn stage(&mut self, msg: &[u8]) -> bool {
+        assert!(
+            msg.len() <= self.max_message(),
+            "engine bug: a pipe message of {} bytes",
+            msg.len()
+        );
+        let n = frames(msg.len());
+        if self.ring.free_slots() < n {
+            return false;
+        }
+        let mut frame = [0u8; FRAME];
+        frame[..4].copy_from_slice(&(msg.len() as u32).to_le_bytes());
+        let first = msg.len().min(FRAME - 4);
+        frame[4..4 + first].copy_from_slice(&msg[..first]);
+        let mut staged = self.ring.stage(frame).is_ok();
+        for chunk in msg[first..].chunks(FRAME) {
+            let mut f = [0u8; FRAME];
+            f[..chunk.len()].copy_from_slice(chunk);
+            staged &= self.ring.stage(f).is_ok();
+        }
+        debug_assert!(staged, "free_slots promised room");
+        true
+    }
+
+    /// Publishes every message staged so far.
+    pub(crate) fn commit(&mut self) {
+        self.ring.commit();
+    }
+}
+
+/// The reading end.
+pub(crate) struct PipeReader {
+    ring: MappedConsumer<Frame>,
+}
+
+impl PipeReader {
+    /// Creates the pipe file at `path` (0600; fails if it exists) with room
+    /// for at least `bytes`.
+    pub(crate) fn create(path: &Path, bytes: usize) -> Result<Self, MapError> {
+        let ring = MappedConsumer::create(path, bytes.div_ceil(FRAME).max(4))?;
+        Ok(PipeReader { ring })
+    }
+
+    /// Attaches the reader of the pipe at `path` (made by
+    /// [`PipeWriter::create`]).
+    pub(crate) fn open(path: &Path) -> Result<Self, MapError> {
+        Ok(PipeReader {
+            ring: MappedConsumer::open(path)?,
+        })
+    }
+
+    /// The next whole message into `out` (cleared first): `Ok(false)` if
+    /// none is published.
+    pub(crate) fn recv(&mut self, out: &mut Vec<u8>) -> Result<bool, PipeError> {
+        out.clear();
+        let Some(head) = self.ring.peek().copied() else {
+            return Ok(false);
+        };
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+        let n = frames(len);
+        let capacity = self.ring.capacity();
+        // Frames of one message are published together.
+        if len > MAX_MESSAGE || n > capacity || self.ring.len() < n {
+            return Err(PipeError::Torn { len, capacity });
+        }
+        let _ = self.ring.pop();
+        let first = len.min(FRAME - 4);
+        out.extend_from_slice(&head[4..4 + first]);
+        let mut left = len - first;
+        while left > 0 {
+            let f = self.ring.pop().expect("published with its first frame");
+            let k = left.min(FRAME);
+            out.extend_from_slice(&f[..k]);
+            left -= k;
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::sys::scratch::ScratchDir;
+
+    fn dir() -> ScratchDir {
+        ScratchDir::unique(&std::env::temp_dir(), "pipe-test").unwrap()
+    }
+
+    fn pair(frames: usize) -> (ScratchDir, PipeWriter, PipeReader) {
+        let dir = dir();
+        let p = dir.path().join("pipe");
+        let w = PipeWriter::create(&p, frames * FRAME).unwrap();
+        let r = PipeReader::open(&p).unwrap();
+        (dir, w, r)
+    }
+
+    #[test]
+    fn messages_of_every_length_arrive_whole_and_in_order() {
+        let (_d, mut w, mut r) = pair(64);
+        let mut out = Vec::new();
+        for len in 0..600usize {
+            let msg: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            assert!(w.stage(&msg), "room for {len}");
+            w.commit();
+            assert!(r.recv(&mut out).unwrap());
+            assert_eq!(out, msg, "length {len}");
+            assert!(!r.recv(&mut out).unwrap());
+        }
+    }
+
+    #[test]
+    fn staged_messages_are_invisible_until_committed() {
+        let (_d, mut w, mut r) = pair(16);
+        let mut out = Vec::new();
+        assert!(w.stage(b"one"));
+        assert!(w.stage(&[9u8; 100]));
+        assert!(!r.recv(&mut out).unwrap(), "nothing published yet");
+        w.commit();
+        assert!(r.recv(&mut out).unwrap());
+        assert_eq!(out, b"one");
+        assert!(r.recv(&mut out).unwrap());
+        assert_eq!(out, vec![9u8; 100]);
+    }
+
+    #[test]
+    fn a_full_pipe_refuses_without_staging_a_part() {
+        let (_d, mut w, mut r) = pair(4);
+        let mut out = Vec::new();
+        // 3 frames, then 2 more do not fit in 4.
+        assert!(w.stage(&[1u8; 150]));
+        assert!(!w.stage(&[2u8; 100]));
+        w.commit();
+        assert!(r.recv(&mut out).unwrap());
+        assert_eq!(out, vec![1u8; 150]);
+        assert!(
+            !r.recv(&mut out).unwrap(),
+            "the refused message left nothing"
+        );
+        assert!(w.stage(&[2u8; 100]));
+        w.commit();
+        assert!(r.recv(&mut out).unwrap());
+        assert_eq!(out, vec![2u8; 100]);
+    }
+
+    #[test]
+    fn an_unbelievable_length_is_a_torn_pipe() {
+        let dir = dir();
+        let p = dir.path().join("pipe");
+        let mut raw = MappedProducer::<Frame>::create(&p, 8).unwrap();
+        let mut r = PipeReader::open(&p).unwrap();
+        let mut f = [0u8; FRAME];
+        f[..4].copy_from_slice(&(10_000u32).to_le_bytes());
+        raw.push(f).unwrap();
+        assert!(matches!(
+            r.recv(&mut Vec::new()),
+            Err(PipeError::Torn { len: 10_000, .. })
+        ));
+    }
+
+    #[test]
+    fn a_pipe_carries_messages_between_threads_under_pressure() {
+        let (_d, mut w, mut r) = pair(8);
+        let t = std::thread::spawn(move || {
+            for i in 0..20_000u32 {
+                let msg: Vec<u8> = (0..(i % 300)).map(|k| (k ^ i) as u8).collect();
+                while !w.stage(&msg) {
+                    std::hint::spin_loop();
+                }
+                w.commit();
+            }
+        });
+        let mut out = Vec::new();
+        let mut i = 0u32;
+        while i < 20_000 {
+            if r.recv(&mut out).unwrap() {
+                let msg: Vec<u8> = (0..(i % 300)).map(|k| (k ^ i) as u8).collect();
+                assert_eq!(out, msg);
+                i += 1;
+            }
+        }
+        t.join().unwrap();
+    }
+}
