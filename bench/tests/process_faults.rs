@@ -128,3 +128,81 @@ fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     v
 }
+
+/// The PID of a primary's child, from the status files under `run`.
+fn primary_pid(run: &std::path::Path) -> Option<i32> {
+    walk(run)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "status"))
+        .find_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            text.lines().any(|l| l == "role primary").then_some(())?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("pid "))?
+                .parse()
+                .ok()
+        })
+}
+
+#[test]
+fn a_primarys_process_killed_from_outside_by_its_status_file_is_taken_over() {
+    let dir = std::env::temp_dir().join(format!("tandem-process-kill9-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let clean = dir.join("clean");
+    let o = paper(&["--strategy", "none", "--output", clean.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let out = dir.join("out");
+    // 20 000 records at 5 000/s: four seconds to find and kill a primary.
+    let child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "20000", "--seed", "7", "--rate", "5000"])
+        .args([
+            "--strategy",
+            "bqbs",
+            "--standby",
+            "flatmap",
+            "--isolation",
+            "process",
+        ])
+        .args([
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let pid = loop {
+        if let Some(p) = primary_pid(&run) {
+            break p;
+        }
+        assert!(t.elapsed().as_secs() < 30, "no primary's status file");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: signalling a process by PID.
+    assert_eq!(
+        unsafe { libc::kill(pid, libc::SIGKILL) },
+        0,
+        "kill -9 {pid}"
+    );
+    let o = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("pid {pid} (primary): signal SIGKILL")),
+        "the report lists the killed child: {stdout}"
+    );
+    assert_eq!(sorted(&out), sorted(&clean), "identical output");
+    assert!(walk(&run).is_empty(), "left behind: {:?}", walk(&run));
+    let _ = std::fs::remove_dir_all(&dir);
+}

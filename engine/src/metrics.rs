@@ -304,6 +304,9 @@ pub struct StandbyStats {
     pub queue_bytes_peak: u64,
     /// Warm snapshots published to standbys.
     pub snapshots_published: u64,
+    /// Process isolation: every incarnation's child process, with how it
+    /// ended and what it cost, in the order they ended.
+    pub children: Vec<crate::ChildRecord>,
 }
 
 /// One recovery, measured by the supervisor (restart-all) or by the

@@ -114,7 +114,20 @@ pub struct Input {
     /// Read from a file: where each record came from, and what was over
     /// the limit.
     pub(super) file: Option<super::input::FileOrigin>,
+    /// Mapped from a file another process wrote ([`Input::open_shared`]):
+    /// the records are there, not in `chunks`.
+    pub(super) mapped: Option<Mapped>,
 }
+
+/// A generated input in a file (`Input::write_shared`), mapped.
+pub(super) struct Mapped {
+    map: memmap2::Mmap,
+    /// Per chunk: where its line ends start, where its bytes start.
+    chunks: Vec<(usize, usize)>,
+}
+
+/// The shared input file's first bytes.
+const SHARED_MAGIC: &[u8; 8] = b"TNDMPIN1";
 
 pub(super) struct Chunk {
     pub(super) bytes: Vec<u8>,
@@ -171,7 +184,93 @@ impl Input {
             len: n,
             seed,
             file: None,
+            mapped: None,
         }
+    }
+
+    /// Writes a generated input to `path` (created, 0600) for other
+    /// processes to map with [`Input::open_shared`]: the children of
+    /// process isolation, which need the records the source refers to
+    /// without generating them again. Layout: magic, records, seed,
+    /// records per chunk, chunks, per chunk its record count and byte
+    /// length, then per chunk its line ends (`u32`, little-endian) and its
+    /// bytes.
+    pub fn write_shared(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        assert!(
+            self.file.is_none() && self.mapped.is_none(),
+            "a generated input"
+        );
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        w.write_all(SHARED_MAGIC)?;
+        for v in [
+            self.len,
+            self.seed,
+            self.chunk_records,
+            self.chunks.len() as u64,
+        ] {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        for c in &self.chunks {
+            w.write_all(&(c.ends.len() as u64).to_le_bytes())?;
+            w.write_all(&(c.bytes.len() as u64).to_le_bytes())?;
+        }
+        for c in &self.chunks {
+            for e in &c.ends {
+                w.write_all(&e.to_le_bytes())?;
+            }
+            w.write_all(&c.bytes)?;
+        }
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()
+    }
+
+    /// Maps an input [`Input::write_shared`] wrote.
+    pub fn open_shared(path: &std::path::Path) -> anyhow::Result<Input> {
+        let f = std::fs::File::open(path)
+            .map_err(|e| anyhow::anyhow!("opening the shared input {}: {e}", path.display()))?;
+        // SAFETY: the file is written whole before any child starts and
+        // never changed while it is mapped (the driver removes it after
+        // the run).
+        let map = unsafe { memmap2::Mmap::map(&f) }?;
+        let bad = || anyhow::anyhow!("{} is not a shared paper input", path.display());
+        let u = |o: usize| -> anyhow::Result<u64> {
+            Ok(u64::from_le_bytes(
+                map.get(o..o + 8)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .expect("8 bytes"),
+            ))
+        };
+        anyhow::ensure!(map.get(..8) == Some(&SHARED_MAGIC[..]), bad());
+        let (len, seed, chunk_records, n) = (u(8)?, u(16)?, u(24)?, u(32)? as usize);
+        anyhow::ensure!(chunk_records > 0 && n <= map.len() / 16, bad());
+        let mut at = 40 + 16 * n;
+        let mut chunks = Vec::with_capacity(n);
+        let mut total = 0u64;
+        for k in 0..n {
+            let (records, bytes) = (u(40 + 16 * k)? as usize, u(48 + 16 * k)? as usize);
+            total += records as u64;
+            chunks.push((at, at + 4 * records));
+            at = at
+                .checked_add(4 * records + bytes)
+                .filter(|&e| e <= map.len())
+                .ok_or_else(bad)?;
+        }
+        anyhow::ensure!(total == len && at == map.len(), bad());
+        Ok(Input {
+            chunks: Vec::new(),
+            chunk_records,
+            len,
+            seed,
+            file: None,
+            mapped: Some(Mapped { map, chunks }),
+        })
     }
 
     /// Number of records.
@@ -192,6 +291,9 @@ impl Input {
     /// The JSON line of record `seq` (without newline).
     #[inline]
     pub fn line(&self, seq: u64) -> &[u8] {
+        if let Some(m) = &self.mapped {
+            return m.line(seq, self.chunk_records);
+        }
         let c = &self.chunks[(seq / self.chunk_records) as usize];
         let i = (seq % self.chunk_records) as usize;
         let start = if i == 0 { 0 } else { c.ends[i - 1] as usize };
@@ -205,6 +307,19 @@ impl Input {
             .map(|c| (c.bytes.capacity() + c.ends.capacity() * 4) as u64)
             .sum::<u64>()
             + self.file.as_ref().map_or(0, |f| f.memory_bytes())
+    }
+}
+
+impl Mapped {
+    fn line(&self, seq: u64, chunk_records: u64) -> &[u8] {
+        let (ends, bytes) = self.chunks[(seq / chunk_records) as usize];
+        let i = (seq % chunk_records) as usize;
+        let end = |i: usize| {
+            let o = ends + 4 * i;
+            u32::from_le_bytes(self.map[o..o + 4].try_into().expect("4 bytes")) as usize
+        };
+        let start = if i == 0 { 0 } else { end(i - 1) };
+        &self.map[bytes + start..bytes + end(i)]
     }
 }
 

@@ -131,6 +131,7 @@ impl Input {
             len,
             seed: 0,
             file: Some(origin),
+            mapped: None,
         })
     }
 

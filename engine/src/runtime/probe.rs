@@ -59,15 +59,7 @@ pub enum ProbeAction {
 }
 
 /// How a process dies ([`ProbeAction::Die`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Death {
-    /// `SIGKILL`: no handler, no unwinding (the OOM killer, `kill -9`).
-    Kill,
-    /// `abort()`: `SIGABRT`, as a failed assertion in native code.
-    Abort,
-    /// `SIGSEGV`, as a bad pointer in native code.
-    Segv,
-}
+pub use crate::sys::process::Death;
 
 /// Consulted before every record of one operator instance.
 pub trait RecordProbe: 'static {

@@ -542,9 +542,34 @@ pub(crate) struct Task {
     pub(crate) group: Option<(Arc<crate::runtime::standby::group::Group>, u64)>,
     /// A primary's next heartbeat (engine nanoseconds).
     next_beat: u64,
+    /// Process isolation: the incarnation's child, looked at between
+    /// polls (a child can die while nothing is asked of it), and when.
+    pub(crate) child:
+        Option<std::rc::Rc<std::cell::RefCell<crate::runtime::standby::remote::Link>>>,
+    next_child_check: u64,
 }
 
 impl Task {
+    /// Process isolation: a child that died fails its incarnation here, as
+    /// a panic of the operator would (a standby's is replaced, a primary's
+    /// taken over); a standby's child that became the primary's says so
+    /// in its status file. Once a millisecond.
+    #[cold]
+    fn watch_child(&mut self, now: Nanos) {
+        self.next_child_check = now + 1_000_000;
+        let Some(link) = &self.child else { return };
+        let Ok(mut l) = link.try_borrow_mut() else {
+            return;
+        };
+        if self.ctx.epoch.get() != 0 {
+            l.now_primary();
+        }
+        if let Err(m) = l.check_alive() {
+            drop(l);
+            panic!("{m}");
+        }
+    }
+
     pub(crate) fn new(ports: Vec<Box<dyn Port>>, ctx: std::rc::Rc<TaskCtx>, budget: usize) -> Self {
         let done = vec![false; ports.len()];
         Task {
@@ -554,6 +579,8 @@ impl Task {
             budget,
             group: None,
             next_beat: 0,
+            child: None,
+            next_child_check: 0,
         }
     }
 
@@ -579,6 +606,9 @@ impl Task {
         }
         if self.ctx.fenced.get() {
             return Poll::Done;
+        }
+        if now >= self.next_child_check {
+            self.watch_child(now);
         }
         if self.ctx.blocked.get() > 0 {
             for p in &mut self.ports {

@@ -438,9 +438,9 @@ fn build_incarnation(
         .standby
         .as_ref()
         .filter(|s| s.isolation == crate::standby::Isolation::Process);
-    let chain = match process {
+    let (chain, child) = match process {
         Some(sc) => remote_chain_build(w, &group, inc, primary, sc, &ctx),
-        None => local_chain_build(w, &group, &ctx),
+        None => (local_chain_build(w, &group, &ctx), None),
     };
     // A chain that replays its source runs an instance of it.
     let source = group.source.map(|s| {
@@ -470,6 +470,7 @@ fn build_incarnation(
     ctx.enter(node);
     let mut t = Task::new(vec![port], ctx, w.config.budget);
     t.group = Some((group, inc));
+    t.child = child;
     t
 }
 
@@ -515,7 +516,10 @@ fn remote_chain_build(
     primary: bool,
     sc: &crate::standby::StandbyConfig,
     ctx: &Rc<TaskCtx>,
-) -> crate::runtime::standby::kit::ChainBuild {
+) -> (
+    crate::runtime::standby::kit::ChainBuild,
+    Option<Rc<std::cell::RefCell<crate::runtime::standby::remote::Link>>>,
+) {
     use crate::runtime::standby::remote;
     let (node, inst) = (group.node, group.instance);
     let link = match spawn_incarnation(w, group, inc, primary, sc) {
@@ -529,14 +533,18 @@ fn remote_chain_build(
                 path: None,
                 source: e,
             });
-            return Box::new(move |_| {
-                panic!("{name}[{inst}]: its incarnation's process could not be started")
-            });
+            return (
+                Box::new(move |_| {
+                    panic!("{name}[{inst}]: its incarnation's process could not be started")
+                }),
+                None,
+            );
         }
     };
     let (w2, c2) = (Arc::clone(w), Rc::clone(ctx));
     let last = *group.chain.last().expect("a chain has a head");
-    Box::new(move |state| {
+    let watched = Rc::clone(&link);
+    let build = Box::new(move |state| {
         let mut tb = TaskBuild::default();
         // The chain's end stays here: the rings to the consumers.
         let tail = build_out(&w2, last, inst, &c2, &mut tb);
@@ -561,7 +569,8 @@ fn remote_chain_build(
             .as_ref()
             .expect("engine bug: a standby group without its kit");
         skit.remote_chain(Rc::clone(&link), &c2, probe, node)
-    })
+    });
+    (build, Some(watched))
 }
 
 /// Starts the child of incarnation `inc` of `group`: the pipes, the
@@ -617,13 +626,6 @@ fn spawn_incarnation(
         .stdout(std::process::Stdio::null());
     let c = crate::sys::process::Child::spawn(cmd)?;
     let role_name = if primary { "primary" } else { "standby" };
-    let status = format!(
-        "pid {}\nrole {role_name}\noperator {}\ninstance {}\nincarnation {inc}\n",
-        c.pid(),
-        group.name,
-        group.instance
-    );
-    std::fs::write(dir.join(format!("{base}.status")), status)?;
     Ok(remote::Link::new(
         tx,
         rx,
@@ -637,6 +639,7 @@ fn spawn_incarnation(
             exit: None,
         },
         Arc::clone(&sb.children),
+        dir.join(format!("{base}.status")),
     ))
 }
 

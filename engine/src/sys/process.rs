@@ -395,11 +395,21 @@ impl Drop for Child {
     }
 }
 
+/// How a process dies (a fault injector's `kill`, `abort`, `segv`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Death {
+    /// `SIGKILL`: no handler, no unwinding (the OOM killer, `kill -9`).
+    Kill,
+    /// `abort()`: `SIGABRT`, as a failed assertion in native code.
+    Abort,
+    /// `SIGSEGV`, as a bad pointer in native code.
+    Segv,
+}
+
 /// Ends this process the way `death` says, at once, as the real thing
 /// would: no unwinding, no destructor, no buffered output flushed (`what`
 /// goes to standard error first, with the PID). Never returns.
-pub fn die(death: crate::runtime::probe::Death, what: &str) -> ! {
-    use crate::runtime::probe::Death;
+pub fn die(death: Death, what: &str) -> ! {
     // SAFETY: `getpid` has no preconditions.
     let pid = unsafe { libc::getpid() };
     let how = match death {

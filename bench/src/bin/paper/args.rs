@@ -132,6 +132,10 @@ pub struct Args {
     /// need, rather than hand them the record itself in a typed slot.
     #[arg(long)]
     pub standby_encoded_queue: bool,
+    /// (Internal: process isolation's children map the driver's generated
+    /// input from this file instead of generating it again.)
+    #[arg(long, hide = true)]
+    pub shared_input: Option<PathBuf>,
     /// Also run the same job with --strategy none first (no faults) and
     /// print the throughput and p99 ratios (bqbs / none).
     #[arg(long)]

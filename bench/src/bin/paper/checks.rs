@@ -45,6 +45,8 @@ const BACKABLE: [&str; 3] = [names::FLATMAP, names::FILTER, names::KEYED];
 /// What the flags resolve to.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// Process isolation: the generated input, shared with the children.
+    pub shared_input: Option<std::path::PathBuf>,
     pub cores: usize,
     pub parallelism: usize,
     pub bqbs: bool,
@@ -363,6 +365,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     }
 
     let plan = Plan {
+        shared_input: None,
         cores,
         parallelism,
         bqbs,

@@ -77,7 +77,12 @@ fn run(
             replay_sources: !args.standby_queue_source,
             encoded_queues: args.standby_encoded_queue,
             isolation: args.isolation,
-            ..Default::default()
+            child_args: plan.shared_input.as_ref().map(|p| {
+                std::env::args_os()
+                    .skip(1)
+                    .chain(["--shared-input".into(), p.clone().into_os_string()])
+                    .collect()
+            }),
         });
     }
     let p = parallelism;
@@ -321,6 +326,7 @@ fn run(
                 detect_us: col(&|r| Some(r.detect_us)),
                 first_output_us: col(&|r| r.first_output_us),
                 caught_up_us: col(&|r| r.caught_up_us),
+                children: s.children.iter().map(summary::ChildReport::of).collect(),
             }
         }),
     })
@@ -353,6 +359,10 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     let available = tandem::sys::affinity::available_cores().len();
     let t = Instant::now();
     let input = match &args.input {
+        _ if args.shared_input.is_some() => {
+            let p = args.shared_input.as_ref().expect("checked");
+            paper::Input::open_shared(p)?
+        }
         Some(path) => {
             let input = Input::from_jsonl(path, args.max_record_bytes)?;
             errln!(
@@ -389,6 +399,34 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         anyhow::bail!("a child of process isolation returned from its job's start");
     }
     checks::interrupted()?;
+    // Process isolation: the children map the generated input from a file
+    // (removed with the run; swept by the next run if this one is killed)
+    // rather than generate it again, each, on the cores of the run.
+    let _shared = if plan.bqbs
+        && args.isolation == tandem::Isolation::Process
+        && args.input.is_none()
+    {
+        let parent = args
+            .run_dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"));
+        let dir = tandem::sys::scratch::ScratchDir::unique(&parent, "paper-input")
+            .with_context(|| format!("a directory for the shared input in {}", parent.display()))?;
+        let path = dir.path().join("input");
+        let t = Instant::now();
+        input
+            .write_shared(&path)
+            .with_context(|| format!("writing the shared input {}", path.display()))?;
+        errln!(
+            "shared the input with the incarnations' processes in {:.2} s ({})",
+            t.elapsed().as_secs_f64(),
+            path.display()
+        );
+        plan.shared_input = Some(path);
+        Some(dir)
+    } else {
+        None
+    };
     if let Some(sp) = &args.from_savepoint {
         checks::savepoint_fits(sp, input.len(), plan.parallelism)?;
     }

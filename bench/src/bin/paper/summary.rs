@@ -115,6 +115,45 @@ pub struct StandbyReport {
     pub detect_us: [u64; 3],
     pub first_output_us: [u64; 3],
     pub caught_up_us: [u64; 3],
+    /// Process isolation: every incarnation's child, as it ended.
+    pub children: Vec<ChildReport>,
+}
+
+/// One child process of process isolation.
+#[derive(Serialize)]
+pub struct ChildReport {
+    pub operator: String,
+    pub instance: usize,
+    pub incarnation: u64,
+    pub pid: u32,
+    /// `primary` or `standby`: the role it last had.
+    pub role: String,
+    /// `exit code N`, `signal NAME`, or `running` (not ended by the report).
+    pub end: String,
+    pub cpu_ms: Option<u64>,
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl ChildReport {
+    pub fn of(c: &tandem::ChildRecord) -> Self {
+        let end = match c.exit.map(|e| e.exit) {
+            Some(tandem::sys::process::Exit::Code(n)) => format!("exit code {n}"),
+            Some(tandem::sys::process::Exit::Signal { signal, .. }) => {
+                format!("signal {}", tandem::sys::process::signal_name(signal))
+            }
+            None => "running".into(),
+        };
+        ChildReport {
+            operator: c.operator.clone(),
+            instance: c.instance,
+            incarnation: c.incarnation,
+            pid: c.pid,
+            role: c.role.to_string(),
+            end,
+            cpu_ms: c.exit.map(|e| e.cpu.as_millis() as u64),
+            peak_rss_bytes: c.exit.map(|e| e.peak_rss_bytes),
+        }
+    }
 }
 
 pub fn p50_p99_max(mut v: Vec<u64>) -> [u64; 3] {
@@ -289,6 +328,20 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
             s.queue_bytes_peak as f64 / 1048576.0,
             s.snapshots_published
         )?;
+        for c in &s.children {
+            outln!(
+                "  child process     {}[{}] incarnation {} pid {} ({}): {}, cpu {}, peak rss {}",
+                c.operator,
+                c.instance,
+                c.incarnation,
+                c.pid,
+                c.role,
+                c.end,
+                c.cpu_ms.map_or("?".into(), |m| format!("{m} ms")),
+                c.peak_rss_bytes
+                    .map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
+            )?;
+        }
         if s.takeovers > 0 {
             let f = |v: [u64; 3]| {
                 format!(

@@ -76,7 +76,7 @@ pub(crate) trait RequestHead {
 }
 
 /// Every child of the run, as it ended (for the report).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChildRecord {
     /// The operator (the chain's head) and instance.
     pub operator: String,
@@ -112,6 +112,8 @@ pub(crate) struct Link {
     started: bool,
     /// Where the child's exit is reported when the link goes.
     pub(crate) record: ChildRecord,
+    /// The child's status file (PID, role, operator, incarnation).
+    status: std::path::PathBuf,
     pub(crate) children: Arc<std::sync::Mutex<Vec<ChildRecord>>>,
 }
 
@@ -122,9 +124,10 @@ impl Link {
         child: Child,
         mut record: ChildRecord,
         children: Arc<std::sync::Mutex<Vec<ChildRecord>>>,
+        status: std::path::PathBuf,
     ) -> Self {
         record.pid = child.pid();
-        Link {
+        let l = Link {
             what: format!(
                 "{}[{}] incarnation {} (process {})",
                 record.operator,
@@ -145,6 +148,48 @@ impl Link {
             started: false,
             record,
             children,
+            status,
+        };
+        l.write_status();
+        l
+    }
+
+    /// Writes the status file (replaced whole: a reader never sees half).
+    fn write_status(&self) {
+        let text = format!(
+            "pid {}\nrole {}\noperator {}\ninstance {}\nincarnation {}\n",
+            self.record.pid,
+            self.record.role,
+            self.record.operator,
+            self.record.instance,
+            self.record.incarnation
+        );
+        let tmp = self.status.with_extension("status.tmp");
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &self.status);
+        }
+    }
+
+    /// The incarnation claimed an epoch: its child runs the primary now.
+    pub(crate) fn now_primary(&mut self) {
+        if self.record.role != "primary" {
+            self.record.role = "primary";
+            self.write_status();
+        }
+    }
+
+    /// `Err` (what happened) if the child exited.
+    pub(crate) fn check_alive(&mut self) -> Result<(), String> {
+        if self.record.exit.is_some() {
+            return Ok(()); // closed, or already reported
+        }
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(exit)) => {
+                self.record.exit = Some(exit);
+                Err(format!("{}: the process {}", self.what, describe(&exit)))
+            }
+            Err(e) => Err(format!("{}: watching the process: {e}", self.what)),
         }
     }
 
@@ -306,6 +351,7 @@ impl Link {
 impl Drop for Link {
     fn drop(&mut self) {
         self.close();
+        let _ = std::fs::remove_file(&self.status);
         self.children
             .lock()
             .unwrap_or_else(|p| p.into_inner())

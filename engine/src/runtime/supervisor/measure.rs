@@ -205,6 +205,12 @@ impl Supervisor {
                 .max(g.queue_peak.load(Ordering::Relaxed));
             stats.snapshots_published += g.snapshots.load(Ordering::Relaxed);
         }
+        stats.children.extend(
+            sb.children
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..),
+        );
         for t in takeovers {
             let mut r = t.record;
             let since = |at: u64| at.saturating_sub(t.fault_at) / 1000;
