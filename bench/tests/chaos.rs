@@ -45,3 +45,30 @@ fn twenty_random_schedules_per_strategy_lose_and_duplicate_nothing() {
     std::fs::remove_file(report).unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn random_schedules_under_process_isolation_with_process_deaths_lose_and_duplicate_nothing() {
+    let dir = std::env::temp_dir().join(format!("tandem-chaos-proc-{}", std::process::id()));
+    let report = dir.with_extension("json");
+    let o = Command::new(env!("CARGO_BIN_EXE_chaos"))
+        .args(["--strategies", "bqbs-process", "--schedules", "12"])
+        .args(["--records", "20000", "--seed", "2027", "--max-faults", "3"])
+        .args(["--quiet", "--report", report.to_str().unwrap()])
+        .args(["--dir", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let t = &r["strategies"]["bqbs-process"];
+    assert_eq!(t["schedules"], 12, "{stdout}");
+    for k in ["lost", "duplicated", "changed", "failed"] {
+        assert_eq!(t[k], 0, "{k}\n{stdout}");
+    }
+    assert!(t["takeovers"].as_u64().unwrap() > 0, "{stdout}");
+    // Process deaths were among the faults drawn, and were survived.
+    assert!(stderr.contains("dies of"), "no process died:\n{stderr}");
+    std::fs::remove_file(report).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

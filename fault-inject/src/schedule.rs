@@ -110,7 +110,7 @@ impl fmt::Display for ScheduleSpec {
 
 /// Kind names a random schedule may draw (`stall-forever`: a stall that
 /// never ends on its own).
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 14] = [
     "panic",
     "stall",
     "stall-forever",
@@ -122,6 +122,9 @@ pub const KINDS: [&str; 11] = [
     "commit",
     "ioerror",
     "crash",
+    "kill",
+    "abort",
+    "segv",
 ];
 
 impl FromStr for ScheduleSpec {
@@ -376,6 +379,24 @@ fn draw(rng: &mut SplitMix64, kind: &str, target: &str, space: &Space) -> FaultS
             When::Record(checkpoint),
         ),
         "crash" => (FaultKind::Crash, When::Record(checkpoint)),
+        "kill" => (
+            FaultKind::Process {
+                death: crate::spec::Death::Kill,
+            },
+            When::Record(record),
+        ),
+        "abort" => (
+            FaultKind::Process {
+                death: crate::spec::Death::Abort,
+            },
+            When::Record(record),
+        ),
+        "segv" => (
+            FaultKind::Process {
+                death: crate::spec::Death::Segv,
+            },
+            When::Record(record),
+        ),
         other => unreachable!("kind `{other}` is not one of KINDS"),
     };
     FaultSpec {
@@ -474,7 +495,7 @@ mod tests {
                 assert_eq!(&back, f);
             }
         }
-        assert_eq!(kinds.len(), 10, "every kind is drawn: {kinds:?}");
+        assert_eq!(kinds.len(), 13, "every kind is drawn: {kinds:?}");
     }
 
     #[test]

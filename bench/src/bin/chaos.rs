@@ -3,7 +3,9 @@
 //! checker (`tandem_fault_inject::check`).
 //!
 //! For each strategy — `restart-all`, `bqbs-warm`, `bqbs-hot`,
-//! `bqbs-checkpoints` — it runs `--schedules` schedules. Schedule `i` of a
+//! `bqbs-checkpoints`, and on request `bqbs-process` (process isolation,
+//! warm or hot, drawing `kill`, `abort` and `segv` faults too) — it runs
+//! `--schedules` schedules. Schedule `i` of a
 //! strategy draws, from a seed derived from `--seed`, the strategy's
 //! configuration (which operators have a standby, the heartbeat, the queue
 //! size, the checkpoint interval), full rate or a throttled rate, and 1–4
@@ -74,9 +76,19 @@ struct Args {
     /// With --only: run each schedule this many times.
     #[arg(long, default_value_t = 1)]
     repeat: u64,
+    /// (Internal: a child of process isolation builds this configuration's
+    /// job and serves its incarnation.)
+    #[arg(long, hide = true)]
+    serve_config: Option<String>,
 }
 
-const STRATEGIES: [&str; 4] = ["restart-all", "bqbs-warm", "bqbs-hot", "bqbs-checkpoints"];
+const STRATEGIES: [&str; 5] = [
+    "restart-all",
+    "bqbs-warm",
+    "bqbs-hot",
+    "bqbs-checkpoints",
+    "bqbs-process",
+];
 
 /// The most faults one schedule draws.
 const MAX_FAULTS: u64 = 64;
@@ -85,9 +97,14 @@ const MAX_FAULTS: u64 = 64;
 const MAX_TIMEOUT_S: u64 = 86_400;
 
 /// One schedule's configuration, drawn.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 struct Config {
     strategy: String,
+    /// The standbys compute along (hot), else warm.
+    hot: bool,
+    /// Process isolation: incarnations in child processes, nothing
+    /// chained (every fault targets a chain's head).
+    process: bool,
     cores: usize,
     /// Instances per operator (tasks are packed when above the cores).
     parallelism: usize,
@@ -120,7 +137,7 @@ impl Config {
                 c += &format!(
                     " --strategy bqbs --standby {} --standby-mode {} --standby-heartbeat-ms {} --standby-queue-mib {}",
                     self.standby.join(","),
-                    if s == "bqbs-hot" { "hot" } else { "warm" },
+                    if self.hot { "hot" } else { "warm" },
                     self.heartbeat_ms,
                     self.queue_mib
                 );
@@ -130,6 +147,10 @@ impl Config {
                 if self.encoded_queue {
                     c += " --standby-encoded-queue";
                 }
+                if self.process {
+                    c += " --isolation process --chaining never";
+                }
+                let _ = s;
             }
         }
         if let Some(ms) = self.checkpoint_ms {
@@ -219,6 +240,13 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
     let mut rng = SplitMix64(args.seed ^ (k << 56) ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let standby: Vec<String> = match strategy {
         "restart-all" => vec![],
+        // Not chained (no adjacent pair: each is its own chain's head).
+        "bqbs-process" => match rng.below(4) {
+            0 => vec!["flatmap".into()],
+            1 => vec!["keyed".into()],
+            2 => vec!["filter".into()],
+            _ => vec!["flatmap".into(), "keyed".into()],
+        },
         _ => match rng.below(5) {
             0 => vec!["flatmap".into()],
             1 => vec!["keyed".into()],
@@ -240,7 +268,10 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
     // Half the chains after the source replay it, half read a queue.
     let queue_source = rng.below(2) == 0;
     let secs = args.records as f64 / rate.unwrap_or(2e6);
+    let process = strategy == "bqbs-process";
+    let hot = strategy == "bqbs-hot" || (process && rng.below(2) == 0);
     let protection = Protection {
+        process,
         standby: standby.clone(),
         checkpoints: checkpoint_ms.is_some(),
         restarts: checkpoint_ms.is_some(),
@@ -263,6 +294,8 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         .expect("every strategy's space allows some fault");
     Config {
         strategy: strategy.to_string(),
+        hot,
+        process,
         cores,
         parallelism,
         standby,
@@ -300,6 +333,9 @@ fn run_job(
     };
     let (job, _) = paper::build_job(Arc::clone(input), &opts)?;
     let mut rc = RuntimeConfig::default().cores(cores).run_dir(run_dir);
+    if cfg.process {
+        rc = rc.chaining(tandem::Chaining::Never);
+    }
     if let Some(ms) = cfg.checkpoint_ms {
         let mut cp = CheckpointConfig::every(Duration::from_millis(ms));
         cp.tolerable_failures = 10;
@@ -310,11 +346,30 @@ fn run_job(
     }
     if cfg.strategy.starts_with("bqbs") {
         rc = rc.standby(tandem::StandbyConfig {
-            mode: if cfg.strategy == "bqbs-hot" {
+            mode: if cfg.hot {
                 StandbyMode::Hot
             } else {
                 StandbyMode::Warm
             },
+            isolation: if cfg.process {
+                tandem::Isolation::Process
+            } else {
+                tandem::Isolation::Thread
+            },
+            // A child builds this configuration's job from the same input.
+            child_args: cfg.process.then(|| {
+                [
+                    "--records".to_string(),
+                    args.records.to_string(),
+                    "--seed".into(),
+                    args.seed.to_string(),
+                    "--serve-config".into(),
+                    serde_json::to_string(cfg).expect("a config serializes"),
+                ]
+                .into_iter()
+                .map(Into::into)
+                .collect()
+            }),
             heartbeat_timeout: Duration::from_millis(cfg.heartbeat_ms),
             queue_memory: cfg.queue_mib << 20,
             replay_sources: !cfg.queue_source,
@@ -419,7 +474,29 @@ fn main() -> ExitCode {
 /// campaign takes.
 const MAX_SCHEDULES: u64 = 1_000_000;
 
+/// A child of process isolation: builds the job of the configuration it
+/// was given, from the same input; the engine serves its incarnation
+/// (`start` does not return).
+fn serve(args: &Args, cfg: &str) -> anyhow::Result<bool> {
+    let cfg: Config = serde_json::from_str(cfg).context("--serve-config")?;
+    let available = tandem::sys::affinity::available_cores().len();
+    let input = Arc::new(Input::generate(args.records, args.seed, 0, available));
+    let opts = PaperOptions {
+        parallelism: cfg.parallelism,
+        rate: cfg.rate,
+        output: None,
+        output_mode: OutputMode::Direct,
+        standby: cfg.standby.clone(),
+    };
+    let (job, _) = paper::build_job(input, &opts)?;
+    job.start(&RuntimeConfig::default())?;
+    anyhow::bail!("a child of process isolation returned from its job's start")
+}
+
 fn real_main(args: &Args) -> anyhow::Result<bool> {
+    if let Some(cfg) = args.serve_config.as_deref() {
+        return serve(args, cfg);
+    }
     tandem_fault_inject::silence_injected_panics();
     anyhow::ensure!(
         (1..=MAX_SCHEDULES).contains(&args.schedules),
@@ -486,6 +563,8 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
     let cores = args.cores.unwrap_or(available);
     let none = Config {
         strategy: "none".into(),
+        hot: false,
+        process: false,
         cores,
         parallelism: cores,
         standby: vec![],

@@ -10,6 +10,10 @@ use tandem_fault_inject::{Space, CHECKPOINT};
 pub struct Protection {
     /// Operators with a standby.
     pub standby: Vec<String>,
+    /// Process isolation: each backed-up operator's incarnations run in a
+    /// child process (and head their own chains), so a standby survives
+    /// its primary's process dying.
+    pub process: bool,
     /// Checkpoints run, and a failure restarts from the last complete one.
     pub checkpoints: bool,
     /// A restart strategy that restarts (not `none`): stalls are detected.
@@ -67,6 +71,9 @@ impl Protection {
             }
             if backed {
                 s = s.allow("standby", op);
+                if self.process {
+                    s = s.allow("kill", op).allow("abort", op).allow("segv", op);
+                }
                 let queued =
                     !(self.replays_source && [names::FLATMAP, names::FILTER].contains(&op));
                 if self.checkpoints && self.restarts && queued {

@@ -98,6 +98,16 @@ pub(crate) fn install_hook() {
     });
 }
 
+/// Process isolation: the child running the polled task's operators died
+/// (`message` says how). Reported at once, as a panic's hook would; said
+/// in one line on stderr (the driver's stack says nothing of it); then the
+/// task unwinds to its worker like a panic, without the panic hooks.
+pub(crate) fn child_died(message: String) -> ! {
+    let _ = report(&message);
+    eprintln!("tandem: {message}");
+    std::panic::resume_unwind(Box::new(message))
+}
+
 /// Reports the failure of the task this worker polls, if it polls one,
 /// and returns that task's context.
 fn report(payload: &(dyn std::any::Any + Send)) -> Option<Rc<TaskCtx>> {

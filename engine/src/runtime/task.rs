@@ -566,7 +566,7 @@ impl Task {
         }
         if let Err(m) = l.check_alive() {
             drop(l);
-            panic!("{m}");
+            crate::runtime::standby::remote::fail(m, true);
         }
     }
 

@@ -555,9 +555,8 @@ fn remote_chain_build(
             .expect("engine bug: validated process isolation without a codec");
         let r = c2.long(|| link.borrow_mut().build(state, tail, &c2));
         if let Err(m) = r {
-            if m != remote::STOPPED {
-                panic!("{m}");
-            }
+            let died = link.borrow().died;
+            remote::fail(m, died);
         }
         let probe = w2
             .config
@@ -591,13 +590,11 @@ fn spawn_incarnation(
     let dir = sb.dir.path();
     let base = format!("{}-{}-inc{inc}", group.name, group.instance);
     let req = dir.join(format!("{base}.req"));
-    let map = |e: crate::queue::spsc::MapError| std::io::Error::other(e.to_string());
-    let tx = crate::standby::pipe::PipeWriter::create(&req, remote::PIPE_BYTES).map_err(map)?;
+    let tx = crate::standby::pipe::PipeWriter::create(&req, remote::PIPE_BYTES)?;
     let rx = crate::standby::pipe::PipeReader::create(
         &child::Role::reply_path(&req),
         remote::PIPE_BYTES,
-    )
-    .map_err(map)?;
+    )?;
     let role = child::Role {
         node: group.node,
         instance: group.instance,

@@ -21,12 +21,59 @@
 //! ring cannot say that its writer died (a killed process drops nothing):
 //! the driver learns that from the child's exit.
 
-use crate::queue::spsc::MapError;
+#[cfg(not(loom))]
 use crate::queue::spsc::{MappedConsumer, MappedProducer};
 use std::path::Path;
 
+/// A ring's mapping error as an I/O error (what callers report).
+#[cfg(not(loom))]
+fn io(e: crate::queue::spsc::MapError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+/// Under loom the rings are not file-backed: a pipe cannot be made (no
+/// loom model runs process isolation).
+#[cfg(loom)]
+mod stand_in {
+    pub(crate) struct Ring;
+    impl Ring {
+        pub(crate) fn capacity(&self) -> usize {
+            unreachable!("no pipe under loom")
+        }
+        pub(crate) fn free_slots(&mut self) -> usize {
+            unreachable!("no pipe under loom")
+        }
+        pub(crate) fn stage(&mut self, _: [u8; super::FRAME]) -> Result<(), ()> {
+            unreachable!("no pipe under loom")
+        }
+        pub(crate) fn commit(&mut self) {}
+        pub(crate) fn peek(&mut self) -> Option<&[u8; super::FRAME]> {
+            unreachable!("no pipe under loom")
+        }
+        pub(crate) fn pop(&mut self) -> Option<[u8; super::FRAME]> {
+            unreachable!("no pipe under loom")
+        }
+        pub(crate) fn len(&mut self) -> usize {
+            unreachable!("no pipe under loom")
+        }
+    }
+    pub(crate) fn unsupported() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::Unsupported, "no pipe under loom")
+    }
+}
+
+#[cfg(not(loom))]
+type Writer = MappedProducer<Frame>;
+#[cfg(not(loom))]
+type Reader = MappedConsumer<Frame>;
+#[cfg(loom)]
+type Writer = stand_in::Ring;
+#[cfg(loom)]
+type Reader = stand_in::Ring;
+
 /// Bytes of one frame.
 pub(crate) const FRAME: usize = 64;
+#[cfg_attr(loom, allow(dead_code))]
 type Frame = [u8; FRAME];
 /// The longest message a pipe carries (a larger snapshot goes through the
 /// snapshot exchange, not a pipe).
@@ -46,23 +93,36 @@ fn frames(len: usize) -> usize {
 
 /// The writing end.
 pub(crate) struct PipeWriter {
-    ring: MappedProducer<Frame>,
+    ring: Writer,
 }
 
 impl PipeWriter {
     /// Creates the pipe file at `path` (0600; fails if it exists) with room
     /// for at least `bytes`.
-    pub(crate) fn create(path: &Path, bytes: usize) -> Result<Self, MapError> {
-        let ring = MappedProducer::create(path, bytes.div_ceil(FRAME).max(4))?;
-        Ok(PipeWriter { ring })
+    pub(crate) fn create(path: &Path, bytes: usize) -> std::io::Result<Self> {
+        #[cfg(not(loom))]
+        return Ok(PipeWriter {
+            ring: MappedProducer::create(path, bytes.div_ceil(FRAME).max(4)).map_err(io)?,
+        });
+        #[cfg(loom)]
+        {
+            let _ = (path, bytes);
+            Err(stand_in::unsupported())
+        }
     }
 
     /// Attaches the writer of the pipe at `path` (made by
     /// [`PipeReader::create`]).
-    pub(crate) fn open(path: &Path) -> Result<Self, MapError> {
-        Ok(PipeWriter {
-            ring: MappedProducer::open(path)?,
-        })
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        #[cfg(not(loom))]
+        return Ok(PipeWriter {
+            ring: MappedProducer::open(path).map_err(io)?,
+        });
+        #[cfg(loom)]
+        {
+            let _ = path;
+            Err(stand_in::unsupported())
+        }
     }
 
     /// The largest message this pipe can ever take.
@@ -109,23 +169,36 @@ impl PipeWriter {
 
 /// The reading end.
 pub(crate) struct PipeReader {
-    ring: MappedConsumer<Frame>,
+    ring: Reader,
 }
 
 impl PipeReader {
     /// Creates the pipe file at `path` (0600; fails if it exists) with room
     /// for at least `bytes`.
-    pub(crate) fn create(path: &Path, bytes: usize) -> Result<Self, MapError> {
-        let ring = MappedConsumer::create(path, bytes.div_ceil(FRAME).max(4))?;
-        Ok(PipeReader { ring })
+    pub(crate) fn create(path: &Path, bytes: usize) -> std::io::Result<Self> {
+        #[cfg(not(loom))]
+        return Ok(PipeReader {
+            ring: MappedConsumer::create(path, bytes.div_ceil(FRAME).max(4)).map_err(io)?,
+        });
+        #[cfg(loom)]
+        {
+            let _ = (path, bytes);
+            Err(stand_in::unsupported())
+        }
     }
 
     /// Attaches the reader of the pipe at `path` (made by
     /// [`PipeWriter::create`]).
-    pub(crate) fn open(path: &Path) -> Result<Self, MapError> {
-        Ok(PipeReader {
-            ring: MappedConsumer::open(path)?,
-        })
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        #[cfg(not(loom))]
+        return Ok(PipeReader {
+            ring: MappedConsumer::open(path).map_err(io)?,
+        });
+        #[cfg(loom)]
+        {
+            let _ = path;
+            Err(stand_in::unsupported())
+        }
     }
 
     /// The next whole message into `out` (cleared first): `Ok(false)` if

@@ -509,6 +509,7 @@ impl Plan {
             records as f64 / 2e6
         };
         paper::Protection {
+            process: self.bqbs && args.isolation == tandem::Isolation::Process,
             standby: self.standby.clone(),
             checkpoints: self.checkpointing,
             restarts: args.restart != RestartStrategy::None,

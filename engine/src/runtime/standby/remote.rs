@@ -110,6 +110,8 @@ pub(crate) struct Link {
     failed: Option<String>,
     /// The child answered at least once (it runs the job).
     started: bool,
+    /// The child's process exited: the failure is its death.
+    pub(crate) died: bool,
     /// Where the child's exit is reported when the link goes.
     pub(crate) record: ChildRecord,
     /// The child's status file (PID, role, operator, incarnation).
@@ -146,6 +148,7 @@ impl Link {
             snap_done: false,
             failed: None,
             started: false,
+            died: false,
             record,
             children,
             status,
@@ -187,6 +190,7 @@ impl Link {
             Ok(None) => Ok(()),
             Ok(Some(exit)) => {
                 self.record.exit = Some(exit);
+                self.died = true;
                 Err(format!("{}: the process {}", self.what, describe(&exit)))
             }
             Err(e) => Err(format!("{}: watching the process: {e}", self.what)),
@@ -272,6 +276,7 @@ impl Link {
                     return Err(m.clone());
                 }
                 self.record.exit = Some(exit);
+                self.died = true;
                 return Err(format!("{}: the process {}", self.what, describe(&exit)));
             }
             if ctx.shared.cancelled() || ctx.superseded() {
@@ -359,6 +364,21 @@ impl Drop for Link {
     }
 }
 
+/// A failure of the child, raised in the driver's incarnation: a panic of
+/// the operator as a panic (the hooks print it); a death as the failure it
+/// is, reported at once, in one line, without the driver's backtrace. A
+/// wait cut short because the incarnation was stopped is none: the port
+/// finds out itself, and the child's output is never read again.
+pub(crate) fn fail(m: String, died: bool) {
+    if m == STOPPED {
+        return;
+    }
+    if died {
+        crate::runtime::panic::child_died(m);
+    }
+    panic!("{m}");
+}
+
 /// The message of a wait cut short because the incarnation is no longer
 /// wanted (fenced, or the attempt stopped): not a failure of its own.
 pub(crate) const STOPPED: &str = "the incarnation was stopped";
@@ -442,12 +462,8 @@ impl<T: Codec> RemoteChain<T> {
     /// incarnation's poll, as the operator would have in thread mode.
     fn check(&self, r: Result<(), String>) {
         if let Err(m) = r {
-            if m == STOPPED {
-                // Fenced or stopped: the port finds out itself, and the
-                // child's output is never read again.
-                return;
-            }
-            panic!("{m}");
+            let died = self.link.borrow().died;
+            fail(m, died);
         }
     }
 

@@ -307,6 +307,21 @@ fn validate_process_isolation(
                 "under process isolation a backed-up chain holds one-input operators only",
             ));
         }
+        // Faults are decided in the driver, on the chain's input: an
+        // operator chained after the head sees its records in the child.
+        if *head != Some(n)
+            && config
+                .probes
+                .as_ref()
+                .is_some_and(|p| (0..node.parallelism).any(|i| p.probe(&node.name, i).is_some()))
+        {
+            return Err(err(
+                n,
+                "it is chained into a backed-up chain that runs in a child process (process \
+                 isolation), where its records are not probed: inject faults into the chain's \
+                 head, or run it apart (`Chaining::Never`)",
+            ));
+        }
         let leaves = graph
             .edges
             .iter()
