@@ -21,11 +21,14 @@
 //!
 //! ## Synchronous points
 //!
-//! Records, watermarks and a chunk's opening flow without waiting. Closing
-//! a chunk, a flush, the end and a snapshot wait until the child has
-//! answered everything sent before (a sync number it echoes), so when the
-//! call returns the chain's end holds what thread mode would have: the
-//! port's reasoning about chunks and marks holds unchanged. While it
+//! Records, watermarks and a chunk's opening and closing flow without
+//! waiting (a closed chunk is published to the child at once, so it works
+//! while the port chooses the next, and the replies so far are handed on).
+//! A flush — which the task does after every poll of the port —, the end
+//! and a snapshot wait until the child has answered everything sent before
+//! (a sync number it echoes), so at the end of every poll the chain's end
+//! holds what thread mode would have: the port's reasoning about chunks,
+//! marks and points holds unchanged, one poll at a time. While it
 //! waits, the driver's worker does not beat: a child that stops answering
 //! (SIGSTOP, a stall) is judged stuck by the standby like a stuck thread.
 //!
@@ -421,9 +424,10 @@ impl Idle {
     /// standby's detector reads a sleeping thread as a stuck one.
     fn pause(&mut self) {
         self.n = self.n.wrapping_add(1);
-        if self.n < 2_000 {
+        if self.n < 64 {
             std::hint::spin_loop();
         } else {
+            // The child may need this core.
             std::thread::yield_now();
         }
     }
@@ -560,7 +564,15 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
 
     fn close_chunk(&mut self) {
         self.send_tag(R_CLOSE);
-        self.sync();
+        // Published now, so the child works on this chunk while the port
+        // chooses the next; what it answered so far goes on to the tail.
+        // The wait is the poll's flush (`Port::flush`, after every poll).
+        let r = {
+            let mut l = self.link.borrow_mut();
+            l.req.commit();
+            l.pump(&self.ctx)
+        };
+        self.check(r);
     }
 
     fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {

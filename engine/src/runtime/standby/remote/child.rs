@@ -175,14 +175,17 @@ impl Replies {
     }
 }
 
+/// Waits a little for the driver: spins briefly, then sleeps longer and
+/// longer (20 µs doubling to 1 ms). A child shares the cores with the
+/// driver's workers: one that spun or yielded while it waits would take
+/// their time (and a starved worker misses its heartbeats).
 fn pause(n: &mut u32) {
-    *n = n.wrapping_add(1);
-    if *n < 2_000 {
+    *n = n.saturating_add(1);
+    if *n < 200 {
         std::hint::spin_loop();
-    } else if *n < 4_000 {
-        std::thread::yield_now();
     } else {
-        std::thread::sleep(Duration::from_micros(50));
+        let k = (*n - 200).min(6);
+        std::thread::sleep(Duration::from_micros(20 << k).min(Duration::from_millis(1)));
     }
 }
 
