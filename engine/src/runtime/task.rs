@@ -564,10 +564,44 @@ impl Task {
         if self.ctx.epoch.get() != 0 {
             l.now_primary();
         }
-        if let Err(m) = l.check_alive() {
+        // As long as the standby's detector waits on the noisiest machine
+        // (8 × the timeout), and never under 100 ms: killing a process
+        // that was only starved of its core costs a takeover.
+        let limit = self.group.as_ref().map_or(u64::MAX, |(g, _)| {
+            g.timeout_ns.saturating_mul(8).max(100_000_000)
+        });
+        if let Err(m) = l
+            .check_alive()
+            .and_then(|()| l.kill_if_stuck(&self.ctx, limit))
+        {
             drop(l);
             crate::runtime::standby::remote::fail(m, true);
         }
+    }
+
+    /// Process isolation: hands on what the child answered since the last
+    /// poll (its failure fails the incarnation).
+    fn take_replies(&mut self) {
+        let Some(link) = &self.child else { return };
+        let Ok(mut l) = link.try_borrow_mut() else {
+            return;
+        };
+        if !l.outstanding() {
+            return;
+        }
+        if let Err(m) = l.post(&self.ctx) {
+            let died = l.died;
+            drop(l);
+            crate::runtime::standby::remote::fail(m, died);
+        }
+    }
+
+    /// The incarnation's child shows progress (see `Link::responsive`).
+    fn child_responsive(&self, now: Nanos, timeout_ns: u64) -> bool {
+        self.child.as_ref().is_none_or(|l| {
+            l.try_borrow()
+                .map_or(true, |l| l.responsive(now, timeout_ns))
+        })
     }
 
     pub(crate) fn new(ports: Vec<Box<dyn Port>>, ctx: std::rc::Rc<TaskCtx>, budget: usize) -> Self {
@@ -594,7 +628,10 @@ impl Task {
                     // it was stalled) ends here, even while its output is
                     // blocked on a ring nobody reads any more.
                     self.ctx.fenced.set(true);
-                } else if now >= self.next_beat && self.ctx.shared.beating(self.ctx.worker, now) {
+                } else if now >= self.next_beat
+                    && self.ctx.shared.beating(self.ctx.worker, now)
+                    && self.child_responsive(now, g.timeout_ns)
+                {
                     // Every poll is a sign of life — also a poll that finds
                     // the output blocked by a slow consumer. Written every
                     // 1/16 of the timeout, not every poll: the standby reads
@@ -610,6 +647,7 @@ impl Task {
         if now >= self.next_child_check {
             self.watch_child(now);
         }
+        self.take_replies();
         if self.ctx.blocked.get() > 0 {
             for p in &mut self.ports {
                 p.flush();
@@ -651,6 +689,16 @@ impl Task {
             if self.ctx.blocked.get() > 0 {
                 break;
             }
+        }
+        // Process isolation: while the child has not answered, look again
+        // soon (the worker runs its other tasks, or sleeps, meanwhile).
+        if self
+            .child
+            .as_ref()
+            .is_some_and(|l| l.try_borrow().is_ok_and(|l| l.outstanding()))
+        {
+            let soon = now + 20_000;
+            wake_at = Some(wake_at.map_or(soon, |x| x.min(soon)));
         }
         if self.done.iter().all(|d| *d) && self.ctx.blocked.get() == 0 {
             Poll::Done

@@ -24,11 +24,14 @@
 //! Records, watermarks and a chunk's opening and closing flow without
 //! waiting (a closed chunk is published to the child at once, so it works
 //! while the port chooses the next, and the replies so far are handed on).
-//! A flush — which the task does after every poll of the port —, the end
-//! and a snapshot wait until the child has answered everything sent before
-//! (a sync number it echoes), so at the end of every poll the chain's end
-//! holds what thread mode would have: the port's reasoning about chunks,
-//! marks and points holds unchanged, one poll at a time. While it
+//! A flush (after every poll of the port) sends a sync number without
+//! waiting; the task hands the child's replies on at each poll and polls
+//! again soon while the child has not echoed the last number, so the
+//! worker runs its other tasks while the child works. The end and a
+//! snapshot wait until the child answered everything sent before. The
+//! port's reasoning about chunks, marks and points holds unchanged: a
+//! chunk's outputs and mark reach the consumers later, in order, and a
+//! point is published only once the consumers acknowledge them. While it
 //! waits, the driver's worker does not beat: a child that stops answering
 //! (SIGSTOP, a stall) is judged stuck by the standby like a stuck thread.
 //!
@@ -115,6 +118,11 @@ pub(crate) struct Link {
     started: bool,
     /// The child's process exited: the failure is its death.
     pub(crate) died: bool,
+    /// Requests were sent since the last sync.
+    dirty: bool,
+    /// Engine clock of the child's last sign of progress while requests
+    /// were outstanding.
+    progress_at: u64,
     /// Where the child's exit is reported when the link goes.
     pub(crate) record: ChildRecord,
     /// The child's status file (PID, role, operator, incarnation).
@@ -152,6 +160,8 @@ impl Link {
             failed: None,
             started: false,
             died: false,
+            dirty: false,
+            progress_at: 0,
             record,
             children,
             status,
@@ -202,6 +212,10 @@ impl Link {
 
     /// Stages `msg`, waiting (and taking replies) while the pipe is full.
     fn send(&mut self, msg: &[u8], ctx: &TaskCtx) -> Result<(), String> {
+        if !self.outstanding() {
+            self.progress_at = ctx.clock.now();
+        }
+        self.dirty = true;
         if self.req.stage(msg) {
             return Ok(());
         }
@@ -229,6 +243,7 @@ impl Link {
             self.started = true;
             // The child works: a sign of life of the primary.
             ctx.tick();
+            self.progress_at = ctx.clock.now();
             let msg = std::mem::take(&mut self.msg);
             let r = self.take_reply(&msg);
             self.msg = msg;
@@ -296,15 +311,71 @@ impl Link {
         Ok(())
     }
 
-    /// Sends a sync and waits until the child answered everything before.
-    fn sync(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+    /// Requests are not answered yet (or not even sent: staged).
+    pub(crate) fn outstanding(&self) -> bool {
+        self.dirty || self.seen_sync < self.sent_sync
+    }
+
+    /// Whether the child shows progress: nothing outstanding, or a reply
+    /// within `timeout_ns` (a child that stopped answering — stopped,
+    /// stalled — must not be covered by the driver's heartbeat).
+    pub(crate) fn responsive(&self, now: u64, timeout_ns: u64) -> bool {
+        !self.outstanding() || now.saturating_sub(self.progress_at) < timeout_ns
+    }
+
+    /// A child with requests outstanding that has not answered for
+    /// `limit_ns` is stuck (stopped, or stalled in an operator): it is
+    /// killed, and its incarnation fails as for any death. The driver's
+    /// worker goes on polling while its child works, so the standby's
+    /// detector, which watches workers, cannot see this stall.
+    pub(crate) fn kill_if_stuck(&mut self, ctx: &TaskCtx, limit_ns: u64) -> Result<(), String> {
+        if self.record.exit.is_some() || !self.outstanding() {
+            return Ok(());
+        }
+        // What it answered while the task was not polled counts.
+        self.pump(ctx)?;
+        let now = ctx.clock.now();
+        if self.responsive(now, limit_ns) {
+            return Ok(());
+        }
+        let silent = now.saturating_sub(self.progress_at);
+        self.record.exit = self.child.kill().ok();
+        self.died = true;
+        Err(format!(
+            "{}: the process answered nothing for {} ms: killed as stuck",
+            self.what,
+            silent / 1_000_000
+        ))
+    }
+
+    /// Sends a sync (if anything was sent since the last) without waiting
+    /// for it, and hands on what the child answered so far.
+    pub(crate) fn post(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+        if self.dirty {
+            self.post_sync(ctx)?;
+        }
+        self.pump(ctx)?;
+        match &self.failed {
+            Some(m) => Err(m.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn post_sync(&mut self, ctx: &TaskCtx) -> Result<u64, String> {
         self.sent_sync += 1;
         let n = self.sent_sync;
         let mut m = [0u8; 9];
         m[0] = R_SYNC;
         m[1..].copy_from_slice(&n.to_le_bytes());
         self.send(&m, ctx)?;
+        self.dirty = false;
         self.req.commit();
+        Ok(n)
+    }
+
+    /// Sends a sync and waits until the child answered everything before.
+    fn sync(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+        let n = self.post_sync(ctx)?;
         let mut idle = Idle::new();
         loop {
             self.pump(ctx)?;
@@ -442,6 +513,8 @@ pub(crate) struct RemoteChain<T> {
     probe: Probe,
     head: usize,
     buf: Vec<u8>,
+    /// The chain's end was called: every flush waits from now on.
+    ended: bool,
     _t: std::marker::PhantomData<fn(T)>,
 }
 
@@ -458,6 +531,7 @@ impl<T: Codec> RemoteChain<T> {
             probe,
             head,
             buf: Vec::with_capacity(256),
+            ended: false,
             _t: std::marker::PhantomData,
         }
     }
@@ -530,12 +604,21 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
         self.send_buf();
     }
 
+    /// Does not wait: the task hands the child's replies on at every poll
+    /// and polls again soon while any are outstanding (`Task::poll`), so
+    /// the worker runs its other tasks meanwhile. After the end, it waits.
     fn flush(&mut self) {
         self.send_tag(R_FLUSH);
-        self.sync();
+        if self.ended {
+            self.sync();
+            return;
+        }
+        let r = self.link.borrow_mut().post(&self.ctx);
+        self.check(r);
     }
 
     fn end(&mut self) {
+        self.ended = true;
         self.send_tag(R_END);
         self.sync();
     }

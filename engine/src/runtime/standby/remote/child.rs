@@ -406,6 +406,10 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
                     continue;
                 };
                 match catch_unwind(AssertUnwindSafe(|| h.deliver(tag, body))) {
+                    // A chunk's answers are published as it closes: the
+                    // driver sees progress (and hands outputs on) as the
+                    // chunks are done, not only at its next sync.
+                    Ok(Ok(())) if tag == R_CLOSE => replies.borrow_mut().commit(),
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => fail(e, &mut failed),
                     Err(p) => fail(
