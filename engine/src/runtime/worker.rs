@@ -619,9 +619,10 @@ fn spawn_incarnation(
     }
     cmd.env(child::ROLE, role.env())
         .env(child::PIPES, &req)
+        .env(child::PARENT, std::process::id().to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
-    let c = crate::sys::process::Child::spawn(cmd)?;
+    let c = crate::sys::process::Child::spawn_arming_itself(cmd)?;
     let role_name = if primary { "primary" } else { "standby" };
     Ok(remote::Link::new(
         tx,

@@ -136,7 +136,9 @@ impl fmt::Debug for Child {
     }
 }
 
-type SpawnRequest = (Command, SyncSender<io::Result<std::process::Child>>);
+/// A command, whether the child arms its parent-death signal itself, and
+/// where the answer goes.
+type SpawnRequest = (Command, bool, SyncSender<io::Result<std::process::Child>>);
 
 /// The process-wide spawner thread (see the module docs), started on first
 /// use.
@@ -148,8 +150,12 @@ fn spawner() -> io::Result<Sender<SpawnRequest>> {
             .name("tandem-spawn".into())
             .spawn(move || {
                 unpin_this_thread();
-                for (mut cmd, reply) in rx {
-                    let _ = reply.send(spawn_here(&mut cmd));
+                for (mut cmd, arms_itself, reply) in rx {
+                    let _ = reply.send(if arms_itself {
+                        cmd.spawn()
+                    } else {
+                        spawn_here(&mut cmd)
+                    });
                 }
             })
             .ok()?;
@@ -205,10 +211,24 @@ impl Child {
     /// Starts `cmd` as a child that dies with this process (see the module
     /// docs).
     pub fn spawn(cmd: Command) -> io::Result<Child> {
+        Self::start(cmd, false)
+    }
+
+    /// Starts `cmd` as [`Child::spawn`] does, for a program that arms its
+    /// own parent-death signal first thing ([`die_with_parent`]): with no
+    /// code to run between `fork` and `exec`, the standard library starts
+    /// it with `posix_spawn` (a `vfork`), which does not copy this
+    /// process's page tables — `fork` of a process holding gigabytes takes
+    /// tens of milliseconds, during which the thread that asked waits.
+    pub fn spawn_arming_itself(cmd: Command) -> io::Result<Child> {
+        Self::start(cmd, true)
+    }
+
+    fn start(cmd: Command, arms_itself: bool) -> io::Result<Child> {
         let program = cmd.get_program().to_string_lossy().into_owned();
         let (reply, answer) = mpsc::sync_channel(1);
         spawner()?
-            .send((cmd, reply))
+            .send((cmd, arms_itself, reply))
             .map_err(|_| io::Error::other("the spawner thread is gone"))?;
         let mut std = answer
             .recv()
@@ -393,6 +413,25 @@ impl Drop for Child {
             let _ = self.kill();
         }
     }
+}
+
+/// Arms this process's parent-death signal (`SIGKILL`), for a child
+/// started with [`Child::spawn_arming_itself`]: `Err` if the parent, whose
+/// PID is `parent`, already died (the signal would never come: the child
+/// must end).
+pub fn die_with_parent(parent: u32) -> io::Result<()> {
+    // SAFETY: `prctl` with integer arguments, `getppid` without any.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() as u32 != parent {
+            return Err(io::Error::other(format!(
+                "the parent process {parent} is gone"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// How a process dies (a fault injector's `kill`, `abort`, `segv`).

@@ -32,6 +32,8 @@ use std::time::Duration;
 pub(crate) const ROLE: &str = "TANDEM_INCARNATION";
 /// The request pipe's path (the reply pipe's is beside it, `.rep`).
 pub(crate) const PIPES: &str = "TANDEM_INCARNATION_PIPES";
+/// The driver's PID: the child dies with it.
+pub(crate) const PARENT: &str = "TANDEM_INCARNATION_PARENT";
 
 /// A child's role, as the driver wrote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +126,18 @@ pub(crate) fn job_hash(graph: &Graph) -> u64 {
 /// Serves the incarnation `role` names and ends the process: 0 when the
 /// driver said stop, 70 on an error (on standard error first).
 pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>) -> ! {
+    // First: die with the driver (it started this process without arming
+    // the signal, to start it without copying its page tables).
+    let parent = std::env::var(PARENT)
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok());
+    if let Err(e) = parent
+        .ok_or_else(|| std::io::Error::other(format!("no {PARENT}")))
+        .and_then(crate::sys::process::die_with_parent)
+    {
+        eprintln!("tandem: incarnation process {}: {e}", std::process::id());
+        std::process::exit(70);
+    }
     // The driver reports the chain's panics; the child stays quiet.
     std::panic::set_hook(Box::new(|_| {}));
     let r = role.and_then(|role| serve(graph, &role).map_err(|e| format!("{e} ({role:?})")));
