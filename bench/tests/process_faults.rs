@@ -206,3 +206,108 @@ fn a_primarys_process_killed_from_outside_by_its_status_file_is_taken_over() {
     assert!(walk(&run).is_empty(), "left behind: {:?}", walk(&run));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The PID of a child with `role`, from the status files under `run`, and
+/// the modes of every file there.
+fn child_pid(run: &std::path::Path, role: &str) -> Option<i32> {
+    walk(run)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "status"))
+        .find_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            text.lines()
+                .any(|l| l == format!("role {role}"))
+                .then_some(())?;
+            text.lines()
+                .find_map(|l| l.strip_prefix("pid "))?
+                .parse()
+                .ok()
+        })
+}
+
+#[test]
+fn a_standbys_process_killed_from_outside_is_replaced_and_the_shared_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("tandem-process-standby-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let clean = dir.join("clean");
+    let o = paper(&["--strategy", "none", "--output", clean.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let out = dir.join("out");
+    let child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "20000", "--seed", "7", "--rate", "5000"])
+        .args([
+            "--strategy",
+            "bqbs",
+            "--standby",
+            "keyed",
+            "--isolation",
+            "process",
+        ])
+        .args([
+            "--run-dir",
+            run.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let pid = loop {
+        if let Some(p) = child_pid(&run, "standby") {
+            break p;
+        }
+        assert!(t.elapsed().as_secs() < 30, "no standby's status file");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Every file the run shares with its children is the user's alone.
+    for f in walk(&run) {
+        if f.file_name().is_some_and(|n| n == ".tandem-lock") {
+            continue;
+        }
+        if let Ok(m) = std::fs::metadata(&f) {
+            assert_eq!(
+                m.permissions().mode() & 0o077,
+                0,
+                "{} is private",
+                f.display()
+            );
+        }
+    }
+    // SAFETY: signalling a process by PID.
+    assert_eq!(
+        unsafe { libc::kill(pid, libc::SIGKILL) },
+        0,
+        "kill -9 {pid}"
+    );
+    let o = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("pid {pid} (standby): signal SIGKILL")),
+        "the report lists the killed standby: {stdout}"
+    );
+    assert!(
+        !stdout.contains(" 0 standby failures"),
+        "the standby's death is counted: {stdout}"
+    );
+    // A new standby was started for the group whose standby died.
+    let standbys = stdout
+        .lines()
+        .filter(|l| l.contains("child process") && l.contains("(standby)"))
+        .count();
+    assert!(standbys >= 2, "a standby replaced the killed one: {stdout}");
+    assert_eq!(sorted(&out), sorted(&clean), "identical output");
+    assert!(walk(&run).is_empty(), "left behind: {:?}", walk(&run));
+    let _ = std::fs::remove_dir_all(&dir);
+}

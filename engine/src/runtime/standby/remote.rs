@@ -181,7 +181,18 @@ impl Link {
             self.record.incarnation
         );
         let tmp = self.status.with_extension("status.tmp");
-        if std::fs::write(&tmp, text).is_ok() {
+        let written = {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .and_then(|mut f| f.write_all(text.as_bytes()))
+        };
+        if written.is_ok() {
             let _ = std::fs::rename(&tmp, &self.status);
         }
     }
