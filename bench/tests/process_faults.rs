@@ -129,21 +129,6 @@ fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
     v
 }
 
-/// The PID of a primary's child, from the status files under `run`.
-fn primary_pid(run: &std::path::Path) -> Option<i32> {
-    walk(run)
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "status"))
-        .find_map(|p| {
-            let text = std::fs::read_to_string(&p).ok()?;
-            text.lines().any(|l| l == "role primary").then_some(())?;
-            text.lines()
-                .find_map(|l| l.strip_prefix("pid "))?
-                .parse()
-                .ok()
-        })
-}
-
 #[test]
 fn a_primarys_process_killed_from_outside_by_its_status_file_is_taken_over() {
     let dir = std::env::temp_dir().join(format!("tandem-process-kill9-{}", std::process::id()));
@@ -178,7 +163,7 @@ fn a_primarys_process_killed_from_outside_by_its_status_file_is_taken_over() {
         .unwrap();
     let t = std::time::Instant::now();
     let pid = loop {
-        if let Some(p) = primary_pid(&run) {
+        if let Some(p) = child_pid(&run, "primary") {
             break p;
         }
         assert!(t.elapsed().as_secs() < 30, "no primary's status file");
@@ -207,8 +192,7 @@ fn a_primarys_process_killed_from_outside_by_its_status_file_is_taken_over() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The PID of a child with `role`, from the status files under `run`, and
-/// the modes of every file there.
+/// The PID of a child with `role`, from the status files under `run`.
 fn child_pid(run: &std::path::Path, role: &str) -> Option<i32> {
     walk(run)
         .into_iter()
