@@ -53,6 +53,23 @@ enum Command {
     /// unexpected, in total and by line `type`; exits with status 1 when
     /// they differ.
     Check(check::CheckArgs),
+    /// NATS JetStream: streams a group reads and writes.
+    #[command(subcommand)]
+    Nats(NatsCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum NatsCommand {
+    /// Writes every message of a stream (as it stands when the dump
+    /// starts), one payload a line, in stream order; partition end markers
+    /// are left out.
+    Dump {
+        /// nats://HOST:PORT/STREAM
+        url: String,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -122,7 +139,33 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Verdict> {
         Command::Snapshot(SnapshotCommand::Inspect { path }) => snapshot::inspect(&path, out),
         Command::Snapshot(SnapshotCommand::Verify { dir }) => snapshot::verify(&dir, out),
         Command::Check(args) => check::check(&args, out),
+        Command::Nats(NatsCommand::Dump { url, out: file }) => {
+            nats_dump(&url, file.as_deref(), out)
+        }
     }
+}
+
+/// `tandem nats dump`: the lines, and their count on standard error.
+fn nats_dump(
+    url: &str,
+    file: Option<&std::path::Path>,
+    out: &mut dyn Write,
+) -> anyhow::Result<Verdict> {
+    let url: tandem_nats::NatsUrl = url.parse()?;
+    let client = tandem_nats::Client::connect(&url.server, std::time::Duration::from_secs(10))?;
+    let lines = match file {
+        Some(f) => {
+            let mut w = std::io::BufWriter::new(
+                std::fs::File::create(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+            );
+            let n = tandem_nats::stream::dump(&client, &url.name, &mut w)?;
+            w.flush()?;
+            n
+        }
+        None => tandem_nats::stream::dump(&client, &url.name, out)?,
+    };
+    let _ = writeln!(std::io::stderr(), "{lines} messages from {url}");
+    Ok(Verdict::Pass)
 }
 
 fn main() -> ExitCode {

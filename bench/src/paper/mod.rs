@@ -34,6 +34,7 @@ use tandem::sinks::transactional::TransactionalFile;
 use tandem::standby::{Codec, CodecError};
 use tandem::{
     CoProcess, Job, JobBuilder, KeyedProcess, OperatorInfo, Output, Record, Source, SourcePoll,
+    Stream,
 };
 
 pub use faults::Protection;
@@ -528,7 +529,7 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
     if let Some(r) = opts.rate {
         source = source.rate_limit(r);
     }
-    let levels = job.source(LEVELS, |_| LevelSource(0)).parallelism(1);
+    let levels = levels(&job);
     for s in &opts.standby {
         anyhow::ensure!(
             [FLATMAP, FILTER, KEYED].contains(&s.as_str()),
@@ -612,14 +613,28 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
             ),
         }
     };
+    pipeline(&parsed, &levels, &standby)
+        .sink(SINK, move |info| PaperSink::new(open(info), Arc::clone(&c)));
+    Ok((job.build()?, counts))
+}
+
+/// The pipeline after parsing — filter, level (with the broadcast `levels`
+/// source), per-user stats — up to the sink, which the caller adds.
+/// `standby(name)`: whether operator `name` is built with a standby.
+pub fn pipeline(
+    parsed: &Stream<Flat>,
+    levels: &Stream<LevelRule>,
+    standby: &dyn Fn(&str) -> bool,
+) -> Stream<PaperOut> {
+    use names::*;
     let parsed = if standby(FILTER) {
         parsed.standby()
     } else {
-        parsed
+        parsed.clone()
     };
     let mapped = parsed
         .filter(FILTER, |f: &Flat| f.seq % 10 != 9)
-        .connect(&levels.broadcast())
+        .connect(&levels.clone().broadcast())
         .process(MAP, |_| Leveler { rules: Vec::new() });
     let mapped = if standby(KEYED) {
         mapped.standby()
@@ -629,8 +644,11 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
     mapped
         .key_by(|l: &Levelled| l.flat.user_id)
         .process(KEYED, |_| PerUser)
-        .sink(SINK, move |info| PaperSink::new(open(info), Arc::clone(&c)));
-    Ok((job.build()?, counts))
+}
+
+/// The level rules' source (one instance).
+pub fn levels(job: &JobBuilder) -> Stream<LevelRule> {
+    job.source(names::LEVELS, |_| LevelSource(0)).parallelism(1)
 }
 
 #[cfg(test)]

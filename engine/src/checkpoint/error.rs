@@ -10,6 +10,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[allow(missing_docs)]
 pub enum CheckpointError {
+    /// The checkpoint could not be copied off the host (see
+    /// [`super::Replicator`]); it was not published.
+    #[error("checkpoint {id}: replication: {source}")]
+    Replication {
+        id: u64,
+        #[source]
+        source: super::ReplicationError,
+    },
     /// A system call on `path` failed.
     #[error("{path}: {op}: {source}", path = path.display())]
     Io {

@@ -124,11 +124,13 @@ mod error;
 pub mod format;
 pub mod manifest;
 pub mod probe;
+pub mod replicate;
 pub mod restore;
 pub mod store;
 
 pub use error::CheckpointError;
 pub use format::{serialize, ArchiveSteps, Position, SnapshotBytes, SnapshotHeader, StateCapture};
+pub use replicate::{ReplicationError, Replicator};
 pub use restore::SnapshotFile;
 
 use rkyv::{api::high::HighValidator, bytecheck::CheckBytes, rancor, Archive, Portable};

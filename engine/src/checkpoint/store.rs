@@ -19,6 +19,7 @@ use super::manifest::{
     list, FileEntry, LatestValid, Listing, Manifest, Skipped, SnapshotKind, SAVEPOINT_MANIFEST,
 };
 use super::probe::{StorageAction, StorageProbe};
+use super::replicate::Replicator;
 use super::{
     format::{checksum, Position, SnapshotBytes, SnapshotHeader, FORMAT_VERSION, HEADER_BLOCK},
     restore::SnapshotFile,
@@ -140,6 +141,19 @@ impl SnapshotStore {
         writer: FileWriter,
         probe: Option<Arc<dyn StorageProbe>>,
     ) -> Result<Self, CheckpointError> {
+        Self::open_replicated(dir, retain, writer, probe, None)
+    }
+
+    /// As [`open_probed`](Self::open_probed), a checkpoint being published
+    /// only once `replicator` has copied it off the host (see
+    /// [`super::replicate`]).
+    pub fn open_replicated(
+        dir: impl Into<PathBuf>,
+        retain: usize,
+        writer: FileWriter,
+        probe: Option<Arc<dyn StorageProbe>>,
+        replicator: Option<Arc<dyn Replicator>>,
+    ) -> Result<Self, CheckpointError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(CheckpointError::io(&dir, "create_dir"))?;
         let retain = retain.max(1);
@@ -152,6 +166,7 @@ impl SnapshotStore {
             retain,
             writer,
             probe,
+            replicator,
         };
         let thread = thread::Builder::new()
             .name("tandem-snapshot-io".into())
@@ -264,6 +279,7 @@ struct IoThread {
     retain: usize,
     writer: FileWriter,
     probe: Option<Arc<dyn StorageProbe>>,
+    replicator: Option<Arc<dyn Replicator>>,
 }
 
 impl IoThread {
@@ -408,6 +424,10 @@ impl IoThread {
             .map_err(|(i, e)| CheckpointError::io(&paths[i], "fsync")(e))?;
         drop(refs);
         drop(open);
+        if let (Some(r), SnapshotKind::Checkpoint) = (&self.replicator, kind) {
+            r.replicate(&self.dir, &manifest)
+                .map_err(|source| CheckpointError::Replication { id, source })?;
+        }
         let write_time = start.elapsed();
         // The rename publishes it; the directory fsync makes that durable —
         // and, for a checkpoint, the removal of the manifests retention

@@ -49,6 +49,20 @@ pub struct CheckpointConfig {
     /// Adapt the interval to the failure rate and the checkpoint cost
     /// within `[min, max]` ([`crate::recovery::interval`]).
     pub adaptive: Option<(Duration, Duration)>,
+    /// Copies every checkpoint off the host before it is published and
+    /// its output committed ([`crate::checkpoint::replicate`]).
+    pub replicate: Option<Replicate>,
+}
+
+/// A [`Replicator`](crate::checkpoint::Replicator) in a
+/// [`CheckpointConfig`] (`Debug` by name only).
+#[derive(Clone)]
+pub struct Replicate(pub std::sync::Arc<dyn crate::checkpoint::Replicator>);
+
+impl std::fmt::Debug for Replicate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Replicate(..)")
+    }
 }
 
 impl CheckpointConfig {
@@ -65,7 +79,14 @@ impl CheckpointConfig {
             dir: None,
             retain: crate::checkpoint::DEFAULT_RETAIN,
             adaptive: None,
+            replicate: None,
         }
+    }
+
+    /// Copies every checkpoint off the host with `r` before it counts.
+    pub fn replicate(mut self, r: std::sync::Arc<dyn crate::checkpoint::Replicator>) -> Self {
+        self.replicate = Some(Replicate(r));
+        self
     }
 }
 

@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-pub use config::{CheckpointConfig, CheckpointMode, RuntimeConfig};
+pub use config::{CheckpointConfig, CheckpointMode, Replicate, RuntimeConfig};
 pub use dead_letter::json_str;
 
 /// Where and when a stall began (written by a stalling probe).

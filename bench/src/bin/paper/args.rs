@@ -200,6 +200,42 @@ pub struct Args {
     /// each recovery's fault, as JSON (what `experiments` plots).
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
+    /// NATS: publish the generated records (partitioned by user ID, an
+    /// end marker per partition) to the new stream
+    /// nats://HOST:PORT/STREAM, and exit.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["source", "input"])]
+    pub produce: Option<String>,
+    /// NATS: partitions of the stream --produce writes.
+    #[arg(long, default_value_t = 8)]
+    pub partitions: u32,
+    /// NATS: run one member of --group over this stream
+    /// (nats://HOST:PORT/STREAM); the run ends when the group has
+    /// consumed every partition's end marker.
+    #[arg(long, value_name = "URL", requires = "group")]
+    pub source: Option<String>,
+    /// NATS: the stream the output is published to, exactly once.
+    #[arg(long, value_name = "URL", requires = "source")]
+    pub sink: Option<String>,
+    /// NATS: the group this member belongs to (members with the same name
+    /// share the partitions; a finished group's name is spent).
+    #[arg(long, value_name = "NAME", requires = "source")]
+    pub group: Option<String>,
+    /// NATS: the object-store bucket for checkpoints
+    /// (nats://HOST:PORT/BUCKET; pointers in BUCKET-manifests).
+    #[arg(long, value_name = "URL", requires = "source")]
+    pub checkpoint_store: Option<String>,
+    /// NATS: a lease not renewed for this long expires and its partition
+    /// is taken over.
+    #[arg(long, default_value_t = 3000, requires = "source")]
+    pub lease_ms: u64,
+    /// NATS: read the partitions and discard them (the transport's own
+    /// rate): no pipeline, sink or checkpoint.
+    #[arg(long, requires = "source", conflicts_with_all = ["sink", "checkpoint_store"])]
+    pub consume_only: bool,
+    /// NATS: replicas of the streams and buckets a run creates (3 in a
+    /// three-server cluster).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
 }
 
 pub fn parse_chaining(s: &str) -> Result<Chaining, String> {

@@ -9,6 +9,7 @@
 
 mod args;
 mod checks;
+mod nats;
 mod summary;
 
 use anyhow::Context;
@@ -355,6 +356,9 @@ fn main() -> ExitCode {
 }
 
 fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
+    if nats::wanted(args) {
+        return nats::main(args);
+    }
     let (mut plan, mut warnings) = checks::flags(args, m)?;
     let available = tandem::sys::affinity::available_cores().len();
     let t = Instant::now();

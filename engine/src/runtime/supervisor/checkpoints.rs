@@ -231,6 +231,19 @@ impl Supervisor {
             Err(checkpoint::CheckpointError::Crashed { id, published }) => {
                 self.crashed(id, published)
             }
+            Err(checkpoint::CheckpointError::Replication {
+                id,
+                source: checkpoint::ReplicationError::Fenced(why),
+            }) => {
+                // Another process owns this job's state now: stop at once,
+                // committing nothing more.
+                return Err(JobError::Checkpoint(
+                    checkpoint::CheckpointError::Replication {
+                        id,
+                        source: checkpoint::ReplicationError::Fenced(why),
+                    },
+                ));
+            }
             Err(e) => {
                 if w.savepoint {
                     for r in c.savepoint_waiters.drain(..) {
@@ -443,11 +456,12 @@ impl Coordinator {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        let store = SnapshotStore::open_probed(
+        let store = SnapshotStore::open_replicated(
             &dir,
             c.retain,
             crate::sys::uring::FileWriter::new(),
             config.probes.as_ref().and_then(|p| p.storage()),
+            c.replicate.as_ref().map(|r| std::sync::Arc::clone(&r.0)),
         )?;
         let next_id = store.list()?.iter().map(|l| l.id).max().unwrap_or(0) + 1;
         let interval = match c.adaptive {

@@ -1,0 +1,412 @@
+//! `paper` over NATS JetStream (see `tandem_nats`): `--produce` publishes
+//! the generated records into a partitioned stream; `--source … --group G`
+//! runs one member of a group, which shares the partitions with the other
+//! members, each partition a job of its own, checkpointed to the object
+//! store of `--checkpoint-store` and published exactly once to `--sink`.
+
+use crate::args::Args;
+use anyhow::{ensure, Context};
+use bytes::Bytes;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem::{CheckpointConfig, JobBuilder, JobError, Output, RuntimeConfig};
+use tandem_bench::errln;
+use tandem_bench::paper::{self, gen, names, Flat, Input, PaperOut};
+use tandem_nats::group::{run_cancellable, Group, GroupConfig, Part};
+use tandem_nats::sink::{settle, JetStreamSink, SinkTarget};
+use tandem_nats::source::JetStreamSource;
+use tandem_nats::store::CheckpointStore;
+use tandem_nats::stream::{ensure_stream, partitions_of, Producer, StreamSpec};
+use tandem_nats::{Client, NatsUrl};
+
+/// Whether the flags ask for a NATS mode.
+pub fn wanted(args: &Args) -> bool {
+    args.produce.is_some() || args.source.is_some()
+}
+
+pub fn main(args: &Args) -> anyhow::Result<()> {
+    match (&args.produce, &args.source) {
+        (Some(url), None) => produce(args, &url.parse()?),
+        (None, Some(url)) => member(args, &url.parse()?),
+        _ => anyhow::bail!("--produce and --source are two different runs: give one"),
+    }
+}
+
+fn connect(server: &str) -> anyhow::Result<Client> {
+    Ok(Client::connect(server, Duration::from_secs(10))?)
+}
+
+/// `--produce`: the generated records, partitioned by user ID, and an end
+/// marker per partition.
+fn produce(args: &Args, url: &NatsUrl) -> anyhow::Result<()> {
+    ensure!(
+        (1..=1024).contains(&args.partitions),
+        "--partitions must be 1 to 1024"
+    );
+    let available = tandem::sys::affinity::available_cores().len();
+    let t = Instant::now();
+    let input = Input::generate(args.records, args.seed, args.malformed_every, available);
+    errln!(
+        "generated {} records in {:.2} s",
+        input.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let client = connect(&url.server)?;
+    let mut spec = StreamSpec::new(&url.name);
+    spec.replicas = args.replicas;
+    let parts = args.partitions;
+    let t = Instant::now();
+    let published = client.block(async {
+        let mut stream = ensure_stream(client.js(), &spec).await?;
+        let held = stream
+            .info()
+            .await
+            .map_err(|e| anyhow::anyhow!("stream {}: {e}", url.name))?
+            .state
+            .messages;
+        ensure!(
+            held == 0,
+            "stream {} already holds {held} messages: produce into a new stream (partition numbering starts at 0)",
+            url.name
+        );
+        let mut producer = Producer::new(&client, &url.name);
+        let mut next = vec![0u64; parts as usize];
+        for n in 0..input.len() {
+            let line = input.line(n);
+            // A malformed record has no user: it goes by its number (and
+            // is dead-lettered by whichever member reads it).
+            let p = match paper::parse(line) {
+                Ok(f) => f.user_id % parts,
+                Err(_) => (n % parts as u64) as u32,
+            };
+            let seq = &mut next[p as usize];
+            producer
+                .record(
+                    p,
+                    *seq,
+                    Some(gen::event_time(input.seed(), n)),
+                    Bytes::copy_from_slice(line),
+                )
+                .await?;
+            *seq += 1;
+            if n % 65536 == 0 && tandem_bench::cli::interrupted() {
+                anyhow::bail!("interrupted after {n} records: the stream is incomplete (no end markers)");
+            }
+        }
+        for (p, &n) in next.iter().enumerate() {
+            producer.end(p as u32, n).await?;
+        }
+        producer.flush().await?;
+        Ok(next)
+    })?;
+    let secs = t.elapsed().as_secs_f64();
+    errln!(
+        "published {} records to {} partitions of {} in {secs:.2} s ({:.0} records/s); per partition: {published:?}",
+        input.len(),
+        parts,
+        url,
+        input.len() as f64 / secs
+    );
+    Ok(())
+}
+
+/// What every part's run needs.
+struct Member {
+    /// Records in and out (sources, sinks, staged epochs).
+    client: Client,
+    /// The checkpoint store on the data connection (staged epochs).
+    staging: Option<CheckpointStore>,
+    name: String,
+    group: String,
+    input: String,
+    output: Option<String>,
+    store: Option<CheckpointStore>,
+    work: PathBuf,
+    checkpoint_ms: u64,
+    consumed: AtomicU64,
+    emitted: AtomicU64,
+}
+
+fn member_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// `--source`: one member of `--group`, until every partition is done.
+fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
+    let group = args
+        .group
+        .clone()
+        .context("--source needs --group NAME (the members that share the partitions)")?;
+    ensure!(
+        !group.is_empty()
+            && group
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+        "--group must be letters, digits, '_' or '-'"
+    );
+    let consume_only = args.consume_only;
+    let (output, store_url) = if consume_only {
+        (None, None)
+    } else {
+        let out: NatsUrl = args
+            .sink
+            .as_deref()
+            .context("--source needs --sink nats://HOST:PORT/STREAM (or --consume-only)")?
+            .parse()?;
+        let store: NatsUrl = args
+            .checkpoint_store
+            .as_deref()
+            .context(
+                "--source needs --checkpoint-store nats://HOST:PORT/BUCKET (or --consume-only)",
+            )?
+            .parse()?;
+        ensure!(
+            out.name != input.name,
+            "--sink and --source name the same stream"
+        );
+        (Some(out), Some(store))
+    };
+    let client = connect(&input.server)?;
+    let parts = client.block(async {
+        let mut s = client
+            .js()
+            .get_stream(&input.name)
+            .await
+            .map_err(|e| anyhow::anyhow!("stream {input}: {e} (publish it with --produce)"))?;
+        Ok::<_, anyhow::Error>(partitions_of(&mut s).await?)
+    })?;
+    ensure!(parts > 0, "stream {input} holds no partition");
+    // A second connection for the group's control traffic: a lease renewal
+    // must not wait behind megabytes of output on the data connection.
+    let control = connect(&input.server)?;
+    let (store, staging) = match &store_url {
+        Some(u) => (
+            Some(CheckpointStore::open(&control, &u.name, args.replicas)?),
+            Some(CheckpointStore::open(&client, &u.name, args.replicas)?),
+        ),
+        None => (None, None),
+    };
+    if let Some(out) = &output {
+        let mut spec = StreamSpec::new(&out.name);
+        spec.replicas = args.replicas;
+        client.block(ensure_stream(client.js(), &spec))?;
+    }
+    let scratch = tandem::sys::scratch::ScratchDir::unique(
+        args.run_dir.as_deref().unwrap_or(&std::env::temp_dir()),
+        "nats-member",
+    )
+    .context("a work directory for the member's checkpoints")?;
+    let name = member_name();
+    let lease = Duration::from_millis(args.lease_ms);
+    let g = Group::join(
+        &control,
+        GroupConfig {
+            name: group.clone(),
+            member: name.clone(),
+            parts,
+            lease,
+            replicas: args.replicas,
+        },
+    )?;
+    let m = Arc::new(Member {
+        client: client.clone(),
+        staging,
+        name: name.clone(),
+        group: group.clone(),
+        input: input.name.clone(),
+        output: output.map(|o| o.name),
+        store,
+        work: scratch.path().to_path_buf(),
+        checkpoint_ms: args.checkpoint_interval_ms.unwrap_or(1000),
+        consumed: AtomicU64::new(0),
+        emitted: AtomicU64::new(0),
+    });
+    errln!(
+        "member {name} of group {group}: {parts} partitions of {input}, lease {} ms{}",
+        args.lease_ms,
+        if consume_only {
+            ", consume only".to_string()
+        } else {
+            format!(", checkpoints every {} ms", m.checkpoint_ms)
+        }
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if tandem_bench::cli::interrupted() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let t = Instant::now();
+    let mm = Arc::clone(&m);
+    let report = g.run(&stop, move |part| run_part(&mm, part, consume_only));
+    let interrupted = stop.swap(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    let report = report?;
+    let secs = t.elapsed().as_secs_f64();
+    let consumed = m.consumed.load(Ordering::Relaxed);
+    println!(
+        "{{\"member\":\"{name}\",\"group\":\"{group}\",\"seconds\":{secs:.3},\"records\":{consumed},\"records_per_sec\":{:.0},\"output\":{},\"completed\":{:?},\"claimed\":{:?},\"given_up\":{:?}}}",
+        consumed as f64 / secs,
+        m.emitted.load(Ordering::Relaxed),
+        report.completed,
+        report.claimed,
+        report.given_up,
+    );
+    ensure!(
+        !interrupted,
+        "interrupted: this member's partitions were given back to the group"
+    );
+    Ok(())
+}
+
+fn encode(o: &PaperOut, buf: &mut Vec<u8>) {
+    paper::write_line(buf, o);
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    }
+}
+
+fn parse_into(bytes: Bytes, out: &mut Output<'_, Flat>) {
+    match paper::parse(&bytes) {
+        Ok(flat) => out.emit(flat),
+        Err(e) => out.dead_letter(format_args!("invalid answer record: {e}"), &bytes),
+    }
+}
+
+/// Runs one part to its end (or until it is cancelled).
+fn run_part(m: &Member, part: Part, consume_only: bool) -> Result<(), String> {
+    let t0 = Instant::now();
+    let dir = m.work.join(format!("{}-{}", part.name, rand_tag()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let r = run_part_in(m, &part, consume_only, &dir, t0);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+fn rand_tag() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn run_part_in(
+    m: &Member,
+    part: &Part,
+    consume_only: bool,
+    dir: &Path,
+    t0: Instant,
+) -> Result<(), String> {
+    let job = JobBuilder::new("paper");
+    let (client, stream, p) = (m.client.clone(), m.input.clone(), part.partition);
+    let source = job
+        .source(names::SOURCE, move |_| {
+            JetStreamSource::new(&client, &stream, p)
+        })
+        .parallelism(1);
+    let mut config = RuntimeConfig::default().cores(1).pin(false).run_dir(dir);
+    config.spin = Duration::from_micros(20);
+    config.yield_for = Duration::from_micros(200);
+    let mut restored = None;
+    if consume_only {
+        let counted = Arc::new(AtomicU64::new(0));
+        let c = Arc::clone(&counted);
+        source.for_each("count", move |_| {
+            c.fetch_add(1, Ordering::Relaxed);
+        });
+        let handle = job
+            .build()
+            .map_err(|e| e.to_string())?
+            .start(&config)
+            .map_err(|e| e.to_string())?;
+        let r = run_cancellable(handle, &part.cancelled);
+        m.consumed
+            .fetch_add(counted.load(Ordering::Relaxed), Ordering::Relaxed);
+        return r.map(drop).map_err(|e| e.to_string());
+    }
+    let store = m.store.as_ref().expect("a store unless consume-only");
+    let claim = store
+        .claim(&m.group, &part.name, &m.name)
+        .map_err(|e| e.to_string())?;
+    let pointer = store.replicator(&m.group, &part.name, claim.clone());
+    let target = SinkTarget {
+        client: m.client.clone(),
+        store: m.staging.clone().expect("a store unless consume-only"),
+        stream: m.output.clone().expect("an output unless consume-only"),
+        job: m.group.clone(),
+        part: part.name.clone(),
+        partition: p,
+        pointer: Arc::clone(&pointer),
+        batch_bytes: 32 << 10,
+    };
+    let finished = settle(&target, &claim.pointer).map_err(|e| e.to_string())?;
+    if finished {
+        errln!(
+            "{}: {} had finished under its previous owner: its staged output is published",
+            m.name,
+            part.name
+        );
+        return Ok(());
+    }
+    if let Some(k) = claim.pointer.checkpoint {
+        let names = store
+            .download(&m.group, &part.name, k, dir)
+            .map_err(|e| e.to_string())?;
+        pointer.adopt(k, names);
+        config = config.restore_from(dir);
+        restored = Some(k);
+    }
+    errln!(
+        "{}: runs {} from {} (ready in {} ms)",
+        m.name,
+        part.name,
+        restored.map_or("the start".to_string(), |k| format!("checkpoint {k}")),
+        t0.elapsed().as_millis()
+    );
+    let parsed = source.flat_map(names::FLATMAP, parse_into);
+    let levels = paper::levels(&job);
+    let emitted = Arc::new(AtomicU64::new(0));
+    let e = Arc::clone(&emitted);
+    let consumed = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&consumed);
+    let counted = parsed.map("count", move |f: Flat| {
+        c.fetch_add(1, Ordering::Relaxed);
+        f
+    });
+    paper::pipeline(&counted, &levels, &|_| false)
+        .map("emitted", move |o: PaperOut| {
+            e.fetch_add(1, Ordering::Relaxed);
+            o
+        })
+        .sink(names::SINK, move |info| {
+            JetStreamSink::new(target.clone(), info.restored.map(|r| r.checkpoint), encode)
+        });
+    let mut ck = CheckpointConfig::every(Duration::from_millis(m.checkpoint_ms)).replicate(pointer);
+    ck.dir = Some(dir.to_path_buf());
+    config = config.checkpoint(ck);
+    let handle = job
+        .build()
+        .map_err(|e| e.to_string())?
+        .start(&config)
+        .map_err(|e| e.to_string())?;
+    let r = run_cancellable(handle, &part.cancelled);
+    m.consumed
+        .fetch_add(consumed.load(Ordering::Relaxed), Ordering::Relaxed);
+    m.emitted
+        .fetch_add(emitted.load(Ordering::Relaxed), Ordering::Relaxed);
+    match r {
+        Ok(_) => Ok(()),
+        Err(JobError::Cancelled) => Err("cancelled".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,385 @@
+//! `paper` over NATS JetStream with real servers, started here: a group
+//! whose member is killed (`SIGKILL`) or stopped past its lease
+//! (`SIGSTOP`), and a three-server cluster that loses a server, each
+//! publishes exactly the output of a clean one-member run.
+//!
+//! The servers are Debian's `nats-server` (`.ci/run` installs it). Without
+//! it these tests say so and pass, unless `TANDEM_REQUIRE_NATS` is set, as
+//! CI sets it: there a missing server fails them.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PAPER: &str = env!("CARGO_BIN_EXE_paper");
+
+fn nats_server() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+            .map(|d| d.join("nats-server"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("TANDEM_REQUIRE_NATS").is_none(),
+            "nats-server is not installed (apt-get install nats-server) and TANDEM_REQUIRE_NATS is set"
+        );
+        eprintln!("SKIPPED: nats-server is not installed (apt-get install nats-server)");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `nats-server` process, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_listening(port: u16) {
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "nats-server on {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_server(bin: &Path, dir: &Path) -> Server {
+    let port = free_port();
+    let child = Command::new(bin)
+        .args(["-js", "-sd"])
+        .arg(dir)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(port);
+    Server { child, port }
+}
+
+/// Three servers in one cluster, JetStream on each.
+fn start_cluster(bin: &Path, dir: &Path) -> Vec<Server> {
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let routes: Vec<String> = ports
+        .iter()
+        .map(|(_, r)| format!("nats-route://127.0.0.1:{r}"))
+        .collect();
+    let servers: Vec<Server> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, &(port, route))| {
+            let conf = dir.join(format!("n{i}.conf"));
+            let store = dir.join(format!("n{i}"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "server_name: n{i}\nlisten: 127.0.0.1:{port}\njetstream {{ store_dir: \"{}\" }}\ncluster {{ name: tandem\n listen: 127.0.0.1:{route}\n routes: [{}] }}\n",
+                    store.display(),
+                    routes.join(", ")
+                ),
+            )
+            .unwrap();
+            let child = Command::new(bin)
+                .arg("-c")
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            Server { child, port }
+        })
+        .collect();
+    for s in &servers {
+        wait_listening(s.port);
+    }
+    servers
+}
+
+fn tempdir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("tandem-nats-{tag}-"))
+        .tempdir()
+        .unwrap()
+}
+
+fn paper(args: &[&str]) -> Command {
+    let mut c = Command::new(PAPER);
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+fn run_ok(mut c: Command, what: &str) -> String {
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{err}",
+        out.status
+    );
+    err
+}
+
+/// Publishes `records` records in `parts` partitions to `stream`, retrying
+/// while a cluster elects its JetStream leader.
+fn produce(server: &str, stream: &str, parts: u32, records: u64, replicas: usize) {
+    let t = Instant::now();
+    loop {
+        let out = paper(&[
+            "--produce",
+            &format!("nats://{server}/{stream}"),
+            "--partitions",
+            &parts.to_string(),
+            "--records",
+            &records.to_string(),
+            "--replicas",
+            &replicas.to_string(),
+        ])
+        .output()
+        .unwrap();
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "--produce failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn member(server: &str, out: &str, group: &str, work: &Path, replicas: usize) -> Command {
+    let mut c = paper(&[
+        "--source",
+        &format!("nats://{server}/IN"),
+        "--sink",
+        &format!("nats://{server}/{out}"),
+        "--group",
+        group,
+        "--checkpoint-store",
+        &format!("nats://{server}/CK"),
+        "--lease-ms",
+        "1000",
+        "--checkpoint-interval-ms",
+        "200",
+        "--replicas",
+        &replicas.to_string(),
+    ]);
+    c.arg("--run-dir").arg(work);
+    c
+}
+
+/// The stream's lines, sorted.
+fn dump(server: &str, stream: &str) -> Vec<String> {
+    let client = tandem_nats::Client::connect(server, Duration::from_secs(10)).unwrap();
+    let mut out = Vec::new();
+    // A cluster that lost a server may still be electing the stream's
+    // leader.
+    let t = Instant::now();
+    while let Err(e) = tandem_nats::stream::dump(&client, stream, &mut out) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "dump of {stream}: {e}"
+        );
+        out.clear();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut lines: Vec<String> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn assert_same(clean: &[String], faulted: &[String], what: &str) {
+    let mut dup = faulted.to_vec();
+    dup.dedup();
+    assert_eq!(
+        dup.len(),
+        faulted.len(),
+        "{what}: {} duplicate lines",
+        faulted.len() - dup.len()
+    );
+    assert_eq!(
+        clean.len(),
+        faulted.len(),
+        "{what}: {} lines, the clean run {}",
+        faulted.len(),
+        clean.len()
+    );
+    assert!(
+        clean == faulted,
+        "{what}: the lines differ from the clean run's"
+    );
+}
+
+/// Starts three members of `group`; `fault` is applied to the first one
+/// seen running a partition, once it has had time to checkpoint; waits for
+/// all, the others having to succeed.
+fn group_run(server: &str, out: &str, group: &str, work: &Path, fault: impl FnOnce(u32)) {
+    let logs: Vec<PathBuf> = (0..3)
+        .map(|i| work.join(format!("{group}-m{i}.err")))
+        .collect();
+    let mut members: Vec<Child> = logs
+        .iter()
+        .map(|log| {
+            let mut c = member(server, out, group, work, 1);
+            c.stderr(std::fs::File::create(log).unwrap());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let t = Instant::now();
+    let victim = loop {
+        let running = logs.iter().position(|l| {
+            std::fs::read_to_string(l)
+                .unwrap_or_default()
+                .contains(": runs p")
+        });
+        if let Some(i) = running {
+            break i;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no member ran a partition"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    fault(members[victim].id());
+    for (i, m) in members.iter_mut().enumerate() {
+        let status = m.wait().unwrap();
+        let log = std::fs::read_to_string(&logs[i]).unwrap_or_default();
+        if i != victim {
+            assert!(status.success(), "member {i}: {status}\n{log}");
+        }
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+#[test]
+fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempdir("kill");
+    let s = start_server(&bin, &dir.path().join("js"));
+    let server = format!("127.0.0.1:{}", s.port);
+    produce(&server, "IN", 4, 40_000, 1);
+    run_ok(
+        member(&server, "CLEAN", "clean", dir.path(), 1),
+        "the clean member",
+    );
+    let clean = dump(&server, "CLEAN");
+    assert!(clean.len() > 40_000, "{} lines", clean.len());
+    group_run(&server, "KILLED", "killed", dir.path(), |pid| {
+        signal(pid, "-KILL")
+    });
+    assert_same(&clean, &dump(&server, "KILLED"), "a member killed");
+}
+
+#[test]
+fn a_member_stopped_past_its_lease_is_fenced_and_changes_nothing() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempdir("stop");
+    let s = start_server(&bin, &dir.path().join("js"));
+    let server = format!("127.0.0.1:{}", s.port);
+    produce(&server, "IN", 4, 40_000, 1);
+    run_ok(
+        member(&server, "CLEAN", "clean", dir.path(), 1),
+        "the clean member",
+    );
+    let clean = dump(&server, "CLEAN");
+    group_run(&server, "STOPPED", "stopped", dir.path(), |pid| {
+        signal(pid, "-STOP");
+        // Three lease times: its partitions are taken over meanwhile.
+        std::thread::sleep(Duration::from_secs(3));
+        signal(pid, "-CONT");
+    });
+    assert_same(&clean, &dump(&server, "STOPPED"), "a member stopped");
+}
+
+#[test]
+fn a_group_survives_a_server_killed_in_a_three_server_cluster() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempdir("cluster");
+    let mut servers = start_cluster(&bin, dir.path());
+    let all: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    let server = all.join(",");
+    produce(&server, "IN", 4, 20_000, 3);
+    run_ok(
+        member(&server, "CLEAN", "clean", dir.path(), 3),
+        "the clean member",
+    );
+    let clean = dump(&server, "CLEAN");
+    let logs: Vec<PathBuf> = (0..2)
+        .map(|i| dir.path().join(format!("c{i}.err")))
+        .collect();
+    let mut members: Vec<Child> = logs
+        .iter()
+        .map(|log| {
+            let mut c = member(&server, "FAILOVER", "failover", dir.path(), 3);
+            c.stderr(std::fs::File::create(log).unwrap());
+            c.spawn().unwrap()
+        })
+        .collect();
+    let t = Instant::now();
+    while !logs.iter().any(|l| {
+        std::fs::read_to_string(l)
+            .unwrap_or_default()
+            .contains(": runs p")
+    }) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no member ran a partition: {:?}",
+            logs.iter()
+                .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // The first server (the one every client tried first) dies.
+    let dead = servers.remove(0);
+    drop(dead);
+    for (i, m) in members.iter_mut().enumerate() {
+        let status = m.wait().unwrap();
+        assert!(
+            status.success(),
+            "member {i}: {status}\n{}",
+            std::fs::read_to_string(&logs[i]).unwrap_or_default()
+        );
+    }
+    let rest = all[1..].join(",");
+    assert_same(&clean, &dump(&rest, "FAILOVER"), "a server killed");
+}

@@ -1,0 +1,418 @@
+//! Checkpoints off the host: an object-store bucket for the files, a
+//! key-value bucket for the pointer to the newest one.
+//!
+//! ```text
+//! object store BUCKET:
+//!   <job>/<part>/chk/<id>/<operator>-<instance>.snap   a checkpoint's files
+//!   <job>/<part>/chk/<id>/manifest.json                its manifest
+//!   <job>/<part>/stage/<epoch>                         a sink's staged epoch (see crate::sink)
+//! key-value BUCKET-manifests:
+//!   <job>.<part> = {"checkpoint": id | null, "owner": "...", ...}
+//! ```
+//!
+//! `<part>` names a set of partitions (`p3`): the unit a group hands from
+//! one process to another, with its own checkpoints.
+//!
+//! **Fencing.** A process that takes a part over first rewrites its
+//! pointer (compare-and-set on the revision it read), naming itself the
+//! owner. Every later pointer update by the previous owner then fails its
+//! compare-and-set, so its checkpoints are never published
+//! ([`tandem::checkpoint::ReplicationError::Fenced`] stops its job), and a
+//! sink publishes an epoch's output only after its checkpoint's pointer
+//! update succeeded: a zombie process can commit neither.
+
+use crate::{nats_err, Client, Error};
+use async_nats::jetstream::{kv, object_store};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tandem::checkpoint::{Manifest, ReplicationError, Replicator};
+use tokio::io::AsyncReadExt;
+
+/// What the key-value bucket says of one part.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pointer {
+    /// The newest checkpoint in the object store (`None`: none yet).
+    pub checkpoint: Option<u64>,
+    /// The process that owns the part.
+    pub owner: String,
+    /// Checkpoints whose files are still in the object store, oldest
+    /// first (the newest is `checkpoint`).
+    #[serde(default)]
+    pub kept: Vec<u64>,
+    /// The part's job completed: the staged epochs (see [`crate::sink`])
+    /// that hold its output after `checkpoint`, to be published by
+    /// whoever finds them; nothing is left to run.
+    #[serde(default)]
+    pub finished: Option<Vec<String>>,
+    /// Staged epochs of `checkpoint` and earlier that may not be published
+    /// yet: whoever restores `checkpoint` publishes them first.
+    #[serde(default)]
+    pub pending: Vec<String>,
+}
+
+/// A part claimed by this process: the pointer it read and the revision
+/// its own rewrite produced.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    /// The part's pointer after the claim.
+    pub pointer: Pointer,
+    /// Its revision: the compare-and-set of the next update.
+    pub revision: u64,
+}
+
+/// The object store and manifest bucket of one `--checkpoint-store`.
+#[derive(Clone)]
+pub struct CheckpointStore {
+    client: Client,
+    objects: object_store::ObjectStore,
+    pointers: kv::Store,
+    bucket: String,
+}
+
+impl std::fmt::Debug for CheckpointStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointStore")
+            .field("bucket", &self.bucket)
+            .finish()
+    }
+}
+
+fn chk_prefix(job: &str, part: &str, id: u64) -> String {
+    format!("{job}/{part}/chk/{id}/")
+}
+
+fn pointer_key(job: &str, part: &str) -> String {
+    format!("{job}.{part}")
+}
+
+impl CheckpointStore {
+    /// Opens (creating them if needed) bucket `bucket` and its manifest
+    /// bucket `<bucket>-manifests`, with `replicas` copies in a cluster.
+    pub fn open(client: &Client, bucket: &str, replicas: usize) -> Result<Self, Error> {
+        let js = client.js();
+        let (objects, pointers) = client.block(async {
+            let objects = match js.get_object_store(bucket).await {
+                Ok(o) => o,
+                Err(_) => js
+                    .create_object_store(object_store::Config {
+                        bucket: bucket.to_string(),
+                        num_replicas: replicas,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(nats_err(format!("object store {bucket}")))?,
+            };
+            let name = format!("{bucket}-manifests");
+            let pointers = crate::key_value(js, &name, Duration::ZERO, replicas).await?;
+            Ok::<_, Error>((objects, pointers))
+        })?;
+        Ok(CheckpointStore {
+            client: client.clone(),
+            objects,
+            pointers,
+            bucket: bucket.to_string(),
+        })
+    }
+
+    /// The bucket's name.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// Takes part `part` of job `job` for `owner`: reads its pointer and
+    /// rewrites it naming `owner`, by compare-and-set, so that the previous
+    /// owner's next update fails. Retries while another process races it.
+    pub fn claim(&self, job: &str, part: &str, owner: &str) -> Result<Claim, Error> {
+        let key = pointer_key(job, part);
+        self.client.block(async {
+            for _ in 0..100 {
+                let entry = self
+                    .pointers
+                    .entry(key.clone())
+                    .await
+                    .map_err(nats_err(format!("reading {key}")))?;
+                let live = entry.as_ref().filter(|e| e.operation == kv::Operation::Put);
+                let mut pointer: Pointer = match live {
+                    Some(e) => serde_json::from_slice(&e.value).map_err(|e| {
+                        Error::Invalid(format!("{}-manifests/{key}: {e}", self.bucket))
+                    })?,
+                    None => Pointer::default(),
+                };
+                pointer.owner = owner.to_string();
+                let value = Bytes::from(serde_json::to_vec(&pointer).expect("serializes"));
+                let r = match &entry {
+                    Some(e) => self.pointers.update(&key, value, e.revision).await.ok(),
+                    None => self.pointers.create(&key, value).await.ok(),
+                };
+                if let Some(revision) = r {
+                    return Ok(Claim { pointer, revision });
+                }
+            }
+            Err(Error::Invalid(format!(
+                "{key}: could not claim it (100 compare-and-set races lost)"
+            )))
+        })
+    }
+
+    /// Downloads checkpoint `id` of `part` into `dir` as the engine's
+    /// checkpoint store lays it out (`manifest-<id>.json`, `chk-<id>/…`),
+    /// so that `dir` can be both restored from and checkpointed into.
+    pub fn download(
+        &self,
+        job: &str,
+        part: &str,
+        id: u64,
+        dir: &Path,
+    ) -> Result<Vec<String>, Error> {
+        let prefix = chk_prefix(job, part, id);
+        self.client.block(async {
+            let mut names = vec![format!("{prefix}manifest.json")];
+            let manifest = self.get(&format!("{prefix}manifest.json")).await?;
+            let m: Manifest = serde_json::from_slice(&manifest)
+                .map_err(|e| Error::Invalid(format!("{prefix}manifest.json: {e}")))?;
+            for f in &m.files {
+                if f.path.contains("..") || f.path.starts_with('/') {
+                    return Err(Error::Invalid(format!(
+                        "{prefix}manifest.json names {}, outside its checkpoint",
+                        f.path
+                    )));
+                }
+                let name = format!("{prefix}{}", f.path);
+                let bytes = self.get(&name).await?;
+                write_file(&dir.join(&f.path), &bytes)?;
+                names.push(name);
+            }
+            write_file(&dir.join(format!("manifest-{id}.json")), &manifest)?;
+            Ok(names)
+        })
+    }
+
+    /// An object's bytes.
+    pub async fn get(&self, name: &str) -> Result<Vec<u8>, Error> {
+        let mut o = self
+            .objects
+            .get(name)
+            .await
+            .map_err(nats_err(format!("{}/{name}", self.bucket)))?;
+        let mut v = Vec::new();
+        o.read_to_end(&mut v).await.map_err(|source| Error::Io {
+            path: format!("{}/{name}", self.bucket),
+            source,
+        })?;
+        Ok(v)
+    }
+
+    /// Stores `bytes` as object `name` (whole or not at all: the object's
+    /// entry is written after its chunks).
+    pub async fn put(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let mut r = bytes;
+        self.objects
+            .put(name, &mut r)
+            .await
+            .map_err(nats_err(format!("{}/{name}", self.bucket)))?;
+        Ok(())
+    }
+
+    /// Deletes object `name` (gone already is fine).
+    pub async fn delete(&self, name: &str) -> Result<(), Error> {
+        match self.objects.delete(name).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == object_store::DeleteErrorKind::NotFound => Ok(()),
+            Err(e) => Err(nats_err(format!("deleting {}/{name}", self.bucket))(e)),
+        }
+    }
+
+    /// The replicator for part `part` of job `job`, owned through `claim`.
+    pub fn replicator(&self, job: &str, part: &str, claim: Claim) -> Arc<ObjectStoreReplicator> {
+        Arc::new(ObjectStoreReplicator {
+            store: self.clone(),
+            job: job.to_string(),
+            part: part.to_string(),
+            state: Mutex::new(claim),
+            objects: Mutex::new(BTreeMap::new()),
+            unpublished: Mutex::new(BTreeSet::new()),
+        })
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let io = |source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(io)?;
+    }
+    std::fs::write(path, bytes).map_err(io)
+}
+
+/// Copies a part's checkpoints into the object store and moves its pointer
+/// (see the [module docs](self)).
+pub struct ObjectStoreReplicator {
+    store: CheckpointStore,
+    job: String,
+    part: String,
+    state: Mutex<Claim>,
+    /// The object names of each checkpoint in the object store.
+    objects: Mutex<BTreeMap<u64, Vec<String>>>,
+    /// Epochs the sink staged and has not published yet.
+    unpublished: Mutex<BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for ObjectStoreReplicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStoreReplicator")
+            .field("job", &self.job)
+            .field("part", &self.part)
+            .finish()
+    }
+}
+
+/// The longest a checkpoint's copy may take.
+const REPLICATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Checkpoints kept in the object store per part.
+const KEEP: usize = 2;
+
+impl ObjectStoreReplicator {
+    /// The newest checkpoint this replicator published (or restored).
+    pub fn checkpoint(&self) -> Option<u64> {
+        self.state.lock().unwrap().pointer.checkpoint
+    }
+
+    /// Checkpoint `id`, restored from the object store, consists of
+    /// `names` (removed by retention like the ones this process writes).
+    pub fn adopt(&self, id: u64, names: Vec<String>) {
+        self.objects.lock().unwrap().insert(id, names);
+    }
+
+    /// The sink staged `epoch` (see [`crate::sink`]).
+    pub fn staged(&self, epoch: &str) {
+        self.unpublished.lock().unwrap().insert(epoch.to_string());
+    }
+
+    /// The sink published `epoch` completely.
+    pub fn published(&self, epoch: &str) {
+        self.unpublished.lock().unwrap().remove(epoch);
+    }
+
+    async fn copy(&self, dir: &Path, manifest: &Manifest) -> Result<(), Error> {
+        let prefix = chk_prefix(&self.job, &self.part, manifest.id);
+        let mut names = Vec::new();
+        for f in &manifest.files {
+            let path = dir.join(&f.path);
+            let bytes = std::fs::read(&path).map_err(|source| Error::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let name = format!("{prefix}{}", f.path);
+            self.store.put(&name, &bytes).await?;
+            names.push(name);
+        }
+        let json = serde_json::to_vec_pretty(manifest).expect("a manifest serializes");
+        let name = format!("{prefix}manifest.json");
+        self.store.put(&name, &json).await?;
+        names.push(name);
+        self.objects.lock().unwrap().insert(manifest.id, names);
+        Ok(())
+    }
+
+    async fn remove(&self, id: u64) -> Result<(), Error> {
+        let names = self.objects.lock().unwrap().remove(&id).unwrap_or_default();
+        for name in names {
+            self.store.delete(&name).await?;
+        }
+        Ok(())
+    }
+}
+
+impl ObjectStoreReplicator {
+    /// Moves the pointer by compare-and-set from the revision this process
+    /// last wrote: `Fenced` if another process wrote it since.
+    async fn update(&self, change: impl FnOnce(&mut Pointer)) -> Result<Pointer, ReplicationError> {
+        let key = pointer_key(&self.job, &self.part);
+        let (mut next, revision) = {
+            let s = self.state.lock().unwrap();
+            (s.pointer.clone(), s.revision)
+        };
+        change(&mut next);
+        let value = Bytes::from(serde_json::to_vec(&next).expect("serializes"));
+        match self.store.pointers.update(&key, value, revision).await {
+            Ok(r) => {
+                *self.state.lock().unwrap() = Claim {
+                    pointer: next.clone(),
+                    revision: r,
+                };
+                Ok(next)
+            }
+            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                Err(ReplicationError::Fenced(format!(
+                    "{}-manifests/{key} was rewritten by another process since revision {revision}: the part was taken over",
+                    self.store.bucket
+                )))
+            }
+            Err(e) => Err(ReplicationError::Failed(format!(
+                "{}-manifests/{key}: {e}",
+                self.store.bucket
+            ))),
+        }
+    }
+
+    /// The part's job completed; its output after the last checkpoint is
+    /// in the staged `epochs`. Recorded before any of it is published, so
+    /// that a successor publishes those epochs instead of running again.
+    pub async fn finish(&self, epochs: Vec<String>) -> Result<(), ReplicationError> {
+        self.update(|p| p.finished = Some(epochs)).await.map(drop)
+    }
+}
+
+impl Replicator for ObjectStoreReplicator {
+    fn replicate(&self, dir: &Path, manifest: &Manifest) -> Result<(), ReplicationError> {
+        let client = self.store.client.clone();
+        let pending: Vec<String> = self
+            .unpublished
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| crate::sink::epoch_id(e).is_some_and(|id| id <= manifest.id))
+            .cloned()
+            .collect();
+        let work = async {
+            self.copy(dir, manifest)
+                .await
+                .map_err(|e| ReplicationError::Failed(e.to_string()))?;
+            let mut retire = Vec::new();
+            self.update(|p| {
+                p.pending = pending;
+                if let Some(c) = p.checkpoint {
+                    p.kept.push(c);
+                }
+                p.checkpoint = Some(manifest.id);
+                let excess = p.kept.len().saturating_sub(KEEP - 1);
+                retire = p.kept.drain(..excess).collect();
+            })
+            .await?;
+            for id in retire {
+                // Best effort: a leftover is garbage, not an error.
+                let _ = self.remove(id).await;
+            }
+            Ok(())
+        };
+        // Never stuck: a checkpoint that cannot be copied in time fails,
+        // and the next one tries again.
+        client.block(async {
+            tokio::time::timeout(REPLICATE_TIMEOUT, work)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ReplicationError::Failed(format!(
+                        "checkpoint {} not copied within {REPLICATE_TIMEOUT:?}",
+                        manifest.id
+                    )))
+                })
+        })
+    }
+}
