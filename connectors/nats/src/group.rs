@@ -93,6 +93,15 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// What one tick of the group's loop came to.
+enum Step {
+    Continue,
+    /// Every part is done.
+    Done,
+    /// A part failed too often: give up.
+    Fatal(Error),
+}
+
 /// How long the group's bookkeeping may fail (a server unreachable, a
 /// cluster electing a leader) before this process gives up.
 const CONTROL_OUTAGE: Duration = Duration::from_secs(30);
@@ -173,7 +182,7 @@ impl Group {
         // Let the members that start together see each other before
         // anyone claims: fewer rebalances at the start.
         let joined = Instant::now();
-        let quiet = self.config.lease / 2;
+        let quiet = self.config.lease;
         let me = Bytes::from(self.config.member.clone());
         let mut failing_since: Option<Instant> = None;
         let result = loop {
@@ -183,15 +192,24 @@ impl Group {
                     .put(&self.config.member, me.clone())
                     .await
                     .map_err(nats_err("member heartbeat"))?;
-                self.reap(&mut held, &mut report, &mut failures).await?;
+                if let Err(e) = self.reap(&mut held, &mut report, &mut failures).await {
+                    return Ok(Step::Fatal(e));
+                }
                 let done = self.keys("done").await?;
                 if done.len() as u32 >= self.config.parts {
-                    return Ok::<_, Error>(true);
+                    return Ok::<_, Error>(Step::Done);
                 }
                 if stop.load(Ordering::Relaxed) || joined.elapsed() < quiet {
-                    return Ok(false);
+                    return Ok(Step::Continue);
                 }
-                let live = self.keys("members").await?;
+                // A member that left deleted its key; the marker stays
+                // until it expires, but it is no member.
+                let mut live = Vec::new();
+                for m in self.keys("members").await? {
+                    if matches!(self.members.get(&m).await, Ok(Some(_))) {
+                        live.push(m);
+                    }
+                }
                 let holding = self.holdings().await?;
                 let left = self.config.parts - done.len() as u32;
                 let share = left.div_ceil(live.len().max(1) as u32) as usize;
@@ -245,12 +263,13 @@ impl Group {
                         }
                     }
                 }
-                Ok(false)
+                Ok(Step::Continue)
             });
             match step {
-                Ok(true) => break Ok(()),
-                Ok(false) if stop.load(Ordering::Relaxed) => break Ok(()),
-                Ok(false) => failing_since = None,
+                Ok(Step::Done) => break Ok(()),
+                Ok(Step::Fatal(e)) => break Err(e),
+                Ok(Step::Continue) if stop.load(Ordering::Relaxed) => break Ok(()),
+                Ok(Step::Continue) => failing_since = None,
                 // The server may be electing a leader (a cluster lost a
                 // node): try again each tick, for a while.
                 Err(e) => match failing_since {
@@ -351,10 +370,21 @@ impl Group {
                 .unwrap_or_else(|_| Err("the part's thread panicked".into()));
             match r {
                 Ok(()) => {
-                    self.done
+                    // Retried through a leader election; a part whose end
+                    // cannot be recorded is run again by someone (its
+                    // pointer says it finished: only its staged output is
+                    // republished, under the same ids).
+                    let t = Instant::now();
+                    while let Err(e) = self
+                        .done
                         .put(&name, Bytes::from(self.config.member.clone()))
                         .await
-                        .map_err(nats_err(format!("marking {name} done")))?;
+                    {
+                        if t.elapsed() > CONTROL_OUTAGE {
+                            return Err(nats_err(format!("marking {name} done"))(e));
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                     let _ = self.leases.delete(&name).await;
                     report.completed.push(name);
                 }

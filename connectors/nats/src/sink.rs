@@ -386,7 +386,12 @@ pub fn settle(target: &SinkTarget, pointer: &Pointer) -> Result<bool, Error> {
         let mut producer = Producer::new(&target.client, &target.stream);
         let prefix = target.stage_prefix();
         for name in due {
-            let lines = target.store.get(&format!("{prefix}{name}")).await?;
+            // A staged epoch is deleted only once every message of it is
+            // acknowledged: gone means published (its owner published it
+            // after the pointer that lists it was written).
+            let Some(lines) = target.store.get_if_any(&format!("{prefix}{name}")).await? else {
+                continue;
+            };
             publish_epoch(target, &mut producer, name, &lines, skip_ref).await?;
         }
         Ok(pointer.finished.is_some())

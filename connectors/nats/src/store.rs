@@ -193,17 +193,24 @@ impl CheckpointStore {
 
     /// An object's bytes.
     pub async fn get(&self, name: &str) -> Result<Vec<u8>, Error> {
-        let mut o = self
-            .objects
-            .get(name)
-            .await
-            .map_err(nats_err(format!("{}/{name}", self.bucket)))?;
+        self.get_if_any(name)
+            .await?
+            .ok_or_else(|| Error::Invalid(format!("{}/{name}: no such object", self.bucket)))
+    }
+
+    /// An object's bytes, `None` if there is no such object.
+    pub async fn get_if_any(&self, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        let mut o = match self.objects.get(name).await {
+            Ok(o) => o,
+            Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(nats_err(format!("{}/{name}", self.bucket))(e)),
+        };
         let mut v = Vec::new();
         o.read_to_end(&mut v).await.map_err(|source| Error::Io {
             path: format!("{}/{name}", self.bucket),
             source,
         })?;
-        Ok(v)
+        Ok(Some(v))
     }
 
     /// Stores `bytes` as object `name` (whole or not at all: the object's

@@ -255,14 +255,26 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
     let report = report?;
     let secs = t.elapsed().as_secs_f64();
     let consumed = m.consumed.load(Ordering::Relaxed);
-    println!(
-        "{{\"member\":\"{name}\",\"group\":\"{group}\",\"seconds\":{secs:.3},\"records\":{consumed},\"records_per_sec\":{:.0},\"output\":{},\"completed\":{:?},\"claimed\":{:?},\"given_up\":{:?}}}",
-        consumed as f64 / secs,
-        m.emitted.load(Ordering::Relaxed),
-        report.completed,
-        report.claimed,
-        report.given_up,
-    );
+    let line = serde_json::json!({
+        "member": name,
+        "group": group,
+        "seconds": secs,
+        "records": consumed,
+        "records_per_sec": consumed as f64 / secs,
+        "output": m.emitted.load(Ordering::Relaxed),
+        "completed": report.completed,
+        "claimed": report
+            .claimed
+            .iter()
+            .map(|(p, ms)| serde_json::json!({"part": p, "unix_ms": ms}))
+            .collect::<Vec<_>>(),
+        "given_up": report
+            .given_up
+            .iter()
+            .map(|(p, why)| serde_json::json!({"part": p, "why": why}))
+            .collect::<Vec<_>>(),
+    });
+    println!("{line}");
     ensure!(
         !interrupted,
         "interrupted: this member's partitions were given back to the group"

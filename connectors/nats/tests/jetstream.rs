@@ -1,0 +1,157 @@
+//! The connector against a real `nats-server` started here: a record is
+//! found by its partition number among interleaved partitions, and a
+//! source restored at record `n` reads exactly `n..` and ends at the
+//! partition's end marker.
+//!
+//! Without `nats-server` on the `PATH` these tests say so and pass,
+//! unless `TANDEM_REQUIRE_NATS` is set (as `.ci/run` sets it).
+
+use bytes::Bytes;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tandem::{Source, SourcePoll};
+use tandem_nats::source::JetStreamSource;
+use tandem_nats::stream::{ensure_stream, find_record, subject, Producer, StreamSpec};
+use tandem_nats::Client;
+
+fn nats_server() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .chain([PathBuf::from("/usr/sbin")])
+            .map(|d| d.join("nats-server"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("TANDEM_REQUIRE_NATS").is_none(),
+            "nats-server is not installed and TANDEM_REQUIRE_NATS is set"
+        );
+        eprintln!("SKIPPED: nats-server is not installed (apt-get install nats-server)");
+    }
+    found
+}
+
+/// The server process and its store (removed when dropped).
+struct Server {
+    child: Child,
+    _store: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Option<(Server, String)> {
+    let bin = nats_server()?;
+    let dir = tempfile::tempdir().unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(bin)
+        .args(["-js", "-sd"])
+        .arg(dir.path())
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some((Server { child, _store: dir }, format!("127.0.0.1:{port}")))
+}
+
+/// Three partitions of uneven sizes, interleaved as a producer of keyed
+/// records would write them; payload `"<p>:<n>"`.
+fn produce(client: &Client, sizes: [u64; 3]) {
+    client
+        .block(async {
+            ensure_stream(client.js(), &StreamSpec::new("IN")).await?;
+            let mut p = Producer::new(client, "IN");
+            let mut next = [0u64; 3];
+            let mut i = 0u64;
+            while (0..3).any(|k| next[k] < sizes[k]) {
+                let k = (i * 7 % 3) as usize;
+                i += 1;
+                if next[k] == sizes[k] {
+                    continue;
+                }
+                let payload = Bytes::from(format!("{k}:{}", next[k]));
+                p.record(k as u32, next[k], Some(next[k]), payload).await?;
+                next[k] += 1;
+            }
+            for (k, &n) in sizes.iter().enumerate() {
+                p.end(k as u32, n).await?;
+            }
+            p.flush().await
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_record_is_found_by_its_partition_number_among_interleaved_partitions() {
+    let Some((_server, addr)) = start() else {
+        return;
+    };
+    let client = Client::connect(&addr, Duration::from_secs(5)).unwrap();
+    let sizes = [300, 50, 1];
+    produce(&client, sizes);
+    client.block(async {
+        let stream = client.js().get_stream("IN").await.unwrap();
+        for (p, &size) in sizes.iter().enumerate() {
+            let subj = subject("IN", p as u32);
+            for n in [0, 1, size / 2, size - 1].into_iter().filter(|&n| n < size) {
+                let s = find_record(&stream, &subj, n).await.unwrap().unwrap();
+                let m = stream.get_raw_message(s).await.unwrap();
+                assert_eq!(&m.payload[..], format!("{p}:{n}").as_bytes());
+            }
+            // The end marker carries the count; past it there is nothing.
+            assert!(find_record(&stream, &subj, size).await.unwrap().is_some());
+            assert_eq!(find_record(&stream, &subj, size + 1).await.unwrap(), None);
+        }
+    });
+}
+
+#[test]
+fn a_source_restored_at_record_n_reads_n_onwards_then_ends() {
+    let Some((_server, addr)) = start() else {
+        return;
+    };
+    let client = Client::connect(&addr, Duration::from_secs(5)).unwrap();
+    produce(&client, [200, 120, 7]);
+    for (p, from) in [(0u32, 0u64), (0, 137), (1, 119), (2, 7)] {
+        let mut src = JetStreamSource::new(&client, "IN", p);
+        src.seek(from).unwrap();
+        let mut got = Vec::new();
+        let t = Instant::now();
+        loop {
+            match src.poll_next() {
+                SourcePoll::Ready { value, event_time } => {
+                    assert_eq!(event_time, from + got.len() as u64);
+                    got.push(String::from_utf8(value.to_vec()).unwrap());
+                }
+                SourcePoll::Pending => {
+                    assert!(
+                        t.elapsed() < Duration::from_secs(20),
+                        "stalled at {}",
+                        got.len()
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                SourcePoll::End => break,
+            }
+        }
+        let size = [200u64, 120, 7][p as usize];
+        let want: Vec<String> = (from..size).map(|n| format!("{p}:{n}")).collect();
+        assert_eq!(got, want, "partition {p} from {from}");
+    }
+}
