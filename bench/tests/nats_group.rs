@@ -286,10 +286,11 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill {sig} {pid}");
 }
 
-#[test]
-fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
-    let Some(bin) = nats_server() else { return };
-    let dir = tempdir("kill");
+/// A server with 40 000 records in 4 partitions, and the sorted output of
+/// a clean one-member run over them.
+fn clean_run(tag: &str) -> Option<(tempfile::TempDir, Server, String, Vec<String>)> {
+    let bin = nats_server()?;
+    let dir = tempdir(tag);
     let s = start_server(&bin, &dir.path().join("js"));
     let server = format!("127.0.0.1:{}", s.port);
     produce(&server, "IN", 4, 40_000, 1);
@@ -299,6 +300,14 @@ fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
     );
     let clean = dump(&server, "CLEAN");
     assert!(clean.len() > 40_000, "{} lines", clean.len());
+    Some((dir, s, server, clean))
+}
+
+#[test]
+fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
+    let Some((dir, _s, server, clean)) = clean_run("kill") else {
+        return;
+    };
     group_run(&server, "KILLED", "killed", dir.path(), |pid| {
         signal(pid, "-KILL")
     });
@@ -307,16 +316,9 @@ fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
 
 #[test]
 fn a_member_stopped_past_its_lease_is_fenced_and_changes_nothing() {
-    let Some(bin) = nats_server() else { return };
-    let dir = tempdir("stop");
-    let s = start_server(&bin, &dir.path().join("js"));
-    let server = format!("127.0.0.1:{}", s.port);
-    produce(&server, "IN", 4, 40_000, 1);
-    run_ok(
-        member(&server, "CLEAN", "clean", dir.path(), 1),
-        "the clean member",
-    );
-    let clean = dump(&server, "CLEAN");
+    let Some((dir, _s, server, clean)) = clean_run("stop") else {
+        return;
+    };
     group_run(&server, "STOPPED", "stopped", dir.path(), |pid| {
         signal(pid, "-STOP");
         // Three lease times: its partitions are taken over meanwhile.

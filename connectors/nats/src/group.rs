@@ -224,8 +224,13 @@ impl Group {
                 while held.len() > share && held.len() >= least + 2 {
                     let (&p, _) = held.iter().next_back().expect("non-empty");
                     let h = held.remove(&p).expect("present");
-                    self.release(p, h, "rebalanced: a member joined", &mut report)
-                        .await;
+                    self.release(
+                        p,
+                        h,
+                        "rebalanced: a live member held two fewer",
+                        &mut report,
+                    )
+                    .await;
                 }
                 if held.len() < share {
                     for p in 0..self.config.parts {

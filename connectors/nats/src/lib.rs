@@ -231,8 +231,7 @@ impl Client {
         let client = rt.block_on(async {
             let opts = async_nats::ConnectOptions::new()
                 .connection_timeout(timeout)
-                .request_timeout(Some(Duration::from_secs(5)))
-                .retry_on_initial_connect();
+                .request_timeout(Some(Duration::from_secs(5)));
             let addrs: Vec<async_nats::ServerAddr> = addrs
                 .iter()
                 .map(|a| a.parse())

@@ -124,6 +124,8 @@ struct Member {
     output: Option<String>,
     store: Option<CheckpointStore>,
     work: PathBuf,
+    /// `--run-dir`: where dead-lettered records are kept.
+    keep: Option<PathBuf>,
     checkpoint_ms: u64,
     consumed: AtomicU64,
     emitted: AtomicU64,
@@ -222,6 +224,7 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         output: output.map(|o| o.name),
         store,
         work: scratch.path().to_path_buf(),
+        keep: args.run_dir.clone(),
         checkpoint_ms: args.checkpoint_interval_ms.unwrap_or(1000),
         consumed: AtomicU64::new(0),
         emitted: AtomicU64::new(0),
@@ -302,8 +305,48 @@ fn run_part(m: &Member, part: Part, consume_only: bool) -> Result<(), String> {
     let dir = m.work.join(format!("{}-{}", part.name, rand_tag()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let r = run_part_in(m, &part, consume_only, &dir, t0);
+    keep_dead_letters(m, &part, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     r
+}
+
+/// The records the part's job dead-lettered (invalid input) outlive its
+/// scratch directory: moved into `--run-dir`, or at least counted.
+fn keep_dead_letters(m: &Member, part: &Part, dir: &Path) {
+    let file = dir.join("dead-letters.jsonl");
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return;
+    };
+    let n = text.lines().count();
+    match &m.keep {
+        Some(keep) => {
+            let to = keep.join(format!(
+                "dead-letters-{}-{}-{}.jsonl",
+                m.group,
+                part.name,
+                rand_tag()
+            ));
+            match std::fs::rename(&file, &to) {
+                Ok(()) => errln!(
+                    "{}: {n} dead-lettered records of {} kept in {}",
+                    m.name,
+                    part.name,
+                    to.display()
+                ),
+                Err(e) => errln!(
+                    "{}: {n} dead-lettered records of {} lost: {}: {e}",
+                    m.name,
+                    part.name,
+                    to.display()
+                ),
+            }
+        }
+        None => errln!(
+            "{}: {n} records of {} were dead-lettered (give --run-dir to keep them)",
+            m.name,
+            part.name
+        ),
+    }
 }
 
 fn rand_tag() -> u128 {
@@ -327,8 +370,8 @@ fn run_part_in(
         })
         .parallelism(1);
     let mut config = RuntimeConfig::default().cores(1).pin(false).run_dir(dir);
-    config.spin = Duration::from_micros(20);
-    config.yield_for = Duration::from_micros(200);
+    config.spin = Duration::ZERO;
+    config.yield_for = Duration::ZERO;
     let mut restored = None;
     if consume_only {
         let counted = Arc::new(AtomicU64::new(0));
@@ -336,15 +379,10 @@ fn run_part_in(
         source.for_each("count", move |_| {
             c.fetch_add(1, Ordering::Relaxed);
         });
-        let handle = job
-            .build()
-            .map_err(|e| e.to_string())?
-            .start(&config)
-            .map_err(|e| e.to_string())?;
-        let r = run_cancellable(handle, &part.cancelled);
+        let r = run(job, &config, part);
         m.consumed
             .fetch_add(counted.load(Ordering::Relaxed), Ordering::Relaxed);
-        return r.map(drop).map_err(|e| e.to_string());
+        return r;
     }
     let store = m.store.as_ref().expect("a store unless consume-only");
     let claim = store
@@ -406,17 +444,22 @@ fn run_part_in(
     let mut ck = CheckpointConfig::every(Duration::from_millis(m.checkpoint_ms)).replicate(pointer);
     ck.dir = Some(dir.to_path_buf());
     config = config.checkpoint(ck);
-    let handle = job
-        .build()
-        .map_err(|e| e.to_string())?
-        .start(&config)
-        .map_err(|e| e.to_string())?;
-    let r = run_cancellable(handle, &part.cancelled);
+    let r = run(job, &config, part);
     m.consumed
         .fetch_add(consumed.load(Ordering::Relaxed), Ordering::Relaxed);
     m.emitted
         .fetch_add(emitted.load(Ordering::Relaxed), Ordering::Relaxed);
-    match r {
+    r
+}
+
+/// Runs a part's job to its end, or until the part is cancelled.
+fn run(job: JobBuilder, config: &RuntimeConfig, part: &Part) -> Result<(), String> {
+    let handle = job
+        .build()
+        .map_err(|e| e.to_string())?
+        .start(config)
+        .map_err(|e| e.to_string())?;
+    match run_cancellable(handle, &part.cancelled) {
         Ok(_) => Ok(()),
         Err(JobError::Cancelled) => Err("cancelled".into()),
         Err(e) => Err(e.to_string()),
