@@ -18,7 +18,8 @@
 
 use crate::metrics::LatencyHistogram;
 use crate::runtime::JobWatch;
-use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+use crate::sys::output::{OutputFile, Staged};
+use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, IntervalLogWriterError};
 use hdrhistogram::serialization::V2DeflateSerializer;
 use prometheus::{Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use std::io::{self, BufWriter, Write};
@@ -301,37 +302,55 @@ impl Drop for MetricsServer {
 /// format of HdrHistogram's `HistogramLogWriter`, V2 compressed
 /// histograms, values in nanoseconds, `Interval_Max` in milliseconds),
 /// one interval per `every` (a second, as is usual), from a thread of its
-/// own; [`IntervalLog::finish`] writes the last, partial one. HdrHistogram's
+/// own; [`IntervalLog::finish`] writes the last, partial one and puts the
+/// log in place (it is written beside its path and renamed there, by the
+/// discipline of [`crate::sys::output`]: a device or FIFO is refused
+/// before anything is written, never replaced). HdrHistogram's
 /// own tools read it (`HistogramLogProcessor -i FILE -outputValueUnitRatio 1000000`
 /// prints milliseconds).
 pub struct IntervalLog {
     stop: mpsc::Sender<()>,
-    thread: Option<JoinHandle<io::Result<u64>>>,
+    thread: Option<JoinHandle<io::Result<(u64, Staged)>>>,
     path: PathBuf,
+    staging: PathBuf,
 }
 
 impl IntervalLog {
-    /// Creates `path` and starts logging.
+    /// Checks `path` as an output and starts logging beside it.
     pub fn start(path: &Path, watch: JobWatch, every: Duration) -> io::Result<IntervalLog> {
-        let file = std::fs::File::create(path)?;
+        let staged = OutputFile::check(path)?.stage()?;
+        let staging = staged.staging_path().to_path_buf();
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("tandem-hlog".into())
-            .spawn(move || write_log(file, &watch, every, &stopped))?;
+            .spawn(move || write_log(staged, &watch, every, &stopped))?;
         Ok(IntervalLog {
             stop,
             thread: Some(thread),
             path: path.to_path_buf(),
+            staging,
         })
     }
 
+    /// Where the log is written until [`IntervalLog::finish`] puts it in
+    /// place (removed if the log is dropped unfinished).
+    pub fn staging_path(&self) -> &Path {
+        &self.staging
+    }
+
     /// Writes the last interval (call it once the job has ended, so that
-    /// every sink's last samples are in) and returns how many intervals the
-    /// log holds.
+    /// every sink's last samples are in), puts the log in place and
+    /// returns how many intervals it holds.
     pub fn finish(mut self) -> io::Result<u64> {
         let _ = self.stop.send(());
         match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
+            Some(Ok(r)) => {
+                let (n, staged) = r.map_err(|e| {
+                    io::Error::new(e.kind(), format!("{}: {e}", self.path.display()))
+                })?;
+                staged.commit()?;
+                Ok(n)
+            }
             _ => Err(io::Error::other(format!(
                 "the interval log writer of {} panicked",
                 self.path.display()
@@ -350,16 +369,21 @@ impl Drop for IntervalLog {
 }
 
 fn write_log(
-    file: std::fs::File,
+    file: Staged,
     watch: &JobWatch,
     every: Duration,
     stopped: &mpsc::Receiver<()>,
-) -> io::Result<u64> {
+) -> io::Result<(u64, Staged)> {
     let mut out = BufWriter::new(file);
     let mut ser = V2DeflateSerializer::new();
     let start = SystemTime::now();
     let t0 = Instant::now();
-    let hist_err = |e| io::Error::other(format!("writing an interval: {e:?}"));
+    let hist_err = |e| match e {
+        IntervalLogWriterError::IoError(e) => e,
+        IntervalLogWriterError::SerializeError(e) => {
+            io::Error::other(format!("writing an interval: {e}"))
+        }
+    };
     writeln!(out, "#[Logged with Tandem {}]", env!("CARGO_PKG_VERSION"))?;
     writeln!(out, "#[Histogram log format version 1.3]")?;
     drop(
@@ -396,6 +420,6 @@ fn write_log(
         }
     }
     drop(log);
-    out.flush()?;
-    Ok(intervals)
+    let staged = out.into_inner().map_err(|e| e.into_error())?;
+    Ok((intervals, staged))
 }

@@ -106,7 +106,7 @@ impl Supervisor {
     ) -> Result<(Self, (mpsc::Sender<Event>, Arc<JobMetrics>)), JobError> {
         // What killed runs left where this job keeps its files: their
         // scratch directories, whose locks died with them (sys::scratch).
-        crate::sys::scratch::sweep(&std::env::temp_dir());
+        crate::sys::scratch::sweep_usual();
         crate::sys::scratch::sweep(&standbys::memory_dir());
         if let Some(d) = &config.run_dir {
             crate::sys::scratch::sweep(d);

@@ -2,7 +2,8 @@
 //! threads' scheduler state, io_uring file writes, filesystem space, scratch
 //! directories that outlive a killed run only until the next run's sweep,
 //! reading files another process may change (regular files only, bounded
-//! reads), dropping large buffers off the data path, and child processes
+//! reads), writing files a user named (checked first, staged, renamed into
+//! place), dropping large buffers off the data path, and child processes
 //! that die with the engine and report how they ended.
 //!
 //! Everything here is a thin, fallible wrapper: callers get an error they can
@@ -13,6 +14,7 @@ pub mod clock;
 pub mod file;
 pub mod fs;
 pub mod limits;
+pub mod output;
 pub mod process;
 pub mod reap;
 pub mod rusage;

@@ -185,6 +185,18 @@ pub fn sweep(parent: &Path) -> Vec<PathBuf> {
     removed
 }
 
+/// Sweeps ([`sweep`]) the places every run keeps its scratch: the temp
+/// dir and `/dev/shm`. Every binary does this when it starts, so what a
+/// killed run left goes with the next run of any of them.
+pub fn sweep_usual() -> Vec<PathBuf> {
+    let mut removed = sweep(&std::env::temp_dir());
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && shm != std::env::temp_dir() {
+        removed.extend(sweep(shm));
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
