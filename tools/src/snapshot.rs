@@ -83,7 +83,7 @@ fn manifests(dir: &Path) -> anyhow::Result<Vec<Found>> {
     Ok(checkpoint::list(dir)?
         .into_iter()
         .map(|l| Found {
-            manifest: Manifest::load(&l.manifest_path),
+            manifest: l.load(),
             path: l.manifest_path,
             kind: l.kind,
             id: Some(l.id),

@@ -66,3 +66,35 @@ fn verify_passes_a_healthy_store_and_fails_a_corrupted_one() {
     );
     fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_manifest_copied_under_another_id_is_refused_not_listed_as_that_checkpoint() {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-misnamed-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    {
+        let store = SnapshotStore::open(&dir, 3).unwrap();
+        let s: KeyedState<u64, u64> = KeyedState::default();
+        let snap = OperatorSnapshot {
+            operator: "sum".into(),
+            instance: 0,
+            positions: vec![],
+            bytes: s.to_snapshot_bytes().unwrap(),
+        };
+        store.submit(6, vec![snap]).wait().unwrap();
+    }
+    fs::copy(dir.join("manifest-6.json"), dir.join("manifest-9.json")).unwrap();
+    for cmd in ["ls", "verify"] {
+        let (ok, out) = tandem(&["snapshot", cmd], &dir);
+        assert!(!ok, "{cmd}: {out}");
+        assert_eq!(out.matches("Checkpoint 6").count(), 1, "{cmd}: {out}");
+        assert!(
+            out.contains("named for id 9, holds checkpoint 6"),
+            "{cmd}: {out}"
+        );
+    }
+    // The engine restores from the checkpoint that is what it says.
+    let (m, skipped) = tandem::runtime::restore_point(&dir).unwrap();
+    assert_eq!(m.id, 6);
+    assert!(skipped[0].contains("named for id 9"), "{skipped:?}");
+    fs::remove_dir_all(&dir).unwrap();
+}

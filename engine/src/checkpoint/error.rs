@@ -122,6 +122,15 @@ pub enum CheckpointError {
         operator: String,
         instance: u32,
     },
+    /// A published manifest whose file name says one id and whose content
+    /// another: a copy or a rename, not what the store published there.
+    #[error("{path}: named for id {named}, holds {kind} {holds} (a copy or a rename, not what was published there)", path = path.display())]
+    Misnamed {
+        path: PathBuf,
+        named: u64,
+        holds: u64,
+        kind: &'static str,
+    },
     /// A checkpoint or savepoint with this id is already published.
     #[error("{path}: id {id} is already published", path = path.display())]
     AlreadyPublished { id: u64, path: PathBuf },

@@ -226,6 +226,27 @@ pub struct Listing {
     pub manifest_path: PathBuf,
 }
 
+impl Listing {
+    /// Reads the listed manifest ([`Manifest::load`]) and checks that it
+    /// is what its name says: its kind and id (a `manifest-6.json` copied
+    /// to `manifest-9.json` is refused, not listed or restored as 9).
+    pub fn load(&self) -> Result<Manifest, CheckpointError> {
+        let m = Manifest::load(&self.manifest_path)?;
+        if m.id != self.id || m.kind != self.kind {
+            return Err(CheckpointError::Misnamed {
+                path: self.manifest_path.clone(),
+                named: self.id,
+                holds: m.id,
+                kind: match m.kind {
+                    SnapshotKind::Checkpoint => "checkpoint",
+                    SnapshotKind::Savepoint => "savepoint",
+                },
+            });
+        }
+        Ok(m)
+    }
+}
+
 /// Every published manifest in `dir` (checkpoints and savepoints), by id.
 /// `*.tmp` files are unpublished and never listed.
 pub fn list(dir: &Path) -> Result<Vec<Listing>, CheckpointError> {

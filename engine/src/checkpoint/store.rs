@@ -237,7 +237,7 @@ impl SnapshotStore {
             .collect();
         checkpoints.sort_by_key(|l| std::cmp::Reverse(l.id));
         for l in checkpoints {
-            match Manifest::load(&l.manifest_path).and_then(|m| m.verify().map(|()| m)) {
+            match l.load().and_then(|m| m.verify().map(|()| m)) {
                 Ok(m) => {
                     return Ok(LatestValid {
                         checkpoint: Some(m),

@@ -503,7 +503,7 @@ pub(in crate::runtime) fn load_restore_point(
     ids.sort_by_key(|l| std::cmp::Reverse(l.id));
     let mut skipped = Vec::new();
     for l in ids {
-        match Manifest::load(&l.manifest_path).and_then(|m| m.verify().map(|()| m)) {
+        match l.load().and_then(|m| m.verify().map(|()| m)) {
             Ok(m) => return Ok((m, skipped)),
             Err(e) => skipped.push(format!("checkpoint {}: {e}", l.id)),
         }
