@@ -107,6 +107,14 @@ pub enum JobError {
         instance: usize,
         message: String,
     },
+    /// Process isolation: the child process that ran an operator's
+    /// instance ended (killed by a signal, or exited) — not a panic.
+    #[error("operator `{operator}` (instance {instance}): {how}")]
+    OperatorProcessDied {
+        operator: String,
+        instance: usize,
+        how: String,
+    },
     /// An operator reported an I/O failure it could not handle (its sink
     /// file or the dead-letter file could not be written).
     #[error("operator `{operator}` (instance {instance}): {context}: {source}")]
@@ -233,6 +241,7 @@ impl JobError {
     pub fn operator(&self) -> Option<&str> {
         match self {
             JobError::OperatorPanicked { operator, .. }
+            | JobError::OperatorProcessDied { operator, .. }
             | JobError::Io { operator, .. }
             | JobError::ChannelCut { operator, .. }
             | JobError::Stalled { operator, .. }

@@ -103,9 +103,35 @@ pub(crate) fn install_hook() {
 /// in one line on stderr (the driver's stack says nothing of it); then the
 /// task unwinds to its worker like a panic, without the panic hooks.
 pub(crate) fn child_died(message: String) -> ! {
-    let _ = report(&message);
-    eprintln!("tandem: {message}");
-    std::panic::resume_unwind(Box::new(message))
+    let died = ProcessDied(message);
+    let _ = report(&died);
+    eprintln!("tandem: {}", died.0);
+    std::panic::resume_unwind(Box::new(died))
+}
+
+/// The payload a child's death unwinds with ([`child_died`]): what ended
+/// it, in words ("…: the process was killed by SIGKILL").
+pub(crate) struct ProcessDied(pub(crate) String);
+
+/// The failure of `operator`'s `instance` whose unwind carried `payload`:
+/// a child process's death as the death it is, anything else as a panic.
+pub(crate) fn failure(
+    operator: &str,
+    instance: usize,
+    payload: &(dyn std::any::Any + Send),
+) -> JobError {
+    match payload.downcast_ref::<ProcessDied>() {
+        Some(d) => JobError::OperatorProcessDied {
+            operator: operator.to_string(),
+            instance,
+            how: d.0.clone(),
+        },
+        None => JobError::OperatorPanicked {
+            operator: operator.to_string(),
+            instance,
+            message: super::worker::panic_message(payload),
+        },
+    }
 }
 
 /// Reports the failure of the task this worker polls, if it polls one,
@@ -115,11 +141,7 @@ fn report(payload: &(dyn std::any::Any + Send)) -> Option<Rc<TaskCtx>> {
         .try_with(|c| c.try_borrow().ok().and_then(|c| c.clone()))
         .ok()
         .flatten()?;
-    let e = JobError::OperatorPanicked {
-        operator: ctx.shared.names[ctx.current_op()].to_string(),
-        instance: ctx.instance,
-        message: super::worker::panic_message(payload),
-    };
+    let e = failure(&ctx.shared.names[ctx.current_op()], ctx.instance, payload);
     let tuple = ctx.failing_tuple();
     match ctx.group.get() {
         Some(g) => {

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
+    if let Some(d) = p.downcast_ref::<super::panic::ProcessDied>() {
+        d.0.clone()
+    } else if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
         s.clone()
@@ -29,11 +31,7 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 fn panicked(w: &Wiring, ctx: &TaskCtx, payload: &(dyn std::any::Any + Send)) -> JobError {
-    JobError::OperatorPanicked {
-        operator: w.graph.nodes[ctx.current_op()].name.to_string(),
-        instance: ctx.instance,
-        message: panic_message(payload),
-    }
+    super::panic::failure(&w.graph.nodes[ctx.current_op()].name, ctx.instance, payload)
 }
 
 /// A task poll longer than this is reported under `TANDEM_DEBUG`.
@@ -350,11 +348,7 @@ fn add_standby(
         Ok(t) => tasks.push((usize::MAX, t)),
         Err(p) => {
             if let Some(g) = w.shared.standby.as_ref().and_then(|s| s.group(node, inst)) {
-                let e = JobError::OperatorPanicked {
-                    operator: w.graph.nodes[node].name.to_string(),
-                    instance: inst,
-                    message: panic_message(p.as_ref()),
-                };
+                let e = super::panic::failure(&w.graph.nodes[node].name, inst, p.as_ref());
                 let now = super::task::Clock::new(w.shared.origin).now();
                 g.incarnation_failed(&w.shared, inc, 0, e, None, now);
             }

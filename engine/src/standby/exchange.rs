@@ -49,9 +49,10 @@ const OFF_PUBLISHED: usize = 64;
 const OFF_SLOT_META: usize = 128;
 
 /// Why a publication did not happen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PublishError {
     /// The archive is larger than a slot.
+    #[error("a snapshot of {len} bytes is larger than the exchange's slots ({slot} bytes)")]
     TooLarge {
         /// Its length.
         len: usize,
@@ -60,6 +61,7 @@ pub enum PublishError {
     },
     /// Every non-current slot is pinned (more than one reader holds an old
     /// snapshot); try again at the next interval.
+    #[error("every slot of the exchange is pinned by a reader")]
     Busy,
 }
 

@@ -473,7 +473,7 @@ pub(crate) fn describe(exit: &ChildExit) -> String {
     match exit.exit {
         crate::sys::process::Exit::Code(c) => format!("exited with code {c}"),
         crate::sys::process::Exit::Signal { signal, .. } => {
-            format!("died of {}", crate::sys::process::signal_name(signal))
+            format!("was killed by {}", crate::sys::process::signal_name(signal))
         }
     }
 }

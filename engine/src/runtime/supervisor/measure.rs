@@ -94,6 +94,7 @@ pub(super) fn restart_record(
 fn error_instance(e: &JobError) -> usize {
     match e {
         JobError::OperatorPanicked { instance, .. }
+        | JobError::OperatorProcessDied { instance, .. }
         | JobError::Io { instance, .. }
         | JobError::ChannelCut { instance, .. }
         | JobError::Stalled { instance, .. }

@@ -89,7 +89,7 @@ impl Group {
             Ok(s) => Ok(Some(s)),
             // Readers pin the other slots: skip this one.
             Err(PublishError::Busy) => Ok(None),
-            Err(e) => Err(std::io::Error::other(format!("{e:?}"))),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
         }
     }
 

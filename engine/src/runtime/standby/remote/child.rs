@@ -49,6 +49,16 @@ pub(crate) struct Role {
     pub(crate) pipes: PathBuf,
 }
 
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "node {} instance {}, incarnation {} of attempt {}",
+            self.node, self.instance, self.inc, self.attempt
+        )
+    }
+}
+
 impl Role {
     pub(crate) fn env(&self) -> String {
         let m: Vec<String> = self.members.iter().map(|m| m.to_string()).collect();
@@ -140,7 +150,7 @@ pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>) -> ! {
     }
     // The driver reports the chain's panics; the child stays quiet.
     std::panic::set_hook(Box::new(|_| {}));
-    let r = role.and_then(|role| serve(graph, &role).map_err(|e| format!("{e} ({role:?})")));
+    let r = role.and_then(|role| serve(graph, &role).map_err(|e| format!("{e} ({role})")));
     match r {
         Ok(()) => std::process::exit(0),
         Err(e) => {
