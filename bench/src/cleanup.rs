@@ -1,11 +1,18 @@
 //! What a benchmark binary leaves behind: nothing, when it fails or is
 //! interrupted.
 //!
-//! **Leftovers.** Paths a run creates (its output, the output's staging,
-//! directories it made for `--run-dir` or `--checkpoint-dir`, its temp
-//! dir) are registered here as they are made ([`add`], [`create_dir_all`])
+//! **Leftovers.** Paths a run creates (the staging of its outputs,
+//! directories it made for `--run-dir` or `--checkpoint-dir`, its scratch
+//! dirs) are registered here as they are made ([`add`], [`create_dir_all`])
 //! and removed by [`remove_all`] when the run fails or is interrupted; a
-//! run that succeeds [`forget`]s what it keeps.
+//! run that succeeds keeps them ([`succeeded`]), but for directories it
+//! created for the user's flags and left empty. An output renamed into
+//! place is never registered: once a run wrote it, it is the user's,
+//! whatever comes after.
+//!
+//! **What killed runs left.** [`main`](crate::cli::main) first sweeps the
+//! temp dir and `/dev/shm` of scratch directories whose runs died
+//! ([`tandem::sys::scratch::sweep_usual`]), whichever binary made them.
 //!
 //! **Signals.** [`install`] blocks `SIGINT`, `SIGTERM` and `SIGHUP` in the
 //! calling thread — call it first in `main`, so that every thread spawned
@@ -19,7 +26,9 @@
 //! given to [`install`] (a long blocking step), or a second signal
 //! arrives, the signal thread does the same itself and `_exit`s: it
 //! removes the registered leftovers and this process's scratch
-//! directories (`tandem-<kind>-<pid>-…` in the temp dir and `/dev/shm`).
+//! directories (`tandem-<kind>-<pid>-…` in the temp dir and `/dev/shm`) —
+//! after waiting, up to their own grace, for the child processes the run
+//! registered ([`child`]) to stop and clean up theirs.
 //!
 //! Note: the mask is inherited across `exec`; a binary that starts child
 //! processes must unblock the signals in them.
@@ -31,6 +40,11 @@ use std::time::Duration;
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static LEFTOVERS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Every directory [`create_dir_all`] created, outermost first.
+static CREATED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Child processes running now, by pid: a signal's hard exit waits for
+/// them.
+static CHILDREN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 fn leftovers() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     LEFTOVERS.lock().unwrap_or_else(|p| p.into_inner())
@@ -56,28 +70,98 @@ pub fn keep(path: &Path) {
     leftovers().retain(|p| !path.starts_with(p));
 }
 
-/// The run succeeded: nothing it made is removed.
-pub fn forget_all() {
+/// The run succeeded: nothing it made is removed, but for the
+/// directories it created that are still empty (innermost first; a
+/// directory that holds something keeps the ones above it). Returns
+/// those removed.
+pub fn succeeded() -> Vec<PathBuf> {
     leftovers().clear();
+    let created = std::mem::take(&mut *CREATED.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut removed = Vec::new();
+    for d in created.iter().rev() {
+        if std::fs::remove_dir(d).is_ok() {
+            removed.push(d.clone());
+        }
+    }
+    removed
 }
 
 /// Creates `dir` and its missing parents, and registers the topmost
 /// directory it created (with everything below it) as a leftover.
 pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
-    let mut first_missing = None;
+    let mut missing = Vec::new();
     let mut p = Some(dir);
     while let Some(d) = p {
         if d.as_os_str().is_empty() || std::fs::symlink_metadata(d).is_ok() {
             break;
         }
-        first_missing = Some(d.to_path_buf());
+        missing.push(d.to_path_buf());
         p = d.parent();
     }
     std::fs::create_dir_all(dir)?;
-    if let Some(top) = first_missing {
-        add(top);
+    if let Some(top) = missing.last() {
+        add(top.clone());
     }
+    let mut created = CREATED.lock().unwrap_or_else(|p| p.into_inner());
+    created.extend(missing.into_iter().rev());
     Ok(())
+}
+
+/// A child process the run started (`pid`) and must outlive: if a signal
+/// ends this process the hard way, it waits for the child first.
+pub fn child(pid: u32) {
+    CHILDREN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(pid as i32);
+}
+
+/// The child `pid` has ended (and been reaped).
+pub fn child_ended(pid: u32) {
+    CHILDREN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|&c| c != pid as i32);
+}
+
+/// Sends `sig` to every registered child and waits until each has ended
+/// (not reaped: its parent does that) or `grace` has passed; those still
+/// running then are killed. Returns the pids waited for.
+fn stop_children(sig: i32, grace: Duration) -> Vec<i32> {
+    let pids = CHILDREN.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for &pid in &pids {
+        // SAFETY: `kill` reads no memory of ours; `pid` is a child of this
+        // process that has not been reaped (its pid is not reused).
+        unsafe { libc::kill(pid, sig) };
+    }
+    let started = std::time::Instant::now();
+    let ended = |pid: i32| {
+        // SAFETY: an all-zero `siginfo_t` is a valid value of the C struct.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is ours; WNOWAIT leaves the child to be reaped by
+        // whoever waits for it.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: `si_pid` is set when waitid reports a child.
+        rc != 0 || unsafe { info.si_pid() } != 0
+    };
+    for &pid in &pids {
+        while !ended(pid) {
+            if started.elapsed() > grace {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    pids
 }
 
 /// Removes every registered leftover that exists; returns those removed.
@@ -214,13 +298,21 @@ fn watch(set: libc::sigset_t, grace: Duration) {
             break;
         }
     }
+    // Children clean up after themselves: they get the signal too, and
+    // their grace (a second is added for their exit).
+    let waited = stop_children(first, grace + Duration::from_secs(2));
     let mut removed = remove_all();
     for dir in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
         removed.extend(remove_own_scratch(&dir));
     }
     eprintln!(
-        "interrupted by {}: stopped without waiting for the run; removed {}",
+        "interrupted by {}: stopped without waiting for the run{}; removed {}",
         name(first),
+        match waited.len() {
+            0 => String::new(),
+            1 => format!(" (after its child process {} ended)", waited[0]),
+            _ => format!(" (after its {} child processes ended)", waited.len()),
+        },
         list(&removed)
     );
     // SAFETY: ends the process at once; nothing of ours needs to run.
@@ -238,7 +330,9 @@ fn remove_own_scratch(dir: &Path) -> Vec<PathBuf> {
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        let mine = name.starts_with("tandem-") && name.split('-').nth(2) == Some(pid.as_str());
+        // `tandem-<kind>-<pid>-<stamp>-<n>`: the kind may hold a dash
+        // (`paper-input`), so the pid is counted from the end.
+        let mine = name.starts_with("tandem-") && name.rsplit('-').nth(2) == Some(pid.as_str());
         if mine && e.file_type().is_ok_and(|t| t.is_dir()) && remove_dir_retrying(&e.path()).is_ok()
         {
             removed.push(e.path());
@@ -259,6 +353,11 @@ mod tests {
         let deep = root.join("a/b/c");
         create_dir_all(&deep).unwrap();
         assert!(leftovers().contains(&root.join("a")));
+        assert!(CREATED.lock().unwrap().ends_with(&[
+            root.join("a"),
+            root.join("a/b"),
+            root.join("a/b/c")
+        ]));
         std::fs::write(deep.join("f"), b"x").unwrap();
         let removed = remove_all();
         assert!(removed.contains(&root.join("a")));

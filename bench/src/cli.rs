@@ -95,6 +95,12 @@ pub fn kept(what: String) {
 /// removed and kept, and `128 + signal`.
 pub fn main(error_status: u8, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
     cleanup::install(GRACE);
+    // What killed runs of any binary left in the temp dir and /dev/shm.
+    // A child of process isolation is part of a live run: it sweeps
+    // nothing.
+    if !tandem::is_incarnation_process() {
+        tandem::sys::scratch::sweep_usual();
+    }
     let result = body();
     // A signal that came once the work was done (the body returned Ok)
     // interrupted nothing.
@@ -118,7 +124,10 @@ pub fn main(error_status: u8, body: impl FnOnce() -> anyhow::Result<ExitCode>) -
         return ExitCode::from(cleanup::exit_status(sig));
     }
     match result {
-        Ok(code) => code,
+        Ok(code) => {
+            cleanup::succeeded();
+            code
+        }
         Err(e) => {
             cleanup::remove_all();
             errln!("error: {}", tandem::error::report(&*e));

@@ -81,11 +81,13 @@ impl Live {
             None => None,
         };
         let hlog = match &flags.hlog {
-            Some(p) => Some((
-                IntervalLog::start(p, watch.clone(), Duration::from_secs(1))
-                    .with_context(|| format!("creating {} (--hlog)", p.display()))?,
-                p.clone(),
-            )),
+            Some(p) => {
+                let log = IntervalLog::start(p, watch.clone(), Duration::from_secs(1))
+                    .map_err(|e| anyhow::anyhow!("--hlog {e}"))?;
+                // Removed if the run is interrupted before it is in place.
+                crate::cleanup::add(log.staging_path().to_path_buf());
+                Some((log, p.clone()))
+            }
             None => None,
         };
         let timeline = match &flags.timeline {
@@ -112,9 +114,10 @@ impl Live {
     pub fn finish(mut self, report: Option<&tandem::JobReport>) -> anyhow::Result<()> {
         drop(self.server.take());
         if let Some((log, path)) = self.hlog.take() {
-            let n = log
-                .finish()
-                .with_context(|| format!("writing {} (--hlog)", path.display()))?;
+            let staging = log.staging_path().to_path_buf();
+            let n = log.finish();
+            crate::cleanup::forget(&staging);
+            let n = n.map_err(|e| anyhow::anyhow!("--hlog {e}"))?;
             crate::errln!("wrote {} ({n} intervals)", path.display());
         }
         if let Some((t, stop, path)) = self.timeline.take() {
@@ -133,7 +136,7 @@ impl Live {
                 buckets,
                 faults,
             };
-            crate::report::write_json(&path, &tl)?;
+            crate::report::write_json("--timeline", &path, &tl)?;
         }
         Ok(())
     }

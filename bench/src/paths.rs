@@ -1,101 +1,67 @@
-//! Paths a benchmark binary reads and writes, checked before any work:
-//! directories it writes into (created if missing, and what it creates
-//! registered for removal if the run fails: [`crate::cleanup`]), files it
-//! writes at its end (`--output`, `--report`: a regular file or none yet,
-//! in an existing directory that takes a new file), and no two paths that
-//! name the same file — through symlinks and hard links too.
+//! Paths a benchmark binary reads and writes, checked before any work —
+//! the binaries' side of the engine's output discipline
+//! ([`tandem::sys::output`]): every file flag is a regular file or none
+//! yet (symlinks written through; a device, FIFO, socket or directory
+//! refused by name, unopened), in a directory that takes a new file; every
+//! directory flag a directory or none yet (created, and what the run
+//! created registered with [`crate::cleanup`]: removed if the run fails,
+//! and kept on success only if it holds something); no two flags name the
+//! same file, through symlinks and hard links too, the input included.
+//!
+//! Files are written beside their final path and renamed into place
+//! ([`stage`], [`Writing::commit`]): the staging is registered for removal
+//! if the run is interrupted, and a file that reached its place is the
+//! user's — no signal or later failure removes it.
 
 use crate::cleanup;
 use anyhow::{bail, ensure};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use tandem::sys::output::{self, OutputFile, Staged};
 
-/// A directory the run writes into: created if missing (what this creates
-/// is removed again if the run fails or is interrupted: see
-/// `tandem_bench::cleanup`), and tried.
+pub use tandem::sys::output::{identity, Identity};
+
+/// A file flag the run writes (`--output`, `--report`, `--hlog`, …),
+/// checked (see the module docs); the error names the flag.
+pub fn output_file(flag: &str, out: &Path) -> anyhow::Result<OutputFile> {
+    OutputFile::check(out).map_err(|e| anyhow::anyhow!("{flag} {e}"))
+}
+
+/// A directory the run writes into: checked, then created if missing
+/// (what this creates is removed again if the run fails or is
+/// interrupted, and if it is still empty when the run succeeds: see
+/// [`crate::cleanup`]), and tried.
 pub fn writable_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
-    if dir.exists() && !dir.is_dir() {
-        bail!("{flag} {}: exists and is not a directory", dir.display());
-    }
+    output::check_dir(dir).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
     cleanup::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("{flag} {}: cannot create it: {e}", dir.display()))?;
-    let probe = dir.join(format!(".tandem-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .map_err(|e| anyhow::anyhow!("{flag} {}: cannot write into it: {e}", dir.display()))?;
-    let _ = std::fs::remove_file(probe);
+    output::check_dir(dir).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
     Ok(())
 }
 
-/// A file the run writes at its end (`--output`, `--report`): a regular
-/// file or none yet, in a directory that exists and takes a new file.
-pub fn output_file(flag: &str, out: &Path) -> anyhow::Result<()> {
-    if out.is_dir() {
-        bail!("{flag} {}: is a directory; name a file", out.display());
+/// A file flag the run reads (`--input`): a regular file (through
+/// symlinks), refused by what it is otherwise, unopened.
+pub fn input_file(flag: &str, p: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) => bail!(
+            "{flag} {}: is {}, not a regular file",
+            p.display(),
+            output::kind_of(m.file_type())
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{flag} {}: no such file", p.display())
+        }
+        Err(e) => bail!(
+            "{flag} {}: {}",
+            p.display(),
+            tandem::sys::file::loop_named(e)
+        ),
     }
-    if out.exists() && !std::fs::metadata(out)?.is_file() {
-        bail!(
-            "{flag} {}: is not a regular file (it is written beside and renamed into place)",
-            out.display()
-        );
-    }
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    ensure!(
-        dir.is_dir(),
-        "{flag} {}: directory {} does not exist",
-        out.display(),
-        dir.display()
-    );
-    let probe = dir.join(format!(".tandem-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| {
-        anyhow::anyhow!(
-            "{flag} {}: cannot write into {}: {e}",
-            out.display(),
-            dir.display()
-        )
-    })?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
 }
 
-/// What a path will be once written: the file it names (through symlinks
-/// and hard links) if it exists, else its resolved directory and name.
-#[derive(PartialEq, Eq, Debug)]
-pub enum Identity {
-    /// An existing file.
-    File {
-        /// Its device.
-        dev: u64,
-        /// Its inode.
-        ino: u64,
-    },
-    /// A file not made yet, at this resolved path.
-    New(PathBuf),
-}
-
-pub fn identity(p: &Path) -> Identity {
-    use std::os::unix::fs::MetadataExt;
-    if let Ok(m) = std::fs::metadata(p) {
-        return Identity::File {
-            dev: m.dev(),
-            ino: m.ino(),
-        };
-    }
-    // A dangling symlink is written through: its target is what is named.
-    if let Ok(target) = std::fs::read_link(p) {
-        let base = p.parent().unwrap_or(Path::new("."));
-        return identity(&base.join(target));
-    }
-    let dir = match p.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    Identity::New(dir.join(p.file_name().unwrap_or_default()))
-}
-
-/// Refuses any two of `paths` (flag, path) that name the same file.
+/// Refuses any two of `paths` (flag, path) that name the same file or
+/// directory — whether they read or write it.
 pub fn distinct(paths: &[(&str, &Path)]) -> anyhow::Result<()> {
     let ids: Vec<Identity> = paths.iter().map(|(_, p)| identity(p)).collect();
     for i in 0..paths.len() {
@@ -111,6 +77,70 @@ pub fn distinct(paths: &[(&str, &Path)]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A checked output being written: its staging is removed if the run is
+/// interrupted ([`crate::cleanup`]) or if this is dropped uncommitted.
+pub struct Writing {
+    staged: Option<Staged>,
+    flag: String,
+}
+
+/// Starts writing the checked output `o` of flag `flag`.
+pub fn stage(flag: &str, o: &OutputFile) -> anyhow::Result<Writing> {
+    let staged = o.stage().map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
+    cleanup::add(staged.staging_path().to_path_buf());
+    Ok(Writing {
+        staged: Some(staged),
+        flag: flag.to_string(),
+    })
+}
+
+impl Writing {
+    /// Renames the file into place: from here on it is the user's.
+    pub fn commit(mut self) -> anyhow::Result<()> {
+        let s = self.staged.take().expect("committed once");
+        let staging = s.staging_path().to_path_buf();
+        let r = s.commit();
+        cleanup::forget(&staging);
+        r.map_err(|e| anyhow::anyhow!("{} {e}", self.flag))
+    }
+}
+
+impl Write for Writing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.staged.as_mut().expect("open").write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.staged.as_mut().expect("open").flush()
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        if let Some(s) = self.staged.take() {
+            let staging = s.staging_path().to_path_buf();
+            drop(s);
+            cleanup::forget(&staging);
+        }
+    }
+}
+
+/// Writes `bytes` as the whole of output `path` (flag `flag`): checked
+/// again, staged, committed.
+pub fn write_file(flag: &str, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let o = output_file(flag, path)?;
+    let mut w = stage(flag, &o)?;
+    w.write_all(bytes)
+        .map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
+    w.commit()
+}
+
+/// The directory a scratch directory of this run goes in: `dir`, or the
+/// temp dir.
+pub fn scratch_parent(dir: Option<&Path>) -> PathBuf {
+    dir.map_or_else(std::env::temp_dir, Path::to_path_buf)
 }
 
 /// Refuses a run that writes `need` bytes into `dir` when its filesystem

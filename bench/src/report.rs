@@ -1,7 +1,6 @@
 //! Shared bits of benchmark output: HDR summaries and JSON reports.
 
 use serde::Serialize;
-use std::io::Write;
 use std::path::Path;
 use tandem::LatencyHistogram;
 
@@ -48,35 +47,16 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
-/// Writes `value` as pretty JSON to `path`, atomically: into a file
-/// beside it (removed again if the run fails or is interrupted meanwhile,
-/// see [`crate::cleanup`]), flushed to disk, then renamed over `path` — a
-/// reader sees the old report or the whole new one, and a failed write
-/// leaves `path` as it was. Through a symlink, the file it names is
-/// replaced, not the link.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+/// Writes `value` as pretty JSON to `path` (flag `flag` names it in
+/// errors) by the output discipline ([`crate::paths`]): checked, written
+/// into a file beside it (removed again if the run fails or is interrupted
+/// meanwhile), flushed to disk, then renamed over `path` — a reader sees
+/// the old report or the whole new one, and a failed write leaves `path`
+/// as it was. Through a symlink, the file it names is replaced, not the
+/// link; a device or FIFO is refused, never replaced.
+pub fn write_json<T: Serialize>(flag: &str, path: &Path, value: &T) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(value)? + "\n";
-    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let name = target
-        .file_name()
-        .ok_or_else(|| anyhow::anyhow!("writing report {}: names no file", path.display()))?;
-    let tmp = target.with_file_name(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    crate::cleanup::add(tmp.clone());
-    let written = std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, &target));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    crate::cleanup::forget(&tmp);
-    written.map_err(|e| anyhow::anyhow!("writing report {}: {e}", path.display()))
+    crate::paths::write_file(flag, path, text.as_bytes())
 }
 
 #[cfg(test)]
@@ -90,7 +70,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("r.json");
         std::fs::write(&p, "old").unwrap();
-        write_json(&p, &[1, 2]).unwrap();
+        write_json("--report", &p, &[1, 2]).unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "[\n  1,\n  2\n]\n");
         let names: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
@@ -98,7 +78,8 @@ mod tests {
             .collect();
         assert_eq!(names, ["r.json"]);
         // Into a missing directory: an error naming the report, nothing made.
-        let e = write_json(&dir.join("missing/r.json"), &1).unwrap_err();
+        let e = write_json("--report", &dir.join("missing/r.json"), &1).unwrap_err();
+        assert!(e.to_string().contains("--report"), "{e}");
         assert!(e.to_string().contains("missing/r.json"), "{e}");
         std::fs::remove_dir_all(dir).unwrap();
     }

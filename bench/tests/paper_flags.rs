@@ -95,7 +95,7 @@ fn flags_that_cannot_take_effect_are_refused_naming_the_flag_and_nothing_is_left
             "--sink-mode transactional",
         ),
         (vec!["--output", "TMP"], "is a directory"),
-        (vec!["--output", "/dev/full"], "not a regular file"),
+        (vec!["--output", "/dev/full"], "is a character device"),
         (
             vec!["--output", "/nonexistent/dir/out.jsonl"],
             "does not exist",

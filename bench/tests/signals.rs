@@ -2,7 +2,9 @@
 //! input, running its job (every strategy, with `--output`, checkpoints
 //! and standbys), merging its output — end it with 130 or 143 and leave
 //! nothing behind: nothing in `/dev/shm` or the temp dir, nothing beside
-//! `--output`.
+//! `--output`; and a signal that comes once the run wrote its output
+//! keeps it. A killed run (`kill -9`) of `nexmark` or of a
+//! process-isolated `paper` leaves nothing once any later run has started.
 //!
 //! `TANDEM_SIGNAL_RUNS` sets the runs per configuration (default 2; the
 //! issue's bar, 20, is a campaign: `TANDEM_SIGNAL_RUNS=20 cargo test
@@ -125,10 +127,17 @@ fn signal_run(
         left.is_empty(),
         "{tag}: left in the temp dir: {left:?}\n{err}"
     );
-    // The output only of a run that finished.
+    // The output only of a run that finished, or wrote it before the
+    // signal came: once written, it is the user's.
+    let wrote = err.contains("wrote out.jsonl");
+    assert_eq!(
+        dir.join("out.jsonl").exists(),
+        !interrupted || wrote,
+        "{tag}: the output\n{err}"
+    );
     let beside: Vec<String> = listing(dir)
         .into_iter()
-        .filter(|n| interrupted || n != "out.jsonl")
+        .filter(|n| n != "out.jsonl")
         .collect();
     assert!(
         beside.is_empty(),
@@ -306,6 +315,325 @@ fn what_a_killed_run_left_is_swept_by_the_next_run_of_any_strategy() {
         listing(&tmp)
     );
     assert_eq!(listing(&dir), ["next.jsonl"]);
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+/// Runs `paper` and sends `sig` the moment it says it wrote its output;
+/// returns the exit status, stderr and the output's lines.
+fn signal_after_wrote(dir: &Path, tmp: &Path, sig: i32) -> (i32, String, usize) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args([
+            "--records",
+            "20000",
+            "--output",
+            "out.jsonl",
+            "--report",
+            "r.json",
+        ])
+        .current_dir(dir)
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    let mut r = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while r.read_line(&mut line).unwrap() > 0 {
+        if line.starts_with("wrote out.jsonl") {
+            // SAFETY: signalling a child we spawned and have not reaped.
+            unsafe { libc::kill(child.id() as i32, sig) };
+        }
+        err.push_str(&line);
+        line.clear();
+    }
+    let status = child.wait().unwrap();
+    let lines = std::fs::read_to_string(dir.join("out.jsonl"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    (status.code().unwrap_or(-1), err, lines)
+}
+
+#[test]
+fn a_signal_right_after_the_output_is_written_keeps_it() {
+    let dir = fresh("after-wrote");
+    let tmp = fresh("after-wrote-tmp");
+    // 20 000 records: 18 000 pass the filter, and one summary a user.
+    let (code, err, expected) = signal_after_wrote(&dir, &tmp, 0);
+    assert_eq!(code, 0, "{err}");
+    assert!(expected > 18_000, "{expected} lines\n{err}");
+    for i in 0..20 {
+        let sig = if i % 2 == 0 {
+            libc::SIGINT
+        } else {
+            libc::SIGTERM
+        };
+        std::fs::remove_file(dir.join("out.jsonl")).unwrap();
+        let (code, err, lines) = signal_after_wrote(&dir, &tmp, sig);
+        assert!(
+            code == 0 || code == 128 + sig,
+            "run {i}: exit {code}\n{err}"
+        );
+        assert_eq!(lines, expected, "run {i}: signal {sig}, exit {code}\n{err}");
+        if code != 0 {
+            assert!(err.contains("kept out.jsonl"), "run {i}: {err}");
+        }
+        assert!(listing(&tmp).is_empty(), "run {i}: {:?}", listing(&tmp));
+        let beside: Vec<String> = listing(&dir)
+            .into_iter()
+            .filter(|n| n != "out.jsonl" && n != "r.json")
+            .collect();
+        assert!(beside.is_empty(), "run {i}: {beside:?}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+/// Waits until `pid` has no child processes left (a process-isolated
+/// run's children die with it, a moment later), at most 10 s.
+fn wait_for_children_of(pid: u32) {
+    let t = Instant::now();
+    loop {
+        let any = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| {
+                // The field after the command's closing parenthesis: state,
+                // then the parent's pid.
+                s.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split(' ').nth(1).map(str::to_owned))
+                    == Some(pid.to_string())
+            })
+        });
+        if !any || t.elapsed() > Duration::from_secs(10) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything under `dir` whose name holds `pid` as a scratch directory's
+/// (`tandem-<kind>-<pid>-…`), at any depth.
+fn scratch_of(dir: &Path, pid: u32) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        // `tandem-<kind>-<pid>-<stamp>-<n>`; a kind may hold a dash.
+        if n.starts_with("tandem-") && n.split('-').any(|part| part == pid.to_string()) {
+            found.push(e.path());
+        } else if e.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(scratch_of(&e.path(), pid));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_killed_nexmark_leaves_nothing_once_another_binary_has_started() {
+    let dir = fresh("nexmark-killed");
+    let tmp = fresh("nexmark-killed-tmp");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nexmark"))
+        .args([
+            "--query",
+            "q5",
+            "--events",
+            "50000000",
+            "--strategy",
+            "both",
+            "--output",
+            "o.jsonl",
+        ])
+        .current_dir(&dir)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Until its scratch (checkpoints, the output's staging) and standby
+    // files exist.
+    let t = Instant::now();
+    while scratch_of(&tmp, pid).is_empty() || shm_of(pid).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!scratch_of(&tmp, pid).is_empty());
+    // Any later run of any binary: here `paper`, somewhere else.
+    let o = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "100"])
+        .current_dir(&tmp)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        shm_of(pid).is_empty(),
+        "left in /dev/shm: {:?}",
+        shm_of(pid)
+    );
+    assert!(
+        listing(&tmp).is_empty(),
+        "left in the temp dir: {:?}",
+        listing(&tmp)
+    );
+    assert!(listing(&dir).is_empty(), "{:?}", listing(&dir));
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+#[test]
+fn a_killed_process_isolated_paper_leaves_nothing_once_the_next_run_started() {
+    let dir = fresh("process-killed");
+    let tmp = fresh("process-killed-tmp");
+    let run_dir = dir.join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args([
+            "--records",
+            "2000000",
+            "--rate",
+            "400000",
+            "--strategy",
+            "bqbs",
+            "--standby",
+            "flatmap",
+            "--isolation",
+            "process",
+            "--run-dir",
+            "run",
+            "--output",
+            "o.jsonl",
+        ])
+        .current_dir(&dir)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Until the driver's copy of the input is in the run dir and the
+    // sink writes.
+    let t = Instant::now();
+    while scratch_of(&run_dir, pid).is_empty() || !dir.join("o.jsonl.part-0").exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_for_children_of(pid);
+    assert!(!scratch_of(&run_dir, pid).is_empty());
+    let o = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args([
+            "--records",
+            "100",
+            "--run-dir",
+            "run",
+            "--output",
+            "next.jsonl",
+        ])
+        .current_dir(&dir)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let left = scratch_of(&run_dir, pid);
+    assert!(left.is_empty(), "left in the run dir: {left:?}");
+    assert!(
+        shm_of(pid).is_empty(),
+        "left in /dev/shm: {:?}",
+        shm_of(pid)
+    );
+    assert!(
+        listing(&tmp).is_empty(),
+        "left in the temp dir: {:?}",
+        listing(&tmp)
+    );
+    let beside: Vec<String> = listing(&dir)
+        .into_iter()
+        .filter(|n| n != "run" && n != "next.jsonl")
+        .collect();
+    assert!(beside.is_empty(), "left beside the output: {beside:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+/// The pids of `pid`'s child processes.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (_, rest) = stat.rsplit_once(") ")?;
+            (rest.split(' ').nth(1)? == pid.to_string()).then_some(child)
+        })
+        .collect()
+}
+
+#[test]
+fn an_experiments_campaign_signalled_twice_waits_for_its_run_to_clean_up() {
+    let dir = fresh("experiments-twice");
+    let tmp = fresh("experiments-twice-tmp");
+    let mut exp = Command::new(env!("CARGO_BIN_EXE_experiments"))
+        .args(["--profile", "quick", "--out", "out"])
+        .current_dir(&dir)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until its first `paper` run is under way.
+    let t = Instant::now();
+    let paper = loop {
+        if let Some(&c) = children_of(exp.id()).first() {
+            if !shm_of(c).is_empty() || !listing(&tmp).is_empty() {
+                break c;
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no run started");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    // As `timeout` does after its grace: SIGTERM, and SIGTERM again.
+    // SAFETY: signalling a child we spawned and have not reaped.
+    unsafe { libc::kill(exp.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(30));
+    // SAFETY: as above.
+    unsafe { libc::kill(exp.id() as i32, libc::SIGTERM) };
+    let status = exp.wait().unwrap();
+    let err = {
+        use std::io::Read;
+        let mut s = String::new();
+        exp.stderr.take().unwrap().read_to_string(&mut s).unwrap();
+        s
+    };
+    assert_eq!(status.code(), Some(143), "{err}");
+    // Its run ended before it did (gone, or a zombie nobody reaped yet),
+    // and left nothing.
+    let state = std::fs::read_to_string(format!("/proc/{paper}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()))
+        .flatten();
+    assert!(
+        matches!(state, None | Some('Z') | Some('X')),
+        "the paper run {paper} outlived the campaign ({state:?})\n{err}"
+    );
+    assert!(shm_of(paper).is_empty(), "{:?}", shm_of(paper));
+    assert!(listing(&tmp).is_empty(), "{:?}\n{err}", listing(&tmp));
+    assert!(listing(&dir).is_empty(), "{:?}\n{err}", listing(&dir));
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(tmp).unwrap();
 }

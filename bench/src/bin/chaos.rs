@@ -282,6 +282,9 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         replays_source: strategy.starts_with("bqbs")
             && !queue_source
             && standby.iter().any(|s| s == paper::names::FLATMAP),
+        // Process isolation runs unchained: every backed-up operator heads
+        // its own chain.
+        unprobed: Vec::new(),
     };
     let spec = ScheduleSpec::Random {
         seed: rng.next_u64(),
@@ -708,6 +711,7 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
     }
     if let Some(p) = &args.report {
         write_json(
+            "--report",
             p,
             &Report {
                 records: args.records,

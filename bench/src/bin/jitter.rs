@@ -113,6 +113,9 @@ fn run(args: &Args) -> Result<()> {
         "--cores {n}: this process may use 1 to {} cores",
         all.len()
     );
+    if let Some(r) = &args.report {
+        tandem_bench::paths::output_file("--report", r)?;
+    }
     let until = Instant::now() + Duration::from_secs(args.seconds);
     let threads: Vec<_> = all[..n]
         .iter()
@@ -144,6 +147,7 @@ fn run(args: &Args) -> Result<()> {
     }
     if let Some(p) = &args.report {
         write_json(
+            "--report",
             p,
             &Report {
                 seconds: args.seconds,

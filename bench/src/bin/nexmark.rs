@@ -121,7 +121,9 @@ struct Args {
     /// Writes the figures as JSON.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Where the run's scratch files go (default: the temp directory).
+    /// Where the run's scratch files go — checkpoints, the output's
+    /// staging, and the standby's files (default: the temp directory, and
+    /// `/dev/shm` for the standby's).
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// Serve live metrics while the job runs, in the Prometheus text
@@ -159,7 +161,27 @@ fn main() -> ExitCode {
     })
 }
 
-fn check(args: &Args) -> anyhow::Result<usize> {
+/// What the flags resolve to, checked before any work.
+struct Checked {
+    cores: usize,
+    /// The faults, parsed and checked against the query.
+    injector: Option<(
+        tandem_fault_inject::FaultInjector,
+        tandem_fault_inject::Schedule,
+    )>,
+}
+
+/// The longest timeout: a year.
+const YEAR_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// The largest buffer queue: 1 TiB.
+const MAX_QUEUE_MB: u64 = 1 << 20;
+
+/// Checks every flag before any work (the error names the flag): numbers
+/// in bounds, faults this run survives, and every path by the output
+/// discipline (`tandem_bench::paths`) — no two naming one file; the work
+/// dir is created only once all have passed.
+fn check(args: &Args) -> anyhow::Result<Checked> {
     ensure!(
         (1..=10_000_000_000).contains(&args.events),
         "--events must be between 1 and 10,000,000,000"
@@ -176,32 +198,68 @@ fn check(args: &Args) -> anyhow::Result<usize> {
         (1..=3_600_000).contains(&args.checkpoint_interval_ms),
         "--checkpoint-interval-ms must be between 1 and 3,600,000"
     );
+    ensure!(
+        (1..=YEAR_MS).contains(&args.heartbeat_timeout_ms),
+        "--heartbeat-timeout-ms {}: 1 to {YEAR_MS} (a year)",
+        args.heartbeat_timeout_ms
+    );
+    if let Some(mb) = args.queue_mb {
+        ensure!(
+            (1..=MAX_QUEUE_MB).contains(&mb),
+            "--queue-mb {mb}: 1 to {MAX_QUEUE_MB} (1 TiB)"
+        );
+    }
     let available = tandem::sys::affinity::available_cores().len().max(1);
     let cores = args.cores.unwrap_or(available);
     ensure!(
         (1..=available).contains(&cores),
         "--cores must be between 1 and the {available} available here"
     );
-    if args.standby.is_some() && !matches!(args.strategy, Strategy::Bqbs | Strategy::Both) {
+    let standby_run = matches!(args.strategy, Strategy::Bqbs | Strategy::Both);
+    if args.standby.is_some() && !standby_run {
         bail!("--standby needs --strategy bqbs or both");
     }
+    for (flag, given) in [
+        ("--standby-mode", args.standby_mode != Mode::Warm),
+        ("--queue-mb", args.queue_mb.is_some()),
+    ] {
+        ensure!(
+            standby_run || !given,
+            "{flag} needs --strategy bqbs or both (this run has no standby)"
+        );
+    }
+    let injector = match &args.fault {
+        Some(spec) => Some(
+            nexmark::injector(args.query, spec, args.events, cores)
+                .map_err(|e| anyhow::anyhow!("--fault {spec}: {e}"))?,
+        ),
+        None => None,
+    };
+    let mut named: Vec<(&str, &Path)> = Vec::new();
     for (flag, p) in [
         ("--output", &args.output),
         ("--dump-input", &args.dump_input),
         ("--report", &args.report),
+        ("--hlog", &args.hlog),
     ] {
         if let Some(p) = p {
             paths::output_file(flag, p)?;
+            named.push((flag, p));
         }
     }
     if let Some(d) = &args.work_dir {
+        tandem::sys::output::check_dir(d).map_err(|e| anyhow::anyhow!("--work-dir {e}"))?;
+        named.push(("--work-dir", d));
+    }
+    paths::distinct(&named)?;
+    if let Some(d) = &args.work_dir {
         paths::writable_dir("--work-dir", d)?;
     }
-    Ok(cores)
+    Ok(Checked { cores, injector })
 }
 
 fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let cores = check(args)?;
+    let Checked { cores, injector } = check(args)?;
     tandem_fault_inject::quiet_injected_panics();
     let gen = GenConfig {
         seed: args.seed,
@@ -209,6 +267,14 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         base_time_ms: args.base_time_ms,
     };
     let tables = Arc::new(Tables::new(args.seed));
+    // The run's scratch (checkpoints, the output's staging): a directory
+    // of its own, locked while it lives, removed at the end — and by the
+    // next run of any binary if this one is killed.
+    let base = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    tandem::sys::scratch::sweep(&base);
+    let work = tandem::sys::scratch::ScratchDir::unique(&base, "nexmark")
+        .with_context(|| format!("creating a scratch directory in {}", base.display()))?;
+    cleanup::add(work.path().to_path_buf());
     if let Some(p) = &args.dump_input {
         dump_input(&gen, &tables, args.events, p)?;
     }
@@ -220,14 +286,9 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ),
         _ => None,
     };
-    let base = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let work = base.join(format!("tandem-nexmark-{}", std::process::id()));
-    cleanup::create_dir_all(&work)
-        .with_context(|| format!("creating the scratch directory {}", work.display()))?;
-    cleanup::add(work.clone());
-    let result = run_in(args, cores, gen, tables, standby, &work);
-    let _ = std::fs::remove_dir_all(&work);
-    cleanup::forget(&work);
+    let result = run_in(args, cores, gen, tables, standby, injector, work.path());
+    let _ = work.remove();
+    cleanup::forget(work.path());
     result
 }
 
@@ -237,6 +298,10 @@ fn run_in(
     gen: GenConfig,
     tables: Arc<Tables>,
     standby: Option<String>,
+    injector: Option<(
+        tandem_fault_inject::FaultInjector,
+        tandem_fault_inject::Schedule,
+    )>,
     work: &Path,
 ) -> anyhow::Result<ExitCode> {
     let out_dir = args.output.as_ref().map(|_| work.join("out"));
@@ -250,6 +315,11 @@ fn run_in(
     };
     let (job, counts) = queries::build(args.query, &opts, tables)?;
     let mut cfg = RuntimeConfig::default().cores(cores);
+    if args.work_dir.is_some() {
+        // The standby's files too: where the user put the run's scratch
+        // (else in /dev/shm).
+        cfg = cfg.run_dir(work);
+    }
     if matches!(args.strategy, Strategy::RestartAll | Strategy::Both) {
         let mut cp = CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
         cp.dir = Some(work.join("checkpoints"));
@@ -264,19 +334,16 @@ fn run_in(
                 Mode::Warm => StandbyMode::Warm,
                 Mode::Hot => StandbyMode::Hot,
             },
-            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms.max(1)),
+            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
             queue_memory: args
                 .queue_mb
                 .unwrap_or((1024 / (cores * cores) as u64).clamp(16, 128))
-                .max(1)
                 << 20,
             ..StandbyConfig::default()
         });
     }
-    let injector = match &args.fault {
-        Some(spec) => {
-            let (injector, schedule) =
-                nexmark::injector(args.query, spec, args.events, cores).context("--fault")?;
+    let injector = match injector {
+        Some((injector, schedule)) => {
             errln!("fault schedule: {schedule}");
             cfg = cfg.probes(Arc::new(injector.clone()));
             Some(injector)
@@ -284,7 +351,16 @@ fn run_in(
         None => None,
     };
 
-    let handle = job.start(&cfg).context("starting the job")?;
+    let handle = job.start(&cfg).map_err(|e| {
+        let hint = match &e {
+            tandem::JobError::Runtime(tandem::RuntimeError::NoSpace { .. }) => format!(
+                " (here: lower --queue-mb{}, or name a --work-dir on a larger filesystem)",
+                args.queue_mb.map_or(String::new(), |m| format!(" {m}"))
+            ),
+            _ => String::new(),
+        };
+        anyhow::Error::new(e).context(format!("starting the job{hint}"))
+    })?;
     let live = tandem_bench::live::Live::start(
         &tandem_bench::live::LiveFlags {
             metrics_addr: args.metrics_addr,
@@ -353,11 +429,11 @@ fn run_in(
     }
     for r in &report.recovery {
         outln!(
-            "recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs",
-            r.kind,
+            "recovered: {} of {}[{}] at {} ({}), first output after {} µs",
+            r.kind.name(),
             r.operator,
             r.instance,
-            r.tuple_id,
+            r.tuple_id.map_or("-".into(), |t| t.to_string()),
             r.cause,
             r.first_output_us.map_or("-".into(), |u| u.to_string()),
         )?;
@@ -367,6 +443,7 @@ fn run_in(
             .with_context(|| format!("reading the committed output in {}", dir.display()))?;
         lines.sort_unstable();
         write_lines(path, &lines)?;
+        tandem_bench::cli::kept(path.display().to_string());
         outln!("output: {} ({} lines)", path.display(), lines.len())?;
     }
     let mut status = ExitCode::SUCCESS;
@@ -390,6 +467,7 @@ fn run_in(
     }
     if let Some(p) = &args.report {
         write_json(
+            "--report",
             p,
             &Report {
                 query: args.query.name(),
@@ -411,21 +489,26 @@ fn run_in(
     Ok(status)
 }
 
+/// Writes `--output` (staged beside it, renamed into place).
 fn write_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
-    let write = || -> std::io::Result<()> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let o = paths::output_file("--output", path)?;
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, paths::stage("--output", &o)?);
+    let write = |f: &mut std::io::BufWriter<paths::Writing>| -> std::io::Result<()> {
         for l in lines {
             f.write_all(l.as_bytes())?;
             f.write_all(b"\n")?;
         }
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()
+        f.flush()
     };
-    write().with_context(|| format!("writing {}", path.display()))
+    write(&mut f).with_context(|| format!("writing --output {}", path.display()))?;
+    f.into_inner().map_err(|e| e.into_error())?.commit()
 }
 
+/// Writes `--dump-input` (staged beside it, renamed into place).
 fn dump_input(gen: &GenConfig, tables: &Tables, events: u64, path: &Path) -> anyhow::Result<()> {
-    let write = || -> std::io::Result<()> {
-        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let o = paths::output_file("--dump-input", path)?;
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, paths::stage("--dump-input", &o)?);
+    let mut write = || -> std::io::Result<()> {
         let mut line = String::new();
         for n in 0..events {
             if n % 65_536 == 0 && tandem_bench::cli::interrupted() {
@@ -436,10 +519,10 @@ fn dump_input(gen: &GenConfig, tables: &Tables, events: u64, path: &Path) -> any
             line.push('\n');
             f.write_all(line.as_bytes())?;
         }
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()
+        f.flush()
     };
-    cleanup::add(path.to_path_buf());
     write().with_context(|| format!("writing --dump-input {}", path.display()))?;
-    cleanup::forget(path);
+    f.into_inner().map_err(|e| e.into_error())?.commit()?;
+    tandem_bench::cli::kept(path.display().to_string());
     Ok(())
 }

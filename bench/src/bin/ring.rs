@@ -548,7 +548,7 @@ fn run(args: &Args) -> Result<()> {
         report.insert("batch".into(), args.batch.into());
         report.insert("capacity".into(), args.capacity.into());
         report.insert("runs".into(), args.runs.into());
-        tandem_bench::report::write_json(path, &serde_json::Value::Object(report))?;
+        tandem_bench::report::write_json("--report", path, &serde_json::Value::Object(report))?;
         tandem_bench::errln!("report written to {}", path.display());
     }
     Ok(())

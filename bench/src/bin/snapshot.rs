@@ -181,7 +181,7 @@ fn real_main(args: &Args, base: &Path) -> Result<()> {
         report
     };
     if let Some(path) = &args.report {
-        tandem_bench::report::write_json(path, &report)?;
+        tandem_bench::report::write_json("--report", path, &report)?;
     }
     Ok(())
 }

@@ -594,7 +594,7 @@ fn run(args: &Args, base: &Path) -> Result<()> {
     )?;
     scratch.remove()?;
     if let Some(p) = &args.report {
-        write_json(p, &r)?;
+        write_json("--report", p, &r)?;
     }
     Ok(())
 }

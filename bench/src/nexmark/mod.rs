@@ -66,6 +66,16 @@ pub fn injector(
         }
     }
     let schedule = spec.expand(&space)?;
+    for f in &schedule.faults {
+        ensure!(
+            !f.kind.ends_process(),
+            "{} ends the process that runs `{}`, and nexmark runs the whole job in one \
+             process: neither a standby nor a restart would survive it (process isolation is \
+             `paper --strategy bqbs --standby OPERATOR --isolation process`'s)",
+            f.kind.name(),
+            f.target
+        );
+    }
     let injector = FaultInjector::builder(&schedule)
         .records(records)
         .resolver(move |i| queries::tuple_of(partitions, kind.event(i)))

@@ -31,6 +31,10 @@ pub struct Protection {
     /// queue): a fault in the source is one of the chain's, and the chain
     /// has no queue to damage.
     pub replays_source: bool,
+    /// Operators no fault can be injected into: under process isolation,
+    /// those chained after a backed-up chain's head run in the head's child
+    /// process, where records are not probed.
+    pub unprobed: Vec<String>,
 }
 
 impl Protection {
@@ -59,6 +63,9 @@ impl Protection {
     pub fn space(&self, records: u64) -> Space {
         let mut s = Space::new(records);
         for op in [names::FLATMAP, names::FILTER, names::MAP, names::KEYED] {
+            if self.unprobed.iter().any(|u| u == op) {
+                continue;
+            }
             let backed = self.backed_up(op);
             for k in ["slow", "mute", "stall"] {
                 s = s.allow(k, op);

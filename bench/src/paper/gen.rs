@@ -127,7 +127,7 @@ pub(super) struct Mapped {
 }
 
 /// The shared input file's first bytes.
-const SHARED_MAGIC: &[u8; 8] = b"TNDMPIN1";
+const SHARED_MAGIC: &[u8; 8] = b"TNDMPIN2";
 
 pub(super) struct Chunk {
     pub(super) bytes: Vec<u8>,
@@ -188,20 +188,19 @@ impl Input {
         }
     }
 
-    /// Writes a generated input to `path` (created, 0600) for other
-    /// processes to map with [`Input::open_shared`]: the children of
-    /// process isolation, which need the records the source refers to
-    /// without generating them again. Layout: magic, records, seed,
-    /// records per chunk, chunks, per chunk its record count and byte
-    /// length, then per chunk its line ends (`u32`, little-endian) and its
-    /// bytes.
+    /// Writes the input to `path` (created, 0600) for other processes to
+    /// map with [`Input::open_shared`]: the children of process isolation,
+    /// which need the records the source refers to without generating or
+    /// reading them again — a child must see exactly what the driver read,
+    /// whatever happens to the user's file meanwhile. Layout: magic,
+    /// records, seed, records per chunk, chunks, per chunk its record
+    /// count and byte length, then per chunk its line ends (`u32`,
+    /// little-endian) and its bytes; then, for an input read from a file,
+    /// where its records came from (see `write_origin`).
     pub fn write_shared(&self, path: &std::path::Path) -> std::io::Result<()> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        assert!(
-            self.file.is_none() && self.mapped.is_none(),
-            "a generated input"
-        );
+        assert!(self.mapped.is_none(), "an input in memory");
         let f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -227,6 +226,9 @@ impl Input {
             }
             w.write_all(&c.bytes)?;
         }
+        if let Some(o) = &self.file {
+            write_origin(&mut w, o)?;
+        }
         w.into_inner().map_err(|e| e.into_error())?.sync_all()
     }
 
@@ -241,7 +243,7 @@ impl Input {
         let bad = || anyhow::anyhow!("{} is not a shared paper input", path.display());
         let u = |o: usize| -> anyhow::Result<u64> {
             Ok(u64::from_le_bytes(
-                map.get(o..o + 8)
+                map.get(o..o.checked_add(8).ok_or_else(bad)?)
                     .ok_or_else(bad)?
                     .try_into()
                     .expect("8 bytes"),
@@ -262,13 +264,18 @@ impl Input {
                 .filter(|&e| e <= map.len())
                 .ok_or_else(bad)?;
         }
-        anyhow::ensure!(total == len && at == map.len(), bad());
+        anyhow::ensure!(total == len, bad());
+        let file = if at == map.len() {
+            None
+        } else {
+            Some(read_origin(&map[at..], len).ok_or_else(bad)?)
+        };
         Ok(Input {
             chunks: Vec::new(),
             chunk_records,
             len,
             seed,
-            file: None,
+            file,
             mapped: Some(Mapped { map, chunks }),
         })
     }
@@ -321,6 +328,77 @@ impl Mapped {
         let start = if i == 0 { 0 } else { end(i - 1) };
         &self.map[bytes + start..bytes + end(i)]
     }
+}
+
+/// Writes where a file's records came from, after the records of a shared
+/// input: the path's length and bytes, the record size limit, the blank
+/// lines, then each record's line number and the records over the limit
+/// (count, then record and length each) — every number a `u64`,
+/// little-endian.
+fn write_origin(w: &mut impl std::io::Write, o: &super::input::FileOrigin) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = o.path.as_os_str().as_bytes();
+    w.write_all(&(path.len() as u64).to_le_bytes())?;
+    w.write_all(path)?;
+    for v in [
+        o.max_record_bytes as u64,
+        o.blank_lines,
+        o.line_of.len() as u64,
+    ] {
+        w.write_all(&v.to_le_bytes())?;
+    }
+    for v in &o.line_of {
+        w.write_all(&v.to_le_bytes())?;
+    }
+    w.write_all(&(o.oversized.len() as u64).to_le_bytes())?;
+    for (r, l) in &o.oversized {
+        w.write_all(&r.to_le_bytes())?;
+        w.write_all(&l.to_le_bytes())?;
+    }
+    Ok(())
+}
+
+/// Reads what [`write_origin`] wrote (the whole of `b`) for an input of
+/// `len` records; `None` if it is not that.
+fn read_origin(b: &[u8], len: u64) -> Option<super::input::FileOrigin> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut at = 0usize;
+    let mut u = || -> Option<u64> {
+        let v = u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?);
+        at += 8;
+        Some(v)
+    };
+    let plen = usize::try_from(u()?).ok()?;
+    let path_at = at;
+    let path = b.get(path_at..path_at.checked_add(plen)?)?;
+    at = path_at + plen;
+    let mut u = || -> Option<u64> {
+        let v = u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?);
+        at += 8;
+        Some(v)
+    };
+    let (max_record_bytes, blank_lines, lines) = (u()?, u()?, u()?);
+    if lines != len || lines > (b.len() / 8) as u64 {
+        return None;
+    }
+    let line_of = (0..lines).map(|_| u()).collect::<Option<Vec<u64>>>()?;
+    let over = u()?;
+    if over > (b.len() / 16) as u64 {
+        return None;
+    }
+    let oversized = (0..over)
+        .map(|_| Some((u()?, u()?)))
+        .collect::<Option<Vec<(u64, u64)>>>()?;
+    if at != b.len() {
+        return None;
+    }
+    Some(super::input::FileOrigin {
+        path: std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path)),
+        line_of,
+        oversized,
+        max_record_bytes: usize::try_from(max_record_bytes).ok()?,
+        blank_lines,
+    })
 }
 
 fn gen_chunk(seed: u64, lo: u64, hi: u64, malformed_every: u64) -> Chunk {

@@ -240,6 +240,37 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_copy_of_a_file_input_is_what_was_read_whatever_the_file_becomes() {
+        let mut body = b"a\n\n{\"x\":1}\n".to_vec();
+        body.extend(vec![b'y'; 3000]);
+        body.extend_from_slice(b"\nlast");
+        let p = file("shared", &body);
+        let read = Input::from_jsonl(&p, 1024).unwrap();
+        let shared = p.with_extension("shared");
+        let _ = std::fs::remove_file(&shared);
+        read.write_shared(&shared).unwrap();
+        // The user's file changes; the copy does not.
+        std::fs::write(&p, b"other\n").unwrap();
+        let copy = Input::open_shared(&shared).unwrap();
+        assert_eq!(copy.len(), read.len());
+        for i in 0..read.len() {
+            assert_eq!(copy.line(i), read.line(i));
+            assert_eq!(copy.position(i), read.position(i));
+            assert_eq!(copy.oversized(i), read.oversized(i));
+        }
+        assert_eq!(copy.oversized(2), Some((3000, 1024)));
+        assert_eq!(copy.blank_lines(), 1);
+        assert_eq!(copy.path(), Some(p.as_path()));
+        // A copy cut short is refused, not misread.
+        let bytes = std::fs::read(&shared).unwrap();
+        std::fs::remove_file(&shared).unwrap();
+        std::fs::write(&shared, &bytes[..bytes.len() - 4]).unwrap();
+        assert!(Input::open_shared(&shared).is_err());
+        std::fs::remove_file(shared).unwrap();
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
     fn a_line_over_the_limit_keeps_its_head_and_length() {
         let mut body = vec![b'x'; 5000];
         body.push(b'\n');

@@ -41,8 +41,8 @@ pub use faults::Protection;
 pub use gen::{check_records, Input};
 pub use input::{InputError, DEFAULT_MAX_RECORD_BYTES, KEPT_OF_OVERSIZED, MAX_RECORD_BYTES};
 pub use output::{
-    claim, lock_path, merge_output, merge_path, part_path, staging, txn_dir, write_line,
-    OutputClaim, OutputMode, SinkCounts,
+    claim, lock_path, merge_output, part_path, staging, txn_dir, write_line, OutputClaim,
+    OutputMode, SinkCounts,
 };
 use output::{PaperSink, SinkOut};
 

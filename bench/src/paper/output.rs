@@ -172,11 +172,6 @@ pub fn txn_dir(output: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Where [`merge_output`] assembles `output` before renaming it into place.
-pub fn merge_path(output: &Path) -> PathBuf {
-    suffixed(output, ".tandem-merge")
-}
-
 /// The lock a run holds on `output` while it writes it ([`OutputClaim`]).
 pub fn lock_path(output: &Path) -> PathBuf {
     suffixed(output, LOCK_SUFFIX)
@@ -194,7 +189,7 @@ fn suffixed(p: &Path, suffix: &str) -> PathBuf {
 /// beside it — the transactional staging, part files, the merge and the
 /// lock — and the part files of any other run found there.
 pub fn staging(output: &Path, parts: usize) -> Vec<PathBuf> {
-    let mut v = vec![txn_dir(output), merge_path(output), lock_path(output)];
+    let mut v = vec![txn_dir(output), lock_path(output)];
     v.extend((0..parts).map(|i| part_path(output, i)));
     let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
         return v;
@@ -297,26 +292,33 @@ fn sweep_dead_outputs(dir: &Path) {
 
 /// Assembles `output` from what the sinks left (part files, or committed
 /// epochs in order) and removes those. The output appears whole or not at
-/// all: assembled beside it ([`merge_path`]), synced, then renamed over
-/// it.
-pub fn merge_output(output: &Path, parts: usize, mode: OutputMode) -> std::io::Result<u64> {
+/// all: assembled beside it and renamed over it (through a symlink, the
+/// file it names), by the output discipline of [`crate::paths`] — once
+/// this returns, the file is the user's.
+pub fn merge_output(output: &Path, parts: usize, mode: OutputMode) -> anyhow::Result<u64> {
     let files: Vec<PathBuf> = match mode {
         OutputMode::Direct => (0..parts).map(|i| part_path(output, i)).collect(),
         OutputMode::Transactional => TransactionalFile::committed_files(&txn_dir(output))?,
     };
-    let merge = merge_path(output);
-    let mut out = std::io::BufWriter::new(File::create(&merge)?);
+    let target = crate::paths::output_file("--output", output)?;
+    let mut out =
+        std::io::BufWriter::with_capacity(1 << 20, crate::paths::stage("--output", &target)?);
     let mut bytes = 0;
     for p in &files {
         let mut f = File::open(p)?;
         bytes += std::io::copy(&mut f, &mut out)?;
     }
     out.flush()?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    std::fs::rename(&merge, output)?;
+    out.into_inner().map_err(|e| e.into_error())?.commit()?;
+    // The output is in place: what is left is staging, removed as well as
+    // can be (a run's cleanup removes what this leaves).
     match mode {
-        OutputMode::Direct => files.iter().try_for_each(std::fs::remove_file)?,
-        OutputMode::Transactional => std::fs::remove_dir_all(txn_dir(output))?,
+        OutputMode::Direct => files.iter().for_each(|f| {
+            let _ = std::fs::remove_file(f);
+        }),
+        OutputMode::Transactional => {
+            let _ = std::fs::remove_dir_all(txn_dir(output));
+        }
     }
     Ok(bytes)
 }

@@ -15,13 +15,16 @@ mod report;
 mod runs;
 mod tables;
 
-use anyhow::Context;
+use anyhow::{ensure, Context};
 use clap::Parser;
 use plan::{Profile, Spec};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tandem_bench::{errln, outln};
+
+/// The longest `--run-timeout-s`: a day.
+const MAX_RUN_TIMEOUT_S: u64 = 86_400;
 
 /// Runs the paper's experiments and writes their report, JSON and plots.
 #[derive(Parser, Debug)]
@@ -69,8 +72,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
             anyhow::bail!("--cores {c}: this process may use 1 to {have} cores");
         }
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating --out {}", args.out.display()))?;
+    ensure!(
+        (1..=MAX_RUN_TIMEOUT_S).contains(&args.run_timeout_s),
+        "--run-timeout-s {}: 1 to {MAX_RUN_TIMEOUT_S} (a day)",
+        args.run_timeout_s
+    );
+    // Created if missing (and removed again if the campaign fails before
+    // it wrote anything there).
+    tandem_bench::paths::writable_dir("--out", &args.out)?;
     let machine = tables::Machine::describe(args.cores);
     let mut common = Vec::new();
     if let Some(c) = args.cores {
@@ -131,9 +140,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
             .collect(),
     };
     let plots = plots::draw_all(&args.out, &results, &done)?;
-    tandem_bench::report::write_json(&args.out.join("results.json"), &results)?;
+    tandem_bench::report::write_json("--out", &args.out.join("results.json"), &results)?;
     let md = report::markdown(&results, &plots);
-    std::fs::write(args.out.join("report.md"), md)?;
+    tandem_bench::paths::write_file("--out", &args.out.join("report.md"), md.as_bytes())?;
     outln!("{}", report::summary(&results))?;
     outln!(
         "wrote {}/report.md, results.json and {} plots in {:.0} s",

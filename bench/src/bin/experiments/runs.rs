@@ -126,9 +126,39 @@ impl Runner {
         let mut child = cmd
             .spawn()
             .with_context(|| format!("starting {}", self.bin.display()))?;
-        let status = loop {
+        // A signal that ends this process the hard way waits for the run
+        // to clean up first (`tandem_bench::cleanup`).
+        tandem_bench::cleanup::child(child.id());
+        let status = self.wait(&mut child, r, &log);
+        tandem_bench::cleanup::child_ended(child.id());
+        let status = status?;
+        if !status.success() {
+            bail!("run {} failed ({status}): {}", r.name, tail(&log));
+        }
+        let text =
+            std::fs::read(&report).with_context(|| format!("reading {}", report.display()))?;
+        let parsed: PaperReport = serde_json::from_slice(&text)
+            .with_context(|| format!("parsing {}", report.display()))?;
+        Ok(Done {
+            report: parsed,
+            hlog: Some(hlog),
+            timeline,
+            wall_s: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Waits for run `r`'s process: its exit status, or an error once it
+    /// has been stopped (a signal to this process, or past the timeout).
+    fn wait(
+        &self,
+        child: &mut std::process::Child,
+        r: &Run,
+        log: &Path,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
             if let Some(s) = child.try_wait()? {
-                break s;
+                return Ok(s);
             }
             if tandem_bench::cli::interrupted() || started.elapsed() > self.timeout {
                 // SIGTERM: `paper` stops its job and removes its scratch
@@ -146,34 +176,23 @@ impl Runner {
                     bail!("interrupted");
                 }
                 bail!(
-                    "run {} took longer than {:?} and was stopped (its output: {})",
+                    "run {} took longer than {:?} and was stopped: {}",
                     r.name,
                     self.timeout,
-                    log.display()
+                    tail(log)
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
-        };
-        if !status.success() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(3).collect();
-            bail!(
-                "run {} failed ({status}): {}",
-                r.name,
-                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-            );
         }
-        let text =
-            std::fs::read(&report).with_context(|| format!("reading {}", report.display()))?;
-        let parsed: PaperReport = serde_json::from_slice(&text)
-            .with_context(|| format!("parsing {}", report.display()))?;
-        Ok(Done {
-            report: parsed,
-            hlog: Some(hlog),
-            timeline,
-            wall_s: started.elapsed().as_secs_f64(),
-        })
     }
+}
+
+/// The last lines a run printed (its log is removed with a campaign that
+/// fails, when `--out` was made for it).
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(3).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
 }
 
 /// The `paper` binary beside this one (cargo builds a package's binaries
@@ -206,14 +225,20 @@ pub fn read_hlog(path: &Path) -> anyhow::Result<hdrhistogram::Histogram<u64>> {
     let mut all = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3)?;
     let mut de = Deserializer::new();
     for e in IntervalLogIterator::new(&text) {
-        let e = e.map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        let e = e.map_err(|e| {
+            let hdrhistogram::serialization::interval_log::LogIteratorError::ParseError { offset } =
+                e;
+            anyhow::anyhow!("{}: not an interval log (at byte {offset})", path.display())
+        })?;
         if let LogEntry::Interval(i) = e {
             let bytes = STANDARD
                 .decode(i.encoded_histogram())
                 .with_context(|| format!("{}: an interval is not base64", path.display()))?;
             let h: hdrhistogram::Histogram<u64> = de
                 .deserialize(&mut std::io::Cursor::new(bytes))
-                .map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+                .map_err(|e| {
+                    anyhow::anyhow!("{}: an interval does not decode: {e}", path.display())
+                })?;
             all.add(&h)?;
         }
     }

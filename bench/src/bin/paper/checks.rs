@@ -9,9 +9,10 @@ use anyhow::ensure;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use std::path::{Path, PathBuf};
+use tandem::sys::output::{check_dir, kind_of};
 use tandem::RestartStrategy;
 use tandem_bench::paper::{self, names, OutputMode};
-use tandem_bench::paths::{distinct, identity, output_file, writable_dir};
+use tandem_bench::paths::{distinct, identity, input_file, output_file, writable_dir};
 use tandem_fault_inject::{FaultKind, FaultSpec, Schedule, ScheduleSpec, Space, When, CHECKPOINT};
 
 /// The longest idle spin or yield phase a worker may be given: 1 s.
@@ -55,8 +56,6 @@ pub struct Plan {
     pub output_mode: OutputMode,
     /// Where the output goes (set once the run holds it).
     pub output: Option<PathBuf>,
-    /// `--output` existed before the run (a failed run leaves it).
-    pub output_existed: bool,
     /// Operators with a standby (empty unless bqbs).
     pub standby: Vec<String>,
     /// The faults as given (`--fault`, then the schedule), expanded once
@@ -149,6 +148,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     );
     match &args.input {
         None => paper::check_records("--records", args.records)?,
+        Some(_) if tandem::is_incarnation_process() => {}
         Some(p) => {
             // Read whole before timing: it must fit in memory.
             let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
@@ -170,6 +170,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     // Flags that only take effect with a strategy, refused without it.
     let standby_flags = [
         "standby",
+        "isolation",
         "standby_mode",
         "standby_heartbeat_ms",
         "standby_snapshot_ms",
@@ -267,6 +268,12 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         );
     }
 
+    ensure!(
+        !(bqbs && args.isolation == tandem::Isolation::Process && checkpointing),
+        "--isolation process does not run with checkpoints yet (an operator in a child process \
+         cannot take part in one): drop --checkpoint-interval-ms, or use --isolation thread"
+    );
+
     // Standbys.
     let standby = if bqbs {
         args.standby.clone()
@@ -311,57 +318,11 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         output_mode != OutputMode::Transactional || checkpointing,
         "--sink-mode transactional commits output at checkpoints: it needs --strategy restart-all, or --strategy bqbs with --checkpoint-interval-ms"
     );
-    // Every path the run reads or writes, checked before any work; no two
-    // may be the same file.
-    let mut named: Vec<(&str, &Path)> = Vec::new();
-    if let Some(p) = &args.input {
-        named.push(("--input", p));
-    }
-    if let Some(o) = &args.output {
-        output_file("--output", o)?;
-        named.push(("--output", o));
-    }
-    if let Some(r) = &args.report {
-        output_file("--report", r)?;
-        named.push(("--report", r));
-    }
-    distinct(&named)?;
-    if let Some(o) = &args.output {
-        for (flag, p) in &named {
-            ensure!(
-                !paper::staging(o, parallelism)
-                    .iter()
-                    .any(|s| identity(s) == identity(p)),
-                "{flag} {}: the run stages --output {} there",
-                p.display(),
-                o.display()
-            );
-        }
-    }
-    if let Some(d) = &args.run_dir {
-        writable_dir("--run-dir", d)?;
-    }
-    if let Some(d) = &args.checkpoint_dir {
-        writable_dir("--checkpoint-dir", d)?;
-    }
-    if let Some(p) = &args.from_savepoint {
-        ensure!(
-            p.exists(),
-            "--from-savepoint {}: no such file or directory",
-            p.display()
-        );
-    }
-    if let Some(p) = &args.input {
-        ensure!(
-            p.is_file(),
-            "--input {}: {}",
-            p.display(),
-            if p.exists() {
-                "not a regular file"
-            } else {
-                "no such file"
-            }
-        );
+    // A child of process isolation runs the driver's checked job on the
+    // driver's copy of the input: it looks at none of the user's paths
+    // (the driver did, and the files may have changed since).
+    if !tandem::is_incarnation_process() {
+        check_paths(args, parallelism)?;
     }
 
     let plan = Plan {
@@ -372,7 +333,6 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         checkpointing,
         output_mode,
         output: None,
-        output_existed: args.output.as_ref().is_some_and(|o| o.exists()),
         standby,
         fault_specs: args.faults.clone(),
         schedule: match &args.fault_schedule {
@@ -396,6 +356,84 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     Ok((plan, warnings))
 }
 
+/// Every path the run reads or writes, checked before any work (the
+/// output discipline of `tandem_bench::paths`): files it reads are regular
+/// files, files it writes are regular files or none yet, directories are
+/// directories or none yet; no two flags name one file, through symlinks
+/// and hard links, the input included — but `--from-savepoint` may name
+/// the `--checkpoint-dir` the run goes on checkpointing into. Directories
+/// are created only once every path has passed.
+fn check_paths(args: &Args, parallelism: usize) -> anyhow::Result<()> {
+    let mut named: Vec<(&str, &Path)> = Vec::new();
+    if let Some(p) = &args.input {
+        input_file("--input", p)?;
+        named.push(("--input", p));
+    }
+    let files = [
+        ("--output", &args.output),
+        ("--report", &args.report),
+        ("--hlog", &args.hlog),
+        ("--timeline", &args.timeline),
+    ];
+    for (flag, p) in files {
+        if let Some(p) = p {
+            output_file(flag, p)?;
+            named.push((flag, p));
+        }
+    }
+    let dirs = [
+        ("--run-dir", &args.run_dir),
+        ("--checkpoint-dir", &args.checkpoint_dir),
+    ];
+    for (flag, d) in dirs {
+        if let Some(d) = d {
+            check_dir(d).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
+            named.push((flag, d));
+        }
+    }
+    distinct(&named)?;
+    if let Some(p) = &args.from_savepoint {
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() || m.is_file() => {}
+            Ok(m) => anyhow::bail!(
+                "--from-savepoint {}: is {}; name a savepoint directory, a manifest or a checkpoint directory",
+                p.display(),
+                kind_of(m.file_type())
+            ),
+            Err(_) => anyhow::bail!(
+                "--from-savepoint {}: no such file or directory",
+                p.display()
+            ),
+        }
+        for (flag, q) in &named {
+            ensure!(
+                *flag == "--checkpoint-dir" || identity(p) != identity(q),
+                "--from-savepoint {} and {flag} {} name the same file",
+                p.display(),
+                q.display()
+            );
+        }
+    }
+    if let Some(o) = &args.output {
+        for (flag, p) in &named {
+            ensure!(
+                !paper::staging(o, parallelism)
+                    .iter()
+                    .any(|s| identity(s) == identity(p)),
+                "{flag} {}: the run stages --output {} there",
+                p.display(),
+                o.display()
+            );
+        }
+    }
+    for (flag, d) in dirs {
+        if let Some(d) = d {
+            writable_dir(flag, d)?;
+        }
+    }
+    Ok(())
+}
+
 /// One `KIND@OPERATOR:COUNT[:MILLIS]` is the older spread shorthand.
 fn legacy(s: ScheduleSpec) -> ScheduleSpec {
     match s {
@@ -412,6 +450,19 @@ fn legacy(s: ScheduleSpec) -> ScheduleSpec {
 impl Plan {
     fn backed_up(&self, op: &str) -> bool {
         self.bqbs && self.standby.iter().any(|s| s == op)
+    }
+
+    /// Operators no fault can be injected into (as the engine refuses
+    /// them at start): under process isolation, `filter` is chained after
+    /// `flatmap` when `flatmap` is backed up, into the chain `flatmap`
+    /// heads, whose records the child process runs unprobed.
+    fn unprobed(&self, args: &Args) -> Vec<String> {
+        let isolated = self.bqbs && args.isolation == tandem::Isolation::Process;
+        if isolated && args.chaining != tandem::Chaining::Never && self.backed_up(names::FLATMAP) {
+            vec![names::FILTER.to_string()]
+        } else {
+            Vec::new()
+        }
     }
 
     /// Whether a stall that never ends in `op` is detected (and ends).
@@ -435,6 +486,15 @@ impl Plan {
                 OPERATORS.join(", ")
             ));
         }
+        if self.unprobed(args).contains(&f.target) {
+            return Err(format!(
+                "under process isolation `{}` is chained after `{}` into the chain `{1}` heads, \
+                 which runs in a child process where records are not probed: inject the fault \
+                 into `{1}`, or run the operators apart (--chaining never)",
+                f.target,
+                names::FLATMAP
+            ));
+        }
         match f.kind {
             FaultKind::Commit => {
                 if f.target != names::SINK {
@@ -453,8 +513,21 @@ impl Plan {
                 && (self.bqbs || self.checkpointing)
                 && !(self.backed_up(&f.target) && args.isolation == tandem::Isolation::Process) =>
             {
+                let survives = if BACKABLE.contains(&f.target.as_str()) {
+                    format!(
+                        "it runs with --strategy bqbs --standby {} --isolation process, or with \
+                         --strategy none",
+                        f.target
+                    )
+                } else {
+                    format!(
+                        "it runs with --strategy none; only {} can run in a process of their own \
+                         (--isolation process)",
+                        BACKABLE.join(", ")
+                    )
+                };
                 return Err(format!(
-                    "{} ends the process that runs `{}`, and here that process runs the whole job: neither a standby nor a restart would survive it (it runs with --strategy bqbs --standby {1} --isolation process, or with --strategy none)",
+                    "{} ends the process that runs `{}`, and here that process runs the whole job: neither a standby nor a restart would survive it ({survives})",
                     k.name(),
                     f.target
                 ));
@@ -519,6 +592,7 @@ impl Plan {
             replays_source: self.bqbs
                 && !args.standby_queue_source
                 && self.standby.iter().any(|s| s == paper::names::FLATMAP),
+            unprobed: self.unprobed(args),
         }
         .space(records)
     }

@@ -206,10 +206,9 @@ fn run(
     if let Some(out) = &plan.output {
         let bytes = paper::merge_output(out, parallelism, output_mode)
             .with_context(|| format!("merging output into {}", out.display()))?;
-        if !plan.output_existed {
-            // A failure from here on (the report) removes it again.
-            cleanup::add(out.clone());
-        }
+        // In place: the user's now, whatever comes after (a signal, a
+        // report that cannot be written).
+        tandem_bench::cli::kept(out.display().to_string());
         errln!("wrote {} ({:.1} MB)", out.display(), bytes as f64 / 1e6);
         // After restarts, what counts is what the file holds.
         if report.restarts > 0 {
@@ -360,6 +359,12 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         return nats::main(args);
     }
     let (mut plan, mut warnings) = checks::flags(args, m)?;
+    // A generated input's length is known before it is made: the faults
+    // (a random schedule's draws included) are checked before any work.
+    let early_faults = match (&args.input, tandem::is_incarnation_process()) {
+        (None, false) => Some(plan.faults(args, args.records, &mut warnings)?),
+        _ => None,
+    };
     let available = tandem::sys::affinity::available_cores().len();
     let t = Instant::now();
     let input = match &args.input {
@@ -403,13 +408,12 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         anyhow::bail!("a child of process isolation returned from its job's start");
     }
     checks::interrupted()?;
-    // Process isolation: the children map the generated input from a file
+    // Process isolation: the children map the driver's input from a file
     // (removed with the run; swept by the next run if this one is killed)
-    // rather than generate it again, each, on the cores of the run.
-    let _shared = if plan.bqbs
-        && args.isolation == tandem::Isolation::Process
-        && args.input.is_none()
-    {
+    // rather than generate it again, each, on the cores of the run — or
+    // read the user's --input again, which may have changed since the
+    // driver read it: every process of the run sees the same records.
+    let _shared = if plan.bqbs && args.isolation == tandem::Isolation::Process {
         let parent = args
             .run_dir
             .clone()
@@ -435,7 +439,10 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         checks::savepoint_fits(sp, input.len(), plan.parallelism)?;
     }
     let input = Arc::new(input);
-    let faults = plan.faults(args, input.len(), &mut warnings)?;
+    let faults = match early_faults {
+        Some(f) => f,
+        None => plan.faults(args, input.len(), &mut warnings)?,
+    };
     if args.rate > 0.0 && input.len() as f64 / args.rate > 60.0 {
         warnings.push(format!(
             "--rate {} paces {} records over about {} (stop it with Ctrl-C)",
@@ -509,12 +516,13 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     }
     summary::print(args, &rep)?;
     if let Some(path) = &args.report {
-        write_json(path, &rep)?;
+        write_json("--report", path, &rep)?;
+        tandem_bench::cli::kept(path.display().to_string());
         errln!("report written to {}", path.display());
     }
     checks::interrupted()?;
-    // The run succeeded: what it made is the user's; the lock goes.
-    cleanup::forget_all();
+    // The run succeeded: what it made is the user's (`cli::main` keeps
+    // it); the lock goes.
     if let Some(out) = &args.output {
         let _ = std::fs::remove_file(tandem_bench::paper::lock_path(out));
     }
