@@ -10,8 +10,9 @@
 //! a command found damage or a difference (after printing what it found),
 //! 2 on an error (a missing file, an unreadable directory, a bad flag, a
 //! standard output that cannot be written — `--help` and `--version`
-//! included), printed once on standard error as `error: …`, never with a
-//! backtrace, its control characters escaped.
+//! included —, a `nats dump` whose reader went away or whose server does
+//! not speak NATS), printed once on standard error as `error: …`, never
+//! with a backtrace, its control characters escaped.
 
 mod bq;
 mod check;
@@ -21,8 +22,11 @@ mod snapshot;
 mod time;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
+
+use tandem::sys::output::OutputFile;
 
 use clap::{Parser, Subcommand};
 
@@ -131,7 +135,7 @@ impl Verdict {
     }
 }
 
-fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Verdict> {
+fn run(command: Command, out: &mut out::Out) -> anyhow::Result<Verdict> {
     match command {
         Command::Info => info::info(out),
         Command::Bq(BqCommand::Inspect { file, entries }) => bq::inspect(&file, entries, out),
@@ -146,29 +150,70 @@ fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<Verdict> {
 }
 
 /// `tandem nats dump`: the lines, and their count on standard error.
-fn nats_dump(
-    url: &str,
-    file: Option<&std::path::Path>,
-    out: &mut dyn Write,
-) -> anyhow::Result<Verdict> {
+///
+/// Unlike the other commands', a dump's output is its whole result: a
+/// reader that went away (`| head`) leaves it incomplete, which is an
+/// error, not a quiet end. `--out` is checked before connecting (a FIFO or
+/// a device is refused by name, unopened) and replaced only once the dump
+/// is complete: a failed dump leaves the file as it was
+/// ([`tandem::sys::output`]). What the server sends is bounded by the
+/// client's guard ([`tandem_nats::guard`]).
+fn nats_dump(url: &str, file: Option<&Path>, out: &mut out::Out) -> anyhow::Result<Verdict> {
+    use tandem_nats::{stream::dump, Error};
     let url: tandem_nats::NatsUrl = url.parse()?;
-    let client = tandem_nats::Client::connect(&url.server, std::time::Duration::from_secs(10))?;
-    let lines = match file {
-        Some(f) => {
-            let mut w = std::io::BufWriter::new(
-                std::fs::File::create(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
-            );
-            let n = tandem_nats::stream::dump(&client, &url.name, &mut w)?;
-            w.flush()?;
+    let target = file
+        .map(OutputFile::check)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--out {e}"))?;
+    let client = tandem_nats::Client::connect_guarded(&url.server, Duration::from_secs(10))?;
+    let lines = match target {
+        Some(target) => {
+            // A write that failed names the file; the dump's other errors
+            // are not about it.
+            let named = |e: Error| match e {
+                Error::Output { .. } => {
+                    anyhow::Error::from(e).context(target.path().display().to_string())
+                }
+                e => e.into(),
+            };
+            let mut w = std::io::BufWriter::new(target.stage()?);
+            let n = dump(&client, &url.name, &mut w).map_err(named)?;
+            let staged = w.into_inner().map_err(|e| {
+                named(Error::Output {
+                    lines: n,
+                    source: e.into_error(),
+                })
+            })?;
+            staged.commit()?;
             n
         }
-        None => tandem_nats::stream::dump(&client, &url.name, out)?,
+        None => {
+            let mut w = out.strict();
+            let n = dump(&client, &url.name, &mut w).and_then(|n| {
+                w.flush()
+                    .map(|()| n)
+                    .map_err(|source| Error::Output { lines: n, source })
+            });
+            match n {
+                Err(Error::Output { lines, source })
+                    if source.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    anyhow::bail!(
+                        "standard output closed after {lines} lines: the dump of {url} is incomplete"
+                    )
+                }
+                n => n?,
+            }
+        }
     };
     let _ = writeln!(std::io::stderr(), "{lines} messages from {url}");
     Ok(Verdict::Pass)
 }
 
 fn main() -> ExitCode {
+    // What killed runs of any Tandem binary left in the temp directory and
+    // /dev/shm (only what no live process holds: `tandem::sys::scratch`).
+    let _ = tandem::sys::scratch::sweep_usual();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),

@@ -3,7 +3,9 @@
 //! A reader that goes away early (`tandem check … | head`) ends the output
 //! quietly — no panic, no error — and the command still finishes and exits
 //! with the status of what it found; any other write error names standard
-//! output.
+//! output. A command whose output is its whole result (`nats dump`) writes
+//! through [`Out::strict`] instead, which reports the reader's going as
+//! an error.
 //!
 //! What the tool shows comes from files it does not trust: lines of a run's
 //! output, operator names and paths from manifests and snapshot headers,
@@ -30,6 +32,18 @@ impl Out {
             inner: io::stdout().lock(),
             closed: false,
         }
+    }
+
+    /// Whether the reader went away (what was written since was dropped).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// This output as a command whose output is its result sees it: a
+    /// reader gone away is an error ([`ErrorKind::BrokenPipe`]), not a
+    /// quiet end. Other commands' quiet end is unchanged.
+    pub fn strict(&mut self) -> Strict<'_> {
+        Strict(self)
     }
 
     fn sorted<T>(&mut self, r: io::Result<T>, done: T) -> io::Result<T> {
@@ -62,6 +76,36 @@ impl Write for Out {
         }
         let r = self.inner.flush();
         self.sorted(r, ())
+    }
+}
+
+/// See [`Out::strict`].
+pub struct Strict<'a>(&'a mut Out);
+
+impl Strict<'_> {
+    /// `r`, unless the reader is gone.
+    fn unless_closed<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if self.0.is_closed() {
+            return Err(io::Error::new(
+                ErrorKind::BrokenPipe,
+                "standard output was closed (its reader went away)",
+            ));
+        }
+        r
+    }
+}
+
+impl Write for Strict<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.unless_closed(Ok(()))?;
+        let r = self.0.write(buf);
+        self.unless_closed(r)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.unless_closed(Ok(()))?;
+        let r = self.0.flush();
+        self.unless_closed(r)
     }
 }
 

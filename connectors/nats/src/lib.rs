@@ -25,8 +25,16 @@
 //!
 //! The network client runs on a thread of its own ([`Client`]). Workers
 //! meet it through lock-free SPSC rings and never wait on the network.
+//! It reads the server only through [`guard`], a loopback relay that
+//! bounds what a server (or whatever answers on its port) can make the
+//! process hold.
+//!
+//! Addresses may carry credentials (`nats://user:pass@host:port/NAME`);
+//! no message of this crate shows them: every address is shown through
+//! [`redacted`] (and [`NatsUrl`]'s `Display` and `Debug`).
 
 pub mod group;
+pub mod guard;
 pub mod sink;
 pub mod source;
 pub mod store;
@@ -57,6 +65,27 @@ pub enum Error {
     #[error("{path}: {source}")]
     Io {
         path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A server (`HOST:PORT`, no credentials) that could not be reached.
+    #[error("nats://{server}: {source}")]
+    Unreachable {
+        server: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A server (`HOST:PORT`, no credentials) that sent what no NATS
+    /// server sends, or more than [`guard`] lets through.
+    #[error("nats://{server}: {violation}")]
+    Protocol {
+        server: String,
+        violation: guard::Violation,
+    },
+    /// Writing out what was read failed after `lines` lines.
+    #[error("writing the output after {lines} lines: {source}")]
+    Output {
+        lines: u64,
         #[source]
         source: std::io::Error,
     },
@@ -141,10 +170,53 @@ pub(crate) async fn live_keys(
     Ok(keys)
 }
 
+/// `servers` (`[USER[:PASS]@]HOST:PORT`, comma-separated) without their
+/// credentials: what any message may show of them.
+pub fn redacted(servers: &str) -> String {
+    servers
+        .split(',')
+        .map(|s| s.rsplit_once('@').map_or(s, |(_, host)| host))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Splits what follows `nats://` into the servers and the rest (`/NAME`):
+/// at the first `/` after the last `@`, so that a password holding a `/`
+/// stays in the servers (and out of any message).
+fn split_servers(rest: &str) -> (&str, Option<&str>) {
+    let from = rest.rfind('@').map_or(0, |at| at + 1);
+    match rest[from..].find('/') {
+        Some(i) => (&rest[..from + i], Some(&rest[from + i + 1..])),
+        None => (rest, None),
+    }
+}
+
+/// `url` as a message may show it: its servers without their
+/// credentials (whatever its scheme: a mistyped one may still hold
+/// `user:pass@`).
+fn redacted_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let (servers, name) = split_servers(rest);
+    let mut shown = scheme.map_or_else(String::new, |s| format!("{s}://"));
+    shown.push_str(&redacted(servers));
+    if let Some(name) = name {
+        shown.push('/');
+        shown.push_str(name);
+    }
+    shown
+}
+
 /// `nats://HOST:PORT/NAME`: a server and the stream or bucket on it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// `server` may hold credentials (`user:pass@host:port`); `Display` and
+/// `Debug` leave them out.
+#[derive(Clone, PartialEq, Eq)]
 pub struct NatsUrl {
-    /// `HOST:PORT` (several, comma-separated, for a cluster).
+    /// `HOST:PORT` (several, comma-separated, for a cluster), each
+    /// optionally `USER:PASS@` or `TOKEN@` first.
     pub server: String,
     /// The stream or bucket name.
     pub name: String,
@@ -154,15 +226,16 @@ impl std::str::FromStr for NatsUrl {
     type Err = Error;
     fn from_str(url: &str) -> Result<Self, Error> {
         let bad = |why| Error::Url {
-            url: url.to_string(),
+            url: redacted_url(url),
             why,
         };
         let rest = url
             .strip_prefix("nats://")
             .ok_or_else(|| bad("not a nats:// address"))?;
-        let (server, name) = rest
-            .split_once('/')
-            .ok_or_else(|| bad("no /NAME after the server"))?;
+        let (server, name) = match split_servers(rest) {
+            (server, Some(name)) => (server, name),
+            (_, None) => return Err(bad("no /NAME after the server")),
+        };
         if server.is_empty() {
             return Err(bad("no server"));
         }
@@ -185,7 +258,125 @@ impl std::str::FromStr for NatsUrl {
 
 impl std::fmt::Display for NatsUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "nats://{}/{}", self.server, self.name)
+        write!(f, "nats://{}/{}", redacted(&self.server), self.name)
+    }
+}
+
+impl std::fmt::Debug for NatsUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsUrl")
+            .field("server", &redacted(&self.server))
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// What the client authenticates with: from the servers' `USER:PASS@` or
+/// `TOKEN@`. No `Debug`: it must not be printed.
+#[derive(Clone, PartialEq, Eq)]
+enum Credentials {
+    UserPass(String, String),
+    Token(String),
+}
+
+/// Servers parsed: `HOST:PORT` each and the credentials they named.
+struct Servers {
+    hosts: Vec<String>,
+    credentials: Option<Credentials>,
+}
+
+impl Servers {
+    /// `servers`: `[USER[:PASS]@]HOST[:PORT]`, comma-separated (port
+    /// 4222 when none is given; credentials percent-decoded, and the same
+    /// for every server that names any).
+    fn parse(servers: &str) -> Result<Servers, Error> {
+        let bad = |why| Error::Url {
+            url: format!("nats://{}", redacted(servers)),
+            why,
+        };
+        let mut hosts = Vec::new();
+        let mut credentials = None;
+        for part in servers.split(',') {
+            let (user, host) = match part.rsplit_once('@') {
+                Some((user, host)) => (Some(user), host),
+                None => (None, part),
+            };
+            if host.is_empty() {
+                return Err(bad("a server with no HOST"));
+            }
+            // `HOST` alone, or `[V6]` alone: the usual port.
+            let bare = host.ends_with(']') || !host.contains(':');
+            hosts.push(if bare {
+                format!("{host}:4222")
+            } else {
+                host.to_string()
+            });
+            let named = match user {
+                None => continue,
+                Some(u) => match u.split_once(':') {
+                    Some((user, pass)) => Credentials::UserPass(decode(user), decode(pass)),
+                    None => Credentials::Token(decode(u)),
+                },
+            };
+            match &credentials {
+                Some(c) if *c != named => {
+                    return Err(bad("the servers name different credentials"))
+                }
+                _ => credentials = Some(named),
+            }
+        }
+        Ok(Servers { hosts, credentials })
+    }
+}
+
+/// `s` with its `%XX` escapes decoded (as a URL's user information is
+/// written); a `%` not followed by two hex digits is kept.
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The client's runtime: one thread of its own.
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tandem-nats")
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: "tokio runtime".into(),
+            source,
+        })
+}
+
+/// The connection's options: timeouts, and the servers' credentials.
+fn options(servers: &Servers, timeout: Duration) -> async_nats::ConnectOptions {
+    let opts = async_nats::ConnectOptions::new()
+        .connection_timeout(timeout)
+        .request_timeout(Some(Duration::from_secs(5)));
+    match &servers.credentials {
+        Some(Credentials::UserPass(u, p)) => opts.user_and_password(u.clone(), p.clone()),
+        Some(Credentials::Token(t)) => opts.token(t.clone()),
+        None => opts,
     }
 }
 
@@ -193,8 +384,9 @@ impl std::fmt::Display for NatsUrl {
 ///
 /// All network I/O happens on the client's own runtime thread. Control
 /// code (a group's coordinator, a producer, a dump) calls [`Client::block`]
-/// from an ordinary thread; sources and sinks on pinned workers only touch
-/// rings and flags the runtime thread fills, never this call.
+/// (or [`Client::block_checked`]) from an ordinary thread; sources and
+/// sinks on pinned workers only touch rings and flags the runtime thread
+/// fills, never this call.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
@@ -203,7 +395,11 @@ pub struct Client {
 struct Inner {
     rt: tokio::runtime::Runtime,
     js: async_nats::jetstream::Context,
+    /// The servers, without credentials.
     server: String,
+    /// The relay that bounds what the server sends
+    /// ([`Client::connect_guarded`]).
+    guard: Option<guard::Guard>,
 }
 
 impl std::fmt::Debug for Client {
@@ -216,36 +412,89 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// Connects to `server` (`HOST:PORT`, several comma-separated for a
-    /// cluster), trying for up to `timeout`.
+    /// cluster, each optionally `USER:PASS@` or `TOKEN@` first), trying
+    /// for up to `timeout`, directly: the client follows the cluster's
+    /// other servers as they are announced, and what a server sends is
+    /// read as async-nats reads it — without a bound on a protocol line.
+    /// This is the group's path (sources, sinks, checkpoints), whose
+    /// throughput a relay would cost 5–10 %; a tool pointed at an address
+    /// a person typed uses [`Client::connect_guarded`].
     pub fn connect(server: &str, timeout: Duration) -> Result<Client, Error> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tandem-nats")
-            .enable_all()
-            .build()
-            .map_err(|source| Error::Io {
-                path: "tokio runtime".into(),
-                source,
-            })?;
-        let addrs: Vec<String> = server.split(',').map(|s| format!("nats://{s}")).collect();
+        let servers = Servers::parse(server)?;
+        let shown = redacted(server);
+        let rt = runtime()?;
         let client = rt.block_on(async {
-            let opts = async_nats::ConnectOptions::new()
-                .connection_timeout(timeout)
-                .request_timeout(Some(Duration::from_secs(5)));
-            let addrs: Vec<async_nats::ServerAddr> = addrs
+            let opts = options(&servers, timeout);
+            let addrs: Vec<async_nats::ServerAddr> = servers
+                .hosts
                 .iter()
-                .map(|a| a.parse())
+                .map(|h| format!("nats://{h}").parse())
                 .collect::<Result<_, _>>()
-                .map_err(nats_err(format!("server address {server}")))?;
+                .map_err(nats_err(format!("server address nats://{shown}")))?;
             tokio::time::timeout(timeout, opts.connect(addrs))
                 .await
                 .map_err(|_| {
                     Error::Invalid(format!(
-                        "{server}: no NATS server answered within {timeout:?}"
+                        "nats://{shown}: no NATS server answered within {timeout:?}"
                     ))
                 })?
-                .map_err(nats_err(format!("connecting to {server}")))
+                .map_err(nats_err(format!("connecting to nats://{shown}")))
         })?;
+        Ok(Client::with(rt, client, shown, None))
+    }
+
+    /// Connects to `server` (`HOST:PORT`, several comma-separated for a
+    /// cluster, each optionally `USER:PASS@` or `TOKEN@` first), trying
+    /// for up to `timeout`, through a [`guard`]: what the server sends is
+    /// bounded ([`guard::Limits::default`]), and a server that breaks the
+    /// bounds (or does not speak NATS) is an [`Error::Protocol`].
+    pub fn connect_guarded(server: &str, timeout: Duration) -> Result<Client, Error> {
+        let servers = Servers::parse(server)?;
+        let shown = redacted(server);
+        let rt = runtime()?;
+        let (client, guard) = rt.block_on(async {
+            let guard =
+                guard::Guard::start(servers.hosts.clone(), guard::Limits::default(), timeout)
+                    .await?;
+            // A server's INFO names the cluster's other members: the
+            // client must not dial them past the guard.
+            let opts = options(&servers, timeout).ignore_discovered_servers();
+            let relay: async_nats::ServerAddr = format!("nats://{}", guard.addr())
+                .parse()
+                .map_err(nats_err("the NATS relay's address"))?;
+            let connected = tokio::select! {
+                r = tokio::time::timeout(timeout, opts.connect(relay)) => r,
+                e = guard.violated() => return Err(e),
+            };
+            // The client's own errors can only name the relay: the
+            // guard's say what the server did.
+            let client = match connected {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    return Err(guard
+                        .explain()
+                        .unwrap_or_else(|| nats_err(format!("connecting to nats://{shown}"))(e)))
+                }
+                Err(_) => {
+                    return Err(guard.explain().unwrap_or_else(|| {
+                        Error::Invalid(format!(
+                            "nats://{shown}: no NATS server answered within {timeout:?}"
+                        ))
+                    }))
+                }
+            };
+            Ok((client, guard))
+        })?;
+        Ok(Client::with(rt, client, shown, Some(guard)))
+    }
+
+    /// The client around a connection made on `rt`.
+    fn with(
+        rt: tokio::runtime::Runtime,
+        client: async_nats::Client,
+        server: String,
+        guard: Option<guard::Guard>,
+    ) -> Client {
         // The context spawns its own tasks: made inside the runtime.
         let js = {
             let _in = rt.enter();
@@ -253,13 +502,14 @@ impl Client {
             js.set_timeout(Duration::from_secs(5));
             js
         };
-        Ok(Client {
+        Client {
             inner: Arc::new(Inner {
                 rt,
                 js,
-                server: server.to_string(),
+                server,
+                guard,
             }),
-        })
+        }
     }
 
     /// The JetStream context.
@@ -267,14 +517,40 @@ impl Client {
         &self.inner.js
     }
 
-    /// `HOST:PORT` as given.
+    /// `HOST:PORT` as given, without credentials.
     pub fn server(&self) -> &str {
         &self.inner.server
+    }
+
+    /// The server's violation of the [`guard`]'s limits, once there has
+    /// been one (the client is then done: its connection is closed and
+    /// no other is made).
+    pub fn failure(&self) -> Option<Error> {
+        self.inner.guard.as_ref().and_then(guard::Guard::failure)
     }
 
     /// Runs `f` to completion (control threads only: it blocks).
     pub fn block<F: Future>(&self, f: F) -> F::Output {
         self.inner.rt.block_on(f)
+    }
+
+    /// Runs `f` as [`Client::block`] does, but ends it with the server's
+    /// violation as soon as there is one (rather than when a request
+    /// times out), and reports the violation, not the error it caused,
+    /// if `f` fails after one.
+    pub fn block_checked<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        let Some(guard) = &self.inner.guard else {
+            return self.inner.rt.block_on(f);
+        };
+        self.inner.rt.block_on(async {
+            tokio::select! {
+                r = f => r.map_err(|e| guard.failure().unwrap_or(e)),
+                e = guard.violated() => Err(e),
+            }
+        })
     }
 
     /// Runs `f` on the client's thread in the background.
@@ -309,5 +585,48 @@ mod tests {
         ] {
             assert!(bad.parse::<NatsUrl>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn credentials_never_show_in_a_url_or_its_errors() {
+        let u: NatsUrl = "nats://user:s3cret@a:1,user:s3cret@b:2/IN".parse().unwrap();
+        assert_eq!(u.server, "user:s3cret@a:1,user:s3cret@b:2");
+        assert_eq!(u.to_string(), "nats://a:1,b:2/IN");
+        assert!(!format!("{u:?}").contains("s3cret"), "{u:?}");
+        // A password holding '/' or '@' stays a password.
+        let u: NatsUrl = "nats://user:s3/c@ret@a:1/IN".parse().unwrap();
+        assert_eq!(
+            (u.server.as_str(), u.name.as_str()),
+            ("user:s3/c@ret@a:1", "IN")
+        );
+        assert_eq!(u.to_string(), "nats://a:1/IN");
+        for bad in [
+            "nats://user:s3cret@a:1",
+            "nats://user:s3cret@a:1/I.N",
+            "http://user:s3cret@a:1/IN",
+            "user:s3cret@a:1",
+        ] {
+            let e = bad.parse::<NatsUrl>().unwrap_err().to_string();
+            assert!(!e.contains("s3"), "{bad}: {e}");
+        }
+        let e = Servers::parse("u:s3cret@a:1,u:other@b:2").err().unwrap();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        let e = Servers::parse("u:s3cret@").err().unwrap();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn servers_take_the_usual_port_and_decoded_credentials() {
+        let s = Servers::parse("a,b:5,[::1],[::1]:6").unwrap();
+        assert_eq!(s.hosts, ["a:4222", "b:5", "[::1]:4222", "[::1]:6"]);
+        assert!(s.credentials.is_none());
+        let s = Servers::parse("us%40r:p%3Ass%zz@a:1,b:2").unwrap();
+        assert!(
+            s.credentials == Some(Credentials::UserPass("us@r".into(), "p:ss%zz".into())),
+            "decoded"
+        );
+        let s = Servers::parse("tok@a:1").unwrap();
+        assert!(s.credentials == Some(Credentials::Token("tok".into())));
+        assert_eq!(redacted("u:p@a:1,b:2,t@c:3"), "a:1,b:2,c:3");
     }
 }

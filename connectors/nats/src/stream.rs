@@ -328,8 +328,12 @@ pub async fn find_record(
 /// Writes every message of `stream` (its state when the dump starts) to
 /// `out`, one payload a line, partitions in stream order; end markers are
 /// left out. Returns the lines written.
+///
+/// Ends at once with [`Error::Protocol`] when the server breaks the
+/// client's [`guard`](crate::guard); a write to `out` that fails is an
+/// [`Error::Output`] that counts the lines written before it.
 pub fn dump(client: &Client, stream: &str, out: &mut dyn Write) -> Result<u64, Error> {
-    client.block(async {
+    client.block_checked(async {
         let mut s = client
             .js()
             .get_stream(stream)
@@ -365,10 +369,7 @@ pub fn dump(client: &Client, stream: &str, out: &mut dyn Write) -> Result<u64, E
             if header_u64(m.headers.as_ref(), END).is_none() {
                 out.write_all(&m.payload)
                     .and_then(|()| out.write_all(b"\n"))
-                    .map_err(|source| Error::Io {
-                        path: "output".into(),
-                        source,
-                    })?;
+                    .map_err(|source| Error::Output { lines, source })?;
                 lines += 1;
             }
             if seq >= last {
