@@ -548,8 +548,12 @@ fn real_main(args: &Args) -> anyhow::Result<bool> {
     let dir = match &args.dir {
         Some(d) => {
             tandem_bench::paths::writable_dir("--dir", d)?;
+            // What this run makes there goes if it fails; what was there
+            // before is not its to remove.
             for f in ["clean.jsonl", "faulted.jsonl", "run", "clean-run"] {
-                cleanup::add(d.join(f));
+                if std::fs::symlink_metadata(d.join(f)).is_err() {
+                    cleanup::add(d.join(f));
+                }
             }
             d.clone()
         }
