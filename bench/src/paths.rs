@@ -16,7 +16,7 @@
 use crate::cleanup;
 use anyhow::{bail, ensure};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tandem::sys::output::{self, OutputFile, Staged};
 
 pub use tandem::sys::output::{identity, Identity};
@@ -135,12 +135,6 @@ pub fn write_file(flag: &str, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     w.write_all(bytes)
         .map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
     w.commit()
-}
-
-/// The directory a scratch directory of this run goes in: `dir`, or the
-/// temp dir.
-pub fn scratch_parent(dir: Option<&Path>) -> PathBuf {
-    dir.map_or_else(std::env::temp_dir, Path::to_path_buf)
 }
 
 /// Refuses a run that writes `need` bytes into `dir` when its filesystem

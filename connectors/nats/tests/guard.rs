@@ -15,14 +15,14 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_nats::guard::Violation;
 use tandem_nats::{Client, Error};
+
+mod common;
 
 /// A fake server on loopback: `serve` runs for each connection (in a
 /// thread of its own); the count of connections accepted.
@@ -151,60 +151,12 @@ fn a_server_that_turns_hostile_after_the_handshake_ends_the_work_at_once() {
 
 // ---- Against a real nats-server --------------------------------------
 
-fn nats_server() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .chain([PathBuf::from("/usr/sbin")])
-            .map(|d| d.join("nats-server"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("TANDEM_REQUIRE_NATS").is_none(),
-            "nats-server is not installed and TANDEM_REQUIRE_NATS is set"
-        );
-        eprintln!("SKIPPED: nats-server is not installed (apt-get install nats-server)");
-    }
-    found
-}
-
-/// The server process and its store (removed when dropped).
-struct Server {
-    child: Child,
-    _store: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_server_that_requires_a_password_is_reached_with_the_addresss_own() {
-    let Some(bin) = nats_server() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(bin)
-        .args(["-js", "-sd"])
-        .arg(dir.path())
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .args(["--user", "tandem", "--pass", "s3cr/t@x"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = Server { child, _store: dir };
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let Some((_server, addr)) = common::start(&["--user", "tandem", "--pass", "s3cr/t@x"]) else {
+        return;
+    };
+    let port = addr.rsplit_once(':').unwrap().1;
     // '/' and '@' in the password, percent-encoded as in a URL: through
     // the guard and directly.
     let direct = Client::connect(

@@ -7,68 +7,14 @@
 //! unless `TANDEM_REQUIRE_NATS` is set (as `.ci/run` sets it).
 
 use bytes::Bytes;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tandem::{Source, SourcePoll};
 use tandem_nats::source::JetStreamSource;
 use tandem_nats::stream::{ensure_stream, find_record, subject, Producer, StreamSpec};
 use tandem_nats::Client;
 
-fn nats_server() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .chain([PathBuf::from("/usr/sbin")])
-            .map(|d| d.join("nats-server"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("TANDEM_REQUIRE_NATS").is_none(),
-            "nats-server is not installed and TANDEM_REQUIRE_NATS is set"
-        );
-        eprintln!("SKIPPED: nats-server is not installed (apt-get install nats-server)");
-    }
-    found
-}
-
-/// The server process and its store (removed when dropped).
-struct Server {
-    child: Child,
-    _store: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Option<(Server, String)> {
-    let bin = nats_server()?;
-    let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(bin)
-        .args(["-js", "-sd"])
-        .arg(dir.path())
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((Server { child, _store: dir }, format!("127.0.0.1:{port}")))
-}
+mod common;
+use common::start;
 
 /// Three partitions of uneven sizes, interleaved as a producer of keyed
 /// records would write them; payload `"<p>:<n>"`.
@@ -99,7 +45,7 @@ fn produce(client: &Client, sizes: [u64; 3]) {
 
 #[test]
 fn a_record_is_found_by_its_partition_number_among_interleaved_partitions() {
-    let Some((_server, addr)) = start() else {
+    let Some((_server, addr)) = start(&[]) else {
         return;
     };
     let client = Client::connect(&addr, Duration::from_secs(5)).unwrap();
@@ -123,7 +69,7 @@ fn a_record_is_found_by_its_partition_number_among_interleaved_partitions() {
 
 #[test]
 fn a_source_restored_at_record_n_reads_n_onwards_then_ends() {
-    let Some((_server, addr)) = start() else {
+    let Some((_server, addr)) = start(&[]) else {
         return;
     };
     let client = Client::connect(&addr, Duration::from_secs(5)).unwrap();
