@@ -152,6 +152,13 @@ pub(crate) trait Collector<T> {
     fn snapshot_chain(&mut self, _parts: &mut ChainParts) -> Result<(), CheckpointError> {
         Ok(())
     }
+    /// Standby protocol: returns once every output of what was handed to
+    /// this chain so far has reached its end. A chain whose operators run
+    /// in another process (process isolation) waits for their answers; a
+    /// chain of calls has nothing to wait for. A hot standby settles its
+    /// chain before it goes live, so that what it computed muted is never
+    /// sent as the new primary's.
+    fn settle(&mut self) {}
 }
 
 /// The states of a backed-up chain's operators, `(node, state)` in chain

@@ -669,6 +669,13 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
         self.check(r);
     }
 
+    /// Waits until the child answered everything sent before: its outputs
+    /// are handed to the tail now, under the mute they were computed
+    /// under.
+    fn settle(&mut self) {
+        self.sync();
+    }
+
     fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
         let r = {
             let mut l = self.link.borrow_mut();

@@ -204,6 +204,13 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 ));
                 return Poll::Progress;
             }
+        } else if let Some(chain) = self.chain.as_mut() {
+            // The hot state goes on. Under process isolation the child may
+            // not have answered all it computed as the standby: those
+            // outputs reach the chain's end now, still muted — after
+            // `go_live` they would be sent as the new primary's, before
+            // the chunk its stream resumes at.
+            chain.settle();
         }
         self.takeover_probe(TakeoverStage::Replaying);
         self.go_live(epoch, old_slot, now);
