@@ -88,8 +88,7 @@ impl BuildCx {
     }
 }
 
-/// An operator instance's probe, if the runtime installed one.
-pub(crate) type Probe = Option<Box<dyn crate::runtime::probe::RecordProbe>>;
+pub(crate) use crate::runtime::probe::Probe;
 
 /// Builds a source port: `(cx, downstream collector, rate, gate,
 /// watermarks, first partition) -> port`.

@@ -319,6 +319,61 @@ impl JobShared {
 /// `(edge, producer instance, consumer instance)`.
 type RingEnds = Mutex<HashMap<(usize, usize, usize), AnySend>>;
 
+/// The shared state of an incarnation's child (process isolation): the
+/// job's names and counters, one worker, no supervisor listening. The
+/// child's chain reports through its replies, not through this.
+pub(crate) fn child_shared(
+    origin: crate::sys::clock::Origin,
+    graph: &crate::runtime::graph::Graph,
+) -> JobShared {
+    let (tx, _rx) = mpsc::channel();
+    let mut s = placeholder_shared(origin, &tx);
+    s.names = graph.nodes.iter().map(|n| Arc::clone(&n.name)).collect();
+    let par: Vec<usize> = graph.nodes.iter().map(|n| n.parallelism).collect();
+    s.metrics = Arc::new(JobMetrics::new(&par));
+    s.cancel = AtomicBool::new(false);
+    s.beats = vec![Default::default()];
+    s.released_at = vec![Default::default()];
+    s.workers = vec![Default::default()];
+    s
+}
+
+/// A stand-in for the attempt field before the first attempt starts.
+pub(crate) fn placeholder_shared(
+    origin: crate::sys::clock::Origin,
+    tx: &mpsc::Sender<Event>,
+) -> JobShared {
+    JobShared {
+        panic_output: Default::default(),
+        origin,
+        names: Vec::new(),
+        metrics: Arc::new(JobMetrics::new(&[])),
+        dead_letters: Arc::new(dead_letter::DeadLetters::new("", None)),
+        attempt: 0,
+        cancel: AtomicBool::new(true),
+        error: Mutex::new(None),
+        failed_at: AtomicU64::new(0),
+        fault_tuple: Mutex::new(None),
+        stalls: Mutex::new(Vec::new()),
+        signals: Vec::new(),
+        finished_at: AtomicU64::new(0),
+        events: tx.clone(),
+        trigger: AtomicU64::new(0),
+        exactly_once: true,
+        restore: None,
+        beats: Vec::new(),
+        released_at: Vec::new(),
+        workers: Vec::new(),
+        next_key: AtomicU64::new(0),
+        sinks: HashMap::new(),
+        pacing_start: Arc::new(OnceLock::new()),
+        source_clocks: crate::runtime::source::SourceClocks::none(),
+        standby: None,
+        probes: None,
+        build_fence: Arc::default(),
+    }
+}
+
 /// Everything a worker needs to build its tasks.
 pub(crate) struct Wiring {
     pub(crate) graph: Arc<Graph>,
@@ -606,7 +661,7 @@ impl JobHandle {
             Some(Ok(r)) => r,
             Some(Err(p)) => Err(JobError::WorkerDied {
                 worker: usize::MAX,
-                message: format!("supervisor: {}", worker::panic_message(p.as_ref())),
+                message: format!("supervisor: {}", panic::panic_message(p.as_ref())),
             }),
             None => Err(JobError::Cancelled),
         }

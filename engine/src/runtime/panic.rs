@@ -129,7 +129,7 @@ pub(crate) fn failure(
         None => JobError::OperatorPanicked {
             operator: operator.to_string(),
             instance,
-            message: super::worker::panic_message(payload),
+            message: panic_message(payload),
         },
     }
 }
@@ -164,7 +164,7 @@ fn report(payload: &(dyn std::any::Any + Send)) -> Option<Rc<TaskCtx>> {
 fn deferred(info: &std::panic::PanicHookInfo<'_>) {
     let thread = std::thread::current();
     let name = thread.name().unwrap_or("<unnamed>");
-    let message = super::worker::panic_message(info.payload());
+    let message = panic_message(info.payload());
     let at = info
         .location()
         .map_or_else(String::new, |l| format!(" at {l}"));
@@ -201,4 +201,17 @@ fn printer() -> &'static Mutex<mpsc::Sender<(String, Backtrace)>> {
             });
         Mutex::new(tx)
     })
+}
+
+/// A panic's message: its text, or what a child's death says.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(d) = p.downcast_ref::<ProcessDied>() {
+        d.0.clone()
+    } else if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
 }

@@ -22,6 +22,7 @@
 //! The `tandem-fault-inject` crate implements these traits; the engine never
 //! imports it.
 
+use super::task::TaskCtx;
 pub use crate::checkpoint::probe::{StorageAction, StorageProbe};
 use crate::record::TupleId;
 use std::path::PathBuf;
@@ -112,4 +113,74 @@ pub trait ProbeFactory: Send + Sync + 'static {
     /// The standby group of instance `instance` of `operator` created its
     /// buffer queues, one per input lane, at `queues`.
     fn standby_files(&self, _operator: &str, _instance: usize, _queues: &[PathBuf]) {}
+}
+
+/// An operator instance's probe, if the runtime installed one.
+pub(crate) type Probe = Option<Box<dyn RecordProbe>>;
+
+/// Runs an instance's probe (if any) before record `id`; returns whether the
+/// record may be processed.
+#[inline]
+pub(crate) fn run_probe(probe: &mut Probe, id: TupleId, ctx: &TaskCtx, op: usize) -> bool {
+    ctx.record.set(Some(id));
+    let Some(p) = probe else { return true };
+    if ctx.muted.get() {
+        // A hot standby's computation: faults are the primary's.
+        return true;
+    }
+    act_on_probe(p.before(id), id, ctx, op)
+}
+
+/// Carries out a probe's `action` for record `id` of operator `op`;
+/// whether the record may be processed.
+pub(crate) fn act_on_probe(action: ProbeAction, id: TupleId, ctx: &TaskCtx, op: usize) -> bool {
+    match action {
+        ProbeAction::Continue => true,
+        ProbeAction::Panic(message) => {
+            ctx.fault_tuple.set(Some(id));
+            panic!("{message}")
+        }
+        ProbeAction::Stall(d) => {
+            ctx.fault_tuple.set(Some(id));
+            let now = ctx.clock.now();
+            ctx.shared
+                .note_stall(op, ctx.instance, id, ctx.worker(), now, d);
+            std::thread::sleep(d);
+            true
+        }
+        ProbeAction::StallForever => {
+            ctx.fault_tuple.set(Some(id));
+            let now = ctx.clock.now();
+            ctx.shared
+                .note_stall(op, ctx.instance, id, ctx.worker(), now, Duration::MAX);
+            // Until the engine gives up on this instance: a standby fenced
+            // it, or its attempt was stopped. Then, like any stalled thread
+            // that wakes up late, it goes on fenced (its output is dropped).
+            while !ctx.shared.cancelled() && !ctx.superseded() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            true
+        }
+        ProbeAction::Delay(d) => {
+            // Slow code runs: it spins on its core (sub-millisecond sleeps
+            // would oversleep by the timer slack).
+            let until = std::time::Instant::now() + d;
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            true
+        }
+        ProbeAction::MuteHeartbeat(d) => {
+            ctx.fault_tuple.set(Some(id));
+            let until = ctx.clock.now().saturating_add(d.as_nanos() as u64);
+            ctx.shared.mute(ctx.worker(), until);
+            true
+        }
+        ProbeAction::CutInput => {
+            ctx.fault_tuple.set(Some(id));
+            ctx.fail_cut(op);
+            false
+        }
+        ProbeAction::Die(death, message) => crate::sys::process::die(death, &message),
+    }
 }

@@ -1,7 +1,7 @@
 //! The port that drives a source partition: assigns tuple IDs, stamps
 //! ingest times, paces a rate-limited source and ends the chain at the end.
 
-use super::chain::run_probe;
+use super::probe::run_probe;
 use super::task::{Gate, OpSlot, Poll, Port, TaskCtx};
 use crate::error::JobError;
 use crate::operator::source::{Source, SourcePoll};

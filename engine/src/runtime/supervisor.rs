@@ -16,6 +16,9 @@ mod measure;
 mod standbys;
 
 use super::coord::Event;
+#[cfg(test)]
+pub(super) use super::placeholder_shared as test_shared;
+use super::placeholder_shared;
 use super::RuntimeConfig;
 use crate::checkpoint;
 use crate::error::JobError;
@@ -25,11 +28,8 @@ use crate::runtime::dead_letter::DeadLetters;
 use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::placement::Plan;
 use attempt::build_restore;
-pub(in crate::runtime) use attempt::child_shared;
 pub(in crate::runtime) use attempt::load_restore_point;
-#[cfg(test)]
-pub(super) use attempt::placeholder_shared as test_shared;
-use attempt::{placeholder_shared, Attempt};
+use attempt::Attempt;
 use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;
 use standbys::validate_standby;

@@ -18,18 +18,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(d) = p.downcast_ref::<super::panic::ProcessDied>() {
-        d.0.clone()
-    } else if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
-
 fn panicked(w: &Wiring, ctx: &TaskCtx, payload: &(dyn std::any::Any + Send)) -> JobError {
     super::panic::failure(&w.graph.nodes[ctx.current_op()].name, ctx.instance, payload)
 }
@@ -483,7 +471,7 @@ fn local_chain_build(
         let mut tb = TaskBuild::default();
         if let Some(archive) = state {
             tb.from_point = true;
-            match crate::runtime::standby::chain_state::split(archive, &members) {
+            match crate::runtime::chain::frame::split(archive, &members) {
                 Ok(states) => tb.states = states,
                 // The group's own record of the chain's state is damaged:
                 // every standby would read the same bytes. The attempt

@@ -19,12 +19,12 @@
 //! include side records the sources' positions do not) and its barrier
 //! forwarded, so the operators downstream align on without it.
 
-use super::run_probe;
 use crate::operator::{CoProcess, Collector, Output};
 use crate::record::Record;
 use crate::runtime::channel::forward_time;
 use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::lanes::LaneClock;
+use crate::runtime::probe::run_probe;
 use crate::runtime::task::{Hold, OpSlot, TaskCtx};
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;

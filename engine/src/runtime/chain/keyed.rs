@@ -4,11 +4,11 @@
 //! (see `runtime::channel`), so every key lives in exactly one instance and
 //! its state never crosses a core.
 
-use super::run_probe;
 use crate::checkpoint::{CheckpointError, StateCapture};
 use crate::operator::{Collector, KeyedProcess, Output};
 use crate::record::Record;
 use crate::runtime::graph::{BuildCx, Probe};
+use crate::runtime::probe::run_probe;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::{KeyedState, StateSnapshot};
 use std::hash::Hash;

@@ -13,12 +13,12 @@
 //! [`SinkTally`] tells the supervisor when it produced its first record
 //! after a restart and when it got back to where it was before the fault.
 
-use super::run_probe;
 use crate::metrics::{LatencyHistogram, LATENCY_PUBLISH_NS};
 use crate::operator::{Collector, Sink, FINAL_EPOCH};
 use crate::record::Record;
 use crate::runtime::coord::{Event, SinkTally};
 use crate::runtime::graph::{BuildCx, Probe};
+use crate::runtime::probe::run_probe;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;

@@ -11,12 +11,12 @@
 
 use super::keyed::StateCodec;
 use super::merge::{Pending, Timers};
-use super::run_probe;
 use super::window::{capture_framed, decode_framed, SideCodec};
 use crate::checkpoint::{CheckpointError, StateCapture};
 use crate::operator::{ChainParts, ChunkId, Collector, Output};
 use crate::record::{Record, TupleId};
 use crate::runtime::graph::{BuildCx, Probe};
+use crate::runtime::probe::run_probe;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::KeyedState;
 use crate::time::process::{Added, Timed, TimedProcess, TimerContext, CLEANED_PER_RECORD};

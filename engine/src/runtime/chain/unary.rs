@@ -1,9 +1,9 @@
 //! The chain hop around a one-input [`Process`] operator.
 
-use super::run_probe;
 use crate::operator::{Collector, Output, Process};
 use crate::record::Record;
 use crate::runtime::graph::{BuildCx, Probe};
+use crate::runtime::probe::run_probe;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use std::marker::PhantomData;
 use std::rc::Rc;

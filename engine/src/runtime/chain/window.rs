@@ -21,16 +21,16 @@
 //! barrier; small — the records within the watermark's lag): the waiting
 //! records, the input and output watermarks, the virtual time. Timers are
 //! not stored: they follow from the open windows and are rebuilt on
-//! restore. The two are framed as one state (`standby::chain_state`).
+//! restore. The two are framed as one state (`chain::frame`).
 
+use super::frame;
 use super::keyed::StateCodec;
 use super::merge::{Pending, Timers};
-use super::run_probe;
 use crate::checkpoint::{CheckpointError, SnapshotBytes, StateCapture};
 use crate::operator::{ChainParts, ChunkId, Collector};
 use crate::record::{Record, TupleId};
 use crate::runtime::graph::{BuildCx, Probe};
-use crate::runtime::standby::chain_state;
+use crate::runtime::probe::run_probe;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::window::{KeyWindows, Waiting, WinOut, Window, WindowFn, WindowSide, Windows};
@@ -424,7 +424,7 @@ pub(crate) fn capture_framed<T>(
     side_codec: &SideCodec<T>,
 ) -> Result<StateCapture, CheckpointError> {
     let side = (side_codec.snapshot)(&side)?;
-    Ok(chain_state::capture(
+    Ok(frame::capture(
         vec![
             (KEYED, Some(keyed)),
             (SIDE, Some(StateCapture::Bytes(side))),
@@ -443,7 +443,7 @@ pub(crate) fn decode_framed<K, S, T>(
     side_codec: &SideCodec<T>,
 ) -> Result<(KeyedState<K, S>, WindowSide<T>), CheckpointError> {
     let bad = CheckpointError::ChainFrame;
-    let parts = chain_state::split(payload.to_vec(), &[KEYED, SIDE]).map_err(bad)?;
+    let parts = frame::split(payload.to_vec(), &[KEYED, SIDE]).map_err(bad)?;
     let keyed = parts
         .get(&KEYED)
         .ok_or_else(|| bad("an event-time operator's state without its keyed part".into()))?;

@@ -19,10 +19,10 @@ use crate::operator::ChunkId;
 use crate::operator::Collector;
 use crate::record::{Nanos, Record};
 use crate::runtime::align::Alignment;
-use crate::runtime::chain::run_probe;
 use crate::runtime::channel::forward_time;
 use crate::runtime::graph::downcast;
 use crate::runtime::lanes::LaneClock;
+use crate::runtime::probe::run_probe;
 use crate::runtime::task::{Poll, Port, TaskCtx};
 use crate::standby::codec::Codec;
 use crate::standby::decide::Detector;
@@ -216,11 +216,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     }
 
     /// The chain's state now (`None`: stateless; see
-    /// [`super::chain_state::capture`] for `frame`), reporting a failure.
+    /// [`crate::runtime::chain::frame::capture`] for `frame`), reporting a failure.
     fn chain_capture(&self, chain: &mut BoxCollector<T>, frame: bool) -> Option<StateCapture> {
         let mut parts = Vec::with_capacity(self.group.chain.len());
         match chain.snapshot_chain(&mut parts) {
-            Ok(()) => super::chain_state::capture(parts, self.group.chain.len(), frame),
+            Ok(()) => crate::runtime::chain::frame::capture(parts, self.group.chain.len(), frame),
             Err(e) => {
                 self.fail(format!("standby snapshot: {e}"));
                 None

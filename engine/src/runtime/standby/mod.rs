@@ -5,7 +5,6 @@
 //! exchange and the pure decisions — are [`crate::standby`]'s, below the
 //! runtime; `group.rs` documents the protocol as a whole.
 
-pub(crate) mod chain_state;
 pub(crate) mod fenced;
 pub(crate) mod group;
 pub(crate) mod incarnation;

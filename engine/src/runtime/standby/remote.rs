@@ -596,7 +596,7 @@ impl<T: Codec> RemoteChain<T> {
             ProbeAction::Die(death, m) => Fault::Die(death, m),
             // The driver's own business: the port's input, its heartbeat.
             other => {
-                crate::runtime::chain::act_on_probe(other, id, &self.ctx, self.head);
+                crate::runtime::probe::act_on_probe(other, id, &self.ctx, self.head);
                 return;
             }
         };

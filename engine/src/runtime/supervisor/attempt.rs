@@ -18,11 +18,10 @@ use super::measure::{restart_record, OpenRecovery};
 use super::{now_ns, Key, Supervisor, JOB_META};
 use crate::checkpoint::{self, CheckpointError, FileEntry, Manifest};
 use crate::error::{JobError, RuntimeError};
-use crate::metrics::{JobMetrics, RecoveryRecord};
+use crate::metrics::RecoveryRecord;
 use crate::recovery::restart::Decision;
 use crate::runtime::channel::WorkerSignal;
-use crate::runtime::coord::{Event, InstanceRestore, Restore, SinkTally};
-use crate::runtime::dead_letter::DeadLetters;
+use crate::runtime::coord::{InstanceRestore, Restore, SinkTally};
 use crate::runtime::graph::Graph;
 use crate::runtime::CheckpointMode;
 use crate::runtime::{lanes, worker, JobShared, Wiring};
@@ -30,7 +29,7 @@ use crossbeam_utils::CachePadded;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -572,61 +571,6 @@ pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobE
         }
     }
     Ok(r)
-}
-
-/// The shared state of an incarnation's child (process isolation): the
-/// job's names and counters, one worker, no supervisor listening. The
-/// child's chain reports through its replies, not through this.
-pub(in crate::runtime) fn child_shared(
-    origin: crate::sys::clock::Origin,
-    graph: &crate::runtime::graph::Graph,
-) -> JobShared {
-    let (tx, _rx) = mpsc::channel();
-    let mut s = placeholder_shared(origin, &tx);
-    s.names = graph.nodes.iter().map(|n| Arc::clone(&n.name)).collect();
-    let par: Vec<usize> = graph.nodes.iter().map(|n| n.parallelism).collect();
-    s.metrics = Arc::new(JobMetrics::new(&par));
-    s.cancel = AtomicBool::new(false);
-    s.beats = vec![Default::default()];
-    s.released_at = vec![Default::default()];
-    s.workers = vec![Default::default()];
-    s
-}
-
-/// A stand-in for the attempt field before the first attempt starts.
-pub(in crate::runtime) fn placeholder_shared(
-    origin: crate::sys::clock::Origin,
-    tx: &mpsc::Sender<Event>,
-) -> JobShared {
-    JobShared {
-        panic_output: Default::default(),
-        origin,
-        names: Vec::new(),
-        metrics: Arc::new(JobMetrics::new(&[])),
-        dead_letters: Arc::new(DeadLetters::new("", None)),
-        attempt: 0,
-        cancel: AtomicBool::new(true),
-        error: Mutex::new(None),
-        failed_at: AtomicU64::new(0),
-        fault_tuple: Mutex::new(None),
-        stalls: Mutex::new(Vec::new()),
-        signals: Vec::new(),
-        finished_at: AtomicU64::new(0),
-        events: tx.clone(),
-        trigger: AtomicU64::new(0),
-        exactly_once: true,
-        restore: None,
-        beats: Vec::new(),
-        released_at: Vec::new(),
-        workers: Vec::new(),
-        next_key: AtomicU64::new(0),
-        sinks: HashMap::new(),
-        pacing_start: Arc::new(OnceLock::new()),
-        source_clocks: crate::runtime::source::SourceClocks::none(),
-        standby: None,
-        probes: None,
-        build_fence: Arc::default(),
-    }
 }
 
 #[cfg(test)]

@@ -311,7 +311,7 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
         buf: Vec::with_capacity(256),
     }));
     let origin = crate::sys::clock::Origin::from_monotonic_ns(role.origin_ns);
-    let shared = Arc::new(crate::runtime::supervisor::child_shared(origin, graph));
+    let shared = Arc::new(crate::runtime::child_shared(origin, graph));
     let ctx = Rc::new(TaskCtx::new(
         role.instance,
         role.node,
@@ -371,7 +371,7 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
                     Ok(Ok(h)) => head = Some(h),
                     Ok(Err(e)) => fail(e, &mut failed),
                     Err(p) => fail(
-                        crate::runtime::worker::panic_message(p.as_ref()),
+                        crate::runtime::panic::panic_message(p.as_ref()),
                         &mut failed,
                     ),
                 }
@@ -391,7 +391,7 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
                     }
                     Ok(Err(e)) => fail(format!("standby snapshot: {e}"), &mut failed),
                     Err(p) => fail(
-                        crate::runtime::worker::panic_message(p.as_ref()),
+                        crate::runtime::panic::panic_message(p.as_ref()),
                         &mut failed,
                     ),
                 }
@@ -437,7 +437,7 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => fail(e, &mut failed),
                     Err(p) => fail(
-                        crate::runtime::worker::panic_message(p.as_ref()),
+                        crate::runtime::panic::panic_message(p.as_ref()),
                         &mut failed,
                     ),
                 }
@@ -493,7 +493,7 @@ fn build(
 ) -> Result<Box<dyn RequestHead>, String> {
     let from_point = state.is_some();
     let mut states = match state {
-        Some(a) => crate::runtime::standby::chain_state::split(a, &role.members)?,
+        Some(a) => crate::runtime::chain::frame::split(a, &role.members)?,
         None => Default::default(),
     };
     let last = *role.members.last().ok_or("an empty chain")?;
