@@ -71,7 +71,7 @@ where
         &self,
         name: &str,
         factory: F,
-        standby: Option<std::sync::Arc<dyn crate::runtime::standby::kit::StandbyKit>>,
+        standby: Option<crate::runtime::graph::RoleKit>,
     ) -> Stream<U>
     where
         U: Data,

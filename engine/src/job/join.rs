@@ -1,14 +1,15 @@
 //! Keyed process functions in event time, and the interval join built on
 //! one ([`crate::time::TimedProcess`]).
 
+use super::out_kits;
 use super::union::{retype, tag, Two};
 use super::window::{WindowOutput, WindowedStream};
 use super::{add_node_with, BoxCollector, Data, KeyedStream, Stream};
 use crate::operator::{OperatorInfo, Output};
 use crate::record::Record;
 use crate::runtime::chain::{SideCodec, StateCodec, TimedOp};
-use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, HashFn, Kit, NodeKind};
-use crate::runtime::standby::kit::{SKit, StandbyKit};
+use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, HashFn, NodeKind};
+use crate::runtime::standby::kit::SKit;
 use crate::standby::codec::Codec;
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::process::{Timed, TimedProcess, TimerContext};
@@ -135,7 +136,7 @@ pub(super) fn timed_node<K, T, U, P, F>(
     name: &str,
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
     factory: F,
-    standby: Option<Arc<dyn StandbyKit>>,
+    standby: Option<crate::runtime::graph::RoleKit>,
     more: &[&Stream<T>],
 ) -> Stream<U>
 where
@@ -165,7 +166,7 @@ where
         &input.job,
         name,
         NodeKind::Unary(build),
-        Some(Kit::<U>::arc()),
+        Some(out_kits::<U>()),
         &inputs,
         standby,
     );
@@ -180,7 +181,7 @@ pub struct IntervalJoin<K, A, B> {
     right: KeyedStream<K, B>,
     before: u64,
     after: u64,
-    standby: Option<Arc<dyn StandbyKit>>,
+    standby: Option<crate::runtime::graph::RoleKit>,
 }
 
 impl<K, A, B> IntervalJoin<K, A, B>
@@ -365,7 +366,7 @@ pub struct WindowJoin<K, A, B> {
     right: KeyedStream<K, B>,
     windows: Windows,
     lateness: u64,
-    standby: Option<Arc<dyn StandbyKit>>,
+    standby: Option<crate::runtime::graph::RoleKit>,
 }
 
 impl<K, A, B> WindowJoin<K, A, B>

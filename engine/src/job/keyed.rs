@@ -3,11 +3,12 @@
 //! the interval join are in `window.rs` and `join.rs`.
 
 use super::co::KeyedConnected;
+use super::out_kits;
 use super::{add_node_with, BoxCollector, Data, Stream};
 use crate::operator::{KeyedProcess, OperatorInfo, Output};
 use crate::record::Record;
 use crate::runtime::chain::{KeyedOp, StateCodec};
-use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, Kit, NodeKind};
+use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, NodeKind};
 use crate::state::{KeyedState, StateSnapshot};
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -59,7 +60,7 @@ where
             &self.stream.job,
             name,
             NodeKind::Unary(build),
-            Some(Kit::<U>::arc()),
+            Some(out_kits::<U>()),
             &[self.stream.input()],
             self.stream.standby.clone(),
         );

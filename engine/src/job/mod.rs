@@ -45,10 +45,10 @@ use crate::operator::{
 use crate::record::Record;
 use crate::runtime::chain::{build_co_ports, ProcessOp, SinkOp};
 use crate::runtime::source::{Pacer, SourcePort};
-use crate::runtime::standby::kit::{SKit, StandbyKit};
+use crate::runtime::standby::kit::SKit;
 use crate::runtime::{JobHandle, RuntimeConfig};
 use crate::standby::codec::Codec;
-use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Kit, Node, NodeKind, Partitioning};
+use graph::{downcast, AnyBox, BuildCx, Edge, Graph, HashFn, Node, NodeKind, Partitioning};
 use source::Source;
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -223,7 +223,7 @@ impl JobBuilder {
         self.inner
             .borrow_mut()
             .codecs
-            .extend([crate::runtime::graph::CodecFns::<T>::entry()]);
+            .extend([crate::runtime::standby::kit::CodecFns::<T>::entry()]);
         self
     }
 
@@ -286,7 +286,7 @@ impl JobBuilder {
                 watermarks: None,
                 first_partition: 0,
             },
-            Some(Kit::<T>::arc()),
+            Some(out_kits::<T>()),
             &[],
         );
         Stream::new(Rc::clone(&self.inner), node)
@@ -397,11 +397,26 @@ fn refuse_stranded_standbys(graph: &Graph) -> Result<(), BuildError> {
     }
 }
 
+/// The kits of a stream of `T`: the core's (rings, senders, inputs) and
+/// the standby's (a consumer's fenced input, a child's chain ends).
+pub(crate) struct OutKits {
+    core: Arc<dyn graph::StreamKit>,
+    standby: graph::RoleKit,
+}
+
+/// The kits of a node's output stream of `T`.
+pub(crate) fn out_kits<T: Data>() -> OutKits {
+    OutKits {
+        core: crate::runtime::kit::Kit::<T>::arc(),
+        standby: crate::runtime::standby::kit::stream_roles::<T>(),
+    }
+}
+
 fn add_node(
     inner: &Rc<RefCell<Inner>>,
     name: &str,
     kind: NodeKind,
-    out: Option<Arc<dyn graph::StreamKit>>,
+    out: Option<OutKits>,
     inputs: &[(usize, Partitioning)],
 ) -> usize {
     add_node_with(inner, name, kind, out, inputs, None)
@@ -411,9 +426,9 @@ fn add_node_with(
     inner: &Rc<RefCell<Inner>>,
     name: &str,
     kind: NodeKind,
-    out: Option<Arc<dyn graph::StreamKit>>,
+    out: Option<OutKits>,
     inputs: &[(usize, Partitioning)],
-    standby: Option<Arc<dyn StandbyKit>>,
+    standby: Option<crate::runtime::graph::RoleKit>,
 ) -> usize {
     let mut g = inner.borrow_mut();
     let id = g.nodes.len();
@@ -422,7 +437,8 @@ fn add_node_with(
         name: Arc::from(name),
         parallelism,
         kind,
-        out,
+        out_role: out.as_ref().map(|o| Arc::clone(&o.standby)),
+        out: out.map(|o| o.core),
         standby,
     });
     for (port, (from, p)) in inputs.iter().enumerate() {
@@ -442,7 +458,7 @@ pub struct Stream<T> {
     node: usize,
     partitioning: Partitioning,
     /// Set by [`Stream::standby`]: the next operator gets a standby.
-    standby: Option<Arc<dyn StandbyKit>>,
+    standby: Option<crate::runtime::graph::RoleKit>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -604,7 +620,7 @@ impl<T: Data> Stream<T> {
             &self.job,
             name,
             NodeKind::Unary(build),
-            Some(Kit::<U>::arc()),
+            Some(out_kits::<U>()),
             &[self.input()],
             self.standby.clone(),
         );
@@ -769,7 +785,7 @@ impl<T: Data + Codec + Sync> Stream<T> {
         self.job
             .borrow_mut()
             .codecs
-            .extend([crate::runtime::graph::CodecFns::<T>::entry()]);
+            .extend([crate::runtime::standby::kit::CodecFns::<T>::entry()]);
         let mut s = self.clone();
         s.standby = Some(SKit::<T>::arc());
         s
@@ -813,7 +829,7 @@ impl<A: Data, B: Data> Connected<A, B> {
             &self.first.job,
             name,
             NodeKind::Binary(build),
-            Some(Kit::<U>::arc()),
+            Some(out_kits::<U>()),
             &[self.first.input(), self.second.input()],
         );
         Stream::new(Rc::clone(&self.first.job), node)

@@ -15,12 +15,13 @@
 //! operator (they are in its snapshots) until it returns `true` or the
 //! input ends, not by leaving them in their rings.
 
+use super::out_kits;
 use super::{add_node_with, BoxCollector, Connected, Data, Stream};
 use crate::checkpoint::{CheckpointError, SnapshotBytes};
 use crate::operator::{CoProcess, OperatorInfo, Output, Process};
 use crate::record::{Record, TupleId};
 use crate::runtime::chain::ProcessOp;
-use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, HashFn, Kit, NodeKind, Partitioning};
+use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, HashFn, NodeKind, Partitioning};
 use crate::runtime::standby::kit::SKit;
 use crate::standby::codec::{decode_bytes, encode_bytes, Codec, CodecError};
 use std::collections::VecDeque;
@@ -120,7 +121,7 @@ impl<T: Data> Stream<T> {
             &self.job,
             name,
             NodeKind::Unary(build),
-            Some(Kit::<T>::arc()),
+            Some(out_kits::<T>()),
             &inputs,
             standby,
         );

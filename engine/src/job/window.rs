@@ -1,11 +1,12 @@
 //! Windows on keyed streams: [`KeyedStream::window`] and what it gives.
 //! The semantics are in [`crate::time::window`].
 
+use super::out_kits;
 use super::{add_node_with, BoxCollector, Data, KeyedStream, Stream};
 use crate::error::BuildError;
 use crate::operator::Output;
 use crate::runtime::chain::{SideCodec, StateCodec, WindowOp, WindowSpec};
-use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, Kit, NodeKind};
+use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, NodeKind};
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::window::{
     Aggregating, KeyWindows, Processing, WinOut, Window, WindowAggregate, WindowFn, WindowSide,
@@ -217,7 +218,7 @@ where
             &stream.job,
             name,
             NodeKind::Unary(build),
-            Some(Kit::<WinOut<O, T>>::arc()),
+            Some(out_kits::<WinOut<O, T>>()),
             &inputs,
             stream.standby.clone(),
         );

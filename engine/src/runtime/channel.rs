@@ -1,7 +1,7 @@
 //! Edges between tasks: SPSC rings carrying [`Msg`]s, the sending side that
 //! routes records to lanes (forward, hash, broadcast, rebalance), the
-//! receiving side that drains lanes into a chain, and the wake-up signal of
-//! a parked worker.
+//! receiving side that drains lanes into a chain (waking a parked worker
+//! through its [`WorkerSignal`]).
 //!
 //! One ring per (producer instance, consumer instance) pair: every ring has
 //! exactly one writer thread and one reader thread, so the single-producer
@@ -20,9 +20,7 @@ use crate::queue::spsc::{Consumer, Full, Producer};
 use crate::record::Record;
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::Thread;
+use std::sync::Arc;
 
 /// What travels on a ring.
 #[derive(Debug)]
@@ -40,7 +38,7 @@ pub(crate) enum Msg<T> {
     /// The producer has gone idle (see `crate::time`).
     Idle,
     /// Standby protocol (only on edges leaving an operator with a standby;
-    /// see `standby::group`): this primary's stream starts at chunk `seq`.
+    /// see `runtime/standby/group.rs`): this primary's stream starts at chunk `seq`.
     Resume(u64),
     /// Standby protocol: the data since the previous mark are the outputs
     /// of chunk `mark.seq` for this consumer.
@@ -56,41 +54,7 @@ pub(crate) struct Mark {
     pub(crate) count: u32,
 }
 
-/// Lets a producer wake a worker that parked because it had nothing to do.
-///
-/// Protocol (Dekker-style, both sides fence): the worker sets `sleeping`,
-/// fences, re-polls its inputs and parks only if they are still empty; a
-/// producer publishes its ring tail, fences, and unparks if `sleeping` is
-/// set. One of the two always sees the other's write, so no wake-up is lost.
-#[derive(Default, Debug)]
-pub(crate) struct WorkerSignal {
-    sleeping: AtomicBool,
-    thread: OnceLock<Thread>,
-}
-
-impl WorkerSignal {
-    pub(crate) fn register_current(&self) {
-        let _ = self.thread.set(std::thread::current());
-    }
-
-    #[inline]
-    pub(crate) fn notify(&self) {
-        fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::Relaxed) {
-            self.wake();
-        }
-    }
-
-    pub(crate) fn wake(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
-        }
-    }
-
-    pub(crate) fn set_sleeping(&self, s: bool) {
-        self.sleeping.store(s, Ordering::SeqCst);
-    }
-}
+pub(crate) use super::signal::WorkerSignal;
 
 /// How a sender picks the lane(s) of a record.
 pub(crate) enum Route<T> {
@@ -512,7 +476,7 @@ impl<T> Port for RingInput<T> {
                     false
                 }
                 // Only on edges that leave an operator with a standby, which
-                // are read by `standby::fenced::FencedInput`.
+                // are read by the standby's fenced input (`runtime/standby/fenced.rs`).
                 Msg::Chunk(_) | Msg::Resume(_) => true,
             });
             moved += k;

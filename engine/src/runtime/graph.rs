@@ -3,17 +3,20 @@
 //! The builder knows every stream's element type; the runtime does not. So
 //! at the moment a node is added, the builder captures everything that
 //! needs the types in closures and a per-type [`StreamKit`]: how to make a
-//! ring for this stream, a sender, a receiver, a fan-out. The runtime then
-//! plans and wires tasks knowing only node indices, passing typed values
-//! around as `Box<dyn Any>`; every downcast is guaranteed by construction
-//! (a failed one is an engine bug and says so).
+//! ring for this stream, a sender, a receiver, a fan-out (built by
+//! `runtime::kit`). The runtime then plans and wires tasks knowing only
+//! node indices, passing typed values around as `Box<dyn Any>`; every
+//! downcast is guaranteed by construction (a failed one is an engine bug
+//! and says so).
+//!
+//! This is the plan, at the bottom of the runtime: it names what runs, not
+//! how. A role beyond the core's (a standby) keeps its own typed kits in
+//! the nodes as [`RoleKit`]s, which only its own module opens.
 
-use crate::operator::{Collector, Null, OperatorInfo, Tee};
-use crate::queue::spsc::{self, Consumer, Producer};
-use crate::runtime::channel::{Msg, RingInput, RingSender, Route, WorkerSignal};
+use crate::operator::OperatorInfo;
+use crate::runtime::signal::WorkerSignal;
 use crate::runtime::task::{Gate, OpSlot, Port, TaskCtx};
 use std::any::Any;
-use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -147,10 +150,20 @@ pub(crate) struct Node {
     pub(crate) kind: NodeKind,
     /// The element type of the node's output stream (`None` for sinks).
     pub(crate) out: Option<Arc<dyn StreamKit>>,
+    /// The standby's kit of the node's output type (`None` for sinks):
+    /// what a backed-up chain ending here, or a consumer of a group,
+    /// builds (`StreamRoles` in `runtime/standby/kit.rs`).
+    pub(crate) out_role: Option<RoleKit>,
     /// Built after `Stream::standby`: may run with a standby; its input
-    /// type's buffer-queue side.
-    pub(crate) standby: Option<Arc<dyn crate::runtime::standby::kit::StandbyKit>>,
+    /// type's buffer-queue side (`StandbyKit` in `runtime/standby/kit.rs`).
+    pub(crate) standby: Option<RoleKit>,
 }
+
+/// A role's typed kit for a node — what needs the node's types beyond the
+/// core's [`StreamKit`] (a standby's, `runtime/standby/kit.rs`) — built by
+/// the job builder with the node. The plan carries it; only the role's own
+/// module opens it.
+pub(crate) type RoleKit = Arc<dyn Any + Send + Sync>;
 
 /// How records of an edge are spread over the consumer's instances.
 #[derive(Clone)]
@@ -187,39 +200,13 @@ pub(crate) struct Graph {
 
 pub(crate) type HashFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
 
-/// A type's [`crate::standby::Codec`], as plain functions: what carries a stream's
-/// records between processes (process isolation's chain ends).
-pub(crate) struct CodecFns<T> {
-    pub(crate) encode: fn(&T, &mut Vec<u8>),
-    pub(crate) decode: DecodeFn<T>,
-}
-
-/// A [`crate::standby::Codec`]'s decode, as a plain function.
-pub(crate) type DecodeFn<T> = fn(&[u8]) -> Result<(T, &[u8]), crate::standby::codec::CodecError>;
-
-impl<T: crate::standby::codec::Codec + 'static> CodecFns<T> {
-    pub(crate) fn entry() -> (std::any::TypeId, Arc<dyn Any + Send + Sync>) {
-        (
-            std::any::TypeId::of::<T>(),
-            Arc::new(CodecFns::<T> {
-                encode: T::encode,
-                decode: T::decode,
-            }),
-        )
-    }
-}
-
 /// The codecs a job knows, by type: every type a `.standby()` stream
-/// carries, and those given with [`crate::JobBuilder::codec`].
+/// carries, and those given with [`crate::JobBuilder::codec`] (opened by
+/// `runtime/standby/kit.rs`, which carries records between processes).
 pub(crate) type Codecs = std::collections::HashMap<std::any::TypeId, Arc<dyn Any + Send + Sync>>;
 
-fn codec_of<T: 'static>(codecs: &Codecs) -> Option<Arc<CodecFns<T>>> {
-    codecs
-        .get(&std::any::TypeId::of::<T>())
-        .and_then(|c| Arc::clone(c).downcast::<CodecFns<T>>().ok())
-}
-
-/// Operations that need a stream's element type.
+/// Operations that need a stream's element type (`runtime::kit` builds
+/// them).
 pub(crate) trait StreamKit: Send + Sync {
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
     fn null(&self) -> AnyBox;
@@ -234,14 +221,6 @@ pub(crate) trait StreamKit: Send + Sync {
         batch: usize,
         muted: Option<Rc<std::cell::Cell<bool>>>,
     ) -> AnyBox;
-    /// A consumer's input from standby groups `(group, consumer index)`.
-    fn fenced_input(
-        &self,
-        groups: Vec<(Arc<crate::runtime::standby::group::Group>, usize)>,
-        target: AnyBox,
-        gate: Option<Rc<Gate>>,
-        ctx: &Rc<TaskCtx>,
-    ) -> Box<dyn Port>;
     fn input(
         &self,
         rings: Vec<(AnySend, Arc<WorkerSignal>)>,
@@ -249,129 +228,4 @@ pub(crate) trait StreamKit: Send + Sync {
         gate: Option<Rc<Gate>>,
         ctx: &Rc<TaskCtx>,
     ) -> Box<dyn Port>;
-    /// The stream's type has a codec in `codecs`.
-    fn has_codec(&self, codecs: &Codecs) -> bool;
-    /// Process isolation, in the driver: the end of a chain (`tail`, a
-    /// collector of this type) fed the child's replies; `None` without a
-    /// codec.
-    fn remote_tail(
-        &self,
-        codecs: &Codecs,
-        tail: AnyBox,
-    ) -> Option<Box<dyn crate::runtime::standby::remote::ReplyTail>>;
-    /// Process isolation, in the child: the end of its chain, writing what
-    /// reaches it into the reply pipe; `None` without a codec.
-    fn reply_collector(
-        &self,
-        codecs: &Codecs,
-        out: Rc<std::cell::RefCell<crate::runtime::standby::remote::child::Replies>>,
-    ) -> Option<AnyBox>;
-}
-
-pub(crate) struct Kit<T>(PhantomData<fn() -> T>);
-
-impl<T> Kit<T> {
-    pub(crate) fn arc() -> Arc<dyn StreamKit>
-    where
-        T: crate::Data,
-    {
-        Arc::new(Kit::<T>(PhantomData))
-    }
-}
-
-type BoxCollector<T> = Box<dyn Collector<T>>;
-
-impl<T: crate::Data> StreamKit for Kit<T> {
-    fn has_codec(&self, codecs: &Codecs) -> bool {
-        codec_of::<T>(codecs).is_some()
-    }
-
-    fn remote_tail(
-        &self,
-        codecs: &Codecs,
-        tail: AnyBox,
-    ) -> Option<Box<dyn crate::runtime::standby::remote::ReplyTail>> {
-        let c = codec_of::<T>(codecs)?;
-        Some(crate::runtime::standby::remote::deliver_to::<T>(tail, c))
-    }
-
-    fn reply_collector(
-        &self,
-        codecs: &Codecs,
-        out: Rc<std::cell::RefCell<crate::runtime::standby::remote::child::Replies>>,
-    ) -> Option<AnyBox> {
-        let c = codec_of::<T>(codecs)?;
-        Some(Box::new(Box::new(
-            crate::runtime::standby::remote::child::ReplyCollector::<T>::new(out, c),
-        ) as BoxCollector<T>))
-    }
-
-    fn tee(&self, outs: Vec<AnyBox>) -> AnyBox {
-        let outs = outs
-            .into_iter()
-            .map(|o| downcast::<BoxCollector<T>>(o, "tee"))
-            .collect();
-        Box::new(Box::new(Tee { outs }) as BoxCollector<T>)
-    }
-
-    fn null(&self) -> AnyBox {
-        Box::new(Box::new(Null) as BoxCollector<T>)
-    }
-
-    fn ring(&self, capacity: usize) -> (AnySend, AnySend) {
-        let (tx, rx) = spsc::channel::<Msg<T>>(capacity);
-        (Box::new(tx), Box::new(rx))
-    }
-
-    fn ring_bytes(&self, capacity: usize) -> u64 {
-        (capacity.max(2).next_power_of_two() as u64)
-            .saturating_mul(std::mem::size_of::<Msg<T>>() as u64)
-    }
-
-    fn sender(
-        &self,
-        lanes: Vec<(AnySend, Arc<WorkerSignal>)>,
-        partitioning: &Partitioning,
-        ctx: &Rc<TaskCtx>,
-        batch: usize,
-        muted: Option<Rc<std::cell::Cell<bool>>>,
-    ) -> AnyBox {
-        let lanes = lanes
-            .into_iter()
-            .map(|(p, s)| (downcast_send::<Producer<Msg<T>>>(p, "sender"), s))
-            .collect::<Vec<_>>();
-        let route = Route::of(partitioning, ctx.instance, lanes.len());
-        let mut s = RingSender::new(lanes, route, Rc::clone(ctx), batch);
-        if let Some(m) = muted {
-            s = s.suppressed_by(m);
-        }
-        Box::new(Box::new(s) as BoxCollector<T>)
-    }
-
-    fn fenced_input(
-        &self,
-        groups: Vec<(Arc<crate::runtime::standby::group::Group>, usize)>,
-        target: AnyBox,
-        gate: Option<Rc<Gate>>,
-        ctx: &Rc<TaskCtx>,
-    ) -> Box<dyn Port> {
-        Box::new(crate::runtime::standby::fenced::FencedInput::<T>::new(
-            groups, target, gate, ctx,
-        ))
-    }
-
-    fn input(
-        &self,
-        rings: Vec<(AnySend, Arc<WorkerSignal>)>,
-        target: AnyBox,
-        gate: Option<Rc<Gate>>,
-        ctx: &Rc<TaskCtx>,
-    ) -> Box<dyn Port> {
-        let rings = rings
-            .into_iter()
-            .map(|(r, s)| (downcast_send::<Consumer<Msg<T>>>(r, "input"), s))
-            .collect();
-        let target = downcast::<BoxCollector<T>>(target, "input target");
-        Box::new(RingInput::new(rings, target, gate, Rc::clone(ctx)))
-    }
 }

@@ -33,10 +33,12 @@ pub(crate) mod config;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
 pub(crate) mod graph;
+pub(crate) mod kit;
 pub(crate) mod lanes;
 pub mod panic;
 pub mod placement;
 pub mod probe;
+pub(crate) mod signal;
 pub(crate) mod source;
 pub(crate) mod standby;
 mod supervisor;
@@ -383,6 +385,9 @@ pub(crate) struct Wiring {
     pub(crate) consumers: RingEnds,
     pub(crate) signals: Vec<Arc<WorkerSignal>>,
     pub(crate) config: RuntimeConfig,
+    /// What a role beyond the core's builds into the workers' tasks (the
+    /// standby groups of the attempt, if any).
+    pub(crate) roles: Option<Arc<dyn worker::wire::WireRoles>>,
 }
 
 impl Wiring {

@@ -143,11 +143,11 @@ fn report(payload: &(dyn std::any::Any + Send)) -> Option<Rc<TaskCtx>> {
         .flatten()?;
     let e = failure(&ctx.shared.names[ctx.current_op()], ctx.instance, payload);
     let tuple = ctx.failing_tuple();
-    match ctx.group.get() {
-        Some(g) => {
+    match ctx.watch.get() {
+        Some(w) => {
             let epoch = ctx.epoch.get();
             if epoch != 0 {
-                g.primary_failed(&ctx.shared, epoch, e, tuple, ctx.clock.now(), false);
+                w.primary_panicked(&ctx.shared, epoch, e, tuple, ctx.clock.now());
             }
             // A standby's failure is handled when the worker catches it.
         }

@@ -137,8 +137,9 @@ pub(crate) struct TaskCtx {
     pub(crate) incarnation: Cell<u64>,
     /// The epoch it is the primary of (0: none).
     pub(crate) epoch: Cell<u64>,
-    /// The standby group whose incarnation the task runs.
-    pub(crate) group: std::cell::OnceCell<Arc<crate::runtime::standby::group::Group>>,
+    /// What the task's role (a standby group's incarnation) watches of
+    /// it: its progress, whether its epoch is over.
+    pub(crate) watch: std::cell::OnceCell<Arc<dyn RoleWatch>>,
     /// The task's key in its worker's task-poll marks (never 0).
     pub(crate) key: u64,
     /// Steps of progress (inputs processed, keys ended) as a primary.
@@ -159,7 +160,7 @@ impl TaskCtx {
             background,
             key: shared.next_key.fetch_add(1, Ordering::Relaxed) + 1,
             ticks: Cell::new(0),
-            group: std::cell::OnceCell::new(),
+            watch: std::cell::OnceCell::new(),
             instance,
             worker,
             current: Cell::new(head_op),
@@ -206,15 +207,11 @@ impl TaskCtx {
         if n.is_multiple_of(TICKS_PER_BEAT) {
             self.beat_worker();
         }
-        let Some(g) = self.group.get() else { return };
+        let Some(w) = self.watch.get() else { return };
         let e = self.epoch.get();
-        if e == 0 {
-            return;
+        if e != 0 {
+            w.progress(e, n);
         }
-        g.progress.store(
-            (e & 0xff_ffff) << 40 | (n & ((1 << 40) - 1)),
-            Ordering::Relaxed,
-        );
     }
 
     /// Writes the worker's heartbeat, unless a long step runs (the
@@ -243,7 +240,7 @@ impl TaskCtx {
             return true;
         }
         let e = self.epoch.get();
-        e != 0 && self.group.get().is_some_and(|g| g.live.current() != e)
+        e != 0 && self.watch.get().is_some_and(|w| w.over(e))
     }
 
     /// Marks `op` as running; returns the operator to restore afterwards.
@@ -537,73 +534,12 @@ pub(crate) struct Task {
     pub(crate) done: Vec<bool>,
     pub(crate) ctx: std::rc::Rc<TaskCtx>,
     pub(crate) budget: usize,
-    /// An incarnation of a standby group: its failure is the group's
-    /// business (a takeover), not the attempt's.
-    pub(crate) group: Option<(Arc<crate::runtime::standby::group::Group>, u64)>,
-    /// A primary's next heartbeat (engine nanoseconds).
-    next_beat: u64,
-    /// Process isolation: the incarnation's child, looked at between
-    /// polls (a child can die while nothing is asked of it), and when.
-    pub(crate) child:
-        Option<std::rc::Rc<std::cell::RefCell<crate::runtime::standby::remote::Link>>>,
-    next_child_check: u64,
+    /// A role beyond the core's (an incarnation of a standby group): its
+    /// failure is the role's business (a takeover), not the attempt's.
+    pub(crate) role: Option<Box<dyn TaskRole>>,
 }
 
 impl Task {
-    /// Process isolation: a child that died fails its incarnation here, as
-    /// a panic of the operator would (a standby's is replaced, a primary's
-    /// taken over); a standby's child that became the primary's says so
-    /// in its status file. Once a millisecond.
-    #[cold]
-    fn watch_child(&mut self, now: Nanos) {
-        self.next_child_check = now + 1_000_000;
-        let Some(link) = &self.child else { return };
-        let Ok(mut l) = link.try_borrow_mut() else {
-            return;
-        };
-        if self.ctx.epoch.get() != 0 {
-            l.now_primary();
-        }
-        // As long as the standby's detector waits on the noisiest machine
-        // (8 × the timeout), and never under 100 ms: killing a process
-        // that was only starved of its core costs a takeover.
-        let limit = self.group.as_ref().map_or(u64::MAX, |(g, _)| {
-            g.timeout_ns.saturating_mul(8).max(100_000_000)
-        });
-        if let Err(m) = l
-            .check_alive()
-            .and_then(|()| l.kill_if_stuck(&self.ctx, limit))
-        {
-            drop(l);
-            crate::runtime::standby::remote::fail(m, true);
-        }
-    }
-
-    /// Process isolation: hands on what the child answered since the last
-    /// poll (its failure fails the incarnation).
-    fn take_replies(&mut self) {
-        let Some(link) = &self.child else { return };
-        let Ok(mut l) = link.try_borrow_mut() else {
-            return;
-        };
-        if !l.outstanding() {
-            return;
-        }
-        if let Err(m) = l.post(&self.ctx) {
-            let died = l.died;
-            drop(l);
-            crate::runtime::standby::remote::fail(m, died);
-        }
-    }
-
-    /// The incarnation's child shows progress (see `Link::responsive`).
-    fn child_responsive(&self, now: Nanos, timeout_ns: u64) -> bool {
-        self.child.as_ref().is_none_or(|l| {
-            l.try_borrow()
-                .map_or(true, |l| l.responsive(now, timeout_ns))
-        })
-    }
-
     pub(crate) fn new(ports: Vec<Box<dyn Port>>, ctx: std::rc::Rc<TaskCtx>, budget: usize) -> Self {
         let done = vec![false; ports.len()];
         Task {
@@ -611,43 +547,23 @@ impl Task {
             done,
             ctx,
             budget,
-            group: None,
-            next_beat: 0,
-            child: None,
-            next_child_check: 0,
+            role: None,
         }
     }
 
     /// Polls the task; `now` is when the worker began this poll.
     pub(crate) fn poll(&mut self, now: Nanos) -> Poll {
-        if let Some((g, _)) = &self.group {
-            let e = self.ctx.epoch.get();
-            if e != 0 {
-                if g.live.current() != e {
-                    // A primary whose epoch ended (a standby took over while
-                    // it was stalled) ends here, even while its output is
-                    // blocked on a ring nobody reads any more.
-                    self.ctx.fenced.set(true);
-                } else if now >= self.next_beat
-                    && self.ctx.shared.beating(self.ctx.worker, now)
-                    && self.child_responsive(now, g.timeout_ns)
-                {
-                    // Every poll is a sign of life — also a poll that finds
-                    // the output blocked by a slow consumer. Written every
-                    // 1/16 of the timeout, not every poll: the standby reads
-                    // this cache line at every poll of its own.
-                    self.next_beat = now + (g.timeout_ns / 16).max(10_000);
-                    let _ = g.live.beat(e, now);
-                }
+        if let Some(r) = &mut self.role {
+            if !r.before_poll(&self.ctx, now) {
+                // A primary whose epoch ended (a standby took over while
+                // it was stalled) ends here, even while its output is
+                // blocked on a ring nobody reads any more.
+                self.ctx.fenced.set(true);
             }
         }
         if self.ctx.fenced.get() {
             return Poll::Done;
         }
-        if now >= self.next_child_check {
-            self.watch_child(now);
-        }
-        self.take_replies();
         if self.ctx.blocked.get() > 0 {
             for p in &mut self.ports {
                 p.flush();
@@ -662,7 +578,7 @@ impl Task {
         // millisecond. A standby group's incarnation logs its ticks and
         // takes them from its log instead.
         let ms = now / MS;
-        let tick = self.ctx.ptimers.get() && self.group.is_none() && ms > self.ctx.ticked_ms.get();
+        let tick = self.ctx.ptimers.get() && self.role.is_none() && ms > self.ctx.ticked_ms.get();
         if tick {
             self.ctx.ticked_ms.set(ms);
         }
@@ -690,14 +606,7 @@ impl Task {
                 break;
             }
         }
-        // Process isolation: while the child has not answered, look again
-        // soon (the worker runs its other tasks, or sleeps, meanwhile).
-        if self
-            .child
-            .as_ref()
-            .is_some_and(|l| l.try_borrow().is_ok_and(|l| l.outstanding()))
-        {
-            let soon = now + 20_000;
+        if let Some(soon) = self.role.as_ref().and_then(|r| r.look_again(now)) {
             wake_at = Some(wake_at.map_or(soon, |x| x.min(soon)));
         }
         if self.done.iter().all(|d| *d) && self.ctx.blocked.get() == 0 {
@@ -715,6 +624,48 @@ impl Task {
             Poll::Idle { wake_at }
         }
     }
+}
+
+/// What a task's operators' context consults of the task's role (a
+/// standby group's incarnation, in `runtime::standby`; the core names no
+/// role): shared by the role's incarnations across workers.
+pub(crate) trait RoleWatch: Send + Sync {
+    /// The primary of `epoch` made step `steps` of progress: a sign of
+    /// life to whoever watches it.
+    fn progress(&self, epoch: u64, steps: u64);
+    /// Whether `epoch` is over (another incarnation took over from it).
+    fn over(&self, epoch: u64) -> bool;
+    /// The primary of `epoch` panicked (`e` on `tuple`), as seen by the
+    /// panic hook, before its worker catches the panic.
+    fn primary_panicked(
+        &self,
+        shared: &super::JobShared,
+        epoch: u64,
+        e: JobError,
+        tuple: Option<TupleId>,
+        now: Nanos,
+    );
+}
+
+/// A task's role beyond running its ports (a standby group's incarnation,
+/// in `runtime::standby`): what it does around each poll, and what its
+/// failure and its end mean.
+pub(crate) trait TaskRole {
+    /// Before the ports are polled (a heartbeat, a look at a child
+    /// process); `false`: the task was superseded — it ends.
+    fn before_poll(&mut self, ctx: &TaskCtx, now: Nanos) -> bool;
+    /// After the ports were polled: when to poll again at the latest
+    /// (work goes on elsewhere, such as in a child process).
+    fn look_again(&self, _now: Nanos) -> Option<Nanos> {
+        None
+    }
+    /// The task failed with `e` (on `tuple`, at `now`): the role answers
+    /// it (a takeover, a new standby); the attempt goes on.
+    fn failed(&self, ctx: &TaskCtx, e: JobError, tuple: Option<TupleId>, now: Nanos);
+    /// The task ended: the plan's operator instance `(node, instance)` it
+    /// ends, if any (`None`: a standby that never took over, a fenced
+    /// primary).
+    fn ends(&self, ctx: &TaskCtx) -> Option<(usize, usize)>;
 }
 
 /// Steps of progress ([`TaskCtx::tick`]) between two heartbeats written

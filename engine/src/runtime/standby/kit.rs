@@ -1,13 +1,18 @@
 //! The typed entry points of a standby group, captured where the operator's
 //! input type is known: the queue entry format, and the builders of the
-//! upstream sender and of an incarnation's port.
+//! upstream sender and of an incarnation's port ([`StandbyKit`]); and what
+//! the standby builds of any stream's type — a consumer's fenced input, the
+//! ends of a process-isolated chain ([`StreamRoles`]). The job builder puts
+//! both in the plan's nodes as opaque [`RoleKit`]s; [`of_node`] and
+//! [`of_stream`] open them.
 
 use super::group::Group;
 use super::incarnation::source_lane::SourceSpec;
 use crate::record::Record;
-use crate::runtime::graph::AnyBox;
-use crate::runtime::task::{Port, TaskCtx};
+use crate::runtime::graph::{AnyBox, Codecs, Node, RoleKit};
+use crate::runtime::task::{Gate, Port, TaskCtx};
 use crate::standby::codec::Codec;
+use std::any::Any;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -146,8 +151,131 @@ pub(crate) type ChainBuild = Box<dyn FnMut(Option<Vec<u8>>) -> AnyBox>;
 pub(crate) struct SKit<T>(std::marker::PhantomData<fn() -> T>);
 
 impl<T: crate::Data + Codec + Sync> SKit<T> {
-    pub(crate) fn arc() -> Arc<dyn StandbyKit> {
-        Arc::new(SKit::<T>(std::marker::PhantomData))
+    /// The kit, as the plan's node carries it ([`Node::standby`]).
+    pub(crate) fn arc() -> RoleKit {
+        Arc::new(Arc::new(SKit::<T>(std::marker::PhantomData)) as Arc<dyn StandbyKit>)
+    }
+}
+
+/// The standby kit of a node built with one (`Stream::standby`).
+pub(crate) fn of_node(node: &Node) -> Option<&Arc<dyn StandbyKit>> {
+    node.standby.as_ref().map(|k| {
+        k.downcast_ref::<Arc<dyn StandbyKit>>()
+            .expect("engine bug: a node's standby kit of another kind")
+    })
+}
+
+/// The standby's builders for the node's output type (`None`: a sink).
+pub(crate) fn of_stream(node: &Node) -> Option<&Arc<dyn StreamRoles>> {
+    node.out_role.as_ref().map(|k| {
+        k.downcast_ref::<Arc<dyn StreamRoles>>()
+            .expect("engine bug: a node's stream kit of another kind")
+    })
+}
+
+/// A type's [`Codec`], as plain functions: what carries a stream's records
+/// between processes (process isolation's chain ends).
+pub(crate) struct CodecFns<T> {
+    pub(crate) encode: fn(&T, &mut Vec<u8>),
+    pub(crate) decode: DecodeFn<T>,
+}
+
+/// A [`Codec`]'s decode, as a plain function.
+pub(crate) type DecodeFn<T> = fn(&[u8]) -> Result<(T, &[u8]), crate::standby::codec::CodecError>;
+
+impl<T: Codec + 'static> CodecFns<T> {
+    /// The entry of the plan's [`Codecs`] for `T`.
+    pub(crate) fn entry() -> (std::any::TypeId, Arc<dyn Any + Send + Sync>) {
+        (
+            std::any::TypeId::of::<T>(),
+            Arc::new(CodecFns::<T> {
+                encode: T::encode,
+                decode: T::decode,
+            }),
+        )
+    }
+}
+
+fn codec_of<T: 'static>(codecs: &Codecs) -> Option<Arc<CodecFns<T>>> {
+    codecs
+        .get(&std::any::TypeId::of::<T>())
+        .and_then(|c| Arc::clone(c).downcast::<CodecFns<T>>().ok())
+}
+
+/// What the standby builds of a stream's element type.
+pub(crate) trait StreamRoles: Send + Sync {
+    /// A consumer's input from standby groups `(group, consumer index)`.
+    fn fenced_input(
+        &self,
+        groups: Vec<(Arc<Group>, usize)>,
+        target: AnyBox,
+        gate: Option<Rc<Gate>>,
+        ctx: &Rc<TaskCtx>,
+    ) -> Box<dyn Port>;
+    /// The stream's type has a codec in `codecs`.
+    fn has_codec(&self, codecs: &Codecs) -> bool;
+    /// Process isolation, in the driver: the end of a chain (`tail`, a
+    /// collector of this type) fed the child's replies; `None` without a
+    /// codec.
+    fn remote_tail(
+        &self,
+        codecs: &Codecs,
+        tail: AnyBox,
+    ) -> Option<Box<dyn super::remote::ReplyTail>>;
+    /// Process isolation, in the child: the end of its chain, writing what
+    /// reaches it into the reply pipe; `None` without a codec.
+    fn reply_collector(
+        &self,
+        codecs: &Codecs,
+        out: Rc<std::cell::RefCell<super::remote::child::Replies>>,
+    ) -> Option<AnyBox>;
+}
+
+struct Roles<T>(std::marker::PhantomData<fn() -> T>);
+
+/// The standby's builders for a stream of `T`, as the plan's node carries
+/// them ([`Node::out_role`]).
+pub(crate) fn stream_roles<T: crate::Data>() -> RoleKit {
+    Arc::new(Arc::new(Roles::<T>(std::marker::PhantomData)) as Arc<dyn StreamRoles>)
+}
+
+type BoxCollector<T> = Box<dyn crate::operator::Collector<T>>;
+
+impl<T: crate::Data> StreamRoles for Roles<T> {
+    fn fenced_input(
+        &self,
+        groups: Vec<(Arc<Group>, usize)>,
+        target: AnyBox,
+        gate: Option<Rc<Gate>>,
+        ctx: &Rc<TaskCtx>,
+    ) -> Box<dyn Port> {
+        Box::new(super::fenced::FencedInput::<T>::new(
+            groups, target, gate, ctx,
+        ))
+    }
+
+    fn has_codec(&self, codecs: &Codecs) -> bool {
+        codec_of::<T>(codecs).is_some()
+    }
+
+    fn remote_tail(
+        &self,
+        codecs: &Codecs,
+        tail: AnyBox,
+    ) -> Option<Box<dyn super::remote::ReplyTail>> {
+        let c = codec_of::<T>(codecs)?;
+        Some(super::remote::deliver_to::<T>(tail, c))
+    }
+
+    fn reply_collector(
+        &self,
+        codecs: &Codecs,
+        out: Rc<std::cell::RefCell<super::remote::child::Replies>>,
+    ) -> Option<AnyBox> {
+        let c = codec_of::<T>(codecs)?;
+        Some(Box::new(
+            Box::new(super::remote::child::ReplyCollector::<T>::new(out, c)) as BoxCollector<T>,
+        ))
     }
 }
 

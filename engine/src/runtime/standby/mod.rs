@@ -5,11 +5,13 @@
 //! exchange and the pure decisions — are [`crate::standby`]'s, below the
 //! runtime; `group.rs` documents the protocol as a whole.
 
+pub(crate) mod build;
 pub(crate) mod fenced;
 pub(crate) mod group;
 pub(crate) mod incarnation;
 pub(crate) mod kit;
 pub(crate) mod remote;
+pub(crate) mod role;
 pub(crate) mod run;
 pub(crate) mod sender;
 pub(crate) mod slots;

@@ -133,6 +133,10 @@ impl Supervisor {
             consumers: Mutex::new(consumers),
             signals,
             config: self.config.clone(),
+            roles: shared
+                .standby
+                .clone()
+                .map(|s| s as Arc<dyn crate::runtime::worker::wire::WireRoles>),
         });
         let mut threads = Vec::with_capacity(workers);
         for (w, &core) in self.cores.iter().enumerate().take(workers) {

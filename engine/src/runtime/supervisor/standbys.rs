@@ -328,9 +328,7 @@ fn validate_process_isolation(
             .enumerate()
             .any(|(ei, e)| e.from == n && !plan.chained[ei]);
         if leaves
-            && !node
-                .out
-                .as_ref()
+            && !crate::runtime::standby::kit::of_stream(node)
                 .is_some_and(|k| k.has_codec(&graph.codecs))
         {
             return Err(err(

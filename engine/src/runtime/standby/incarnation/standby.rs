@@ -31,16 +31,10 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             .released_at
             .get(pw)
             .map_or(0, |r| r.load(Ordering::Acquire));
-        let progress = g.progress.load(Ordering::Acquire);
         let o = Observation {
             now,
             beat: g.live.last_beat(),
-            // A zombie's counting is no sign of the current primary's life.
-            progress: if progress >> 40 == self.backs & 0xff_ffff {
-                progress
-            } else {
-                0
-            },
+            progress: g.progress_of(self.backs),
             long_step: released == u64::MAX || now.saturating_sub(released) <= g.timeout_ns,
         };
         let verdict = self.detector.observe(o, || {

@@ -15,7 +15,8 @@ use super::{Fault, RequestHead};
 use crate::checkpoint::CheckpointError;
 use crate::operator::{ChainParts, Collector, OperatorInfo};
 use crate::record::Record;
-use crate::runtime::graph::{AnyBox, BuildCx, CodecFns, Graph, NodeKind};
+use crate::runtime::graph::{AnyBox, BuildCx, Graph, NodeKind};
+use crate::runtime::standby::kit::CodecFns;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::standby::codec::Codec;
 use crate::standby::pipe::{PipeReader, PipeWriter};
@@ -498,7 +499,7 @@ fn build(
     };
     let last = *role.members.last().ok_or("an empty chain")?;
     let node = &graph.nodes[last];
-    let kit = node.out.as_ref().ok_or("a chain that ends in a sink")?;
+    let kit = crate::runtime::standby::kit::of_stream(node).ok_or("a chain that ends in a sink")?;
     let mut down: AnyBox = kit
         .reply_collector(&graph.codecs, replies)
         .ok_or_else(|| format!("`{}`'s output type has no codec", node.name))?;
@@ -526,9 +527,7 @@ fn build(
         down = b(cx, down);
     }
     ctx.enter(role.node);
-    let skit = graph.nodes[role.node]
-        .standby
-        .as_ref()
+    let skit = crate::runtime::standby::kit::of_node(&graph.nodes[role.node])
         .ok_or("the chain's head has no standby kit")?;
     Ok(skit.child_head(down))
 }

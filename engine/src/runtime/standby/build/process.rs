@@ -47,9 +47,7 @@ pub(super) fn remote_chain_build(
         let mut tb = TaskBuild::default();
         // The chain's end stays here: the rings to the consumers.
         let tail = build_out(&w2, last, inst, &c2, &mut tb);
-        let tail = w2.graph.nodes[last]
-            .out
-            .as_ref()
+        let tail = crate::runtime::standby::kit::of_stream(&w2.graph.nodes[last])
             .and_then(|k| k.remote_tail(&w2.graph.codecs, tail))
             .expect("engine bug: validated process isolation without a codec");
         let r = c2.long(|| link.borrow_mut().build(state, tail, &c2));
@@ -62,9 +60,7 @@ pub(super) fn remote_chain_build(
             .probes
             .as_ref()
             .and_then(|p| p.probe(&w2.graph.nodes[node].name, inst));
-        let skit = w2.graph.nodes[node]
-            .standby
-            .as_ref()
+        let skit = crate::runtime::standby::kit::of_node(&w2.graph.nodes[node])
             .expect("engine bug: a standby group without its kit");
         skit.remote_chain(Rc::clone(&link), &c2, probe, node)
     });

@@ -1,0 +1,188 @@
+//! A standby group's incarnation as a task's role ([`TaskRole`],
+//! [`RoleWatch`], declared by the core in `runtime::task`): the primary's
+//! heartbeat between polls, the fencing of a superseded primary, a
+//! process-isolated incarnation's child watched and its replies handed on,
+//! and a failure answered by the group (a takeover) instead of the attempt.
+
+use super::group::Group;
+use super::remote::Link;
+use crate::error::JobError;
+use crate::record::{Nanos, TupleId};
+use crate::runtime::task::{RoleWatch, TaskCtx, TaskRole};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Bits of the progress word that count steps (the epoch's low 24 bits
+/// are above them).
+const STEP_BITS: u32 = 40;
+
+impl Group {
+    /// The progress word of the primary of `epoch` at step `steps`.
+    fn progress_word(epoch: u64, steps: u64) -> u64 {
+        (epoch & 0xff_ffff) << STEP_BITS | (steps & ((1 << STEP_BITS) - 1))
+    }
+
+    /// The current primary's progress as the standby of `epoch` reads it:
+    /// 0 unless the word is that epoch's (a zombie's counting is no sign
+    /// of the current primary's life).
+    pub(crate) fn progress_of(&self, epoch: u64) -> u64 {
+        let p = self.progress.load(Ordering::Acquire);
+        if p >> STEP_BITS == epoch & 0xff_ffff {
+            p
+        } else {
+            0
+        }
+    }
+}
+
+impl RoleWatch for Group {
+    #[inline]
+    fn progress(&self, epoch: u64, steps: u64) {
+        self.progress
+            .store(Self::progress_word(epoch, steps), Ordering::Relaxed);
+    }
+
+    fn over(&self, epoch: u64) -> bool {
+        self.live.current() != epoch
+    }
+
+    fn primary_panicked(
+        &self,
+        shared: &crate::runtime::JobShared,
+        epoch: u64,
+        e: JobError,
+        tuple: Option<TupleId>,
+        now: Nanos,
+    ) {
+        self.primary_failed(shared, epoch, e, tuple, now, false);
+    }
+}
+
+/// Incarnation `inc` of a standby group, as its task's role.
+pub(crate) struct Incarnation {
+    group: Arc<Group>,
+    inc: u64,
+    /// A primary's next heartbeat (engine nanoseconds).
+    next_beat: u64,
+    /// Process isolation: the incarnation's child, looked at between
+    /// polls (a child can die while nothing is asked of it), and when.
+    child: Option<Rc<RefCell<Link>>>,
+    next_child_check: u64,
+}
+
+impl Incarnation {
+    pub(crate) fn new(group: Arc<Group>, inc: u64, child: Option<Rc<RefCell<Link>>>) -> Self {
+        Incarnation {
+            group,
+            inc,
+            next_beat: 0,
+            child,
+            next_child_check: 0,
+        }
+    }
+
+    /// Process isolation: a child that died fails its incarnation here, as
+    /// a panic of the operator would (a standby's is replaced, a primary's
+    /// taken over); a standby's child that became the primary's says so
+    /// in its status file. Once a millisecond.
+    #[cold]
+    fn watch_child(&mut self, ctx: &TaskCtx, now: Nanos) {
+        self.next_child_check = now + 1_000_000;
+        let Some(link) = &self.child else { return };
+        let Ok(mut l) = link.try_borrow_mut() else {
+            return;
+        };
+        if ctx.epoch.get() != 0 {
+            l.now_primary();
+        }
+        // As long as the standby's detector waits on the noisiest machine
+        // (8 × the timeout), and never under 100 ms: killing a process
+        // that was only starved of its core costs a takeover.
+        let limit = self.group.timeout_ns.saturating_mul(8).max(100_000_000);
+        if let Err(m) = l.check_alive().and_then(|()| l.kill_if_stuck(ctx, limit)) {
+            drop(l);
+            super::remote::fail(m, true);
+        }
+    }
+
+    /// Process isolation: hands on what the child answered since the last
+    /// poll (its failure fails the incarnation).
+    fn take_replies(&mut self, ctx: &TaskCtx) {
+        let Some(link) = &self.child else { return };
+        let Ok(mut l) = link.try_borrow_mut() else {
+            return;
+        };
+        if !l.outstanding() {
+            return;
+        }
+        if let Err(m) = l.post(ctx) {
+            let died = l.died;
+            drop(l);
+            super::remote::fail(m, died);
+        }
+    }
+
+    /// The incarnation's child shows progress (see `Link::responsive`).
+    fn child_responsive(&self, now: Nanos, timeout_ns: u64) -> bool {
+        self.child.as_ref().is_none_or(|l| {
+            l.try_borrow()
+                .map_or(true, |l| l.responsive(now, timeout_ns))
+        })
+    }
+}
+
+impl TaskRole for Incarnation {
+    fn before_poll(&mut self, ctx: &TaskCtx, now: Nanos) -> bool {
+        let g = &self.group;
+        let e = ctx.epoch.get();
+        if e != 0 {
+            if g.live.current() != e {
+                return false;
+            }
+            if now >= self.next_beat
+                && ctx.shared.beating(ctx.worker(), now)
+                && self.child_responsive(now, g.timeout_ns)
+            {
+                // Every poll is a sign of life — also a poll that finds
+                // the output blocked by a slow consumer. Written every
+                // 1/16 of the timeout, not every poll: the standby reads
+                // this cache line at every poll of its own.
+                self.next_beat = now + (g.timeout_ns / 16).max(10_000);
+                let _ = g.live.beat(e, now);
+            }
+        }
+        if ctx.fenced.get() {
+            return true;
+        }
+        if now >= self.next_child_check {
+            self.watch_child(ctx, now);
+        }
+        self.take_replies(ctx);
+        true
+    }
+
+    /// Process isolation: while the child has not answered, look again
+    /// soon (the worker runs its other tasks, or sleeps, meanwhile).
+    fn look_again(&self, now: Nanos) -> Option<Nanos> {
+        self.child
+            .as_ref()
+            .is_some_and(|l| l.try_borrow().is_ok_and(|l| l.outstanding()))
+            .then_some(now + 20_000)
+    }
+
+    fn failed(&self, ctx: &TaskCtx, e: JobError, tuple: Option<TupleId>, now: Nanos) {
+        let epoch = ctx.epoch.get();
+        self.group
+            .incarnation_failed(&ctx.shared, self.inc, epoch, e, tuple, now);
+    }
+
+    /// A group's primary that finished — the first one or a standby that
+    /// took over — ends the plan's task of its instance; a standby that
+    /// never took over and a fenced primary end nothing.
+    fn ends(&self, ctx: &TaskCtx) -> Option<(usize, usize)> {
+        (ctx.epoch.get() != 0 && !ctx.fenced.get())
+            .then_some((self.group.node, self.group.instance))
+    }
+}
