@@ -336,23 +336,7 @@ impl IoThread {
     ) -> Result<Published, CheckpointError> {
         let start = Instant::now();
         let (set_dir, manifest_path) = self.set_paths(kind, id);
-        if manifest_path.exists() {
-            return Err(CheckpointError::AlreadyPublished {
-                id,
-                path: manifest_path,
-            });
-        }
-        let mut seen = HashSet::new();
-        for s in &snapshots {
-            check_name(&s.operator)?;
-            if !seen.insert((s.operator.as_str(), s.instance)) {
-                return Err(CheckpointError::Duplicate {
-                    id,
-                    operator: s.operator.clone(),
-                    instance: s.instance,
-                });
-            }
-        }
+        check_new_set(id, &manifest_path, &snapshots)?;
         fs::create_dir_all(&set_dir).map_err(CheckpointError::io(&set_dir, "create_dir"))?;
         let created_at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -641,4 +625,31 @@ fn stage_manifest(manifest: &Manifest, path: &Path) -> Result<(PathBuf, File), C
     f.write_all(&json)
         .map_err(CheckpointError::io(&tmp, "write"))?;
     Ok((tmp, f))
+}
+
+/// Set `id` is not published yet, and names each operator instance once,
+/// by a name a file may take.
+fn check_new_set(
+    id: u64,
+    manifest_path: &Path,
+    snapshots: &[OperatorSnapshot],
+) -> Result<(), CheckpointError> {
+    if manifest_path.exists() {
+        return Err(CheckpointError::AlreadyPublished {
+            id,
+            path: manifest_path.to_path_buf(),
+        });
+    }
+    let mut seen = HashSet::new();
+    for s in snapshots {
+        check_name(&s.operator)?;
+        if !seen.insert((s.operator.as_str(), s.instance)) {
+            return Err(CheckpointError::Duplicate {
+                id,
+                operator: s.operator.clone(),
+                instance: s.instance,
+            });
+        }
+    }
+    Ok(())
 }

@@ -40,6 +40,17 @@ struct Source<U> {
     watch: usize,
 }
 
+/// What one read of a source's ring found.
+struct Read {
+    /// Messages taken.
+    k: usize,
+    got_end: bool,
+    barrier: Option<u64>,
+    /// A takeover's first record passed on.
+    accepted: Option<TupleId>,
+    err: Option<Diverged>,
+}
+
 /// A consumer's input from standby groups (one per upstream instance).
 pub(crate) struct FencedInput<U> {
     srcs: Vec<Source<U>>,
@@ -117,6 +128,140 @@ impl<U: 'static> FencedInput<U> {
         }
     }
 
+    /// Takes up to `take` messages from source `i`'s ring into the chain
+    /// (`None`: it has no ring now, or ended).
+    fn read(&mut self, i: usize, take: usize) -> Option<Read> {
+        let s = &mut self.srcs[i];
+        let ring = s.ring.as_mut().filter(|_| !s.ended)?;
+        let target = &mut self.target;
+        let clock = &mut self.clock;
+        let ctx = &self.ctx;
+        ctx.lane.set(i as u32);
+        ctx.lane_wm.set(clock.lane(i));
+        let tracker = &mut s.tracker;
+        let consumer = &s.group.consumers[s.ci];
+        let mut got_end = false;
+        let mut barrier = None;
+        let mut accepted: Option<TupleId> = None;
+        let mut err: Option<Diverged> = None;
+        let watching = s.watch > 0 && s.takeover.is_some();
+        let k = ring.pop_batch_until(take, |m| {
+            let r = match m {
+                Msg::Watermark(wm) => {
+                    let f = clock.on_watermark(i, wm);
+                    ctx.lane_wm.set(clock.lane(i));
+                    forward_time(f, &mut **target);
+                    Ok(())
+                }
+                Msg::Idle => {
+                    let f = clock.on_idle(i);
+                    forward_time(f, &mut **target);
+                    Ok(())
+                }
+                Msg::Data(r) => tracker.on_data().map(|pass| {
+                    // A replayed record is the lane speaking too.
+                    clock.on_data(i);
+                    if pass {
+                        if watching && accepted.is_none() {
+                            accepted = Some(r.id);
+                        }
+                        target.collect(r);
+                    }
+                }),
+                Msg::Resume(seq) => tracker.on_resume(seq),
+                Msg::Chunk(m) => tracker
+                    .on_closing(Closing {
+                        seq: m.id.seq,
+                        lane: m.id.lane as usize,
+                        first: m.id.first,
+                        n: m.id.n as u64,
+                        count: m.count as u64,
+                    })
+                    .map(|closed| {
+                        if let Some(c) = closed {
+                            consumer.acked[c.lane].store(c.acked, Ordering::Release);
+                            consumer.acked_seq.store(c.next_seq, Ordering::Release);
+                        }
+                    }),
+                Msg::End => {
+                    got_end = true;
+                    return false;
+                }
+                Msg::Barrier(id) => {
+                    barrier = Some(id);
+                    return false;
+                }
+            };
+            match r {
+                Ok(()) => true,
+                Err(d) => {
+                    err = Some(d);
+                    false
+                }
+            }
+        });
+        if k > 0 {
+            let w = s.group.reader_workers[0].load(Ordering::Acquire);
+            if w != NONE {
+                self.ctx.shared.signals[w].notify();
+            }
+        }
+        Some(Read {
+            k,
+            got_end,
+            barrier,
+            accepted,
+            err,
+        })
+    }
+
+    /// What source `i`'s read leaves to do: a takeover's first records
+    /// noted, the source's end, a barrier's alignment; `Err`: the stream
+    /// diverged.
+    fn settle(&mut self, i: usize, read: Read) -> Result<(), Diverged> {
+        let Read {
+            got_end,
+            barrier,
+            accepted,
+            mut err,
+            ..
+        } = read;
+        let s = &mut self.srcs[i];
+        let consumer = &s.group.consumers[s.ci];
+        if let (Some(id), Some(t)) = (accepted, s.takeover) {
+            s.watch -= 1;
+            let log = &self.ctx.shared.standby.as_ref().expect("standby run").log;
+            log.accepted(t, id, self.ctx.clock.now());
+        }
+        if got_end {
+            if let Err(d) = s.tracker.on_end() {
+                err = Some(d);
+            } else {
+                consumer.ended.store(true, Ordering::Release);
+                s.ended = true;
+                self.live -= 1;
+                if self.live > 0 {
+                    let f = self.clock.on_end(i);
+                    forward_time(f, &mut *self.target);
+                }
+            }
+        }
+        if barrier.is_some() || got_end {
+            let ended: Vec<bool> = self.srcs.iter().map(|s| s.ended).collect();
+            let forward = match barrier {
+                Some(id) => self.align.on_barrier(i, id, &ended),
+                None => self.align.try_complete(&ended),
+            };
+            if let Some(id) = forward {
+                self.target.barrier(id);
+            }
+        }
+        match err {
+            Some(d) => Err(d),
+            None => Ok(()),
+        }
+    }
+
     fn diverged(&self, s: usize, d: Diverged) {
         let s = &self.srcs[s];
         self.ctx.fail(JobError::StandbyDiverged {
@@ -168,115 +313,13 @@ impl<U: 'static> Port for FencedInput<U> {
                 idle_rounds += 1;
                 continue;
             }
-            let s = &mut self.srcs[i];
-            let Some(ring) = s.ring.as_mut().filter(|_| !s.ended) else {
+            let Some(read) = self.read(i, CHUNK.min(budget - moved)) else {
                 idle_rounds += 1;
                 continue;
             };
-            let target = &mut self.target;
-            let clock = &mut self.clock;
-            let ctx = &self.ctx;
-            ctx.lane.set(i as u32);
-            ctx.lane_wm.set(clock.lane(i));
-            let tracker = &mut s.tracker;
-            let consumer = &s.group.consumers[s.ci];
-            let mut got_end = false;
-            let mut barrier = None;
-            let mut accepted: Option<TupleId> = None;
-            let mut err: Option<Diverged> = None;
-            let watching = s.watch > 0 && s.takeover.is_some();
-            let take = CHUNK.min(budget - moved);
-            let k = ring.pop_batch_until(take, |m| {
-                let r = match m {
-                    Msg::Watermark(wm) => {
-                        let f = clock.on_watermark(i, wm);
-                        ctx.lane_wm.set(clock.lane(i));
-                        forward_time(f, &mut **target);
-                        Ok(())
-                    }
-                    Msg::Idle => {
-                        let f = clock.on_idle(i);
-                        forward_time(f, &mut **target);
-                        Ok(())
-                    }
-                    Msg::Data(r) => tracker.on_data().map(|pass| {
-                        // A replayed record is the lane speaking too.
-                        clock.on_data(i);
-                        if pass {
-                            if watching && accepted.is_none() {
-                                accepted = Some(r.id);
-                            }
-                            target.collect(r);
-                        }
-                    }),
-                    Msg::Resume(seq) => tracker.on_resume(seq),
-                    Msg::Chunk(m) => tracker
-                        .on_closing(Closing {
-                            seq: m.id.seq,
-                            lane: m.id.lane as usize,
-                            first: m.id.first,
-                            n: m.id.n as u64,
-                            count: m.count as u64,
-                        })
-                        .map(|closed| {
-                            if let Some(c) = closed {
-                                consumer.acked[c.lane].store(c.acked, Ordering::Release);
-                                consumer.acked_seq.store(c.next_seq, Ordering::Release);
-                            }
-                        }),
-                    Msg::End => {
-                        got_end = true;
-                        return false;
-                    }
-                    Msg::Barrier(id) => {
-                        barrier = Some(id);
-                        return false;
-                    }
-                };
-                match r {
-                    Ok(()) => true,
-                    Err(d) => {
-                        err = Some(d);
-                        false
-                    }
-                }
-            });
+            let k = read.k;
             moved += k;
-            if k > 0 {
-                let w = s.group.reader_workers[0].load(Ordering::Acquire);
-                if w != NONE {
-                    self.ctx.shared.signals[w].notify();
-                }
-            }
-            if let (Some(id), Some(t)) = (accepted, s.takeover) {
-                s.watch -= 1;
-                let log = &self.ctx.shared.standby.as_ref().expect("standby run").log;
-                log.accepted(t, id, self.ctx.clock.now());
-            }
-            if got_end {
-                if let Err(d) = s.tracker.on_end() {
-                    err = Some(d);
-                } else {
-                    consumer.ended.store(true, Ordering::Release);
-                    s.ended = true;
-                    self.live -= 1;
-                    if self.live > 0 {
-                        let f = self.clock.on_end(i);
-                        forward_time(f, &mut *self.target);
-                    }
-                }
-            }
-            if barrier.is_some() || got_end {
-                let ended: Vec<bool> = self.srcs.iter().map(|s| s.ended).collect();
-                let forward = match barrier {
-                    Some(id) => self.align.on_barrier(i, id, &ended),
-                    None => self.align.try_complete(&ended),
-                };
-                if let Some(id) = forward {
-                    self.target.barrier(id);
-                }
-            }
-            if let Some(d) = err {
+            if let Err(d) = self.settle(i, read) {
                 self.diverged(i, d);
                 return Poll::Progress;
             }

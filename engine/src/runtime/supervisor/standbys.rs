@@ -32,39 +32,7 @@ impl Supervisor {
         if nodes.is_empty() {
             return Ok(None);
         }
-        let io = |dir: &Path, e: std::io::Error| JobError::Io {
-            operator: "<standby>".into(),
-            instance: 0,
-            context: "creating the standby directory".into(),
-            path: Some(dir.to_path_buf()),
-            source: e,
-        };
-        let scratch = match &self.config.run_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
-                let dir = d.join(format!("standby-{number}"));
-                // Another run's with this run directory: a dead one's (its
-                // lock free, or none) goes; a live one's (its lock held)
-                // is refused rather than shared.
-                let lock = dir.join(crate::sys::scratch::LOCK);
-                let live = lock.exists() && !crate::sys::scratch::is_stale(&lock);
-                if live {
-                    return Err(io(
-                        &dir,
-                        std::io::Error::other("a live run uses this run directory"),
-                    ));
-                }
-                if dir.exists() {
-                    std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
-                }
-                crate::sys::scratch::ScratchDir::create(dir.clone()).map_err(|e| io(&dir, e))?
-            }
-            // Memory-backed when the machine has it: the kernel writes a
-            // disk-backed mapping's dirty pages back, and a write to a page
-            // under writeback waits for the disk (milliseconds).
-            None => crate::sys::scratch::ScratchDir::unique(&memory_dir(), "standby")
-                .map_err(|e| io(&memory_dir(), e))?,
-        };
+        let scratch = self.standby_dir(number)?;
         let dir = scratch.path().to_path_buf();
         let workers = self.plan.workers;
         let worker_of = |n: usize, i: usize| {
@@ -74,34 +42,7 @@ impl Supervisor {
                 .expect("engine bug: node instance without a task")]
         };
         // Each group's input lanes, and what their files take.
-        let mut members = Vec::new();
-        for &n in &nodes {
-            // Every input edge (a union has several): its lanes, in edge
-            // order.
-            let ins: Vec<usize> = (0..self.graph.edges.len())
-                .filter(|&e| self.graph.edges[e].to == n)
-                .collect();
-            for i in 0..self.graph.nodes[n].parallelism {
-                let upstream: Vec<(usize, usize)> = ins
-                    .iter()
-                    .flat_map(|&ein| {
-                        lanes(&self.graph, ein)
-                            .into_iter()
-                            .filter(|&(_, d)| d == i)
-                            .map(move |(u, _)| (ein, u))
-                    })
-                    .collect();
-                // A replayed source: its restored position starts the lane.
-                let source = self.plan.replays[n].map(|s| {
-                    let at = restore
-                        .and_then(|r| r.instances.get(&(s, i)))
-                        .and_then(|r| r.position)
-                        .unwrap_or(0);
-                    (s, at)
-                });
-                members.push((n, i, upstream, source));
-            }
-        }
+        let members = self.members(&nodes, restore);
         // The whole run's need, checked before any file is made: every
         // file's blocks are reserved when it is created (a sparse mapping
         // dies of SIGBUS on a full filesystem), and this says up front,
@@ -167,6 +108,82 @@ impl Supervisor {
             dir: scratch,
             children: Default::default(),
         })))
+    }
+
+    /// Attempt `number`'s standby directory: in the run directory, or a
+    /// fresh one in memory.
+    fn standby_dir(&self, number: u32) -> Result<crate::sys::scratch::ScratchDir, JobError> {
+        let io = |dir: &Path, e: std::io::Error| JobError::Io {
+            operator: "<standby>".into(),
+            instance: 0,
+            context: "creating the standby directory".into(),
+            path: Some(dir.to_path_buf()),
+            source: e,
+        };
+        Ok(match &self.config.run_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
+                let dir = d.join(format!("standby-{number}"));
+                // Another run's with this run directory: a dead one's (its
+                // lock free, or none) goes; a live one's (its lock held)
+                // is refused rather than shared.
+                let lock = dir.join(crate::sys::scratch::LOCK);
+                let live = lock.exists() && !crate::sys::scratch::is_stale(&lock);
+                if live {
+                    return Err(io(
+                        &dir,
+                        std::io::Error::other("a live run uses this run directory"),
+                    ));
+                }
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
+                }
+                crate::sys::scratch::ScratchDir::create(dir.clone()).map_err(|e| io(&dir, e))?
+            }
+            // Memory-backed when the machine has it: the kernel writes a
+            // disk-backed mapping's dirty pages back, and a write to a page
+            // under writeback waits for the disk (milliseconds).
+            None => crate::sys::scratch::ScratchDir::unique(&memory_dir(), "standby")
+                .map_err(|e| io(&memory_dir(), e))?,
+        })
+    }
+
+    /// The groups to make: each backed-up chain's head (`nodes`), per
+    /// instance, with its input lanes and the source it replays.
+    fn members(
+        &self,
+        nodes: &[usize],
+        restore: Option<&crate::runtime::coord::Restore>,
+    ) -> Vec<Member> {
+        let mut members = Vec::new();
+        for &n in nodes {
+            // Every input edge (a union has several): its lanes, in edge
+            // order.
+            let ins: Vec<usize> = (0..self.graph.edges.len())
+                .filter(|&e| self.graph.edges[e].to == n)
+                .collect();
+            for i in 0..self.graph.nodes[n].parallelism {
+                let upstream: Vec<(usize, usize)> = ins
+                    .iter()
+                    .flat_map(|&ein| {
+                        lanes(&self.graph, ein)
+                            .into_iter()
+                            .filter(|&(_, d)| d == i)
+                            .map(move |(u, _)| (ein, u))
+                    })
+                    .collect();
+                // A replayed source: its restored position starts the lane.
+                let source = self.plan.replays[n].map(|s| {
+                    let at = restore
+                        .and_then(|r| r.instances.get(&(s, i)))
+                        .and_then(|r| r.position)
+                        .unwrap_or(0);
+                    (s, at)
+                });
+                members.push((n, i, upstream, source));
+            }
+        }
+        members
     }
 }
 

@@ -289,7 +289,9 @@ impl<T: Codec> RequestHead for ChildHead<T> {
     }
 }
 
-fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
+/// The job this process built is its driver's, and the chain's members are
+/// one-input operators.
+fn check_job(graph: &Graph, role: &Role) -> Result<(), String> {
     let ours = job_hash(graph);
     if ours != role.job {
         return Err(format!(
@@ -305,6 +307,52 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
             _ => return Err(format!("chain member {m} is not a one-input operator")),
         }
     }
+    Ok(())
+}
+
+/// The chain's snapshot, sent as `A_SNAP_PART`s (`Err`: what failed).
+fn snapshot(
+    head: Option<&mut Box<dyn RequestHead>>,
+    replies: &Rc<RefCell<Replies>>,
+) -> Result<(), String> {
+    let h = head.ok_or("a snapshot before the chain was built")?;
+    let mut parts = ChainParts::new();
+    match catch_unwind(AssertUnwindSafe(|| h.snapshot(&mut parts))) {
+        Ok(Ok(())) => send_parts(replies, parts),
+        Ok(Err(e)) => Err(format!("standby snapshot: {e}")),
+        Err(p) => Err(crate::runtime::panic::panic_message(p.as_ref())),
+    }
+}
+
+/// Carries out an injected fault on the record the driver's probe chose
+/// (`Err`: the operator's panic, as a failure to report).
+fn carry_out(f: Fault, replies: &Rc<RefCell<Replies>>) -> Result<(), String> {
+    match f {
+        Fault::Panic(m) => return Err(m),
+        Fault::Stall(d) => std::thread::sleep(d),
+        // Until the driver, which fenced the incarnation or stopped the
+        // attempt, kills this process.
+        Fault::StallForever => loop {
+            std::thread::sleep(Duration::from_secs(1));
+        },
+        Fault::Delay(d) => {
+            let until = std::time::Instant::now() + d;
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+        Fault::Die(death, m) => {
+            // What it answered so far reaches the driver, as a real death
+            // would leave it.
+            replies.borrow_mut().commit();
+            crate::sys::process::die(death, &m)
+        }
+    }
+    Ok(())
+}
+
+fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
+    check_job(graph, role)?;
     let mut req = PipeReader::open(&role.pipes).map_err(|e| e.to_string())?;
     let rep = PipeWriter::open(&Role::reply_path(&role.pipes)).map_err(|e| e.to_string())?;
     let replies = Rc::new(RefCell::new(Replies {
@@ -378,48 +426,15 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
                 }
             }
             R_SNAPSHOT => {
-                let Some(h) = head.as_mut() else {
-                    fail("a snapshot before the chain was built".into(), &mut failed);
-                    continue;
-                };
-                let mut parts = ChainParts::new();
-                let r = catch_unwind(AssertUnwindSafe(|| h.snapshot(&mut parts)));
-                match r {
-                    Ok(Ok(())) => {
-                        if let Err(e) = send_parts(&replies, parts) {
-                            fail(e, &mut failed);
-                        }
-                    }
-                    Ok(Err(e)) => fail(format!("standby snapshot: {e}"), &mut failed),
-                    Err(p) => fail(
-                        crate::runtime::panic::panic_message(p.as_ref()),
-                        &mut failed,
-                    ),
+                if let Err(e) = snapshot(head.as_mut(), &replies) {
+                    fail(e, &mut failed);
                 }
             }
             R_FAULT => {
                 let (id, f) = Fault::decode(body)?;
                 ctx.record.set(Some(id));
-                match f {
-                    Fault::Panic(m) => fail(m, &mut failed),
-                    Fault::Stall(d) => std::thread::sleep(d),
-                    // Until the driver, which fenced the incarnation or
-                    // stopped the attempt, kills this process.
-                    Fault::StallForever => loop {
-                        std::thread::sleep(Duration::from_secs(1));
-                    },
-                    Fault::Delay(d) => {
-                        let until = std::time::Instant::now() + d;
-                        while std::time::Instant::now() < until {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    Fault::Die(death, m) => {
-                        // What it answered so far reaches the driver, as
-                        // a real death would leave it.
-                        replies.borrow_mut().commit();
-                        crate::sys::process::die(death, &m)
-                    }
+                if let Err(m) = carry_out(f, &replies) {
+                    fail(m, &mut failed);
                 }
             }
             _ => {
