@@ -6,6 +6,7 @@
 //! [`crate::operator`]'s, below the runtime.
 
 mod connect;
+mod event_time;
 pub(crate) mod frame;
 mod keyed;
 mod merge;
@@ -15,8 +16,9 @@ mod unary;
 mod window;
 
 pub(crate) use connect::build_co_ports;
+pub(crate) use event_time::SideCodec;
 pub(crate) use keyed::{KeyedOp, StateCodec};
 pub(crate) use sink::SinkOp;
 pub(crate) use timed::TimedOp;
 pub(crate) use unary::ProcessOp;
-pub(crate) use window::{SideCodec, WindowOp, WindowSpec};
+pub(crate) use window::{WindowOp, WindowSpec};
