@@ -167,6 +167,7 @@ impl Supervisor {
                 exited: Vec::new(),
                 built: 0,
                 finished: HashSet::new(),
+                watch: Vec::new(),
             },
             coord,
             committers: HashMap::new(),
@@ -401,18 +402,17 @@ impl Supervisor {
             self.on_failure()?;
             return Ok(None);
         }
-        if self.heartbeats && self.attempt.built == self.attempt.exited.len() {
-            let timeout = self.config.heartbeat_timeout.as_nanos() as u64;
-            for (w, b) in self.attempt.shared.beats.iter().enumerate() {
-                let b = b.load(Ordering::Relaxed);
-                if b != 0 && !self.attempt.exited[w] && now.saturating_sub(b) > timeout {
-                    self.stalled(w, b, now);
-                    self.on_failure()?;
-                    return Ok(None);
-                }
-            }
-        } else if self.attempt.built == self.attempt.exited.len() {
-            if let Some((w, b)) = self.unwatchable(now) {
+        if self.attempt.built == self.attempt.exited.len() {
+            let silent = self.watch_workers(now);
+            let stalled = if self.heartbeats {
+                silent
+                    .iter()
+                    .enumerate()
+                    .find_map(|(w, s)| s.map(|b| (w, b)))
+            } else {
+                self.unwatchable(&silent)
+            };
+            if let Some((w, b)) = stalled {
                 self.stalled(w, b, now);
                 self.on_failure()?;
                 return Ok(None);
@@ -430,22 +430,75 @@ impl Supervisor {
         Ok(None)
     }
 
-    /// Without a restart strategy nothing watches the workers; but standbys
-    /// are tasks on them. A stuck worker (a stall that never ends) whose
-    /// standby group's standby sits on a stuck worker too — or every
-    /// worker stuck — means no standby can run to take over, and the job
-    /// would hang: the worker (and its silence) to fail the attempt with
-    /// instead, naming the stall.
-    fn unwatchable(&self, now: u64) -> Option<(usize, u64)> {
-        let sb = self.attempt.shared.standby.as_ref()?;
-        let bound = (self.config.heartbeat_timeout * 10)
-            .max(std::time::Duration::from_secs(1))
-            .as_nanos() as u64;
-        let beats = &self.attempt.shared.beats;
-        let silent = |w: usize| -> Option<(usize, u64)> {
-            let b = beats.get(w)?.load(Ordering::Relaxed);
-            (!self.attempt.exited[w] && b != 0 && now.saturating_sub(b) > bound).then_some((w, b))
+    /// A watch of one worker's silence: for restart-all, at the runtime's
+    /// heartbeat timeout; without a restart strategy, only as the last
+    /// resort ([`Self::unwatchable`]).
+    pub(super) fn worker_detector(&self) -> crate::standby::decide::Detector {
+        use crate::standby::decide::{base_timeout, Detector, Watched};
+        let kind = if self.heartbeats {
+            Watched::Worker
+        } else {
+            Watched::LastResort
         };
+        let configured = self.config.heartbeat_timeout.as_nanos() as u64;
+        Detector::new(base_timeout(kind, configured))
+    }
+
+    /// Judges each running worker's silence by the engine's one stall rule
+    /// (`standby::decide::judge`, through each worker's detector): its
+    /// heartbeat, where its task-poll marks say it is, and what its thread
+    /// did. Per worker: its last heartbeat if it is stalled.
+    fn watch_workers(&mut self, now: u64) -> Vec<Option<u64>> {
+        use crate::standby::decide::{Observation, Verdict, WorkerAt};
+        let shared = &self.attempt.shared;
+        let mut silent = vec![None; shared.beats.len()];
+        for (w, b) in shared.beats.iter().enumerate() {
+            let b = b.load(Ordering::Relaxed);
+            if self.attempt.exited[w] {
+                continue;
+            }
+            let o = Observation {
+                now,
+                beat: b,
+                progress: 0,
+                // A long step of the engine's own (a snapshot, a restore):
+                // not checked.
+                long_step: b == 0,
+            };
+            let look = || {
+                let Some(l) = shared.workers.get(w) else {
+                    return (WorkerAt::Between { since: 0 }, None);
+                };
+                let since = l.since.load(Ordering::Acquire);
+                let at = if l.polling.load(Ordering::Acquire) == 0 {
+                    WorkerAt::Between { since }
+                } else {
+                    // Any task of the worker: restart-all answers for them all.
+                    WorkerAt::Primary { since }
+                };
+                let tid = l.tid.load(Ordering::Acquire);
+                (at, crate::sys::thread::sample(tid, now))
+            };
+            if let Some(d) = self.attempt.watch.get_mut(w) {
+                if let Verdict::Stalled(_) = d.observe(o, look) {
+                    silent[w] = Some(b);
+                }
+            }
+        }
+        silent
+    }
+
+    /// Without a restart strategy nothing restarts the workers; but
+    /// standbys are tasks on them. A stuck worker (a stall that never
+    /// ends) whose standby group's standby sits on a stuck worker too — or
+    /// every worker stuck — means no standby can run to take over, and the
+    /// job would hang: the worker (and its silence) to fail the attempt
+    /// with instead, naming the stall. `silent`: the workers' watch.
+    fn unwatchable(&self, silent: &[Option<u64>]) -> Option<(usize, u64)> {
+        let sb = self.attempt.shared.standby.as_ref()?;
+        let beats = &self.attempt.shared.beats;
+        let silent =
+            |w: usize| -> Option<(usize, u64)> { silent.get(w).copied().flatten().map(|b| (w, b)) };
         let live: Vec<usize> = (0..beats.len())
             .filter(|&w| !self.attempt.exited[w])
             .collect();

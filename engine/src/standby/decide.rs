@@ -4,16 +4,20 @@
 //! - [`Tracker`] — a consumer's view of the chunks of one producer with a
 //!   standby: which outputs it already has, what to drop when a new primary
 //!   replays, and whether a replay agrees with what it received before.
-//! - [`Detector`] — the standby's judgement of its primary's silence:
-//!   "progressing", "descheduled" or "stuck", from heartbeats, the worker's
-//!   task-poll marks and the operating system's view of the thread.
+//! - [`Detector`] — a watcher's judgement of a silent party (a standby's
+//!   primary, a worker, a child process): "progressing", "descheduled" or
+//!   "stuck", from heartbeats, task-poll marks and the operating system's
+//!   view of the thread; its verdict is [`judge`], the engine's one stall
+//!   rule.
 //! - [`epoch_live`] — whether an epoch's primary is alive by its heartbeat
 //!   alone (the liveness cell's own wait).
 
 mod detect;
+mod liveness;
 mod track;
 
 pub use detect::*;
+pub use liveness::*;
 pub use track::*;
 
 /// Whether the primary of `epoch` is alive: its epoch is still the current

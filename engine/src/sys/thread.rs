@@ -43,8 +43,21 @@ pub fn sample(tid: i32, at: u64) -> Option<ThreadSample> {
     if tid <= 0 {
         return None;
     }
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    let sched = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    sample_in(&format!("/proc/self/task/{tid}"), at)
+}
+
+/// The main thread of process `pid` (a child of this one), stamped `at`.
+pub fn sample_process(pid: u32, at: u64) -> Option<ThreadSample> {
+    if pid == 0 {
+        return None;
+    }
+    sample_in(&format!("/proc/{pid}"), at)
+}
+
+/// The thread whose `/proc` directory is `dir`.
+fn sample_in(dir: &str, at: u64) -> Option<ThreadSample> {
+    let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
+    let sched = std::fs::read_to_string(format!("{dir}/schedstat")).ok()?;
     let mut s = parse(&stat, &sched, at)?;
     if s.cpu != u32::MAX {
         if let Ok(all) = std::fs::read_to_string("/proc/stat") {

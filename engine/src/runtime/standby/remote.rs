@@ -51,6 +51,7 @@ use crate::runtime::graph::{AnyBox, Probe};
 use crate::runtime::probe::ProbeAction;
 use crate::runtime::task::TaskCtx;
 use crate::standby::codec::Codec;
+use crate::standby::decide::{Detector, Observation, Verdict, WorkerAt};
 use crate::standby::pipe::{PipeReader, PipeWriter};
 use crate::sys::process::{Child, ChildExit};
 use std::cell::RefCell;
@@ -334,28 +335,48 @@ impl Link {
         !self.outstanding() || now.saturating_sub(self.progress_at) < timeout_ns
     }
 
-    /// A child with requests outstanding that has not answered for
-    /// `limit_ns` is stuck (stopped, or stalled in an operator): it is
-    /// killed, and its incarnation fails as for any death. The driver's
-    /// worker goes on polling while its child works, so the standby's
-    /// detector, which watches workers, cannot see this stall.
-    pub(crate) fn kill_if_stuck(&mut self, ctx: &TaskCtx, limit_ns: u64) -> Result<(), String> {
+    /// A child with requests outstanding that is stuck by the engine's one
+    /// stall rule (`watch`, fed its replies as heartbeats and its main
+    /// thread's samples: `standby::decide::judge`) is killed, and its
+    /// incarnation fails as for any death. The driver's worker goes on
+    /// polling while its child works, so the standby's detector, which
+    /// watches workers, cannot see this stall.
+    pub(crate) fn kill_if_stuck(
+        &mut self,
+        ctx: &TaskCtx,
+        watch: &mut Detector,
+    ) -> Result<(), String> {
         if self.record.exit.is_some() || !self.outstanding() {
             return Ok(());
         }
         // What it answered while the task was not polled counts.
         self.pump(ctx)?;
-        let now = ctx.clock.now();
-        if self.responsive(now, limit_ns) {
+        if !self.outstanding() {
             return Ok(());
         }
-        let silent = now.saturating_sub(self.progress_at);
+        let now = ctx.clock.now();
+        let since = self.progress_at;
+        let pid = self.child.pid();
+        let o = Observation {
+            now,
+            beat: since,
+            progress: 0,
+            long_step: false,
+        };
+        let look = || {
+            (
+                WorkerAt::Primary { since },
+                crate::sys::thread::sample_process(pid, now),
+            )
+        };
+        let Verdict::Stalled(e) = watch.observe(o, look) else {
+            return Ok(());
+        };
         self.record.exit = self.child.kill().ok();
         self.died = true;
         Err(format!(
-            "{}: the process answered nothing for {} ms: killed as stuck",
-            self.what,
-            silent / 1_000_000
+            "{}: the process answered nothing: killed as stuck ({e})",
+            self.what
         ))
     }
 

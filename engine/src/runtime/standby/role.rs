@@ -9,6 +9,7 @@ use super::remote::Link;
 use crate::error::JobError;
 use crate::record::{Nanos, TupleId};
 use crate::runtime::task::{RoleWatch, TaskCtx, TaskRole};
+use crate::standby::decide::{base_timeout, Detector, Watched};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -70,14 +71,17 @@ pub(crate) struct Incarnation {
     /// polls (a child can die while nothing is asked of it), and when.
     child: Option<Rc<RefCell<Link>>>,
     next_child_check: u64,
+    /// The watch of the child's silence (the engine's one stall rule).
+    child_watch: Detector,
 }
 
 impl Incarnation {
     pub(crate) fn new(group: Arc<Group>, inc: u64, child: Option<Rc<RefCell<Link>>>) -> Self {
         Incarnation {
-            group,
             inc,
             next_beat: 0,
+            child_watch: Detector::new(base_timeout(Watched::Child, group.timeout_ns)),
+            group,
             child,
             next_child_check: 0,
         }
@@ -97,11 +101,8 @@ impl Incarnation {
         if ctx.epoch.get() != 0 {
             l.now_primary();
         }
-        // As long as the standby's detector waits on the noisiest machine
-        // (8 × the timeout), and never under 100 ms: killing a process
-        // that was only starved of its core costs a takeover.
-        let limit = self.group.timeout_ns.saturating_mul(8).max(100_000_000);
-        if let Err(m) = l.check_alive().and_then(|()| l.kill_if_stuck(ctx, limit)) {
+        let watch = &mut self.child_watch;
+        if let Err(m) = l.check_alive().and_then(|()| l.kill_if_stuck(ctx, watch)) {
             drop(l);
             super::remote::fail(m, true);
         }

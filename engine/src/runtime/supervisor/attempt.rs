@@ -47,6 +47,8 @@ pub(super) struct Attempt {
     pub(super) built: usize,
     /// Instances whose task has ended.
     pub(super) finished: HashSet<Key>,
+    /// The watch of each worker's silence (the engine's one stall rule).
+    pub(super) watch: Vec<crate::standby::decide::Detector>,
 }
 
 impl Supervisor {
@@ -163,6 +165,7 @@ impl Supervisor {
             exited: vec![false; workers],
             built: 0,
             finished: HashSet::new(),
+            watch: vec![self.worker_detector(); workers],
         })
     }
 

@@ -2,6 +2,7 @@
 //! "descheduled" or "stuck" — from heartbeats, the worker's task-poll marks
 //! and the operating system's view of the thread.
 
+use super::liveness::{judge, Liveness, Silence};
 use std::fmt;
 
 pub use crate::sys::thread::ThreadSample;
@@ -154,8 +155,11 @@ pub struct Observation {
 ///
 /// The threshold starts at the configured timeout and learns, phi-accrual
 /// style, from the gaps between heartbeats it sees: `max(timeout, mean + 6
-/// σ)`, at most 8 × the timeout. A primary that is runnable but not
-/// running is given up on only after 20 × the threshold.
+/// σ)`, at most 8 × the timeout. The verdict is [`judge`]'s (a primary
+/// that is runnable but not running is given up on only after
+/// [`super::STARVED`] × the threshold). The same detector watches a worker
+/// for the supervisor and a child process for its driver
+/// ([`super::Watched`]).
 #[derive(Clone, Debug)]
 pub struct Detector {
     timeout_ns: u64,
@@ -262,30 +266,27 @@ impl Detector {
             | WorkerAt::Other { since }
             | WorkerAt::Between { since } => now.saturating_sub(since),
         };
-        let inside = match at {
-            WorkerAt::Primary { .. } | WorkerAt::Between { .. } => there_ns > threshold,
+        let held = match at {
+            WorkerAt::Primary { .. } | WorkerAt::Between { .. } => Some(there_ns),
             // The worker is stuck in another task: that task's failure, not
             // this primary's (it runs again when the worker does).
-            WorkerAt::Other { .. } => false,
+            WorkerAt::Other { .. } => None,
         };
-        if !inside {
+        let Liveness::Stalled { starved } = judge(&Silence {
+            silence_ns: silence,
+            threshold_ns: threshold,
+            held_ns: held,
+            activity: act,
+        }) else {
             return Verdict::Alive;
-        }
-        let starved = silence > 20 * threshold;
-        let stalled = match act {
-            Some(Activity::Blocked) | Some(Activity::Busy) | None => true,
-            Some(Activity::Runnable) => starved,
         };
-        if !stalled {
-            return Verdict::Alive;
-        }
         Verdict::Stalled(Evidence {
             silence_ns: silence,
             threshold_ns: threshold,
             at,
             there_ns,
             activity: act,
-            starved: starved && act == Some(Activity::Runnable),
+            starved,
         })
     }
 }
