@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 /// Errors found while building a job graph (before anything runs).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// Two operators share a name; names identify operators in reports,
     /// fault specs and recovery, so they must be unique.
@@ -40,6 +41,7 @@ pub enum BuildError {
 
 /// Errors of the runtime: the machine cannot host the job as configured.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// More cores were requested than the process may use.
     #[error("insufficient cpus: {required} requested, {available} available")]
@@ -93,6 +95,7 @@ pub enum RuntimeError {
 
 /// Why a running job ended without completing.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum JobError {
     /// The job could not be built.
     #[error(transparent)]
@@ -164,13 +167,14 @@ pub enum JobError {
     },
     /// A source could not be rewound to its checkpointed position.
     #[error(
-        "source `{operator}` (instance {instance}) cannot replay from record {position}: {reason}"
+        "source `{operator}` (instance {instance}) cannot replay from record {position}: {source}"
     )]
     SourceSeek {
         operator: String,
         instance: usize,
         position: u64,
-        reason: String,
+        #[source]
+        source: crate::operator::source::SeekError,
     },
     /// Checkpoint storage failed (opening the directory, reading a
     /// checkpoint to restore from, or a checkpoint that does not match the

@@ -120,7 +120,7 @@ pub use metrics::{
     CheckpointStats, JobReport, JobStatus, LatencyHistogram, OperatorStats, Progress, RecoveryKind,
     RecoveryRecord, StandbyStats,
 };
-pub use operator::source::{IterSource, Source, SourcePoll};
+pub use operator::source::{IterSource, SeekError, Source, SourcePoll};
 pub use operator::{
     CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Restored, Sink, FINAL_EPOCH,
 };

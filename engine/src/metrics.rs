@@ -367,6 +367,7 @@ pub struct RecoveryRecord {
 
 /// Which recovery answered a fault.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecoveryKind {
     /// Every worker stopped; the job restarted from its last complete
     /// checkpoint (or from the start).

@@ -323,7 +323,7 @@ impl tandem::Source<u64> for CountedSeek {
         }
     }
 
-    fn seek(&mut self, next_seq: u64) -> Result<(), String> {
+    fn seek(&mut self, next_seq: u64) -> Result<(), tandem::SeekError> {
         self.read_in_seek.fetch_add(next_seq, Ordering::SeqCst);
         self.next += next_seq * self.step;
         Ok(())

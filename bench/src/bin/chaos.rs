@@ -430,7 +430,8 @@ fn run_one(args: &Args, input: &Arc<Input>, clean: &Path, cfg: &Config, dir: &Pa
             for r in &report.recovery {
                 match r.kind {
                     RecoveryKind::Takeover => o.counts.takeovers += 1,
-                    RecoveryKind::RestartAll => o.counts.restarts += 1,
+                    // A restart-all, or any recovery that restarts tasks.
+                    _ => o.counts.restarts += 1,
                 }
                 o.counts.unprovoked += u64::from(r.unprovoked);
                 if let Some(us) = r.first_output_us {

@@ -265,16 +265,14 @@ impl Source<LineRef> for JsonSource {
     }
 
     /// A position in the input is an offset, like one in a log segment.
-    fn seek(&mut self, next_seq: u64) -> Result<(), String> {
+    fn seek(&mut self, next_seq: u64) -> Result<(), tandem::SeekError> {
         let at = next_seq
             .checked_mul(self.step)
             .and_then(|o| o.checked_add(self.next))
             .filter(|&at| at <= self.end.max(self.next) + self.step)
-            .ok_or_else(|| {
-                format!(
-                    "the input has {} records, the checkpoint is past it",
-                    self.end
-                )
+            .ok_or(tandem::SeekError::PastEnd {
+                len: self.end,
+                target: next_seq,
             })?;
         self.next = at;
         Ok(())

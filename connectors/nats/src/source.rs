@@ -114,9 +114,11 @@ impl Source<Bytes> for JetStreamSource {
         }
     }
 
-    fn seek(&mut self, next_seq: u64) -> Result<(), String> {
+    fn seek(&mut self, next_seq: u64) -> Result<(), tandem::SeekError> {
         if self.ring.is_some() {
-            return Err("seek after the first poll".into());
+            return Err(tandem::SeekError::Source(
+                "seek after the first poll".into(),
+            ));
         }
         self.next_seq = next_seq;
         Ok(())

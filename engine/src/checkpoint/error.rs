@@ -9,6 +9,7 @@ use std::path::PathBuf;
 /// falls back to an older checkpoint, it never panics on them.
 #[derive(Debug, thiserror::Error)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum CheckpointError {
     /// The checkpoint could not be copied off the host (see
     /// [`super::Replicator`]); it was not published.

@@ -26,6 +26,7 @@ pub trait Replicator: Send + Sync + 'static {
 
 /// Why a checkpoint could not be replicated.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplicationError {
     /// The copy failed; a later checkpoint may succeed (the configured
     /// tolerable failures apply).

@@ -52,19 +52,21 @@ pub trait Source<T>: 'static {
     /// for any deterministic source; override it when the source can jump
     /// (an offset into a log, a file position). An error ends the job with
     /// [`crate::JobError::SourceSeek`].
-    fn seek(&mut self, next_seq: u64) -> Result<(), String> {
+    fn seek(&mut self, next_seq: u64) -> Result<(), SeekError> {
         for n in 0..next_seq {
             match self.poll_next() {
                 SourcePoll::Ready { .. } => {}
                 SourcePoll::Pending => {
-                    return Err(format!(
-                        "not ready after {n} of {next_seq} records while skipping to the checkpoint (override Source::seek)"
-                    ))
+                    return Err(SeekError::NotReady {
+                        read: n,
+                        target: next_seq,
+                    })
                 }
                 SourcePoll::End => {
-                    return Err(format!(
-                        "ended after {n} records, the checkpoint is at {next_seq}"
-                    ))
+                    return Err(SeekError::Ended {
+                        read: n,
+                        target: next_seq,
+                    })
                 }
             }
         }
@@ -82,6 +84,44 @@ pub trait Source<T>: 'static {
     fn seeks_directly(&self) -> bool {
         false
     }
+}
+
+/// Why a source could not rewind to a checkpoint's position
+/// ([`Source::seek`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeekError {
+    /// Skipping record by record (the default `seek`), the source had
+    /// nothing ready after `read` of `target` records: a source that is
+    /// not deterministic, or not at once, overrides [`Source::seek`].
+    #[error("not ready after {read} of {target} records while skipping to the checkpoint (override Source::seek)")]
+    NotReady {
+        /// Records read.
+        read: u64,
+        /// The position sought.
+        target: u64,
+    },
+    /// The source ended after `read` records, before the position.
+    #[error("ended after {read} records, the checkpoint is at {target}")]
+    Ended {
+        /// Records read.
+        read: u64,
+        /// The position sought.
+        target: u64,
+    },
+    /// The position lies past everything the source holds (a log
+    /// truncated since, a shorter file), `len` records.
+    #[error("the source holds {len} records, the checkpoint is at {target}, past them")]
+    PastEnd {
+        /// Records the source holds.
+        len: u64,
+        /// The position sought.
+        target: u64,
+    },
+    /// The source cannot seek now (after it was first polled, say), or
+    /// failed to: its own words.
+    #[error("{0}")]
+    Source(String),
 }
 
 /// A source over an iterator of `(value, event_time)` pairs.

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 /// How the job reacts to a failure.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum RestartStrategy {
     /// Fail the job at the first failure.
     None,

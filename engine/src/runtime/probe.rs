@@ -31,6 +31,7 @@ use std::time::Duration;
 
 /// What a probe asks of the operator about to process a record.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProbeAction {
     /// Process the record normally.
     Continue,
@@ -71,6 +72,7 @@ pub trait RecordProbe: 'static {
 /// A stage of a standby's takeover, at which [`ProbeFactory::takeover`] is
 /// consulted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum TakeoverStage {
     /// The standby found its primary failed or stalled and is about to
     /// claim the epoch: a failure here is the standby's (the primary is

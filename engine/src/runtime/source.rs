@@ -167,7 +167,7 @@ impl<T: 'static> SourcePort<T> {
                         operator: cx.info.name.to_string(),
                         instance: cx.info.instance,
                         position: seq,
-                        reason,
+                        source: reason,
                     });
                 }
             }

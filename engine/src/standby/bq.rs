@@ -85,6 +85,7 @@ const OFF_CURSORS: usize = 320;
 
 /// Errors of creating, opening or validating a buffer queue.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BqError {
     /// A file operation failed.
     #[error("{path}: {op}: {source}", path = path.display())]

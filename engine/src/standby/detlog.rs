@@ -232,6 +232,7 @@ pub fn decode(word: u64, seq: u64, log2_cap: u32) -> Option<Det> {
 
 /// Why an append did not add the caller's entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AppendError {
     /// Entry `seq` was already written (by a primary that was fenced since,
     /// or by a new primary if the caller is the fenced one): here it is.

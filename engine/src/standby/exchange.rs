@@ -50,6 +50,7 @@ const OFF_SLOT_META: usize = 128;
 
 /// Why a publication did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PublishError {
     /// The archive is larger than a slot.
     #[error("a snapshot of {len} bytes is larger than the exchange's slots ({slot} bytes)")]

@@ -55,6 +55,7 @@ const STAGE_INFIX: &str = ".tandem-stage-";
 /// spelled out by its message.
 #[allow(missing_docs)]
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OutputError {
     /// The path names something a run must not replace.
     #[error("{}: is {what}; name a regular file (an output is written beside it and renamed into place)", path.display())]

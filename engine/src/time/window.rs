@@ -55,6 +55,7 @@ impl Window {
 
 /// The kinds of windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Windows {
     /// Fixed, non-overlapping windows of `size` starting at multiples of
     /// `size` (plus `offset`).

@@ -197,6 +197,8 @@ impl ProbeFactory for FaultInjector {
         let phase = match stage {
             TakeoverStage::Claiming => StandbyPhase::Before,
             TakeoverStage::Replaying => StandbyPhase::During,
+            // A stage this injector does not know: no fault is armed there.
+            _ => return ProbeAction::Continue,
         };
         let Some(k) = armed
             .iter()

@@ -82,6 +82,47 @@ pub(crate) trait RequestHead {
     fn snapshot(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError>;
 }
 
+/// Why an incarnation's work with its child ended. It fails the
+/// incarnation ([`fail`]) — except [`Stopped`](Self::Stopped), which is no
+/// failure of its own.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum IncarnationError {
+    /// The incarnation is no longer wanted (fenced, or its attempt
+    /// stopped): its port finds out itself.
+    #[error("the incarnation was stopped")]
+    Stopped,
+    /// The child process exited, was killed, or was killed as stuck.
+    #[error("{what}: the process {how}")]
+    ChildDied {
+        /// `operator[instance] incarnation N (process P)`.
+        what: String,
+        /// What happened to it.
+        how: String,
+    },
+    /// The child reported its chain's failure (an operator's panic, a
+    /// build or snapshot error): its words.
+    #[error("{0}")]
+    Failed(String),
+    /// The child did not answer within the start timeout.
+    #[error("{what}: the process did not answer within {timeout:?}")]
+    NoAnswer {
+        /// `operator[instance] incarnation N (process P)`.
+        what: String,
+        /// How long it was given.
+        timeout: Duration,
+    },
+    /// The pipes broke the protocol or failed (a short or unknown
+    /// message, a pipe's I/O error).
+    #[error("{what}: {why}")]
+    Protocol {
+        /// `operator[instance] incarnation N (process P)`.
+        what: String,
+        /// What was wrong.
+        why: String,
+    },
+}
+
 /// Every child of the run, as it ended (for the report).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChildRecord {
@@ -113,12 +154,10 @@ pub(crate) struct Link {
     /// A snapshot being received: its parts, and the one being filled.
     snap: Vec<(usize, Option<Vec<u8>>)>,
     snap_done: bool,
-    /// The child reported a failure, or died: the message.
+    /// The child reported a failure: its message.
     failed: Option<String>,
     /// The child answered at least once (it runs the job).
     started: bool,
-    /// The child's process exited: the failure is its death.
-    pub(crate) died: bool,
     /// Requests were sent since the last sync.
     dirty: bool,
     /// Engine clock of the child's last sign of progress while requests
@@ -160,7 +199,6 @@ impl Link {
             snap_done: false,
             failed: None,
             started: false,
-            died: false,
             dirty: false,
             progress_at: 0,
             record,
@@ -198,6 +236,28 @@ impl Link {
         }
     }
 
+    fn protocol(&self, why: impl Into<String>) -> IncarnationError {
+        IncarnationError::Protocol {
+            what: self.what.clone(),
+            why: why.into(),
+        }
+    }
+
+    fn died(&self, how: String) -> IncarnationError {
+        IncarnationError::ChildDied {
+            what: self.what.clone(),
+            how,
+        }
+    }
+
+    /// The failure the child reported, if it did.
+    fn reported(&self) -> Result<(), IncarnationError> {
+        match &self.failed {
+            Some(m) => Err(IncarnationError::Failed(m.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// The incarnation claimed an epoch: its child runs the primary now.
     pub(crate) fn now_primary(&mut self) {
         if self.record.role != "primary" {
@@ -207,7 +267,7 @@ impl Link {
     }
 
     /// `Err` (what happened) if the child exited.
-    pub(crate) fn check_alive(&mut self) -> Result<(), String> {
+    pub(crate) fn check_alive(&mut self) -> Result<(), IncarnationError> {
         if self.record.exit.is_some() {
             return Ok(()); // closed, or already reported
         }
@@ -215,15 +275,14 @@ impl Link {
             Ok(None) => Ok(()),
             Ok(Some(exit)) => {
                 self.record.exit = Some(exit);
-                self.died = true;
-                Err(format!("{}: the process {}", self.what, describe(&exit)))
+                Err(self.died(describe(&exit)))
             }
-            Err(e) => Err(format!("{}: watching the process: {e}", self.what)),
+            Err(e) => Err(self.protocol(format!("watching the process: {e}"))),
         }
     }
 
     /// Stages `msg`, waiting (and taking replies) while the pipe is full.
-    fn send(&mut self, msg: &[u8], ctx: &TaskCtx) -> Result<(), String> {
+    fn send(&mut self, msg: &[u8], ctx: &TaskCtx) -> Result<(), IncarnationError> {
         if !self.outstanding() {
             self.progress_at = ctx.clock.now();
         }
@@ -243,12 +302,12 @@ impl Link {
     }
 
     /// Hands every reply received to the tail.
-    fn pump(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+    fn pump(&mut self, ctx: &TaskCtx) -> Result<(), IncarnationError> {
         loop {
-            let got = self
-                .rep
-                .recv(&mut self.msg)
-                .map_err(|e| format!("{}: reply pipe: {e}", self.what))?;
+            let got = match self.rep.recv(&mut self.msg) {
+                Ok(g) => g,
+                Err(e) => return Err(self.protocol(format!("reply pipe: {e}"))),
+            };
             if !got {
                 return Ok(());
             }
@@ -263,10 +322,13 @@ impl Link {
         }
     }
 
-    fn take_reply(&mut self, msg: &[u8]) -> Result<(), String> {
-        let (&tag, body) = msg
-            .split_first()
-            .ok_or_else(|| format!("{}: an empty reply", self.what))?;
+    fn take_reply(&mut self, msg: &[u8]) -> Result<(), IncarnationError> {
+        self.reply(msg).map_err(|why| self.protocol(why))
+    }
+
+    /// One reply (`Err`: how it broke the protocol).
+    fn reply(&mut self, msg: &[u8]) -> Result<(), String> {
+        let (&tag, body) = msg.split_first().ok_or("an empty reply")?;
         match tag {
             A_SYNCED => self.seen_sync = u64_at(body, 0)?,
             A_FAILED => {
@@ -286,7 +348,7 @@ impl Link {
             A_READY => {}
             _ => match self.tail.as_mut() {
                 Some(t) => t.deliver(msg)?,
-                None => return Err(format!("{}: output before its chain was built", self.what)),
+                None => return Err("output before its chain was built".into()),
             },
         }
         Ok(())
@@ -294,29 +356,26 @@ impl Link {
 
     /// Between two looks at the pipe: the child must be alive and the
     /// incarnation still wanted; then a pause that grows.
-    fn watch(&mut self, ctx: &TaskCtx, idle: &mut Idle) -> Result<(), String> {
-        if let Some(m) = &self.failed {
-            return Err(m.clone());
-        }
+    fn watch(&mut self, ctx: &TaskCtx, idle: &mut Idle) -> Result<(), IncarnationError> {
+        self.reported()?;
         if idle.check() {
-            if let Some(exit) = self.child.try_wait().map_err(|e| e.to_string())? {
+            let waited = self.child.try_wait();
+            let exited = waited.map_err(|e| self.protocol(format!("watching the process: {e}")))?;
+            if let Some(exit) = exited {
                 // Replies it published before it died still count.
                 self.pump(ctx)?;
-                if let Some(m) = &self.failed {
-                    return Err(m.clone());
-                }
+                self.reported()?;
                 self.record.exit = Some(exit);
-                self.died = true;
-                return Err(format!("{}: the process {}", self.what, describe(&exit)));
+                return Err(self.died(describe(&exit)));
             }
             if ctx.shared.cancelled() || ctx.superseded() {
-                return Err(STOPPED.into());
+                return Err(IncarnationError::Stopped);
             }
             if !self.started && idle.since() > START_TIMEOUT {
-                return Err(format!(
-                    "{}: the process did not answer within {START_TIMEOUT:?}",
-                    self.what
-                ));
+                return Err(IncarnationError::NoAnswer {
+                    what: self.what.clone(),
+                    timeout: START_TIMEOUT,
+                });
             }
         }
         idle.pause();
@@ -345,7 +404,7 @@ impl Link {
         &mut self,
         ctx: &TaskCtx,
         watch: &mut Detector,
-    ) -> Result<(), String> {
+    ) -> Result<(), IncarnationError> {
         if self.record.exit.is_some() || !self.outstanding() {
             return Ok(());
         }
@@ -373,27 +432,20 @@ impl Link {
             return Ok(());
         };
         self.record.exit = self.child.kill().ok();
-        self.died = true;
-        Err(format!(
-            "{}: the process answered nothing: killed as stuck ({e})",
-            self.what
-        ))
+        Err(self.died(format!("answered nothing: killed as stuck ({e})")))
     }
 
     /// Sends a sync (if anything was sent since the last) without waiting
     /// for it, and hands on what the child answered so far.
-    pub(crate) fn post(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+    pub(crate) fn post(&mut self, ctx: &TaskCtx) -> Result<(), IncarnationError> {
         if self.dirty {
             self.post_sync(ctx)?;
         }
         self.pump(ctx)?;
-        match &self.failed {
-            Some(m) => Err(m.clone()),
-            None => Ok(()),
-        }
+        self.reported()
     }
 
-    fn post_sync(&mut self, ctx: &TaskCtx) -> Result<u64, String> {
+    fn post_sync(&mut self, ctx: &TaskCtx) -> Result<u64, IncarnationError> {
         self.sent_sync += 1;
         let n = self.sent_sync;
         let mut m = [0u8; 9];
@@ -406,14 +458,12 @@ impl Link {
     }
 
     /// Sends a sync and waits until the child answered everything before.
-    fn sync(&mut self, ctx: &TaskCtx) -> Result<(), String> {
+    fn sync(&mut self, ctx: &TaskCtx) -> Result<(), IncarnationError> {
         let n = self.post_sync(ctx)?;
         let mut idle = Idle::new();
         loop {
             self.pump(ctx)?;
-            if let Some(m) = &self.failed {
-                return Err(m.clone());
-            }
+            self.reported()?;
             if self.seen_sync >= n {
                 return Ok(());
             }
@@ -428,7 +478,7 @@ impl Link {
         state: Option<Vec<u8>>,
         tail: Box<dyn ReplyTail>,
         ctx: &TaskCtx,
-    ) -> Result<(), String> {
+    ) -> Result<(), IncarnationError> {
         self.tail = Some(tail);
         let mut m = Vec::with_capacity(PIECE + 1);
         if let Some(s) = &state {
@@ -475,19 +525,13 @@ impl Drop for Link {
 /// is, reported at once, in one line, without the driver's backtrace. A
 /// wait cut short because the incarnation was stopped is none: the port
 /// finds out itself, and the child's output is never read again.
-pub(crate) fn fail(m: String, died: bool) {
-    if m == STOPPED {
-        return;
+pub(crate) fn fail(e: IncarnationError) {
+    match e {
+        IncarnationError::Stopped => {}
+        IncarnationError::ChildDied { .. } => crate::runtime::panic::child_died(e.to_string()),
+        e => panic!("{e}"),
     }
-    if died {
-        crate::runtime::panic::child_died(m);
-    }
-    panic!("{m}");
 }
-
-/// The message of a wait cut short because the incarnation is no longer
-/// wanted (fenced, or the attempt stopped): not a failure of its own.
-pub(crate) const STOPPED: &str = "the incarnation was stopped";
 
 /// How a child ended, in words.
 pub(crate) fn describe(exit: &ChildExit) -> String {
@@ -570,10 +614,9 @@ impl<T: Codec> RemoteChain<T> {
 
     /// A failure of the child is the operator's: it panics here, in the
     /// incarnation's poll, as the operator would have in thread mode.
-    fn check(&self, r: Result<(), String>) {
-        if let Err(m) = r {
-            let died = self.link.borrow().died;
-            fail(m, died);
+    fn check(&self, r: Result<(), IncarnationError>) {
+        if let Err(e) = r {
+            fail(e);
         }
     }
 

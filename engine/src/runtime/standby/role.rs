@@ -102,9 +102,9 @@ impl Incarnation {
             l.now_primary();
         }
         let watch = &mut self.child_watch;
-        if let Err(m) = l.check_alive().and_then(|()| l.kill_if_stuck(ctx, watch)) {
+        if let Err(e) = l.check_alive().and_then(|()| l.kill_if_stuck(ctx, watch)) {
             drop(l);
-            super::remote::fail(m, true);
+            super::remote::fail(e);
         }
     }
 
@@ -118,10 +118,9 @@ impl Incarnation {
         if !l.outstanding() {
             return;
         }
-        if let Err(m) = l.post(ctx) {
-            let died = l.died;
+        if let Err(e) = l.post(ctx) {
             drop(l);
-            super::remote::fail(m, died);
+            super::remote::fail(e);
         }
     }
 

@@ -38,6 +38,7 @@ pub struct Closed {
 /// replay lost or changed outputs (an operator that is not deterministic,
 /// or an engine bug). Never ignored: the job fails with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Diverged {
     /// A new primary's stream starts after chunks this consumer never
     /// received completely: their outputs would be lost.

@@ -51,9 +51,8 @@ pub(super) fn remote_chain_build(
             .and_then(|k| k.remote_tail(&w2.graph.codecs, tail))
             .expect("engine bug: validated process isolation without a codec");
         let r = c2.long(|| link.borrow_mut().build(state, tail, &c2));
-        if let Err(m) = r {
-            let died = link.borrow().died;
-            remote::fail(m, died);
+        if let Err(e) = r {
+            remote::fail(e);
         }
         let probe = w2
             .config

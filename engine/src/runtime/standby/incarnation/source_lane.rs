@@ -36,7 +36,7 @@
 
 use super::Stop;
 use crate::error::JobError;
-use crate::operator::source::{Source, SourcePoll};
+use crate::operator::source::{SeekError, Source, SourcePoll};
 use crate::operator::OperatorInfo;
 use crate::record::{Nanos, Record, TupleId};
 use crate::runtime::graph::{downcast, Probe, SourceOpen};
@@ -119,7 +119,7 @@ impl<T: crate::Data> SourceLane<T> {
 
     /// Opens a fresh instance whose next record is position `pos` (a
     /// restored partition that had finished opens none: it has ended).
-    pub(super) fn place(&mut self, pos: u64, ctx: &TaskCtx) -> Result<(), String> {
+    pub(super) fn place(&mut self, pos: u64, ctx: &TaskCtx) -> Result<(), SeekError> {
         // An instance kept up behind `pos` (nothing read ahead of its
         // position) reads on to it; any other is replaced.
         let kept = self.src.is_some()
@@ -137,7 +137,7 @@ impl<T: crate::Data> SourceLane<T> {
             return Ok(());
         }
         if kept {
-            self.skip(pos - self.at, ctx)?;
+            self.skip(pos - self.at, ctx);
             if self.at == pos {
                 return Ok(());
             }
@@ -158,9 +158,9 @@ impl<T: crate::Data> SourceLane<T> {
 
     /// Reads and discards up to `n` records (fewer if the source has none
     /// now, or ended).
-    fn skip(&mut self, n: u64, ctx: &TaskCtx) -> Result<u64, String> {
+    fn skip(&mut self, n: u64, ctx: &TaskCtx) -> u64 {
         let Some(src) = self.src.as_mut() else {
-            return Ok(0);
+            return 0;
         };
         let prev = ctx.enter(self.spec.node);
         let mut read = 0;
@@ -173,13 +173,13 @@ impl<T: crate::Data> SourceLane<T> {
         }
         ctx.leave(prev);
         self.at += read;
-        Ok(read)
+        read
     }
 
     /// A warm standby's instance follows the group's newest recovery point
     /// (`point`, a position) where the source cannot jump (see the module
     /// docs); returns whether it read anything.
-    pub(super) fn keep_up(&mut self, point: u64, ctx: &TaskCtx) -> Result<bool, String> {
+    pub(super) fn keep_up(&mut self, point: u64, ctx: &TaskCtx) -> Result<bool, SeekError> {
         if self.spec.finished || self.direct == Some(true) {
             return Ok(false);
         }
@@ -198,7 +198,7 @@ impl<T: crate::Data> SourceLane<T> {
         if !self.ahead.is_empty() || self.held.is_some() || self.at >= point {
             return Ok(false);
         }
-        Ok(self.skip((point - self.at).min(KEEP_UP), ctx)? > 0)
+        Ok(self.skip((point - self.at).min(KEEP_UP), ctx) > 0)
     }
 
     /// Reads records until `want` are ahead, the source has none now or
@@ -344,7 +344,7 @@ impl<T: crate::Data + crate::standby::codec::Codec + Sync> super::Incarnation<T>
                 operator: src.spec.info.name.to_string(),
                 instance: src.spec.info.instance,
                 position: self.pos[0],
-                reason,
+                source: reason,
             });
         }
     }
