@@ -174,7 +174,7 @@ pub enum JobError {
         instance: usize,
         position: u64,
         #[source]
-        source: crate::operator::source::SeekError,
+        source: SeekError,
     },
     /// Checkpoint storage failed (opening the directory, reading a
     /// checkpoint to restore from, or a checkpoint that does not match the
@@ -282,4 +282,42 @@ pub fn report(e: &(dyn std::error::Error + 'static)) -> String {
         cause = c.source();
     }
     text
+}
+
+/// Why a source could not rewind to a checkpoint's position
+/// ([`crate::Source::seek`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeekError {
+    /// Skipping record by record (the default `seek`), the source had
+    /// nothing ready after `read` of `target` records: a source that is
+    /// not deterministic, or not at once, overrides [`crate::Source::seek`].
+    #[error("not ready after {read} of {target} records while skipping to the checkpoint (override Source::seek)")]
+    NotReady {
+        /// Records read.
+        read: u64,
+        /// The position sought.
+        target: u64,
+    },
+    /// The source ended after `read` records, before the position.
+    #[error("ended after {read} records, the checkpoint is at {target}")]
+    Ended {
+        /// Records read.
+        read: u64,
+        /// The position sought.
+        target: u64,
+    },
+    /// The position lies past everything the source holds (a log
+    /// truncated since, a shorter file), `len` records.
+    #[error("the source holds {len} records, the checkpoint is at {target}, past them")]
+    PastEnd {
+        /// Records the source holds.
+        len: u64,
+        /// The position sought.
+        target: u64,
+    },
+    /// The source cannot seek now (after it was first polled, say), or
+    /// failed to: its own words.
+    #[error("{0}")]
+    Source(String),
 }

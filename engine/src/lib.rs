@@ -68,6 +68,41 @@
 //! (the task), [`operator::current_record`] (the worker), the snapshot
 //! store's `StorageProbe` (the fault injector, through the runtime).
 //!
+//! ## Layers inside `runtime/`
+//!
+//! The runtime's own modules follow the same rule (the same test checks
+//! them). The standby is a *role* the core does not know: the core (`task`,
+//! `graph`, `channel`, `chain`, `worker`) declares the interfaces a role
+//! implements — `TaskRole` and `RoleWatch` (a task's role, in `task`),
+//! `WireRoles` (what a role builds into a worker's tasks, in `worker`) —
+//! and `runtime/standby/` implements them, above the core:
+//!
+//! ```text
+//! supervisor/  attempts, restart-all, the checkpoint coordinator, the
+//!              standby groups of an attempt, the workers' watch
+//! standby/     standby groups at run time: the role (role.rs), what it
+//!              builds into the workers (build.rs), incarnations, the
+//!              consumers' fenced input, process isolation
+//! worker/ chain/ kit.rs
+//!              a worker's loop and the builders of its tasks; the chain
+//!              hops around operators (one event-time core); a stream
+//!              type's rings, senders and inputs
+//! channel.rs source.rs
+//!              rings between tasks (senders, inputs); source ports
+//! config.rs graph.rs
+//!              the run's configuration; the plan: nodes, edges,
+//!              partitioning, codecs, type-erased builders
+//! panic.rs probe.rs
+//!              operator panics and their reports; probes (fault
+//!              injection's seams)
+//! task.rs      tasks, their context, ports, gates, the role interfaces
+//! background.rs
+//!              archiving checkpointed state between polls
+//! align.rs coord.rs dead_letter.rs lanes.rs placement.rs signal.rs
+//!              barrier alignment, the supervisor's events, dead letters,
+//!              lane clocks, placement, a parked worker's wake-up
+//! ```
+//!
 //! ## Embedding
 //!
 //! ```

@@ -6,6 +6,8 @@
 //! be deterministic given its partition: the same partition yields the same
 //! records in the same order, which is what lets a later layer rewind it.
 
+pub use crate::error::SeekError;
+
 /// What a source instance has to offer now.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourcePoll<T> {
@@ -84,44 +86,6 @@ pub trait Source<T>: 'static {
     fn seeks_directly(&self) -> bool {
         false
     }
-}
-
-/// Why a source could not rewind to a checkpoint's position
-/// ([`Source::seek`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SeekError {
-    /// Skipping record by record (the default `seek`), the source had
-    /// nothing ready after `read` of `target` records: a source that is
-    /// not deterministic, or not at once, overrides [`Source::seek`].
-    #[error("not ready after {read} of {target} records while skipping to the checkpoint (override Source::seek)")]
-    NotReady {
-        /// Records read.
-        read: u64,
-        /// The position sought.
-        target: u64,
-    },
-    /// The source ended after `read` records, before the position.
-    #[error("ended after {read} records, the checkpoint is at {target}")]
-    Ended {
-        /// Records read.
-        read: u64,
-        /// The position sought.
-        target: u64,
-    },
-    /// The position lies past everything the source holds (a log
-    /// truncated since, a shorter file), `len` records.
-    #[error("the source holds {len} records, the checkpoint is at {target}, past them")]
-    PastEnd {
-        /// Records the source holds.
-        len: u64,
-        /// The position sought.
-        target: u64,
-    },
-    /// The source cannot seek now (after it was first polled, say), or
-    /// failed to: its own words.
-    #[error("{0}")]
-    Source(String),
 }
 
 /// A source over an iterator of `(value, event_time)` pairs.
