@@ -289,33 +289,6 @@ impl<T: Clone + 'static, H: Hop<T>> EventTimeOp<T, H> {
         me
     }
 
-    /// The operator's state as one capture: its keyed state frozen, its
-    /// side state archived now.
-    fn capture(&self) -> Result<StateCapture, CheckpointError> {
-        let c = &self.clock;
-        let side = WindowSide {
-            waiting: c.waiting.sorted(),
-            wm_in: c.wm_in,
-            wm_out: c.wm_out,
-            now: c.now,
-            arrivals: c.arrivals,
-            ptime: self.hop.ptime(),
-        };
-        let side = (self.side_codec.snapshot)(&side)?;
-        Ok(frame::capture(
-            vec![
-                (
-                    KEYED,
-                    Some((self.hop.keys().codec.capture)(&self.hop.keys().state)?),
-                ),
-                (SIDE, Some(StateCapture::Bytes(side))),
-            ],
-            2,
-            true,
-        )
-        .expect("a framed capture"))
-    }
-
     /// Takes every waiting record released below `upto`, then fires the
     /// timers at or below it.
     fn advance(&mut self, upto: u64) {
@@ -356,6 +329,34 @@ impl<T: Clone + 'static, H: Hop<T>> EventTimeOp<T, H> {
             self.down.watermark(wm);
         }
     }
+}
+
+/// An event-time hop's state as one capture: its keyed state frozen
+/// (archived later, in steps), its side state archived now.
+fn capture<T: Clone, H: Hop<T>>(
+    c: &EventClock<T>,
+    hop: &H,
+    side_codec: &SideCodec<T>,
+) -> Result<StateCapture, CheckpointError> {
+    let side = WindowSide {
+        waiting: c.waiting.sorted(),
+        wm_in: c.wm_in,
+        wm_out: c.wm_out,
+        now: c.now,
+        arrivals: c.arrivals,
+        ptime: hop.ptime(),
+    };
+    let side = (side_codec.snapshot)(&side)?;
+    let keys = hop.keys();
+    Ok(frame::capture(
+        vec![
+            (KEYED, Some((keys.codec.capture)(&keys.state)?)),
+            (SIDE, Some(StateCapture::Bytes(side))),
+        ],
+        2,
+        true,
+    )
+    .expect("a framed capture"))
 }
 
 /// An event-time operator's archive: its keyed state and its side state.
@@ -474,19 +475,22 @@ impl<T: Clone + 'static, H: Hop<T>> Collector<T> for EventTimeOp<T, H> {
     }
 
     fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
-        parts.push((self.slot.op, Some(self.capture()?)));
+        let state = capture(&self.clock, &self.hop, &self.side_codec)?;
+        parts.push((self.slot.op, Some(state)));
         self.down.snapshot_chain(parts)
     }
 
     fn barrier(&mut self, id: u64) {
-        if !self.ctx.wants_snapshot(id) {
-            self.down.barrier(id);
-            return;
-        }
-        match self.capture() {
-            Ok(state) => self.ctx.ack(self.slot.op, id, Some(state), None, None),
-            Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
-        }
-        self.down.barrier(id);
+        let EventTimeOp {
+            clock,
+            hop,
+            side_codec,
+            ctx,
+            slot,
+            down,
+            ..
+        } = self;
+        let capture = || capture(clock, &*hop, side_codec).map(Some);
+        super::pass_barrier(ctx, slot.op, id, capture, &mut **down);
     }
 }

@@ -154,18 +154,12 @@ where
     }
 
     fn barrier(&mut self, id: u64) {
-        if !self.ctx.wants_snapshot(id) {
-            self.down.barrier(id);
-            return;
-        }
         // The synchronous part of the checkpoint: freezing the state (it
         // notes the key count and an epoch); this worker archives the
         // frozen view between its polls and acknowledges then
         // (`runtime::background`), the snapshot I/O thread writes it.
-        match (self.codec.capture)(&self.state) {
-            Ok(state) => self.ctx.ack(self.slot.op, id, Some(state), None, None),
-            Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
-        }
-        self.down.barrier(id);
+        let (codec, state) = (&self.codec, &self.state);
+        let capture = || (codec.capture)(state).map(Some);
+        super::pass_barrier(&self.ctx, self.slot.op, id, capture, &mut *self.down);
     }
 }

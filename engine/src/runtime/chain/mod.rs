@@ -22,3 +22,27 @@ pub(crate) use sink::SinkOp;
 pub(crate) use timed::TimedOp;
 pub(crate) use unary::ProcessOp;
 pub(crate) use window::{WindowOp, WindowSpec};
+
+use crate::checkpoint::{CheckpointError, StateCapture};
+use crate::operator::Collector;
+use crate::runtime::task::TaskCtx;
+
+/// Checkpoint barrier `id` reaches operator `op`: when the checkpoint
+/// wants a snapshot here, the operator's state (`capture`; `None`:
+/// stateless) is acknowledged, or the checkpoint declined with the
+/// capture's error; then the barrier goes on down the chain.
+pub(crate) fn pass_barrier<O>(
+    ctx: &TaskCtx,
+    op: usize,
+    id: u64,
+    capture: impl FnOnce() -> Result<Option<StateCapture>, CheckpointError>,
+    down: &mut dyn Collector<O>,
+) {
+    if ctx.wants_snapshot(id) {
+        match capture() {
+            Ok(state) => ctx.ack(op, id, state, None, None),
+            Err(e) => ctx.decline(op, id, e.to_string()),
+        }
+    }
+    down.barrier(id);
+}

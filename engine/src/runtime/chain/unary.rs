@@ -100,20 +100,13 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
     }
 
     fn barrier(&mut self, id: u64) {
-        if !self.ctx.wants_snapshot(id) {
-            self.down.barrier(id);
-            return;
-        }
-        let prev = self.ctx.enter(self.slot.op);
-        let op = &mut self.op;
-        let state = self.ctx.long(|| op.snapshot_state());
-        self.ctx.leave(prev);
-        match state {
-            Ok(state) => self
-                .ctx
-                .ack(self.slot.op, id, state.map(Into::into), None, None),
-            Err(e) => self.ctx.decline(self.slot.op, id, e.to_string()),
-        }
-        self.down.barrier(id);
+        let (ctx, node, op) = (&self.ctx, self.slot.op, &mut self.op);
+        let capture = || {
+            let prev = ctx.enter(node);
+            let state = ctx.long(|| op.snapshot_state());
+            ctx.leave(prev);
+            state.map(|s| s.map(Into::into))
+        };
+        super::pass_barrier(ctx, node, id, capture, &mut *self.down);
     }
 }
