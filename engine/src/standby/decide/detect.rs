@@ -16,6 +16,10 @@ pub enum Activity {
     /// It ran nearly all the time without waiting for a CPU: busy inside
     /// whatever it is in.
     Busy,
+    /// It sleeps now, and over the interval ran a little and hardly waited
+    /// for a CPU: it sleeps by itself (a loop of short sleeps, a wait with
+    /// a timeout) — not starved of a CPU, not making progress either.
+    Sleeping,
     /// Anything else — it wants to run but hardly did (descheduled, or its
     /// virtual CPU stolen by the host), it shares a CPU, or it woke up and
     /// ran a little: no proof that it is stuck.
@@ -38,6 +42,10 @@ pub fn activity(a: &ThreadSample, b: &ThreadSample) -> Activity {
         Activity::Runnable
     } else if b.state == b'R' && 10 * cpu >= 8 * elapsed && 10 * wait < elapsed {
         Activity::Busy
+    } else if b.state != b'R' && 10 * cpu < 2 * elapsed && 10 * wait < 2 * elapsed {
+        // Asleep now, and neither running nor waiting to run most of the
+        // interval: it slept, and woke only briefly.
+        Activity::Sleeping
     } else {
         Activity::Runnable
     }
@@ -106,6 +114,7 @@ impl fmt::Display for Evidence {
         match self.activity {
             Some(Activity::Blocked) => write!(f, "; the thread is blocked (sleeping or waiting)")?,
             Some(Activity::Busy) => write!(f, "; the thread is busy")?,
+            Some(Activity::Sleeping) => write!(f, "; the thread sleeps, waking only briefly")?,
             Some(Activity::Runnable) => write!(f, "; the thread is runnable but not running")?,
             None => write!(f, "; no thread state available")?,
         }
@@ -315,13 +324,20 @@ mod tests {
         let r = sample(0, b'R', 0);
         assert_eq!(activity(&r, &sample(10, b'R', 9)), Activity::Busy);
         assert_eq!(activity(&r, &sample(10, b'R', 1)), Activity::Runnable);
-        // Woke up and ran in between (a worker parking and waking): not
-        // blocked.
+        // Woke up and ran a little in between, waiting for no CPU (a loop
+        // of short sleeps): sleeping, not blocked in one call.
         let woke = ThreadSample {
             slices: 3,
             ..sample(10, b'S', 1)
         };
-        assert_eq!(activity(&s, &woke), Activity::Runnable);
+        assert_eq!(activity(&s, &woke), Activity::Sleeping);
+        // Ran a little and waited for a CPU most of the time: descheduled.
+        let waited = ThreadSample {
+            slices: 3,
+            wait_ns: 8,
+            ..sample(10, b'R', 1)
+        };
+        assert_eq!(activity(&r, &waited), Activity::Runnable);
         // Ran half the time, waiting for a CPU the other half: sharing a
         // CPU is no proof of being stuck.
         let shared = ThreadSample {

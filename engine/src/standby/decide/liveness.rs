@@ -78,7 +78,7 @@ pub enum Liveness {
 
 /// The stall rule. A party is stalled only when it is *stuck*: silent for
 /// longer than the threshold, held where it is for that long, and its
-/// thread blocked or busy there — not merely waiting for a CPU (a
+/// thread blocked, busy or sleeping there — not merely waiting for a CPU (a
 /// descheduled thread, or a virtual CPU the host took) unless that lasts
 /// [`STARVED`] times the threshold. No view of the thread counts as
 /// stuck: without the operating system's word the silence is all there is.
@@ -92,7 +92,7 @@ pub fn judge(s: &Silence) -> Liveness {
         _ => return Liveness::Alive,
     }
     match s.activity {
-        Some(Activity::Blocked) | Some(Activity::Busy) | None => {
+        Some(Activity::Blocked | Activity::Busy | Activity::Sleeping) | None => {
             Liveness::Stalled { starved: false }
         }
         Some(Activity::Runnable) if s.silence_ns > STARVED * s.threshold_ns => {
@@ -135,8 +135,13 @@ mod tests {
     }
 
     #[test]
-    fn blocked_busy_or_unseen_past_the_threshold_is_stalled() {
-        for a in [None, Some(Activity::Blocked), Some(Activity::Busy)] {
+    fn blocked_busy_sleeping_or_unseen_past_the_threshold_is_stalled() {
+        for a in [
+            None,
+            Some(Activity::Blocked),
+            Some(Activity::Busy),
+            Some(Activity::Sleeping),
+        ] {
             assert_eq!(
                 judge(&silence(11 * MS, Some(11 * MS), a)),
                 Liveness::Stalled { starved: false },
