@@ -74,10 +74,11 @@
 //! them). The standby is a *role* the core does not know: the core (`task`,
 //! `graph`, `channel`, `chain`, `worker`) declares the interfaces a role
 //! implements — `TaskRole` and `RoleWatch` (a task's role, in `task`),
-//! `WireRoles` (what a role builds into a worker's tasks, in `worker`) —
+//! `WireRoles` (what a role builds into a worker's tasks, in `wiring`) —
 //! and `runtime/standby/` implements them, above the core:
 //!
 //! ```text
+//! handle.rs    a running job: its handle and watch, starting it
 //! supervisor/  attempts, restart-all, the checkpoint coordinator, the
 //!              standby groups of an attempt, the workers' watch
 //! standby/     standby groups at run time: the role (role.rs), what it
@@ -87,8 +88,9 @@
 //!              a worker's loop and the builders of its tasks; the chain
 //!              hops around operators (one event-time core); a stream
 //!              type's rings, senders and inputs
-//! channel.rs source.rs
-//!              rings between tasks (senders, inputs); source ports
+//! channel.rs source.rs wiring.rs
+//!              rings between tasks (senders, inputs); source ports; what
+//!              a worker builds from (the plan placed, ring ends, roles)
 //! config.rs graph.rs
 //!              the run's configuration; the plan: nodes, edges,
 //!              partitioning, codecs, type-erased builders

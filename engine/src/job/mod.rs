@@ -381,7 +381,7 @@ fn refuse_stranded_standbys(graph: &Graph) -> Result<(), BuildError> {
     if graph.nodes.iter().all(|n| n.standby.is_none()) {
         return Ok(());
     }
-    let (nodes, edges) = crate::runtime::shapes(graph, true, false);
+    let (nodes, edges) = crate::runtime::wiring::shapes(graph, true, false);
     let plan = crate::runtime::placement::place(
         &nodes,
         &edges,

@@ -24,6 +24,12 @@
 //! snapshots, sink commits), detects stalls by heartbeat, and on a failure
 //! stops every worker, restores the last complete checkpoint and starts
 //! the next attempt — or ends the job, as the [`crate::RestartStrategy`] decides.
+//!
+//! This file holds what every part of an attempt shares (`JobShared`: the
+//! names, counters, heartbeats, task-poll marks, the error, the standby
+//! run); a running job's handle and watch are `handle.rs`'s, what a worker
+//! builds its tasks from is `wiring.rs`'s. The modules' order is in
+//! `lib.rs` ("Layers inside `runtime/`").
 
 pub(crate) mod align;
 mod background;
@@ -33,6 +39,7 @@ pub(crate) mod config;
 pub(crate) mod coord;
 pub(crate) mod dead_letter;
 pub(crate) mod graph;
+mod handle;
 pub(crate) mod kit;
 pub(crate) mod lanes;
 pub mod panic;
@@ -43,18 +50,16 @@ pub(crate) mod source;
 pub(crate) mod standby;
 mod supervisor;
 pub(crate) mod task;
+pub(crate) mod wiring;
 mod worker;
 
-use crate::error::{JobError, RuntimeError};
-use crate::metrics::{JobMetrics, JobReport, OperatorStats, Progress};
+use crate::error::JobError;
+use crate::metrics::JobMetrics;
 use crate::record::{Nanos, TupleId};
-use crate::runtime::graph::{AnySend, Graph, NodeKind, Partitioning};
-use channel::WorkerSignal;
 use coord::{Event, Restore, SinkTally};
 use crossbeam_utils::CachePadded;
-use placement::{EdgeShape, NodeShape, Plan};
+use signal::WorkerSignal;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
@@ -317,10 +322,6 @@ impl JobShared {
     }
 }
 
-/// Ring ends waiting to be taken by the workers that use them, keyed by
-/// `(edge, producer instance, consumer instance)`.
-type RingEnds = Mutex<HashMap<(usize, usize, usize), AnySend>>;
-
 /// The shared state of an incarnation's child (process isolation): the
 /// job's names and counters, one worker, no supervisor listening. The
 /// child's chain reports through its replies, not through this.
@@ -376,388 +377,5 @@ pub(crate) fn placeholder_shared(
     }
 }
 
-/// Everything a worker needs to build its tasks.
-pub(crate) struct Wiring {
-    pub(crate) graph: Arc<Graph>,
-    pub(crate) plan: Plan,
-    pub(crate) shared: Arc<JobShared>,
-    pub(crate) producers: RingEnds,
-    pub(crate) consumers: RingEnds,
-    pub(crate) signals: Vec<Arc<WorkerSignal>>,
-    pub(crate) config: RuntimeConfig,
-    /// What a role beyond the core's builds into the workers' tasks (the
-    /// standby groups of the attempt, if any).
-    pub(crate) roles: Option<Arc<dyn worker::wire::WireRoles>>,
-}
-
-impl Wiring {
-    /// The partitioning an edge really has: forward between operators of
-    /// different parallelism degrades to rebalance.
-    pub(crate) fn partitioning(&self, edge: usize) -> Partitioning {
-        partitioning(&self.graph, edge)
-    }
-
-    /// The `(producer, consumer)` instance pairs that have a ring on `edge`.
-    pub(crate) fn lanes(&self, edge: usize) -> Vec<(usize, usize)> {
-        lanes(&self.graph, edge)
-    }
-
-    /// The worker that runs instance `instance` of `node`.
-    pub(crate) fn worker_of(&self, node: usize, instance: usize) -> usize {
-        let t = self
-            .plan
-            .task_of(node, instance)
-            .expect("engine bug: node instance without a task");
-        self.plan.worker_of_task[t]
-    }
-}
-
-fn partitioning(graph: &Graph, edge: usize) -> Partitioning {
-    let e = &graph.edges[edge];
-    let (pf, pt) = (
-        graph.nodes[e.from].parallelism,
-        graph.nodes[e.to].parallelism,
-    );
-    match &e.partitioning {
-        Partitioning::Forward if pf != pt => Partitioning::Rebalance,
-        p => p.clone(),
-    }
-}
-
-/// Refuses a job whose rings between tasks — allocated whole when each
-/// attempt starts: a parallelism of `p` on both sides of a key-partitioned
-/// edge makes `p²` of them — would not fit the memory this process may
-/// still take (half of it: the records, state and the rest need room too).
-/// Checked before placement, which chains some forward edges (a ring
-/// fewer each): an upper bound.
-fn check_ring_memory(graph: &Graph, config: &RuntimeConfig) -> Result<(), JobError> {
-    let Some(available) = crate::sys::limits::available_memory() else {
-        return Ok(());
-    };
-    let mut needed = 0u64;
-    let mut rings = 0u64;
-    for (ei, e) in graph.edges.iter().enumerate() {
-        let Some(kit) = graph.nodes[e.from].out.as_ref() else {
-            continue;
-        };
-        let n = lane_count(graph, ei);
-        rings = rings.saturating_add(n);
-        needed = needed.saturating_add(n.saturating_mul(kit.ring_bytes(config.ring_capacity)));
-    }
-    if needed > available / 2 {
-        return Err(RuntimeError::InsufficientMemory {
-            what: format!(
-                "the {rings} rings between this job's tasks ({} slots each)",
-                config.ring_capacity
-            ),
-            needed,
-            available,
-            hint: "lower the parallelism or the ring capacity".into(),
-        }
-        .into());
-    }
-    Ok(())
-}
-
-/// What [`RuntimeConfig::restore_from`]`(path)` would start from: the
-/// checkpoint's manifest (a savepoint directory's, a manifest file's, or
-/// the newest valid checkpoint of a checkpoint directory), and the newer
-/// checkpoints passed over with why. For checks before a job starts, such
-/// as whether its sources can reach the positions the manifest holds
-/// ([`crate::checkpoint::FileEntry::positions`]).
-pub fn restore_point(
-    path: &std::path::Path,
-) -> Result<(crate::checkpoint::Manifest, Vec<String>), JobError> {
-    supervisor::load_restore_point(path)
-}
-
-/// How many lanes [`lanes`] lists for `edge`, without listing them.
-fn lane_count(graph: &Graph, edge: usize) -> u64 {
-    let e = &graph.edges[edge];
-    let (pf, pt) = (
-        graph.nodes[e.from].parallelism as u64,
-        graph.nodes[e.to].parallelism as u64,
-    );
-    if partitioning(graph, edge).is_forward() {
-        pf
-    } else {
-        pf.saturating_mul(pt)
-    }
-}
-
-fn lanes(graph: &Graph, edge: usize) -> Vec<(usize, usize)> {
-    let e = &graph.edges[edge];
-    let (pf, pt) = (
-        graph.nodes[e.from].parallelism,
-        graph.nodes[e.to].parallelism,
-    );
-    if partitioning(graph, edge).is_forward() {
-        (0..pf).map(|i| (i, i)).collect()
-    } else {
-        (0..pf).flat_map(|u| (0..pt).map(move |d| (u, d))).collect()
-    }
-}
-
-/// The shapes placement needs, read off a graph.
-/// With `standby`, operators marked for one head (or join) backed-up chains
-/// (and, with `replay_sources`, take the source before them in as their
-/// queue).
-pub(crate) fn shapes(
-    graph: &Graph,
-    standby: bool,
-    replay_sources: bool,
-) -> (Vec<NodeShape>, Vec<EdgeShape>) {
-    let mut inputs = vec![0; graph.nodes.len()];
-    for e in &graph.edges {
-        inputs[e.to] += 1;
-    }
-    let nodes = graph
-        .nodes
-        .iter()
-        .zip(&inputs)
-        .map(|(n, &i)| NodeShape {
-            parallelism: n.parallelism,
-            inputs: i,
-            binary: matches!(n.kind, NodeKind::Binary(_)),
-            standby: standby && n.standby.is_some(),
-            sink: matches!(n.kind, NodeKind::Sink(_)),
-            // A source with watermarks is not replayed in place (its
-            // idleness is a matter of time, not of its records): its
-            // chain's queue holds them.
-            source: standby
-                && replay_sources
-                && matches!(
-                    n.kind,
-                    NodeKind::Source {
-                        watermarks: None,
-                        ..
-                    }
-                ),
-        })
-        .collect();
-    let edges = graph
-        .edges
-        .iter()
-        .map(|e| EdgeShape {
-            from: e.from,
-            to: e.to,
-            port: e.port,
-            forward: e.partitioning.is_forward(),
-        })
-        .collect();
-    (nodes, edges)
-}
-
-/// A running job.
-pub struct JobHandle {
-    supervisor: Option<std::thread::JoinHandle<Result<JobReport, JobError>>>,
-    events: mpsc::Sender<Event>,
-    metrics: Arc<JobMetrics>,
-    graph: Arc<Graph>,
-}
-
-/// Starts `graph` on worker threads (see [`crate::Job::start`]).
-pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
-    let cores = crate::sys::affinity::available_cores();
-    let requested = config.cores.unwrap_or(cores.len());
-    if requested == 0 {
-        return Err(RuntimeError::ZeroCores.into());
-    }
-    if requested > cores.len() {
-        return Err(RuntimeError::InsufficientCpus {
-            required: requested,
-            available: cores.len(),
-        }
-        .into());
-    }
-    panic::install_hook();
-    check_ring_memory(&graph, config)?;
-    let (ns, es) = shapes(
-        &graph,
-        config.standby.is_some(),
-        config.standby.as_ref().is_some_and(|s| s.replay_sources),
-    );
-    let plan = placement::place(&ns, &es, requested, config.chaining);
-    let (sup, handle_parts) = supervisor::Supervisor::new(
-        Arc::clone(&graph),
-        plan,
-        config.clone(),
-        cores[..requested.min(cores.len())].to_vec(),
-    )?;
-    let (events, metrics) = handle_parts;
-    let supervisor = std::thread::Builder::new()
-        .name("tandem-supervisor".into())
-        .spawn(move || sup.run())
-        .map_err(|source| RuntimeError::Spawn {
-            worker: usize::MAX,
-            source,
-        })?;
-    Ok(JobHandle {
-        supervisor: Some(supervisor),
-        events,
-        metrics,
-        graph,
-    })
-}
-
-impl JobHandle {
-    /// Counts published by the operators so far.
-    pub fn progress(&self) -> Progress {
-        Progress {
-            operators: self.stats(),
-            dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
-        }
-    }
-
-    fn stats(&self) -> Vec<OperatorStats> {
-        operator_stats(&self.graph, &self.metrics)
-    }
-
-    /// Checkpoints, recoveries and standbys so far (see [`JobWatch::status`]).
-    pub fn status(&self) -> crate::JobStatus {
-        self.metrics.status()
-    }
-
-    /// End-to-end latency so far (see [`JobWatch::latency`]; without a
-    /// live watch, the sinks publish theirs only when they end).
-    pub fn latency(&self) -> crate::LatencyHistogram {
-        self.metrics.latency()
-    }
-
-    /// A read-only view of the running job that other threads may keep
-    /// (a metrics exporter, an interval log): it reads what the job
-    /// publishes anyway and touches no data path.
-    pub fn watch(&self) -> JobWatch {
-        JobWatch {
-            _watching: Arc::new(Watching::new(&self.metrics)),
-            metrics: Arc::clone(&self.metrics),
-            graph: Arc::clone(&self.graph),
-        }
-    }
-
-    /// Whether the job has ended (completed, failed or cancelled).
-    pub fn is_finished(&self) -> bool {
-        self.supervisor.as_ref().is_none_or(|t| t.is_finished())
-    }
-
-    /// Asks the job to stop; [`JobHandle::join`] then returns
-    /// [`JobError::Cancelled`].
-    pub fn cancel(&self) {
-        let _ = self.events.send(Event::Cancel);
-    }
-
-    /// Takes a savepoint now (a checkpoint that retention never deletes,
-    /// in `<checkpoint dir>/sp-<id>/`) and returns its directory once it is
-    /// durable. Needs checkpointing to be configured. A job that ends
-    /// (completes, fails or is cancelled) before a savepoint is durable
-    /// answers [`JobError::EndedBeforeSavepoint`]; one that lands as the
-    /// job ends is returned.
-    pub fn savepoint(&self) -> Result<PathBuf, JobError> {
-        let (reply, rx) = mpsc::channel();
-        self.events
-            .send(Event::Savepoint { reply })
-            .map_err(|_| JobError::EndedBeforeSavepoint)?;
-        rx.recv().map_err(|_| JobError::EndedBeforeSavepoint)?
-    }
-
-    /// Waits for the job to end.
-    pub fn join(mut self) -> Result<JobReport, JobError> {
-        match self.supervisor.take().map(|t| t.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(p)) => Err(JobError::WorkerDied {
-                worker: usize::MAX,
-                message: format!("supervisor: {}", panic::panic_message(p.as_ref())),
-            }),
-            None => Err(JobError::Cancelled),
-        }
-    }
-}
-
-/// What a running job publishes, readable from any thread
-/// ([`JobHandle::watch`]); it outlives the job, keeping its last figures.
-#[derive(Clone)]
-pub struct JobWatch {
-    /// Counts this watch (and its clones) in `metrics.watchers`.
-    _watching: Arc<Watching>,
-    metrics: Arc<JobMetrics>,
-    graph: Arc<Graph>,
-}
-
-/// While it lives, the sinks publish their latency every 10 ms.
-struct Watching(Arc<JobMetrics>);
-
-impl Watching {
-    fn new(m: &Arc<JobMetrics>) -> Self {
-        m.watchers.fetch_add(1, Ordering::Relaxed);
-        Watching(Arc::clone(m))
-    }
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        self.0.watchers.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl JobWatch {
-    /// The job's name.
-    pub fn job_name(&self) -> &str {
-        &self.graph.name
-    }
-
-    /// Time since the job started: the engine clock, which recovery
-    /// records' `fault_at_us` are on.
-    pub fn elapsed(&self) -> std::time::Duration {
-        self.metrics.origin.elapsed()
-    }
-
-    /// Counts published by the operators so far.
-    pub fn progress(&self) -> Progress {
-        Progress {
-            operators: operator_stats(&self.graph, &self.metrics),
-            dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Checkpoints, recoveries and standbys so far, as the supervisor last
-    /// published them (every 10 ms).
-    pub fn status(&self) -> crate::JobStatus {
-        self.metrics.status()
-    }
-
-    /// End-to-end latency measured so far, over all sinks: while a watch
-    /// exists and records flow, each sink merges what it measured every
-    /// 10 ms (and the rest when it ends), so this lags by about that.
-    /// Subtract an earlier copy for an interval
-    /// ([`crate::LatencyHistogram::since`]).
-    pub fn latency(&self) -> crate::LatencyHistogram {
-        self.metrics.latency()
-    }
-}
-
-impl Drop for JobHandle {
-    fn drop(&mut self) {
-        if let Some(t) = self.supervisor.take() {
-            let _ = self.events.send(Event::Cancel);
-            let _ = t.join();
-        }
-    }
-}
-
-pub(crate) fn operator_stats(graph: &Graph, metrics: &JobMetrics) -> Vec<OperatorStats> {
-    graph
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let (records, emitted) = metrics.node_totals(i);
-            OperatorStats {
-                name: n.name.to_string(),
-                parallelism: n.parallelism,
-                records,
-                emitted,
-                source: matches!(n.kind, crate::runtime::graph::NodeKind::Source { .. }),
-            }
-        })
-        .collect()
-}
+pub(crate) use handle::{operator_stats, start};
+pub use handle::{restore_point, JobHandle, JobWatch};

@@ -7,7 +7,7 @@ pub(crate) mod wire;
 
 use super::background::Background;
 use super::task::{Poll, Task, TaskCtx};
-use super::Wiring;
+use super::wiring::Wiring;
 use crate::error::JobError;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;

@@ -23,8 +23,9 @@ use crate::recovery::restart::Decision;
 use crate::runtime::channel::WorkerSignal;
 use crate::runtime::coord::{InstanceRestore, Restore, SinkTally};
 use crate::runtime::graph::Graph;
+use crate::runtime::wiring::{lanes, Wiring};
 use crate::runtime::CheckpointMode;
-use crate::runtime::{lanes, worker, JobShared, Wiring};
+use crate::runtime::{worker, JobShared};
 use crossbeam_utils::CachePadded;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -138,7 +139,7 @@ impl Supervisor {
             roles: shared
                 .standby
                 .clone()
-                .map(|s| s as Arc<dyn crate::runtime::worker::wire::WireRoles>),
+                .map(|s| s as Arc<dyn crate::runtime::wiring::WireRoles>),
         });
         let mut threads = Vec::with_capacity(workers);
         for (w, &core) in self.cores.iter().enumerate().take(workers) {

@@ -1,10 +1,10 @@
 //! A task's input ports: what reads the edges into its head — rings from
 //! upstream tasks, or what a role feeds them from (the current primaries of
-//! upstream standby groups: [`super::wire::WireRoles::input`]).
+//! upstream standby groups: [`crate::runtime::wiring::WireRoles::input`]).
 
 use crate::runtime::graph::AnyBox;
 use crate::runtime::task::{Gate, Port, TaskCtx};
-use crate::runtime::Wiring;
+use crate::runtime::wiring::Wiring;
 use std::rc::Rc;
 use std::sync::Arc;
 

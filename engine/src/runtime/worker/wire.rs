@@ -1,55 +1,16 @@
 //! The builders that turn the plan ([`crate::runtime::graph`]) into a
 //! worker's tasks: a task's ports, its chain of operators, the ring senders
 //! at its end. A role beyond the core's (a standby group) builds its own
-//! parts through [`WireRoles`], which the core names and `runtime::standby`
-//! implements.
+//! parts through [`WireRoles`](crate::runtime::wiring::WireRoles), which the
+//! core names and `runtime::standby` implements.
 
 use super::input::input_port;
 use crate::operator::{OperatorInfo, Restored};
-use crate::runtime::background::Background;
 use crate::runtime::graph::{AnyBox, BuildCx, NodeKind};
 use crate::runtime::task::{Gate, Hold, OpSlot, Port, Task, TaskCtx};
-use crate::runtime::Wiring;
+use crate::runtime::wiring::Wiring;
 use std::rc::Rc;
 use std::sync::Arc;
-
-/// What a role beyond the core's (standby groups: `runtime::standby`)
-/// builds into a worker's tasks, and the tasks of its own it runs there.
-pub(crate) trait WireRoles: Send + Sync {
-    /// Task `t` of the plan, when the role runs it (a backed-up chain: as
-    /// its group's first primary), on worker `index`.
-    fn task(&self, w: &Arc<Wiring>, index: usize, t: usize, ctx: &Rc<TaskCtx>) -> Option<Task>;
-    /// The collector for edge `ei` out of instance `inst` of `node`, when
-    /// the role makes it (into a group's buffer queues, or out of an
-    /// incarnation's chain).
-    fn sender(
-        &self,
-        w: &Wiring,
-        node: usize,
-        inst: usize,
-        ei: usize,
-        ctx: &Rc<TaskCtx>,
-    ) -> Option<AnyBox>;
-    /// The port reading `edges` into instance `inst`, when the role feeds
-    /// them (a group's current primaries); `Err` gives `target` back.
-    fn input(
-        &self,
-        w: &Wiring,
-        edges: &[usize],
-        inst: usize,
-        target: AnyBox,
-        gate: Option<Rc<Gate>>,
-        ctx: &Rc<TaskCtx>,
-    ) -> Result<Box<dyn Port>, AnyBox>;
-    /// Tasks of the role's to run on worker `index` from now on (`first`:
-    /// at the worker's start), each answering for its own failure.
-    fn tasks(&self, w: &Arc<Wiring>, index: usize, bg: &Rc<Background>, first: bool) -> Vec<Task>;
-    /// Whether the worker must go on polling with no task left (the role
-    /// may still send it one).
-    fn holds_workers(&self) -> bool;
-    /// Where the role stands, for a diagnostic dump.
-    fn debug(&self) -> Vec<String>;
-}
 
 pub(crate) fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCtx>) -> BuildCx {
     ctx.enter(node);
