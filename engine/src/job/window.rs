@@ -193,11 +193,7 @@ where
     {
         let key = Arc::clone(&self.keyed.key);
         let (windows, lateness) = (self.windows, self.lateness);
-        let lateness = if matches!(windows, Windows::Count { .. }) {
-            0
-        } else {
-            lateness
-        };
+        let lateness = crate::time::window::WindowAssigner::lateness(&windows, lateness);
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<WinOut<O, T>>>(down, "window output");
             let op = WindowOp::new(

@@ -139,7 +139,7 @@ impl Windows {
 
     /// The time windows a record of event time `t` belongs to, earliest
     /// first (not for count windows).
-    pub(crate) fn assign(&self, t: u64, out: &mut Vec<Window>) {
+    fn time_windows(&self, t: u64, out: &mut Vec<Window>) {
         out.clear();
         match *self {
             Windows::Tumbling { size, offset } => {
@@ -179,6 +179,61 @@ impl Windows {
             }),
             Windows::Count { .. } => {}
         }
+    }
+}
+
+/// When a kind's windows fire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// When the watermark passes the window's end (and again for each late
+    /// record within the allowed lateness).
+    EventTime,
+    /// When the window holds this many records (in event-time order); no
+    /// timers, no lateness.
+    Count(u64),
+}
+
+/// What the window operator asks of a window kind (Flink's window assigner
+/// and its default trigger): which windows a record joins, whether a key's
+/// windows merge, when they fire, how late a record may be. The operator
+/// (`runtime/chain/window.rs`) decides by these alone, so a new kind is
+/// an implementation of this — for [`Windows`], one arm in each method
+/// below — and its tests.
+pub(crate) trait WindowAssigner {
+    /// When windows of this kind fire.
+    fn trigger(&self) -> Trigger;
+    /// Whether a key's overlapping windows merge into one (sessions).
+    fn merging(&self) -> bool;
+    /// The windows a record at event time `t` belongs to, earliest first
+    /// (an event-time kind; a merging kind gives the record's own window,
+    /// to be merged with the key's).
+    fn assign(&self, t: u64, out: &mut Vec<Window>);
+    /// The lateness allowed for these windows, of the `allowed` asked for
+    /// (a count window's records are never late).
+    fn lateness(&self, allowed: u64) -> u64 {
+        match self.trigger() {
+            Trigger::EventTime => allowed,
+            Trigger::Count(_) => 0,
+        }
+    }
+}
+
+impl WindowAssigner for Windows {
+    fn trigger(&self) -> Trigger {
+        match *self {
+            Windows::Count { size } => Trigger::Count(size),
+            Windows::Tumbling { .. } | Windows::Sliding { .. } | Windows::Session { .. } => {
+                Trigger::EventTime
+            }
+        }
+    }
+
+    fn merging(&self) -> bool {
+        matches!(self, Windows::Session { .. })
+    }
+
+    fn assign(&self, t: u64, out: &mut Vec<Window>) {
+        self.time_windows(t, out)
     }
 }
 
@@ -416,6 +471,37 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_kind_says_when_it_fires_whether_it_merges_and_how_late_a_record_may_be() {
+        let ms = Duration::from_millis;
+        let kinds = [
+            (Windows::tumbling(ms(10)), Trigger::EventTime, false, 7),
+            (
+                Windows::sliding(ms(10), ms(5)),
+                Trigger::EventTime,
+                false,
+                7,
+            ),
+            (Windows::session(ms(10)), Trigger::EventTime, true, 7),
+            (Windows::count(3), Trigger::Count(3), false, 0),
+        ];
+        for (w, trigger, merging, lateness) in kinds {
+            assert_eq!(w.trigger(), trigger, "{w:?}");
+            assert_eq!(w.merging(), merging, "{w:?}");
+            assert_eq!(w.lateness(7), lateness, "{w:?}");
+        }
+        // A merging kind gives the record's own window.
+        let mut v = Vec::new();
+        Windows::session(ms(10)).assign(5, &mut v);
+        assert_eq!(
+            v,
+            vec![Window {
+                start: 5,
+                end: 10_000_005
+            }]
+        );
+    }
 
     fn starts(w: &Windows, t: u64) -> Vec<(u64, u64)> {
         let mut v = Vec::new();

@@ -11,7 +11,9 @@ use super::keyed::StateCodec;
 use crate::operator::Collector;
 use crate::record::{Record, TupleId};
 use crate::runtime::graph::BuildCx;
-use crate::time::window::{KeyWindows, Waiting, WinOut, Window, WindowFn, Windows};
+use crate::time::window::{
+    KeyWindows, Trigger, Waiting, WinOut, Window, WindowAssigner, WindowFn, Windows,
+};
 use std::sync::Arc;
 
 /// How the operator is configured.
@@ -64,7 +66,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
     fn reindex(&mut self, _ptime: u64, clock: &mut EventClock<T>) {
         let timers = &mut clock.timers;
         let lateness = self.spec.lateness;
-        let count = matches!(self.spec.windows, Windows::Count { .. });
+        let count = self.spec.windows.trigger() != Trigger::EventTime;
         timers.clear();
         self.keys.state.for_each_numbered(|seq, kw| {
             if count {
@@ -86,7 +88,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
     /// hence past the watermark), and the order in which their records are
     /// added does not change their results.
     fn takes_on_time_at_once(&self) -> bool {
-        F::COMMUTATIVE && !matches!(self.spec.windows, Windows::Count { .. })
+        F::COMMUTATIVE && self.spec.windows.trigger() == Trigger::EventTime
     }
 
     fn take(
@@ -119,8 +121,8 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
             });
             out.ctx.lane_wm.set(lane_wm);
         };
-        match windows {
-            Windows::Count { size } => {
+        match windows.trigger() {
+            Trigger::Count(size) => {
                 let n = kw.count;
                 kw.count += 1;
                 let start = n - n % size;
@@ -136,11 +138,9 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     kw.open.retain(|o| !o.fired);
                 }
             }
-            Windows::Session { gap } => {
-                let mine = Window {
-                    start: t,
-                    end: t.saturating_add(gap),
-                };
+            Trigger::EventTime if windows.merging() => {
+                windows.assign(t, scratch);
+                let mine = scratch[0];
                 // The end of the session it would join, before joining it.
                 let mut hi = mine.end;
                 for o in &kw.open {
@@ -170,7 +170,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     timers.add(o.window.end, seq);
                 }
             }
-            Windows::Tumbling { .. } | Windows::Sliding { .. } => {
+            Trigger::EventTime => {
                 windows.assign(t, scratch);
                 let mut kept = false;
                 for &win in scratch.iter() {
