@@ -59,6 +59,10 @@ impl StreamSpec {
     }
 }
 
+/// How long creating a stream rides out a cluster that does not answer
+/// yet (a leader election, a replicated stream being placed).
+const ELECTION: Duration = Duration::from_secs(30);
+
 /// Gets stream `spec.name`, creating it (subjects `NAME.*`) if missing,
 /// and checks that the server's idea of it is what this crate relies on:
 /// a server older than the client silently ignores fields it does not
@@ -67,17 +71,31 @@ pub async fn ensure_stream(
     js: &jetstream::Context,
     spec: &StreamSpec,
 ) -> Result<jetstream::stream::Stream, Error> {
+    use async_nats::jetstream::context::CreateStreamErrorKind as Kind;
     let subjects = format!("{}.*", spec.name);
-    let mut stream = js
-        .get_or_create_stream(StreamConfig {
-            name: spec.name.clone(),
-            subjects: vec![subjects.clone()],
-            num_replicas: spec.replicas,
-            duplicate_window: spec.duplicate_window,
-            ..Default::default()
-        })
-        .await
-        .map_err(nats_err(format!("creating stream {}", spec.name)))?;
+    let config = StreamConfig {
+        name: spec.name.clone(),
+        subjects: vec![subjects.clone()],
+        num_replicas: spec.replicas,
+        duplicate_window: spec.duplicate_window,
+        ..Default::default()
+    };
+    // A cluster that is electing its leaders (just started, or one server
+    // gone) or busy placing a replicated stream answers late or not yet:
+    // asked again, for a while, before it is an error.
+    let asked = std::time::Instant::now();
+    let mut stream = loop {
+        match js.get_or_create_stream(config.clone()).await {
+            Ok(s) => break s,
+            Err(e)
+                if matches!(e.kind(), Kind::TimedOut | Kind::JetStreamUnavailable)
+                    && asked.elapsed() < ELECTION =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(nats_err(format!("creating stream {}", spec.name))(e)),
+        }
+    };
     let info = stream
         .info()
         .await
