@@ -10,20 +10,24 @@
 //! 128 + the signal, its directory as it was. (Every numeric flag at any
 //! value: `bench_numbers.rs`.)
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 /// A fresh, empty directory for one test, removed when it ends. Under
 /// Cargo's target temp dir: a disk, as `snapshot`'s `O_DIRECT` writes want.
-struct Dir(PathBuf);
+struct Dir(
+    PathBuf,
+    // Held for its drop, which removes the directory.
+    #[allow(dead_code)] tempfile::TempDir,
+);
 
 impl Dir {
     fn new(name: &str) -> Self {
-        let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("bench-flags-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
+        let t = tempfile::Builder::new()
+            .prefix(&format!("bench-flags-{name}-"))
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        Dir(t.path().to_path_buf(), t)
     }
 
     /// What the directory holds, sorted.
@@ -34,12 +38,6 @@ impl Dir {
             .collect();
         v.sort();
         v
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

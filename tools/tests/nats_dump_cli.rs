@@ -33,18 +33,23 @@ const QUICK: Duration = Duration::from_secs(10);
 /// The most a refused dump may hold.
 const SMALL: u64 = 64 << 20;
 
-/// A fresh directory for one test, removed when it ends.
-struct Dir(PathBuf);
+/// A fresh directory for one test, removed when it ends (the `TempDir`).
+struct Dir(
+    PathBuf,
+    // Held for its drop, which removes the directory.
+    #[allow(dead_code)] tempfile::TempDir,
+);
 
 impl Dir {
     fn new(name: &str) -> Self {
-        let d =
-            std::env::temp_dir().join(format!("tandem-nats-dump-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
+        let t = tempfile::Builder::new()
+            .prefix(&format!("tandem-nats-dump-{name}-"))
+            .tempdir()
+            .unwrap();
+        Dir(t.path().to_path_buf(), t)
     }
 
+    /// What it holds, sorted.
     fn names(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&self.0)
             .unwrap()
@@ -52,12 +57,6 @@ impl Dir {
             .collect();
         v.sort();
         v
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -327,62 +326,10 @@ fn out_naming_a_fifo_is_refused_by_name_at_once() {
 
 // ---- Against a real nats-server --------------------------------------
 
-fn nats_server() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .chain([PathBuf::from("/usr/sbin")])
-            .map(|d| d.join("nats-server"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("TANDEM_REQUIRE_NATS").is_none(),
-            "nats-server is not installed and TANDEM_REQUIRE_NATS is set"
-        );
-        eprintln!("SKIPPED: nats-server is not installed (apt-get install nats-server)");
-    }
-    found
-}
-
-/// The server process and its store (both gone when dropped).
-struct Server {
-    child: Child,
-    _store: Dir,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-    }
-}
-
-fn start(tag: &str) -> Option<Server> {
-    let bin = nats_server()?;
-    let store = Dir::new(&format!("server-{tag}"));
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut cmd = Command::new(bin);
-    cmd.args(["-js", "-sd"])
-        .arg(&store.0)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let child = Child::spawn(cmd).unwrap();
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(Server {
-        child,
-        _store: store,
-        addr: format!("127.0.0.1:{port}"),
-    })
-}
+/// A real `nats-server` on a free loopback port: the connector's tests'
+/// own helper.
+#[path = "../../connectors/nats/tests/common/mod.rs"]
+mod common;
 
 /// `records` records of `size` bytes each (`<n>:` then dots) in three
 /// partitions of stream `S`, and their end markers; the lines a dump
@@ -418,10 +365,12 @@ fn produce(server: &str, records: u64, size: usize) -> Vec<u8> {
 
 #[test]
 fn a_real_stream_is_dumped_whole_and_in_order_through_the_guard() {
-    let Some(server) = start("whole") else { return };
-    let expected = produce(&server.addr, 300, 20);
+    let Some((_server, addr)) = common::start(&[]) else {
+        return;
+    };
+    let expected = produce(&addr, 300, 20);
     let d = Dir::new("whole");
-    let url = format!("nats://{}/S", server.addr);
+    let url = format!("nats://{}/S", addr);
 
     // To standard output (a file here).
     let out = d.0.join("stdout.txt");
@@ -445,7 +394,7 @@ fn a_real_stream_is_dumped_whole_and_in_order_through_the_guard() {
     assert_eq!(d.names(), ["dump.txt", "stdout.txt"]);
 
     // A stream that does not exist: an error, and --out untouched.
-    let missing = format!("nats://{}/MISSING", server.addr);
+    let missing = format!("nats://{}/MISSING", addr);
     let r = tandem(
         &["nats", "dump", &missing, "--out", f.to_str().unwrap()],
         Stdio::null(),
@@ -457,10 +406,12 @@ fn a_real_stream_is_dumped_whole_and_in_order_through_the_guard() {
 
 #[test]
 fn a_dump_whose_reader_goes_away_fails() {
-    let Some(server) = start("head") else { return };
+    let Some((_server, addr)) = common::start(&[]) else {
+        return;
+    };
     // 2 MB: far more than a pipe holds.
-    produce(&server.addr, 10_000, 200);
-    let url = format!("nats://{}/S", server.addr);
+    produce(&addr, 10_000, 200);
+    let url = format!("nats://{}/S", addr);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
     cmd.args(["nats", "dump", &url])
         .stdin(Stdio::null())

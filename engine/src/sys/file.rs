@@ -123,34 +123,8 @@ pub fn shrank(len: u64) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::ffi::OsStrExt;
-    use std::path::PathBuf;
+    use crate::sys::test_dir::{mkfifo, Dir};
     use std::time::{Duration, Instant};
-
-    /// A fresh directory for one test, removed when it ends.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(tag: &str) -> Self {
-            let d =
-                std::env::temp_dir().join(format!("tandem-sys-file-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            Dir(d)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn mkfifo(p: &Path) {
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-        // SAFETY: `c` is a NUL-terminated path that outlives the call.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    }
 
     fn read() -> OpenOptions {
         let mut o = OpenOptions::new();
@@ -160,7 +134,7 @@ mod tests {
 
     #[test]
     fn a_fifo_is_refused_at_once_without_a_writer() {
-        let d = Dir::new("fifo");
+        let d = Dir::new("file-fifo");
         let p = d.0.join("fifo");
         mkfifo(&p);
         let t = Instant::now();
@@ -174,7 +148,7 @@ mod tests {
 
     #[test]
     fn devices_directories_and_links_to_them_are_refused() {
-        let d = Dir::new("dev");
+        let d = Dir::new("file-dev");
         let link = d.0.join("zero.json");
         std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
         for (p, what) in [
@@ -189,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_symlink_loop_is_reported_as_one() {
-        let d = Dir::new("loop");
+        let d = Dir::new("file-loop");
         std::os::unix::fs::symlink("b", d.0.join("a")).unwrap();
         std::os::unix::fs::symlink("a", d.0.join("b")).unwrap();
         let e = open_regular(&d.0.join("a"), &read()).unwrap_err();
@@ -201,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_file_larger_than_the_bound_is_refused_unread() {
-        let d = Dir::new("large");
+        let d = Dir::new("file-large");
         let p = d.0.join("m.json");
         std::fs::write(&p, vec![b' '; 4097]).unwrap();
         let e = read_bounded(&p, 4096, "manifest").unwrap_err();
@@ -215,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_file_that_shrinks_after_it_was_measured_is_an_error() {
-        let d = Dir::new("shrink");
+        let d = Dir::new("file-shrink");
         let p = d.0.join("q");
         std::fs::write(&p, vec![7u8; 8192]).unwrap();
         let (f, len) = open_regular(&p, &read()).unwrap();

@@ -19,5 +19,7 @@ pub mod process;
 pub mod reap;
 pub mod rusage;
 pub mod scratch;
+#[cfg(test)]
+mod test_dir;
 pub mod thread;
 pub mod uring;

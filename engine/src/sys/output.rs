@@ -569,45 +569,12 @@ fn parent_of_owned(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::test_dir::{mkfifo, Dir};
     use std::os::unix::fs::symlink;
-
-    /// A fresh directory for one test, removed when it ends.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(tag: &str) -> Self {
-            let d = std::env::temp_dir()
-                .join(format!("tandem-sys-output-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            Dir(d)
-        }
-
-        fn names(&self) -> Vec<String> {
-            let mut v: Vec<String> = std::fs::read_dir(&self.0)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn mkfifo(p: &Path) {
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-        // SAFETY: `c` is a NUL-terminated path that outlives the call.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    }
 
     #[test]
     fn a_new_file_is_written_whole_and_nothing_is_left_beside_it() {
-        let d = Dir::new("new");
+        let d = Dir::new("output-new");
         let p = d.0.join("out.jsonl");
         let o = OutputFile::check(&p).unwrap();
         assert!(!o.exists());
@@ -622,7 +589,7 @@ mod tests {
 
     #[test]
     fn a_dropped_stage_leaves_the_old_file_as_it_was() {
-        let d = Dir::new("drop");
+        let d = Dir::new("output-drop");
         let p = d.0.join("r.json");
         std::fs::write(&p, b"old").unwrap();
         let o = OutputFile::check(&p).unwrap();
@@ -635,7 +602,7 @@ mod tests {
 
     #[test]
     fn devices_fifos_sockets_and_directories_are_refused_by_name_unopened() {
-        let d = Dir::new("kinds");
+        let d = Dir::new("output-kinds");
         let fifo = d.0.join("fifo");
         mkfifo(&fifo);
         let to_fifo = d.0.join("to-fifo");
@@ -663,7 +630,7 @@ mod tests {
 
     #[test]
     fn a_process_open_file_is_refused_even_when_it_is_a_regular_file() {
-        let d = Dir::new("proc");
+        let d = Dir::new("output-proc");
         let p = d.0.join("redirected");
         let f = File::create(&p).unwrap();
         use std::os::fd::AsRawFd;
@@ -679,7 +646,7 @@ mod tests {
 
     #[test]
     fn a_symlink_is_written_through_and_stays_a_symlink() {
-        let d = Dir::new("link");
+        let d = Dir::new("output-link");
         let target = d.0.join("real.json");
         std::fs::write(&target, b"old").unwrap();
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
@@ -708,7 +675,7 @@ mod tests {
 
     #[test]
     fn a_missing_directory_and_a_symlink_loop_are_refused_with_their_names() {
-        let d = Dir::new("missing");
+        let d = Dir::new("output-missing");
         let e = OutputFile::check(&d.0.join("no/such/f")).unwrap_err();
         assert!(e.to_string().contains("does not exist"), "{e}");
         symlink("b", d.0.join("a")).unwrap();
@@ -719,7 +686,7 @@ mod tests {
 
     #[test]
     fn a_final_path_that_became_a_fifo_is_not_replaced_at_commit() {
-        let d = Dir::new("changed");
+        let d = Dir::new("output-changed");
         let p = d.0.join("o");
         let mut s = OutputFile::check(&p).unwrap().stage().unwrap();
         s.write_all(b"x").unwrap();
@@ -732,7 +699,7 @@ mod tests {
 
     #[test]
     fn a_dead_runs_staging_is_swept_and_a_live_ones_is_not() {
-        let d = Dir::new("sweep");
+        let d = Dir::new("output-sweep");
         let live = OutputFile::check(&d.0.join("a")).unwrap().stage().unwrap();
         // As a killed run leaves it: the name, no lock held.
         let dead = d.0.join(".b.tandem-stage-1-0");
@@ -747,7 +714,7 @@ mod tests {
 
     #[test]
     fn directories_are_checked_without_being_made() {
-        let d = Dir::new("dirs");
+        let d = Dir::new("output-dirs");
         assert!(check_dir(&d.0).unwrap().exists);
         let deep = d.0.join("x/y/z");
         assert!(!check_dir(&deep).unwrap().exists);
@@ -766,7 +733,7 @@ mod tests {
 
     #[test]
     fn identities_agree_through_links_and_for_files_not_made_yet() {
-        let d = Dir::new("ident");
+        let d = Dir::new("output-ident");
         std::fs::write(d.0.join("f"), b"").unwrap();
         std::fs::hard_link(d.0.join("f"), d.0.join("h")).unwrap();
         symlink("f", d.0.join("s")).unwrap();
