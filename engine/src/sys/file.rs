@@ -54,10 +54,10 @@ pub fn loop_named(e: io::Error) -> io::Error {
     }
 }
 
-/// `Ok` for a regular file, else the error naming what it is.
-fn not_regular(t: FileType) -> io::Result<()> {
-    let what = if t.is_file() {
-        return Ok(());
+/// What a file type is, in words: `a FIFO`, `a character device`, ….
+pub fn kind_of(t: FileType) -> &'static str {
+    if t.is_file() {
+        "a regular file"
     } else if t.is_dir() {
         "a directory"
     } else if t.is_fifo() {
@@ -68,9 +68,19 @@ fn not_regular(t: FileType) -> io::Result<()> {
         "a block device"
     } else if t.is_socket() {
         "a socket"
+    } else if t.is_symlink() {
+        "a symlink"
     } else {
         "not a file"
-    };
+    }
+}
+
+/// `Ok` for a regular file, else the error naming what it is.
+fn not_regular(t: FileType) -> io::Result<()> {
+    if t.is_file() {
+        return Ok(());
+    }
+    let what = kind_of(t);
     Err(io::Error::new(
         io::ErrorKind::InvalidInput,
         format!("{what}, not a regular file"),

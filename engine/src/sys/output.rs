@@ -40,7 +40,7 @@ use std::ffi::OsString;
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -115,26 +115,7 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> OutputError + '_ {
     }
 }
 
-/// What a file type is, in words: `a FIFO`, `a character device`, ….
-pub fn kind_of(t: std::fs::FileType) -> &'static str {
-    if t.is_file() {
-        "a regular file"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_symlink() {
-        "a symlink"
-    } else {
-        "not a file"
-    }
-}
+pub use super::file::kind_of;
 
 /// The directory a path's file is in (`.` for a bare name).
 fn parent_of(p: &Path) -> &Path {
@@ -571,6 +552,7 @@ mod tests {
     use super::*;
     use crate::sys::test_dir::{mkfifo, Dir};
     use std::os::unix::fs::symlink;
+    use std::os::unix::fs::FileTypeExt;
 
     #[test]
     fn a_new_file_is_written_whole_and_nothing_is_left_beside_it() {
