@@ -429,13 +429,16 @@ fn run_in(
     }
     for r in &report.recovery {
         outln!(
-            "recovered: {} of {}[{}] at {} ({}), first output after {} µs",
+            "recovered: {} of {}[{}] at {} ({}), first output after {} µs{}",
             r.kind.name(),
             r.operator,
             r.instance,
             r.tuple_id.map_or("-".into(), |t| t.to_string()),
             r.cause,
             r.first_output_us.map_or("-".into(), |u| u.to_string()),
+            r.evidence
+                .as_ref()
+                .map_or(String::new(), |e| format!(" [{e}]")),
         )?;
     }
     if let (Some(dir), Some(path)) = (&out_dir, &args.output) {

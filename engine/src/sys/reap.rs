@@ -8,31 +8,49 @@
 //! process-wide thread that drops what it is given, in order; the worker
 //! goes on at once. Where no such thread can be started, the value drops
 //! where it is, as it would have.
+//!
+//! Handing over never blocks the worker: the value goes onto a lock-free
+//! queue and the reaper is woken with `Thread::unpark` (an atomic swap, and
+//! a futex wake only when it sleeps). A channel would do the same but for
+//! its waker's lock, which the reaper holds while it goes to sleep: a
+//! reaper descheduled there held a worker for milliseconds on a busy host.
 
-use std::sync::mpsc::{self, Sender};
+use crossbeam_queue::SegQueue;
 use std::sync::OnceLock;
+use std::thread::Thread;
+
+/// Values waiting for the reaper.
+static QUEUE: SegQueue<Box<dyn Send>> = SegQueue::new();
 
 /// Drops `value` on the reaper thread (see the module docs).
 pub fn later<T: Send + 'static>(value: T) {
     let boxed: Box<dyn Send> = Box::new(value);
     match reaper() {
-        // A send fails only once the reaper is gone (never, while the
-        // process runs): the value comes back and drops here.
-        Some(tx) => drop(tx.send(boxed)),
+        Some(t) => {
+            QUEUE.push(boxed);
+            t.unpark();
+        }
         None => drop(boxed),
     }
 }
 
-fn reaper() -> Option<&'static Sender<Box<dyn Send>>> {
-    static REAPER: OnceLock<Option<Sender<Box<dyn Send>>>> = OnceLock::new();
+/// The reaper thread, started at the first use (`None`: it could not be).
+fn reaper() -> Option<&'static Thread> {
+    static REAPER: OnceLock<Option<Thread>> = OnceLock::new();
     REAPER
         .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<Box<dyn Send>>();
-            std::thread::Builder::new()
+            let t = std::thread::Builder::new()
                 .name("tandem-reap".into())
-                .spawn(move || rx.into_iter().for_each(drop))
+                .spawn(|| loop {
+                    while let Some(v) = QUEUE.pop() {
+                        drop(v);
+                    }
+                    // A value pushed after the last pop unparked this
+                    // thread already: the park returns at once.
+                    std::thread::park();
+                })
                 .ok()?;
-            Some(tx)
+            Some(t.thread().clone())
         })
         .as_ref()
 }

@@ -146,17 +146,29 @@ impl Group {
         Ok(true)
     }
 
-    /// The newest recovery point and its state (`None`: the point has
-    /// none — a stateless operator, or the start), read under the lock.
-    pub(crate) fn latest_point(&self, g: &Inner) -> Result<(Point, Option<Vec<u8>>), String> {
-        let p = g.point.clone();
+    /// The newest recovery point and the exchange holding its state, read
+    /// under the lock (cheap: the state itself is read by [`point_state`]
+    /// after the lock is let go — reading and verifying a large archive
+    /// takes milliseconds, and the primary publishes under this lock).
+    ///
+    /// [`point_state`]: Self::point_state
+    pub(crate) fn latest_point(&self, g: &Inner) -> (Point, Option<Arc<SnapshotExchange>>) {
+        (g.point.clone(), g.exchange.clone())
+    }
+
+    /// The state of point `p` (`None`: the point has none — a stateless
+    /// operator, or the start), copied out of `x`. An error when the
+    /// exchange no longer holds the point's publication: a newer point was
+    /// published since `p` was read (a standby reads again later), or —
+    /// after a claim fenced every other writer — the exchange is damaged.
+    pub(crate) fn point_state(
+        p: &Point,
+        x: Option<&Arc<SnapshotExchange>>,
+    ) -> Result<Option<Vec<u8>>, String> {
         if p.xseq == 0 {
-            return Ok((p, None));
+            return Ok(None);
         }
-        let x = g
-            .exchange
-            .as_ref()
-            .ok_or("the recovery point names a snapshot, but there is no exchange")?;
+        let x = x.ok_or("the recovery point names a snapshot, but there is no exchange")?;
         let pinned = x
             .latest()
             .ok_or("the snapshot exchange holds no valid snapshot")?;
@@ -166,6 +178,6 @@ impl Group {
                 pinned.seq, p.xseq
             ));
         }
-        Ok((p, Some(pinned.bytes.to_vec())))
+        Ok(Some(pinned.bytes.to_vec()))
     }
 }

@@ -7,12 +7,13 @@ use super::{Incarnation, Phase};
 use crate::metrics::{RecoveryKind, RecoveryRecord};
 use crate::record::Nanos;
 use crate::runtime::probe::{ProbeAction, TakeoverStage};
-use crate::runtime::standby::group::{Doing, Fault, Point, NONE};
+use crate::runtime::standby::group::{Doing, Fault, Group, Point, NONE};
 use crate::runtime::standby::run::Takeover;
 use crate::runtime::task::Poll;
 use crate::standby::codec::Codec;
 use crate::standby::config::StandbyMode;
 use crate::standby::decide::{Evidence, Observation, Verdict, WorkerAt};
+use crate::standby::exchange::SnapshotExchange;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -115,20 +116,38 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 && self.group.point_seq.load(Ordering::Acquire)
                     > self.seq + self.group.log.capacity() / 2;
         if behind {
-            self.hot_after = Some(self.group.point_seq.load(Ordering::Acquire));
-            self.detach();
-            self.drop_chain();
+            self.let_go_hot();
             // (A replayed source's instance stays where it is: it keeps up
             // with the points from there.)
         }
         moved
     }
 
+    /// A hot standby that fell behind lets go of its state and waits, warm,
+    /// for a newer point — longer each time it falls behind again soon after
+    /// starting (see [`HotBackoff`]): catching up means restoring the whole
+    /// state, and doing that again and again would starve the primaries it
+    /// shares cores with.
+    fn let_go_hot(&mut self) {
+        let now = self.ctx.clock.now();
+        self.hot_after = Some(self.group.point_seq.load(Ordering::Acquire));
+        self.hot_backoff.fell_behind(now, self.group.point_every);
+        self.detach();
+        self.drop_chain();
+    }
+
     /// A hot standby gets its state: the newest recovery point's, if it is
-    /// newer than the one it fell behind from and near enough the queues'
-    /// ends to keep up.
+    /// newer than the one it fell behind from, its backoff has passed, and
+    /// the point is near enough the queues' ends to keep up. Whether the
+    /// point will do is decided from its positions alone; its state is read
+    /// (copied and verified, milliseconds for a large state) only then, and
+    /// outside the group's lock, under which the primary publishes.
     fn start_hot(&mut self) -> bool {
-        let point = {
+        let now = self.ctx.clock.now();
+        if !self.hot_backoff.may_start(now) {
+            return false;
+        }
+        let (p, x) = {
             let g = self.group.lock();
             if !g.ready || self.group.stateless.load(Ordering::Acquire) {
                 // The primary has not built its operator yet (so whether it
@@ -136,9 +155,6 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 return false;
             }
             self.group.latest_point(&g)
-        };
-        let Ok((p, state)) = point else {
-            return false;
         };
         if self.hot_after.is_some_and(|a| p.seq <= a) {
             return false;
@@ -152,11 +168,16 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         if !near {
             return false;
         }
+        // A newer point published meanwhile: read again at a later poll.
+        let Ok(state) = Group::point_state(&p, x.as_ref()) else {
+            return false;
+        };
         self.place(p.seq, p.pos, p.align, p.clock);
         if !self.attach() {
             return false;
         }
         self.build_chain(state);
+        self.hot_backoff.started(self.ctx.clock.now());
         true
     }
 
@@ -173,7 +194,10 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         // primary's (another takeover), not a standby's: the group has no
         // other primary.
         self.ctx.epoch.set(epoch);
-        let (p, state) = match point {
+        // Every other writer is fenced by the claim: the point read under the
+        // lock is the exchange's newest publication.
+        let (p, x) = point;
+        let (p, state) = match Group::point_state(&p, x.as_ref()).map(|s| (p, s)) {
             Ok(p) => p,
             Err(why) => {
                 self.fail(format!("taking over: {why}"));
@@ -243,7 +267,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         &mut self,
         now: Nanos,
         evidence: Option<(Evidence, &'static str)>,
-    ) -> Option<(u64, (u64, usize), Result<(Point, Option<Vec<u8>>), String>)> {
+    ) -> Option<(u64, (u64, usize), (Point, Option<Arc<SnapshotExchange>>))> {
         let group = Arc::clone(&self.group);
         let mut g = group.lock();
         if g.standby.map(|s| s.inc) != Some(self.inc) {
