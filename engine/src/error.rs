@@ -117,6 +117,10 @@ pub enum JobError {
         operator: String,
         instance: usize,
         how: String,
+        /// Its driver killed it, judged stuck by the liveness rule: what
+        /// the rule saw (`None`: it died by itself, or was killed from
+        /// outside).
+        stuck: Option<String>,
     },
     /// An operator reported an I/O failure it could not handle (its sink
     /// file or the dead-letter file could not be written).

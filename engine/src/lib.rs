@@ -154,8 +154,8 @@ pub use job::{
     StandbyConnected, Stream, WindowJoin, WindowOutput, WindowedStream,
 };
 pub use metrics::{
-    CheckpointStats, JobReport, JobStatus, LatencyHistogram, OperatorStats, Progress, RecoveryKind,
-    RecoveryRecord, StandbyStats,
+    CheckpointStats, JobReport, JobStatus, LatencyHistogram, OperatorStats, Progress,
+    RecoveryCause, RecoveryKind, RecoveryRecord, StandbyStats,
 };
 pub use operator::source::{IterSource, SeekError, Source, SourcePoll};
 pub use operator::{

@@ -356,13 +356,78 @@ pub struct RecoveryRecord {
     pub restored_checkpoint: Option<u64>,
     /// Newer checkpoints passed over because they did not verify.
     pub skipped_checkpoints: Vec<String>,
-    /// A takeover no known fault explains: the standby found the primary
-    /// stuck (see `evidence`) with no failure reported and no injected
-    /// stall to blame.
+    /// What caused it (see [`RecoveryCause`]).
+    pub reason: RecoveryCause,
+    /// A recovery no fault and no failure explains: a stall verdict of the
+    /// liveness rule, or a child killed as stuck, with no injected fault to
+    /// blame — exactly when `reason` is [`RecoveryCause::Stalled`] or
+    /// [`RecoveryCause::StuckKilled`]. `evidence` says what was seen.
     pub unprovoked: bool,
-    /// For a takeover after a stall: what the standby saw (silence,
-    /// threshold, where the worker was, what its thread did).
+    /// For a recovery after a stall verdict (a standby's, the supervisor's,
+    /// a driver's): what the watcher saw (silence, threshold, where the
+    /// worker was, what its thread did).
     pub evidence: Option<String>,
+}
+
+/// What caused a recovery.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecoveryCause {
+    /// A fault the job's own fault injection fired (a probe's panic,
+    /// stall, kill or cut).
+    Injected,
+    /// An operator panicked (no fault injected).
+    Panic,
+    /// A process-isolated operator's child process died (its signal or
+    /// status is in `cause`).
+    ProcessDied,
+    /// The driver of a process-isolated operator killed its child, judged
+    /// stuck by the liveness rule (`evidence`).
+    StuckKilled,
+    /// The liveness rule judged a primary or a worker stalled
+    /// (`evidence`), with no failure reported.
+    Stalled,
+    /// Anything else that failed: I/O, a cut channel, a restore, a
+    /// standby's divergence.
+    #[default]
+    Other,
+}
+
+impl RecoveryCause {
+    /// `injected`, `panic`, `process died`, `stuck-kill`, `stall` or
+    /// `other`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryCause::Injected => "injected",
+            RecoveryCause::Panic => "panic",
+            RecoveryCause::ProcessDied => "process died",
+            RecoveryCause::StuckKilled => "stuck-kill",
+            RecoveryCause::Stalled => "stall",
+            RecoveryCause::Other => "other",
+        }
+    }
+
+    /// Whether nothing but a stall verdict explains it (see
+    /// [`RecoveryRecord::unprovoked`]).
+    pub fn unprovoked(self) -> bool {
+        matches!(self, RecoveryCause::StuckKilled | RecoveryCause::Stalled)
+    }
+
+    /// The cause of a failure reported as `e` (`injected`: the job's fault
+    /// injection made it).
+    pub fn of_error(e: &crate::error::JobError, injected: bool) -> Self {
+        use crate::error::JobError;
+        if injected {
+            return RecoveryCause::Injected;
+        }
+        match e {
+            JobError::OperatorPanicked { .. } => RecoveryCause::Panic,
+            JobError::OperatorProcessDied { stuck: Some(_), .. } => RecoveryCause::StuckKilled,
+            JobError::OperatorProcessDied { .. } => RecoveryCause::ProcessDied,
+            JobError::Stalled { .. } => RecoveryCause::Stalled,
+            _ => RecoveryCause::Other,
+        }
+    }
 }
 
 /// Which recovery answered a fault.

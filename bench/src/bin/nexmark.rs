@@ -152,6 +152,28 @@ struct Report {
     standby: Option<String>,
     faults_fired: u64,
     recoveries: usize,
+    /// Recoveries of injected faults.
+    injected_recoveries: usize,
+    /// Recoveries no fault and no failure explains (stall verdicts).
+    unprovoked_recoveries: usize,
+    /// Every recovery, in order, with its cause.
+    recovery: Vec<RecoveryJson>,
+}
+
+/// One recovery in the JSON report.
+#[derive(Serialize)]
+struct RecoveryJson {
+    kind: &'static str,
+    operator: String,
+    instance: usize,
+    tuple_id: Option<String>,
+    /// `injected`, `panic`, `process died`, `stuck-kill`, `stall`, `other`.
+    reason: &'static str,
+    unprovoked: bool,
+    cause: String,
+    evidence: Option<String>,
+    detect_us: u64,
+    first_output_us: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -429,16 +451,18 @@ fn run_in(
     }
     for r in &report.recovery {
         outln!(
-            "recovered: {} of {}[{}] at {} ({}), first output after {} µs{}",
+            "recovered: {} of {}[{}] at record {} — {}{}: {}; first output after {} µs{}",
             r.kind.name(),
             r.operator,
             r.instance,
-            r.tuple_id.map_or("-".into(), |t| t.to_string()),
+            r.tuple_id.map_or("?".into(), |t| t.to_string()),
+            if r.unprovoked { "unprovoked " } else { "" },
+            r.reason.name(),
             r.cause,
             r.first_output_us.map_or("-".into(), |u| u.to_string()),
             r.evidence
                 .as_ref()
-                .map_or(String::new(), |e| format!(" [{e}]")),
+                .map_or(String::new(), |e| format!(" [evidence: {e}]")),
         )?;
     }
     if let (Some(dir), Some(path)) = (&out_dir, &args.output) {
@@ -449,13 +473,22 @@ fn run_in(
         tandem_bench::cli::kept(path.display().to_string());
         outln!("output: {} ({} lines)", path.display(), lines.len())?;
     }
+    let injected = report
+        .recovery
+        .iter()
+        .filter(|r| r.reason == tandem::RecoveryCause::Injected)
+        .count();
+    let unprovoked = report.recovery.iter().filter(|r| r.unprovoked).count();
     let mut status = ExitCode::SUCCESS;
     if let Some(i) = &injector {
         outln!(
-            "faults: {} of {} fired, {} recoveries",
+            "faults: {} of {} fired, {} recoveries ({} of injected faults, {} unprovoked, {} other)",
             i.fired(),
             i.armed(),
-            report.recovery.len()
+            report.recovery.len(),
+            injected,
+            unprovoked,
+            report.recovery.len() - injected - unprovoked,
         )?;
         let unfired: Vec<String> = i
             .status()
@@ -486,6 +519,24 @@ fn run_in(
                 standby,
                 faults_fired: injector.as_ref().map_or(0, |i| i.fired()),
                 recoveries: report.recovery.len(),
+                injected_recoveries: injected,
+                unprovoked_recoveries: unprovoked,
+                recovery: report
+                    .recovery
+                    .iter()
+                    .map(|r| RecoveryJson {
+                        kind: r.kind.name(),
+                        operator: r.operator.clone(),
+                        instance: r.instance,
+                        tuple_id: r.tuple_id.map(|t| t.to_string()),
+                        reason: r.reason.name(),
+                        unprovoked: r.unprovoked,
+                        cause: r.cause.clone(),
+                        evidence: r.evidence.clone(),
+                        detect_us: r.detect_us,
+                        first_output_us: r.first_output_us,
+                    })
+                    .collect(),
             },
         )?;
     }

@@ -111,7 +111,7 @@ pub(crate) struct JobShared {
     error: Mutex<Option<JobError>>,
     /// Engine clock when the attempt failed (0: it has not).
     pub(crate) failed_at: AtomicU64,
-    fault_tuple: Mutex<Option<TupleId>>,
+    fault_tuple: Mutex<task::Blame>,
     stalls: Mutex<Vec<StallNote>>,
     pub(crate) signals: Vec<Arc<WorkerSignal>>,
     /// Engine clock when the last worker finished.
@@ -240,16 +240,19 @@ impl JobShared {
         let _ = self.events.send(e);
     }
 
-    pub(crate) fn note_fault_tuple(&self, t: Option<TupleId>) {
-        if t.is_some() {
+    /// The attempt's first failure was blamed on `b` (a later one's blame
+    /// changes nothing).
+    pub(crate) fn note_fault_tuple(&self, b: task::Blame) {
+        if b.tuple.is_some() || b.injected {
             let mut g = self.fault_tuple.lock().unwrap_or_else(|p| p.into_inner());
-            if g.is_none() {
-                *g = t;
+            if g.tuple.is_none() && !g.injected {
+                *g = b;
             }
         }
     }
 
-    pub(crate) fn fault_tuple(&self) -> Option<TupleId> {
+    /// What the attempt's first failure was blamed on.
+    pub(crate) fn fault_tuple(&self) -> task::Blame {
         *self.fault_tuple.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -356,7 +359,7 @@ pub(crate) fn placeholder_shared(
         cancel: AtomicBool::new(true),
         error: Mutex::new(None),
         failed_at: AtomicU64::new(0),
-        fault_tuple: Mutex::new(None),
+        fault_tuple: Mutex::new(task::Blame::default()),
         stalls: Mutex::new(Vec::new()),
         signals: Vec::new(),
         finished_at: AtomicU64::new(0),

@@ -102,16 +102,17 @@ pub(crate) fn install_hook() {
 /// (`message` says how). Reported at once, as a panic's hook would; said
 /// in one line on stderr (the driver's stack says nothing of it); then the
 /// task unwinds to its worker like a panic, without the panic hooks.
-pub(crate) fn child_died(message: String) -> ! {
-    let died = ProcessDied(message);
+pub(crate) fn child_died(message: String, stuck: Option<String>) -> ! {
+    let died = ProcessDied(message, stuck);
     let _ = report(&died);
     eprintln!("tandem: {}", died.0);
     std::panic::resume_unwind(Box::new(died))
 }
 
 /// The payload a child's death unwinds with ([`child_died`]): what ended
-/// it, in words ("…: the process was killed by SIGKILL").
-pub(crate) struct ProcessDied(pub(crate) String);
+/// it, in words ("…: the process was killed by SIGKILL"), and the
+/// liveness rule's evidence when its driver killed it as stuck.
+pub(crate) struct ProcessDied(pub(crate) String, pub(crate) Option<String>);
 
 /// The failure of `operator`'s `instance` whose unwind carried `payload`:
 /// a child process's death as the death it is, anything else as a panic.
@@ -125,6 +126,7 @@ pub(crate) fn failure(
             operator: operator.to_string(),
             instance,
             how: d.0.clone(),
+            stuck: d.1.clone(),
         },
         None => JobError::OperatorPanicked {
             operator: operator.to_string(),
@@ -142,17 +144,17 @@ fn report(payload: &(dyn std::any::Any + Send)) -> Option<Rc<TaskCtx>> {
         .ok()
         .flatten()?;
     let e = failure(&ctx.shared.names[ctx.current_op()], ctx.instance, payload);
-    let tuple = ctx.failing_tuple();
+    let blame = ctx.blame();
     match ctx.watch.get() {
         Some(w) => {
             let epoch = ctx.epoch.get();
             if epoch != 0 {
-                w.primary_panicked(&ctx.shared, epoch, e, tuple, ctx.clock.now());
+                w.primary_panicked(&ctx.shared, epoch, e, blame, ctx.clock.now());
             }
             // A standby's failure is handled when the worker catches it.
         }
         None => {
-            ctx.shared.note_fault_tuple(tuple);
+            ctx.shared.note_fault_tuple(blame);
             ctx.shared.fail(e);
         }
     }

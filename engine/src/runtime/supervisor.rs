@@ -27,6 +27,7 @@ use crate::operator::Committer;
 use crate::runtime::dead_letter::DeadLetters;
 use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::placement::Plan;
+use crate::standby::decide::Evidence;
 use attempt::build_restore;
 pub(in crate::runtime) use attempt::load_restore_point;
 use attempt::Attempt;
@@ -80,6 +81,8 @@ pub(crate) struct Supervisor {
     cancelled: bool,
     /// The worker found stalled, while its attempt is being stopped.
     stalled_worker: Option<usize>,
+    /// What the stall watch saw of the worker it declared stalled.
+    stall_evidence: Option<Evidence>,
     /// The checkpoint the job started from, and newer ones passed over.
     restored_from: Option<(u64, Vec<String>)>,
     standby_stats: Option<StandbyStats>,
@@ -185,6 +188,7 @@ impl Supervisor {
             transactional: HashSet::new(),
             cancelled: false,
             stalled_worker: None,
+            stall_evidence: None,
             restored_from: None,
             standby_stats: None,
             build_fence: Arc::default(),
@@ -412,8 +416,8 @@ impl Supervisor {
             } else {
                 self.unwatchable(&silent)
             };
-            if let Some((w, b)) = stalled {
-                self.stalled(w, b, now);
+            if let Some((w, (b, evidence))) = stalled {
+                self.stalled(w, b, evidence, now);
                 self.on_failure()?;
                 return Ok(None);
             }
@@ -448,7 +452,7 @@ impl Supervisor {
     /// (`standby::decide::judge`, through each worker's detector): its
     /// heartbeat, where its task-poll marks say it is, and what its thread
     /// did. Per worker: its last heartbeat if it is stalled.
-    fn watch_workers(&mut self, now: u64) -> Vec<Option<u64>> {
+    fn watch_workers(&mut self, now: u64) -> Vec<Option<(u64, Evidence)>> {
         use crate::standby::decide::{Observation, Verdict, WorkerAt};
         let shared = &self.attempt.shared;
         let mut silent = vec![None; shared.beats.len()];
@@ -480,8 +484,8 @@ impl Supervisor {
                 (at, crate::sys::thread::sample(tid, now))
             };
             if let Some(d) = self.attempt.watch.get_mut(w) {
-                if let Verdict::Stalled(_) = d.observe(o, look) {
-                    silent[w] = Some(b);
+                if let Verdict::Stalled(e) = d.observe(o, look) {
+                    silent[w] = Some((b, e));
                 }
             }
         }
@@ -494,11 +498,12 @@ impl Supervisor {
     /// every worker stuck — means no standby can run to take over, and the
     /// job would hang: the worker (and its silence) to fail the attempt
     /// with instead, naming the stall. `silent`: the workers' watch.
-    fn unwatchable(&self, silent: &[Option<u64>]) -> Option<(usize, u64)> {
+    fn unwatchable(&self, silent: &[Option<(u64, Evidence)>]) -> Option<(usize, (u64, Evidence))> {
         let sb = self.attempt.shared.standby.as_ref()?;
         let beats = &self.attempt.shared.beats;
-        let silent =
-            |w: usize| -> Option<(usize, u64)> { silent.get(w).copied().flatten().map(|b| (w, b)) };
+        let silent = |w: usize| -> Option<(usize, (u64, Evidence))> {
+            silent.get(w).copied().flatten().map(|b| (w, b))
+        };
         let live: Vec<usize> = (0..beats.len())
             .filter(|&w| !self.attempt.exited[w])
             .collect();

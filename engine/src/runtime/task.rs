@@ -233,6 +233,15 @@ impl TaskCtx {
         self.fault_tuple.get().or(self.record.get())
     }
 
+    /// What a failure of the task is blamed on: its record, and whether
+    /// the job's fault injection made it (a probe acted).
+    pub(crate) fn blame(&self) -> Blame {
+        Blame {
+            tuple: self.failing_tuple(),
+            injected: self.fault_tuple.get().is_some(),
+        }
+    }
+
     /// Whether a standby took over from this task's primary (or the task
     /// was fenced otherwise): nothing it does counts any more.
     pub(crate) fn superseded(&self) -> bool {
@@ -635,14 +644,14 @@ pub(crate) trait RoleWatch: Send + Sync {
     fn progress(&self, epoch: u64, steps: u64);
     /// Whether `epoch` is over (another incarnation took over from it).
     fn over(&self, epoch: u64) -> bool;
-    /// The primary of `epoch` panicked (`e` on `tuple`), as seen by the
-    /// panic hook, before its worker catches the panic.
+    /// The primary of `epoch` panicked (`e`, blamed on `blame`), as seen
+    /// by the panic hook, before its worker catches the panic.
     fn primary_panicked(
         &self,
         shared: &super::JobShared,
         epoch: u64,
         e: JobError,
-        tuple: Option<TupleId>,
+        blame: Blame,
         now: Nanos,
     );
 }
@@ -659,13 +668,22 @@ pub(crate) trait TaskRole {
     fn look_again(&self, _now: Nanos) -> Option<Nanos> {
         None
     }
-    /// The task failed with `e` (on `tuple`, at `now`): the role answers
-    /// it (a takeover, a new standby); the attempt goes on.
-    fn failed(&self, ctx: &TaskCtx, e: JobError, tuple: Option<TupleId>, now: Nanos);
+    /// The task failed with `e` (blamed on `blame`, at `now`): the role
+    /// answers it (a takeover, a new standby); the attempt goes on.
+    fn failed(&self, ctx: &TaskCtx, e: JobError, blame: Blame, now: Nanos);
     /// The task ended: the plan's operator instance `(node, instance)` it
     /// ends, if any (`None`: a standby that never took over, a fenced
     /// primary).
     fn ends(&self, ctx: &TaskCtx) -> Option<(usize, usize)>;
+}
+
+/// What a failure is blamed on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Blame {
+    /// The record it happened on, when known.
+    pub(crate) tuple: Option<TupleId>,
+    /// The job's fault injection made it (a probe acted).
+    pub(crate) injected: bool,
 }
 
 /// Steps of progress ([`TaskCtx::tick`]) between two heartbeats written

@@ -276,7 +276,7 @@ impl Loop<'_> {
                     (None, Err(p)) => panicked(w, &task.ctx, p.as_ref()),
                     (None, Ok(_)) => unreachable!(),
                 };
-                role.failed(&task.ctx, e, task.ctx.failing_tuple(), now);
+                role.failed(&task.ctx, e, task.ctx.blame(), now);
                 let (_, dead) = self.tasks.remove(i);
                 let ctx = Rc::clone(&dead.ctx);
                 ctx.long(move || {
@@ -286,7 +286,7 @@ impl Loop<'_> {
             }
         }
         if let Some(e) = task.ctx.take_failure() {
-            shared.note_fault_tuple(task.ctx.failing_tuple());
+            shared.note_fault_tuple(task.ctx.blame());
             shared.fail(e);
             return Err(Failed);
         }
@@ -325,7 +325,7 @@ impl Loop<'_> {
             }
             Ok(p) => Ok(Some(p)),
             Err(p) => {
-                shared.note_fault_tuple(task.ctx.failing_tuple());
+                shared.note_fault_tuple(task.ctx.blame());
                 shared.fail(panicked(w, &task.ctx, p.as_ref()));
                 Err(Failed)
             }

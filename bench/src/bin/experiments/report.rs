@@ -310,6 +310,13 @@ pub fn markdown(r: &Results, plots: &[String]) -> String {
         );
     }
     let _ = writeln!(s);
+    for row in fl.rows.iter().filter(|r| !r.unexplained.is_empty()) {
+        let _ = writeln!(s, "Recoveries no injected fault explains, {}:", row.config);
+        for u in &row.unexplained {
+            let _ = writeln!(s, "- {u}");
+        }
+        let _ = writeln!(s);
+    }
     for v in &fl.versus_restart_all {
         let _ = writeln!(
             s,

@@ -44,12 +44,32 @@ pub struct Recovery {
     pub first_output_us: Option<u64>,
     pub caught_up_us: Option<u64>,
     pub unprovoked: bool,
+    /// Its cause as `paper` names it (`injected`, `stall`, …).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// What the watcher saw, for a stall verdict.
+    #[serde(default)]
+    pub evidence: Option<String>,
 }
 
 impl Recovery {
     /// A recovery from one of the faults the run injected.
     pub fn injected(&self) -> bool {
-        self.tuple_id.is_some() && !self.unprovoked
+        match &self.reason {
+            Some(r) => r == "injected",
+            None => self.tuple_id.is_some() && !self.unprovoked,
+        }
+    }
+
+    /// What caused it, and what was seen, in words (for a recovery no
+    /// injected fault explains).
+    pub fn explained(&self) -> String {
+        let reason = self.reason.as_deref().unwrap_or("?");
+        let tag = if self.unprovoked { "unprovoked " } else { "" };
+        match &self.evidence {
+            Some(e) => format!("{tag}{reason} at {:.0} ms: {e}", self.fault_at_ms),
+            None => format!("{tag}{reason} at {:.0} ms", self.fault_at_ms),
+        }
     }
 
     /// Fault → the job back where it was (the paper's recovery time:

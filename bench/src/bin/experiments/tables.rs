@@ -357,6 +357,8 @@ pub struct FailureRow {
     /// Recoveries no injected fault explains (the machine stalled a
     /// worker), over the repetitions.
     pub unprovoked: usize,
+    /// Each of them: the run, its cause and the evidence.
+    pub unexplained: Vec<String>,
     pub runs: usize,
 }
 
@@ -420,6 +422,16 @@ pub fn failures(done: &[(Spec, Done)]) -> Failures {
                 .iter()
                 .map(|r| r.recovery.iter().filter(|x| !x.injected()).count())
                 .sum(),
+            unexplained: rs
+                .iter()
+                .enumerate()
+                .flat_map(|(i, r)| {
+                    r.recovery
+                        .iter()
+                        .filter(|x| !x.injected())
+                        .map(move |x| format!("run {}: {}", i + 1, x.explained()))
+                })
+                .collect(),
             runs: rs.len(),
         });
     }

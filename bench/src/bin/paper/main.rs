@@ -276,6 +276,7 @@ fn run(
                 replayed_tuples: r.replayed_tuples,
                 restored_checkpoint: r.restored_checkpoint,
                 skipped_checkpoints: r.skipped_checkpoints.clone(),
+                reason: r.reason.name(),
                 unprovoked: r.unprovoked,
                 evidence: r.evidence.clone(),
             })
@@ -307,7 +308,7 @@ fn run(
                         .recovery
                         .iter()
                         .filter(|r| r.kind == tandem::RecoveryKind::Takeover)
-                        .filter(|r| r.tuple_id.is_some() && !r.unprovoked)
+                        .filter(|r| r.reason == tandem::RecoveryCause::Injected)
                         .filter_map(f)
                         .collect(),
                 )
@@ -319,7 +320,17 @@ fn run(
                 heartbeat_ms: args.standby_heartbeat_ms,
                 groups: s.groups,
                 takeovers: s.takeovers,
-                unprovoked: report.recovery.iter().filter(|r| r.unprovoked).count() as u64,
+                unprovoked: report
+                    .recovery
+                    .iter()
+                    .filter(|r| r.kind == tandem::RecoveryKind::Takeover && r.unprovoked)
+                    .count() as u64,
+                injected: report
+                    .recovery
+                    .iter()
+                    .filter(|r| r.kind == tandem::RecoveryKind::Takeover)
+                    .filter(|r| r.reason == tandem::RecoveryCause::Injected)
+                    .count() as u64,
                 standby_failures: s.standby_failures,
                 queue_bytes_peak: s.queue_bytes_peak,
                 snapshots_published: s.snapshots_published,

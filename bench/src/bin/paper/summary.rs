@@ -25,9 +25,13 @@ pub struct Recovery {
     pub replayed_tuples: u64,
     pub restored_checkpoint: Option<u64>,
     pub skipped_checkpoints: Vec<String>,
-    /// A takeover no injected fault or reported failure explains.
+    /// What caused it: `injected`, `panic`, `process died`, `stuck-kill`,
+    /// `stall` or `other`.
+    pub reason: &'static str,
+    /// A recovery no injected fault or reported failure explains (a stall
+    /// verdict, a child killed as stuck).
     pub unprovoked: bool,
-    /// For a takeover after a stall: what the standby saw.
+    /// For a recovery after a stall verdict: what the watcher saw.
     pub evidence: Option<String>,
 }
 
@@ -108,6 +112,8 @@ pub struct StandbyReport {
     /// Takeovers that no injected fault or reported failure explains (the
     /// standby found the primary stuck; see each recovery's `evidence`).
     pub unprovoked: u64,
+    /// Takeovers of injected faults: the figures below are over these.
+    pub injected: u64,
     pub standby_failures: u64,
     pub queue_bytes_peak: u64,
     pub snapshots_published: u64,
@@ -300,9 +306,15 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
                 "  checkpoint time   p50 {p50:.2} ms  p99 {p99:.2} ms  max {max:.2} ms (trigger → durable manifest)"
             )?;
         }
+        let unprovoked = rep
+            .recovery
+            .iter()
+            .filter(|r| r.kind == "restart-all" && r.unprovoked)
+            .count();
         outln!(
-            "  restarts          {} (duplicates emitted: {})",
+            "  restarts          {} ({} unprovoked; duplicates emitted: {})",
             rep.restarts,
+            unprovoked,
             rep.duplicates_emitted
         )?;
         if rep.restarts > 0 && args.checkpoint_mode == CheckpointMode::AtLeastOnce {
@@ -342,7 +354,7 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
                     .map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
             )?;
         }
-        if s.takeovers > 0 {
+        if s.injected > 0 {
             let f = |v: [u64; 3]| {
                 format!(
                     "p50 {}  p99 {}  max {}",
@@ -351,7 +363,7 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
                     opt_us(Some(v[2]))
                 )
             };
-            outln!("  over the takeovers of injected faults:")?;
+            outln!("  over the {} takeovers of injected faults:", s.injected)?;
             outln!("  detect            {}", f(s.detect_us))?;
             outln!("  first output      {}", f(s.first_output_us))?;
             outln!("  caught up         {}", f(s.caught_up_us))?;
@@ -370,9 +382,14 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
                     format!("; skipped {}", r.skipped_checkpoints.join("; "))
                 }
             ),
-            (_, Some(e), true) => format!(" — unprovoked: {e}"),
-            (_, Some(e), false) => format!(" — {e}"),
-            _ => String::new(),
+            (_, Some(e), true) => format!(" — unprovoked ({}): {e}", r.reason),
+            (_, Some(e), false) => format!(" — {}: {e}", r.reason),
+            _ => format!(" — {}", r.reason),
+        };
+        let why = match (r.kind, r.unprovoked, &r.evidence) {
+            ("restart-all", true, Some(e)) => format!("{why} — unprovoked ({}): {e}", r.reason),
+            ("restart-all", _, _) => format!("{why} — {}", r.reason),
+            _ => why,
         };
         print_recovery(&format!("{} {}", r.kind, i + 1), r, &why)?;
     }

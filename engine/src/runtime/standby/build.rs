@@ -236,7 +236,7 @@ fn add_standby(
             if let Some(g) = w.shared.standby.as_ref().and_then(|s| s.group(node, inst)) {
                 let e = crate::runtime::panic::failure(&w.graph.nodes[node].name, inst, p.as_ref());
                 let now = crate::runtime::task::Clock::new(w.shared.origin).now();
-                g.incarnation_failed(&w.shared, inc, 0, e, None, now);
+                g.incarnation_failed(&w.shared, inc, 0, e, Default::default(), now);
             }
         }
     }

@@ -99,6 +99,8 @@ pub(crate) enum IncarnationError {
         what: String,
         /// What happened to it.
         how: String,
+        /// The driver killed it as stuck: the liveness rule's evidence.
+        stuck: Option<String>,
     },
     /// The child reported its chain's failure (an operator's panic, a
     /// build or snapshot error): its words.
@@ -148,7 +150,9 @@ pub struct ChildRecord {
 pub(crate) fn fail(e: IncarnationError) {
     match e {
         IncarnationError::Stopped => {}
-        IncarnationError::ChildDied { .. } => crate::runtime::panic::child_died(e.to_string()),
+        IncarnationError::ChildDied { ref stuck, .. } => {
+            crate::runtime::panic::child_died(e.to_string(), stuck.clone())
+        }
         e => panic!("{e}"),
     }
 }

@@ -7,7 +7,8 @@
 use super::group::Group;
 use super::remote::Link;
 use crate::error::JobError;
-use crate::record::{Nanos, TupleId};
+use crate::record::Nanos;
+use crate::runtime::task::Blame;
 use crate::runtime::task::{RoleWatch, TaskCtx, TaskRole};
 use crate::standby::decide::{base_timeout, Detector, Watched};
 use std::cell::RefCell;
@@ -54,10 +55,10 @@ impl RoleWatch for Group {
         shared: &crate::runtime::JobShared,
         epoch: u64,
         e: JobError,
-        tuple: Option<TupleId>,
+        blame: Blame,
         now: Nanos,
     ) {
-        self.primary_failed(shared, epoch, e, tuple, now, false);
+        self.primary_failed(shared, epoch, e, blame, now, false);
     }
 }
 
@@ -172,10 +173,10 @@ impl TaskRole for Incarnation {
             .then_some(now + 20_000)
     }
 
-    fn failed(&self, ctx: &TaskCtx, e: JobError, tuple: Option<TupleId>, now: Nanos) {
+    fn failed(&self, ctx: &TaskCtx, e: JobError, blame: Blame, now: Nanos) {
         let epoch = ctx.epoch.get();
         self.group
-            .incarnation_failed(&ctx.shared, self.inc, epoch, e, tuple, now);
+            .incarnation_failed(&ctx.shared, self.inc, epoch, e, blame, now);
     }
 
     /// A group's primary that finished — the first one or a standby that

@@ -80,7 +80,7 @@ impl Supervisor {
             cancel: AtomicBool::new(false),
             error: Mutex::new(None),
             failed_at: AtomicU64::new(0),
-            fault_tuple: Mutex::new(None),
+            fault_tuple: Mutex::new(crate::runtime::task::Blame::default()),
             stalls: Mutex::new(Vec::new()),
             signals: signals.clone(),
             finished_at: AtomicU64::new(0),
@@ -171,11 +171,20 @@ impl Supervisor {
     }
 
     /// Declares worker `w` stalled since `since`.
-    pub(super) fn stalled(&mut self, w: usize, since: u64, now: u64) {
+    pub(super) fn stalled(
+        &mut self,
+        w: usize,
+        since: u64,
+        evidence: crate::standby::decide::Evidence,
+        now: u64,
+    ) {
         let shared = &self.attempt.shared;
         let (operator, instance) = match shared.stall_note() {
             Some(n) if n.worker == w => {
-                shared.note_fault_tuple(Some(n.tuple));
+                shared.note_fault_tuple(crate::runtime::task::Blame {
+                    tuple: Some(n.tuple),
+                    injected: true,
+                });
                 (self.names[n.op].to_string(), n.instance)
             }
             _ => {
@@ -198,6 +207,7 @@ impl Supervisor {
         };
         shared.failed_at.store(since.max(1), Ordering::SeqCst);
         self.stalled_worker = Some(w);
+        self.stall_evidence = Some(evidence);
         shared.fail(JobError::Stalled {
             operator,
             instance,
@@ -318,9 +328,11 @@ impl Supervisor {
                 });
             }
         };
+        let evidence = self.stall_evidence.take();
         let mut record = restart_record(
             &err,
             shared.fault_tuple(),
+            evidence.map(|e| e.to_string()),
             failed_at / 1000,
             detected_at.saturating_sub(failed_at) / 1000,
         );

@@ -5,9 +5,9 @@
 
 use super::Supervisor;
 use crate::error::JobError;
-use crate::metrics::{RecoveryKind, RecoveryRecord};
+use crate::metrics::{RecoveryCause, RecoveryKind, RecoveryRecord};
 use crate::runtime::standby::run::StandbyRun;
-use crate::TupleId;
+use crate::runtime::task::Blame;
 use std::sync::atomic::Ordering;
 
 /// A recovery being measured.
@@ -67,16 +67,22 @@ pub(super) fn sinks_after_restart(sinks: impl IntoIterator<Item = SinkMarks>) ->
 /// restart are known.
 pub(super) fn restart_record(
     err: &JobError,
-    tuple_id: Option<TupleId>,
+    blame: Blame,
+    evidence: Option<String>,
     fault_at_us: u64,
     detect_us: u64,
 ) -> RecoveryRecord {
+    let reason = RecoveryCause::of_error(err, blame.injected);
+    let evidence = match err {
+        JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
+        _ => evidence,
+    };
     RecoveryRecord {
         kind: RecoveryKind::RestartAll,
         operator: err.operator().unwrap_or("").to_string(),
         instance: error_instance(err),
         cause: err.to_string(),
-        tuple_id,
+        tuple_id: blame.tuple,
         fault_at_us,
         detect_us,
         restore_us: None,
@@ -85,8 +91,9 @@ pub(super) fn restart_record(
         replayed_tuples: 0,
         restored_checkpoint: None,
         skipped_checkpoints: Vec::new(),
-        unprovoked: false,
-        evidence: None,
+        reason,
+        unprovoked: reason.unprovoked(),
+        evidence: evidence.filter(|_| reason.unprovoked()),
     }
 }
 
@@ -225,6 +232,7 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::TupleId;
 
     fn marks(first_at: u64, target: u64, caught_at: u64) -> SinkMarks {
         SinkMarks {
@@ -241,14 +249,22 @@ mod tests {
             instance: 3,
             message: "boom".into(),
         };
-        let r = restart_record(&err, Some(TupleId(42)), 5, 17);
+        let blame = Blame {
+            tuple: Some(TupleId(42)),
+            injected: false,
+        };
+        let r = restart_record(&err, blame, None, 5, 17);
         assert_eq!((r.operator.as_str(), r.instance), ("keyed", 3));
         assert_eq!(r.tuple_id, Some(TupleId(42)));
         assert_eq!(r.detect_us, 17);
         assert!(r.cause.contains("boom"));
         assert!(!r.unprovoked && r.restore_us.is_none());
         // An error that names no instance: instance 0.
-        assert_eq!(restart_record(&JobError::Cancelled, None, 0, 0).instance, 0);
+        assert_eq!(r.reason, RecoveryCause::Panic);
+        assert_eq!(
+            restart_record(&JobError::Cancelled, Blame::default(), None, 0, 0).instance,
+            0
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@
 
 use super::{Group, NONE};
 use crate::error::JobError;
+use crate::metrics::RecoveryCause;
 use crate::record::{Nanos, TupleId};
 use crate::recovery::compose::{recovery_for, Failure, Recovery};
+use crate::runtime::task::Blame;
 use std::sync::atomic::Ordering;
 
 /// What a new primary learns about the failure it replaces.
@@ -16,6 +18,10 @@ pub(crate) struct Fault {
     pub(crate) tuple: Option<TupleId>,
     /// The operator of the group that failed, when the error names one.
     pub(crate) operator: Option<String>,
+    /// What caused it.
+    pub(crate) reason: RecoveryCause,
+    /// A child killed as stuck: what the liveness rule saw.
+    pub(crate) evidence: Option<String>,
 }
 
 /// What the group knows of its primaries' failures.
@@ -48,10 +54,11 @@ impl Group {
         shared: &crate::runtime::JobShared,
         epoch: u64,
         e: JobError,
-        tuple: Option<TupleId>,
+        blame: Blame,
         at: Nanos,
         wait: bool,
     ) {
+        let tuple = blame.tuple;
         if self.done.load(Ordering::Acquire) || self.live.current() != epoch {
             return;
         }
@@ -86,7 +93,7 @@ impl Group {
         };
         if let Recovery::RestartAll(_) = recovery_for(&failure) {
             drop(f);
-            shared.note_fault_tuple(tuple);
+            shared.note_fault_tuple(blame);
             shared.fail(e);
             return;
         }
@@ -96,6 +103,11 @@ impl Group {
             cause: e.to_string(),
             tuple,
             operator: e.operator().map(str::to_string),
+            reason: RecoveryCause::of_error(&e, blame.injected),
+            evidence: match &e {
+                JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
+                _ => None,
+            },
         });
         drop(f);
         if self.live.report_failure(epoch) {
@@ -117,14 +129,14 @@ impl Group {
         inc: u64,
         epoch: u64,
         e: JobError,
-        tuple: Option<TupleId>,
+        blame: Blame,
         now: Nanos,
     ) {
         if self.done.load(Ordering::Acquire) {
             return;
         }
         if epoch != 0 {
-            self.primary_failed(shared, epoch, e, tuple, now, true);
+            self.primary_failed(shared, epoch, e, blame, now, true);
             return;
         }
         let mut g = self.lock();

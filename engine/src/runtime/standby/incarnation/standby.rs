@@ -4,7 +4,7 @@
 //! with the fault it answers.
 
 use super::{Incarnation, Phase};
-use crate::metrics::{RecoveryKind, RecoveryRecord};
+use crate::metrics::{RecoveryCause, RecoveryKind, RecoveryRecord};
 use crate::record::Nanos;
 use crate::runtime::probe::{ProbeAction, TakeoverStage};
 use crate::runtime::standby::group::{Doing, Fault, Group, Point, NONE};
@@ -305,8 +305,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 tuple_id: fault.tuple,
                 fault_at_us: fault.at / 1000,
                 detect_us: now.saturating_sub(fault.at) / 1000,
-                unprovoked: fault.unprovoked,
-                evidence: evidence.map(|(e, doing)| format!("{e}; the primary was {doing}")),
+                reason: fault.reason,
+                unprovoked: fault.reason.unprovoked(),
+                evidence: evidence
+                    .map(|(e, doing)| format!("{e}; the primary was {doing}"))
+                    .or(fault.evidence),
                 ..Default::default()
             },
             fault_at: fault.at,
@@ -397,13 +400,16 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                     cause: "reported failure".into(),
                     tuple: None,
                     operator: None,
+                    reason: RecoveryCause::Other,
+                    evidence: None,
                 });
             return Attributed {
                 at: f.at,
                 cause: f.cause,
                 tuple: f.tuple,
-                unprovoked: false,
+                reason: f.reason,
                 operator: f.operator,
+                evidence: f.evidence,
             };
         };
         let beat = now.saturating_sub(e.silence_ns);
@@ -419,15 +425,17 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 at: beat.max(n.at),
                 cause,
                 tuple: Some(n.tuple),
-                unprovoked: false,
+                reason: RecoveryCause::Injected,
                 operator: Some(name.to_string()),
+                evidence: None,
             },
             None => Attributed {
                 at: beat,
                 cause,
                 tuple: None,
-                unprovoked: true,
+                reason: RecoveryCause::Stalled,
                 operator: None,
+                evidence: None,
             },
         }
     }
@@ -437,7 +445,9 @@ struct Attributed {
     at: Nanos,
     cause: String,
     tuple: Option<crate::record::TupleId>,
-    unprovoked: bool,
+    reason: RecoveryCause,
     /// The operator that failed or stalled, when known.
     operator: Option<String>,
+    /// A child killed as stuck: what the liveness rule saw.
+    evidence: Option<String>,
 }

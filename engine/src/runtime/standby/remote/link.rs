@@ -121,6 +121,7 @@ impl Link {
         IncarnationError::ChildDied {
             what: self.what.clone(),
             how,
+            stuck: None,
         }
     }
 
@@ -306,7 +307,11 @@ impl Link {
             return Ok(());
         };
         self.record.exit = self.child.kill().ok();
-        Err(self.died(format!("answered nothing: killed as stuck ({e})")))
+        Err(IncarnationError::ChildDied {
+            what: self.what.clone(),
+            how: format!("answered nothing: killed as stuck ({e})"),
+            stuck: Some(e.to_string()),
+        })
     }
 
     /// Sends a sync (if anything was sent since the last) without waiting
