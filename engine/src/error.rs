@@ -235,6 +235,21 @@ pub enum JobError {
     /// More consecutive checkpoints failed than the configuration tolerates.
     #[error("{failures} consecutive checkpoints failed; the last: {last}")]
     CheckpointsFailing { failures: u32, last: String },
+    /// A backed-up operator failed and its standby could not take over
+    /// (no standby left, a record that failed two primaries in a row); with
+    /// no restart strategy to answer it, the job fails.
+    #[error("no standby could take over ({why}) after: {cause}")]
+    NotMasked {
+        why: String,
+        #[source]
+        cause: Box<JobError>,
+    },
+    /// A standby group's primary failed and its last standby failed too,
+    /// spending the group's budget of standby failures.
+    #[error(
+        "operator `{operator}` (instance {instance}): its primary failed and its standbys are gone"
+    )]
+    StandbyGone { operator: String, instance: usize },
     /// The restart strategy gave up after a failure.
     #[error("restart strategy gave up ({reason}) after: {cause}")]
     GaveUp {
@@ -256,8 +271,9 @@ impl JobError {
             | JobError::Restore { operator, .. }
             | JobError::SourceSeek { operator, .. }
             | JobError::StandbyDiverged { operator, .. }
-            | JobError::StandbyIncomplete { operator, .. } => Some(operator),
-            JobError::GaveUp { cause, .. } => cause.operator(),
+            | JobError::StandbyIncomplete { operator, .. }
+            | JobError::StandbyGone { operator, .. } => Some(operator),
+            JobError::GaveUp { cause, .. } | JobError::NotMasked { cause, .. } => cause.operator(),
             _ => None,
         }
     }

@@ -421,6 +421,7 @@ impl RecoveryCause {
             return RecoveryCause::Injected;
         }
         match e {
+            JobError::NotMasked { cause, .. } => Self::of_error(cause, false),
             JobError::OperatorPanicked { .. } => RecoveryCause::Panic,
             JobError::OperatorProcessDied { stuck: Some(_), .. } => RecoveryCause::StuckKilled,
             JobError::OperatorProcessDied { .. } => RecoveryCause::ProcessDied,

@@ -58,7 +58,9 @@ impl std::fmt::Display for RestartWhy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             RestartWhy::NoStandby => "the operator has no standby",
-            RestartWhy::StandbysGone => "its group has no standby left",
+            RestartWhy::StandbysGone => {
+                "its group has no standby left: its standbys failed 3 times in this attempt, the group's whole budget of standby failures"
+            }
             RestartWhy::PoisonRecord => "the record failed two primaries in a row",
         })
     }

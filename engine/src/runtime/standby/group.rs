@@ -309,6 +309,9 @@ pub(crate) struct Group {
     /// Standbys kept failing ([`failures::MAX_STANDBY_FAILURES`]): none is started
     /// any more, and a failure of the primary is restart-all.
     pub(crate) standbys_gone: AtomicBool,
+    /// The group failed its attempt because a failed primary had no
+    /// standby left (see `failures`).
+    pub(crate) gave_up: AtomicBool,
 }
 
 /// No worker.
@@ -497,6 +500,7 @@ impl Group {
             done: AtomicBool::new(false),
             replaying: AtomicBool::new(false),
             standbys_gone: AtomicBool::new(false),
+            gave_up: AtomicBool::new(false),
             typed: queues.iter().map(|_| Default::default()).collect(),
             encoded: cfg.encoded_queues,
             queues,

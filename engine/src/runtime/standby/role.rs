@@ -165,12 +165,20 @@ impl TaskRole for Incarnation {
     }
 
     /// Process isolation: while the child has not answered, look again
-    /// soon (the worker runs its other tasks, or sleeps, meanwhile).
+    /// soon (the worker runs its other tasks, or sleeps, meanwhile); while
+    /// it lives, at the next look at the child at the latest — a child that
+    /// dies while nothing is asked of it (an idle primary, a standby between
+    /// points) must fail its incarnation all the same, or a job whose every
+    /// task waits would wait for ever for a process that is gone.
     fn look_again(&self, now: Nanos) -> Option<Nanos> {
-        self.child
-            .as_ref()
-            .is_some_and(|l| l.try_borrow().is_ok_and(|l| l.outstanding()))
-            .then_some(now + 20_000)
+        let l = self.child.as_ref()?.try_borrow().ok()?;
+        if l.outstanding() {
+            Some(now + 20_000)
+        } else if l.alive() {
+            Some(self.next_child_check.max(now + 1))
+        } else {
+            None
+        }
     }
 
     fn failed(&self, ctx: &TaskCtx, e: JobError, blame: Blame, now: Nanos) {

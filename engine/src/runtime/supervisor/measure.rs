@@ -75,6 +75,10 @@ pub(super) fn restart_record(
     let reason = RecoveryCause::of_error(err, blame.injected);
     let evidence = match err {
         JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
+        JobError::NotMasked { cause, .. } => match &**cause {
+            JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
+            _ => evidence,
+        },
         _ => evidence,
     };
     RecoveryRecord {
@@ -106,7 +110,9 @@ fn error_instance(e: &JobError) -> usize {
         | JobError::ChannelCut { instance, .. }
         | JobError::Stalled { instance, .. }
         | JobError::Restore { instance, .. }
-        | JobError::SourceSeek { instance, .. } => *instance,
+        | JobError::SourceSeek { instance, .. }
+        | JobError::StandbyGone { instance, .. } => *instance,
+        JobError::NotMasked { cause, .. } => error_instance(cause),
         _ => 0,
     }
 }

@@ -6,7 +6,7 @@ use super::{Group, NONE};
 use crate::error::JobError;
 use crate::metrics::RecoveryCause;
 use crate::record::{Nanos, TupleId};
-use crate::recovery::compose::{recovery_for, Failure, Recovery};
+use crate::recovery::compose::{recovery_for, Failure, Recovery, RestartWhy};
 use crate::runtime::task::Blame;
 use std::sync::atomic::Ordering;
 
@@ -91,10 +91,13 @@ impl Group {
             standby_left: !self.standbys_gone.load(Ordering::Acquire),
             repeats_last_record: tuple.is_some() && tuple == f.last_tuple,
         };
-        if let Recovery::RestartAll(_) = recovery_for(&failure) {
+        if let Recovery::RestartAll(why) = recovery_for(&failure) {
             drop(f);
             shared.note_fault_tuple(blame);
-            shared.fail(e);
+            shared.fail(JobError::NotMasked {
+                why: why.to_string(),
+                cause: Box::new(e),
+            });
             return;
         }
         f.last_tuple = tuple;
@@ -118,6 +121,51 @@ impl Group {
                 self.ensure_standby(shared);
             }
         }
+        // Its standby may have spent the group's budget since the failure
+        // was judged a takeover.
+        self.fail_if_unmasked(shared);
+    }
+
+    /// A primary that failed waits for a standby to take over; once the
+    /// group's standbys are gone none will: the attempt fails (restart-all,
+    /// or the job's failure naming the budget), instead of waiting for
+    /// ever. Once per group.
+    fn fail_if_unmasked(&self, shared: &crate::runtime::JobShared) {
+        if !self.standbys_gone.load(Ordering::Acquire)
+            || !self.live.failed()
+            || self.done.load(Ordering::Acquire)
+            || self.gave_up.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let fault = self
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fault
+            .take();
+        let (why, blame) = match &fault {
+            Some(f) => (
+                format!(
+                    "{}; the primary had failed: {}",
+                    RestartWhy::StandbysGone,
+                    f.cause
+                ),
+                Blame {
+                    tuple: f.tuple,
+                    injected: f.reason == RecoveryCause::Injected,
+                },
+            ),
+            None => (RestartWhy::StandbysGone.to_string(), Blame::default()),
+        };
+        shared.note_fault_tuple(blame);
+        shared.fail(JobError::NotMasked {
+            why,
+            cause: Box::new(JobError::StandbyGone {
+                operator: self.name.to_string(),
+                instance: self.instance,
+            }),
+        });
     }
 
     /// Incarnation `inc`, primary of `epoch` (0: a standby), failed with `e`
@@ -148,8 +196,11 @@ impl Group {
             self.standby_worker.store(NONE, Ordering::Release);
             g.standby_failures += 1;
             if g.standby_failures >= MAX_STANDBY_FAILURES {
-                // A failure of the primary is restart-all from now on.
+                // A failure of the primary is restart-all from now on — and
+                // one that happened already waits for no one.
                 self.standbys_gone.store(true, Ordering::Release);
+                drop(g);
+                self.fail_if_unmasked(shared);
                 return;
             }
             drop(g);

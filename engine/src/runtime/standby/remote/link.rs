@@ -141,6 +141,11 @@ impl Link {
         }
     }
 
+    /// Whether the child's end is not known yet.
+    pub(crate) fn alive(&self) -> bool {
+        self.record.exit.is_none()
+    }
+
     /// `Err` (what happened) if the child exited.
     pub(crate) fn check_alive(&mut self) -> Result<(), IncarnationError> {
         if self.record.exit.is_some() {
