@@ -175,7 +175,7 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         .process_timed("count", |_| CountPaid)
         .sink("paid", move |info| Lines::open(&o, info));
 
-    let mut config = common::config(args.strategy, args.cores, work);
+    let mut config = common::config(args.strategy, args.cores, work, Duration::from_millis(100));
     // Order i is the (i / 2)-th record of partition i % 2.
     let injector = common::injector(
         args.fault_schedule.as_deref(),

@@ -45,14 +45,19 @@ pub fn workdir(name: &str) -> std::io::Result<PathBuf> {
 }
 
 /// The runtime for `strategy` on `cores` cores (default: up to 2), its
-/// checkpoints under `work`.
-pub fn config(strategy: Strategy, cores: Option<usize>, work: &Path) -> RuntimeConfig {
+/// checkpoints (every `every`, for restart-all) under `work`.
+pub fn config(
+    strategy: Strategy,
+    cores: Option<usize>,
+    work: &Path,
+    every: Duration,
+) -> RuntimeConfig {
     let cores = cores.unwrap_or_else(|| tandem::sys::affinity::available_cores().len().clamp(1, 2));
     let config = RuntimeConfig::default().cores(cores);
     match strategy {
         Strategy::None => config,
         Strategy::RestartAll => {
-            let mut c = CheckpointConfig::every(Duration::from_millis(100));
+            let mut c = CheckpointConfig::every(every);
             c.dir = Some(work.join("checkpoints"));
             config.checkpoint(c).restart(RestartStrategy::FixedDelay {
                 attempts: 100,
@@ -98,8 +103,14 @@ pub fn finish(
     output: Option<&Path>,
 ) -> Result<(), Box<dyn Error>> {
     if let Some(i) = injector {
+        let injected = report
+            .recovery
+            .iter()
+            .filter(|r| r.reason == tandem::RecoveryCause::Injected)
+            .count();
+        let unprovoked = report.recovery.iter().filter(|r| r.unprovoked).count();
         say!(
-            "{} of {} faults fired, {} recoveries",
+            "{} of {} faults fired, {} recoveries ({injected} of injected faults, {unprovoked} unprovoked)",
             i.fired(),
             i.armed(),
             report.recovery.len()
@@ -107,14 +118,19 @@ pub fn finish(
     }
     for r in &report.recovery {
         say!(
-            "  recovered: {:?} of {}[{}] at {:?} ({}), first output after {} µs, {} inputs replayed",
-            r.kind,
+            "  recovered: {} of {}[{}] at {:?} — {}{}: {}; first output after {} µs, {} inputs replayed{}",
+            r.kind.name(),
             r.operator,
             r.instance,
             r.tuple_id,
+            if r.unprovoked { "unprovoked " } else { "" },
+            r.reason.name(),
             r.cause,
             r.first_output_us.map_or("-".into(), |u| u.to_string()),
-            r.replayed_tuples
+            r.replayed_tuples,
+            r.evidence
+                .as_ref()
+                .map_or(String::new(), |e| format!(" [evidence: {e}]"))
         );
     }
     if let Some(path) = output {
