@@ -87,7 +87,7 @@ fn click(seed: u64, i: u64) -> ((u64, u32, u32), u64) {
 /// after them.
 fn conversions(seed: u64, n: u64) -> Vec<(u64, u64)> {
     let mut v: Vec<(u64, u64)> = (0..n)
-        .filter(|i| mix(seed ^ 0x5eed, *i) % 3 == 0)
+        .filter(|i| mix(seed ^ 0x5eed, *i).is_multiple_of(3))
         .map(|i| {
             (
                 i,
