@@ -260,6 +260,23 @@ pub enum JobError {
 }
 
 impl JobError {
+    /// What caused a recovery from this failure (`injected`: the job's
+    /// fault injection made it).
+    pub fn recovery_cause(&self, injected: bool) -> crate::metrics::RecoveryCause {
+        use crate::metrics::RecoveryCause;
+        if injected {
+            return RecoveryCause::Injected;
+        }
+        match self {
+            JobError::NotMasked { cause, .. } => cause.recovery_cause(false),
+            JobError::OperatorPanicked { .. } => RecoveryCause::Panic,
+            JobError::OperatorProcessDied { stuck: Some(_), .. } => RecoveryCause::StuckKilled,
+            JobError::OperatorProcessDied { .. } => RecoveryCause::ProcessDied,
+            JobError::Stalled { .. } => RecoveryCause::Stalled,
+            _ => RecoveryCause::Other,
+        }
+    }
+
     /// The name of the operator the error is about, if any.
     pub fn operator(&self) -> Option<&str> {
         match self {

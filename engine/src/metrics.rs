@@ -412,23 +412,6 @@ impl RecoveryCause {
     pub fn unprovoked(self) -> bool {
         matches!(self, RecoveryCause::StuckKilled | RecoveryCause::Stalled)
     }
-
-    /// The cause of a failure reported as `e` (`injected`: the job's fault
-    /// injection made it).
-    pub fn of_error(e: &crate::error::JobError, injected: bool) -> Self {
-        use crate::error::JobError;
-        if injected {
-            return RecoveryCause::Injected;
-        }
-        match e {
-            JobError::NotMasked { cause, .. } => Self::of_error(cause, false),
-            JobError::OperatorPanicked { .. } => RecoveryCause::Panic,
-            JobError::OperatorProcessDied { stuck: Some(_), .. } => RecoveryCause::StuckKilled,
-            JobError::OperatorProcessDied { .. } => RecoveryCause::ProcessDied,
-            JobError::Stalled { .. } => RecoveryCause::Stalled,
-            _ => RecoveryCause::Other,
-        }
-    }
 }
 
 /// Which recovery answered a fault.

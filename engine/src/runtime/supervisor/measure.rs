@@ -5,7 +5,7 @@
 
 use super::Supervisor;
 use crate::error::JobError;
-use crate::metrics::{RecoveryCause, RecoveryKind, RecoveryRecord};
+use crate::metrics::{RecoveryKind, RecoveryRecord};
 use crate::runtime::standby::run::StandbyRun;
 use crate::runtime::task::Blame;
 use std::sync::atomic::Ordering;
@@ -72,7 +72,7 @@ pub(super) fn restart_record(
     fault_at_us: u64,
     detect_us: u64,
 ) -> RecoveryRecord {
-    let reason = RecoveryCause::of_error(err, blame.injected);
+    let reason = err.recovery_cause(blame.injected);
     let evidence = match err {
         JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
         JobError::NotMasked { cause, .. } => match &**cause {
@@ -238,6 +238,7 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::RecoveryCause;
     use crate::TupleId;
 
     fn marks(first_at: u64, target: u64, caught_at: u64) -> SinkMarks {

@@ -106,7 +106,7 @@ impl Group {
             cause: e.to_string(),
             tuple,
             operator: e.operator().map(str::to_string),
-            reason: RecoveryCause::of_error(&e, blame.injected),
+            reason: e.recovery_cause(blame.injected),
             evidence: match &e {
                 JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
                 _ => None,
