@@ -310,40 +310,7 @@ impl TaskCtx {
     /// worker's other primaries must not stay unwatched (a panic's hook
     /// runs in here) — unless an outer long step still runs.
     pub(crate) fn long<R>(&self, f: impl FnOnce() -> R) -> R {
-        let Some(at) = self.shared.released_at.get(self.worker) else {
-            return f();
-        };
-        let beat = self.shared.beats.get(self.worker).map(|b| &**b);
-        /// Gives the worker back to both watches on drop.
-        struct Watch<'a> {
-            released_at: &'a AtomicU64,
-            beat: Option<&'a AtomicU64>,
-            clock: &'a Clock,
-            nested: bool,
-        }
-        impl Drop for Watch<'_> {
-            fn drop(&mut self) {
-                if self.nested {
-                    return;
-                }
-                let now = self.clock.now();
-                self.released_at.store(now, Ordering::Release);
-                if let Some(b) = self.beat {
-                    b.store(now.max(1), Ordering::Relaxed);
-                }
-            }
-        }
-        let nested = at.swap(u64::MAX, Ordering::AcqRel) == u64::MAX;
-        if let (false, Some(b)) = (nested, beat) {
-            b.store(0, Ordering::Relaxed);
-        }
-        let _watch = Watch {
-            released_at: at,
-            beat,
-            clock: &self.clock,
-            nested,
-        };
-        f()
+        long_step(&self.shared, self.worker, &self.clock, f)
     }
 
     /// Records a failure; the worker ends the attempt after this poll.
@@ -675,6 +642,50 @@ pub(crate) trait TaskRole {
     /// ends, if any (`None`: a standby that never took over, a fenced
     /// primary).
     fn ends(&self, ctx: &TaskCtx) -> Option<(usize, usize)>;
+}
+
+/// [`TaskCtx::long`] for worker `worker` of `shared`, outside any task (a
+/// worker building a role's new tasks).
+pub(crate) fn long_step<R>(
+    shared: &JobShared,
+    worker: usize,
+    clock: &Clock,
+    f: impl FnOnce() -> R,
+) -> R {
+    let Some(at) = shared.released_at.get(worker) else {
+        return f();
+    };
+    let beat = shared.beats.get(worker).map(|b| &**b);
+    /// Gives the worker back to both watches on drop.
+    struct Watch<'a> {
+        released_at: &'a AtomicU64,
+        beat: Option<&'a AtomicU64>,
+        clock: &'a Clock,
+        nested: bool,
+    }
+    impl Drop for Watch<'_> {
+        fn drop(&mut self) {
+            if self.nested {
+                return;
+            }
+            let now = self.clock.now();
+            self.released_at.store(now, Ordering::Release);
+            if let Some(b) = self.beat {
+                b.store(now.max(1), Ordering::Relaxed);
+            }
+        }
+    }
+    let nested = at.swap(u64::MAX, Ordering::AcqRel) == u64::MAX;
+    if let (false, Some(b)) = (nested, beat) {
+        b.store(0, Ordering::Relaxed);
+    }
+    let _watch = Watch {
+        released_at: at,
+        beat,
+        clock,
+        nested,
+    };
+    f()
 }
 
 /// What a failure is blamed on.

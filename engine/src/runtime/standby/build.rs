@@ -223,10 +223,16 @@ fn add_standby(
     inc: u64,
     tasks: &mut Vec<Task>,
 ) {
-    let Some(built) = w.shared.build(|| {
-        catch_unwind(AssertUnwindSafe(|| {
-            build_incarnation(w, index, bg, node, inst, inc, false)
-        }))
+    // Building a standby (its queues' cursors, its files, its chain, a
+    // child process) takes milliseconds between the worker's polls: its
+    // primaries are not stalled meanwhile.
+    let clock = crate::runtime::task::Clock::new(w.shared.origin);
+    let Some(built) = crate::runtime::task::long_step(&w.shared, index, &clock, || {
+        w.shared.build(|| {
+            catch_unwind(AssertUnwindSafe(|| {
+                build_incarnation(w, index, bg, node, inst, inc, false)
+            }))
+        })
     }) else {
         return; // the attempt is stopped
     };
