@@ -277,6 +277,16 @@ impl JobError {
         }
     }
 
+    /// What the liveness rule saw when a driver killed the failed child as
+    /// stuck (`None`: not such a death).
+    pub fn stuck_evidence(&self) -> Option<&str> {
+        match self {
+            JobError::OperatorProcessDied { stuck, .. } => stuck.as_deref(),
+            JobError::NotMasked { cause, .. } => cause.stuck_evidence(),
+            _ => None,
+        }
+    }
+
     /// The name of the operator the error is about, if any.
     pub fn operator(&self) -> Option<&str> {
         match self {

@@ -73,14 +73,7 @@ pub(super) fn restart_record(
     detect_us: u64,
 ) -> RecoveryRecord {
     let reason = err.recovery_cause(blame.injected);
-    let evidence = match err {
-        JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
-        JobError::NotMasked { cause, .. } => match &**cause {
-            JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
-            _ => evidence,
-        },
-        _ => evidence,
-    };
+    let evidence = err.stuck_evidence().map(str::to_string).or(evidence);
     RecoveryRecord {
         kind: RecoveryKind::RestartAll,
         operator: err.operator().unwrap_or("").to_string(),

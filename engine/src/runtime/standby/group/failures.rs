@@ -107,10 +107,7 @@ impl Group {
             tuple,
             operator: e.operator().map(str::to_string),
             reason: e.recovery_cause(blame.injected),
-            evidence: match &e {
-                JobError::OperatorProcessDied { stuck, .. } => stuck.clone(),
-                _ => None,
-            },
+            evidence: e.stuck_evidence().map(str::to_string),
         });
         drop(f);
         if self.live.report_failure(epoch) {
