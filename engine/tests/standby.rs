@@ -19,7 +19,8 @@ use std::time::Duration;
 use tandem::runtime::probe::{ProbeAction, ProbeFactory, RecordProbe};
 use tandem::standby::{StandbyConfig, StandbyMode};
 use tandem::{
-    IterSource, JobBuilder, JobReport, KeyedProcess, Output, Record, RuntimeConfig, TupleId,
+    IterSource, JobBuilder, JobReport, KeyedProcess, Output, Process, Record, RuntimeConfig,
+    TupleId,
 };
 
 /// Standby runs are timed by heartbeats: one at a time.
@@ -613,3 +614,145 @@ fn a_failed_standby_is_replaced_and_its_replacement_takes_over() {
     );
     assert!(builds.load(Ordering::SeqCst) >= 3);
 }
+
+/// Passes its records on; at the end of its input it holds its worker
+/// (past the heartbeat), then fails — once.
+struct EndFailsOnce;
+
+/// Set: the next `EndFailsOnce` end hook sleeps, then panics.
+static END_FAILS: AtomicBool = AtomicBool::new(false);
+
+impl Process<String, String> for EndFailsOnce {
+    fn process(&mut self, rec: Record<String>, out: &mut Output<'_, String>) {
+        out.emit(rec.value);
+    }
+    fn on_end(&mut self, out: &mut Output<'_, String>) {
+        if END_FAILS.swap(false, Ordering::SeqCst) {
+            // The other consumer (on the other worker) reads its end.
+            let t = std::time::Instant::now();
+            while !B_ENDED.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+            panic!("injected in the end hook, after a consumer's end");
+        }
+        out.emit("end".into());
+    }
+}
+
+/// A consumer that already received the end of a backed-up chain's output
+/// reads no more. When the chain's primary fails after that (here in an
+/// end hook further down the chain), its successor replays from the last
+/// recovery point: every chunk's mark goes to that consumer's ring too,
+/// and once the ring is full the replay must go on without it — it has
+/// every output. Before, the new primary waited on that ring forever.
+#[test]
+fn a_consumer_that_ended_before_a_takeover_does_not_hold_up_the_replay() {
+    let _g = serial();
+    let n = 100_000u64;
+    for mode in [StandbyMode::Warm, StandbyMode::Hot] {
+        let job = JobBuilder::new("ended-consumer");
+        job.default_parallelism(1);
+        let (a, b) = (
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(Mutex::new(Vec::new())),
+        );
+        let (a2, b2) = (Arc::clone(&a), Arc::clone(&b));
+        let out = job
+            .source("src", move |_| IterSource((0..n).map(|s| (s, 0))))
+            .standby()
+            .key_by(|s: &u64| s % 7)
+            .process("op", |_| Numbered);
+        // First out of the chain: its end goes out before the hook below
+        // runs.
+        out.clone()
+            .rebalance()
+            .process("b", |_| Pass(Some(&B_ENDED)))
+            .parallelism(2)
+            .for_each("b-sink", move |r| b2.lock().unwrap().push(r.value));
+        out.process("hook", |_| EndFailsOnce)
+            .rebalance()
+            .process("a", |_| Pass(None))
+            .parallelism(2)
+            .for_each("a-sink", move |r| a2.lock().unwrap().push(r.value));
+        let cfg = RuntimeConfig::default()
+            .cores(cores())
+            // Fewer slots than the replay has chunks.
+            .ring_capacity(64)
+            .standby(StandbyConfig {
+                mode,
+                heartbeat_timeout: Duration::from_millis(20),
+                // No recovery point in the run: the replay is all of it.
+                snapshot_interval: Duration::from_secs(3600),
+                queue_memory: 64 << 20,
+                replay_sources: true,
+                encoded_queues: false,
+                ..Default::default()
+            });
+        END_FAILS.store(true, Ordering::SeqCst);
+        B_ENDED.store(false, Ordering::SeqCst);
+        let plan = job.build().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(plan.run(&cfg).map_err(|e| e.to_string()));
+        });
+        let rep = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{mode:?}: the job hung (60 s)"))
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        assert!(!END_FAILS.load(Ordering::SeqCst), "the hook ran");
+        assert!(
+            rep.recovery
+                .iter()
+                .any(|r| r.kind == tandem::RecoveryKind::Takeover),
+            "{mode:?}: no takeover: {:?}",
+            rep.recovery
+        );
+        let want: Vec<String> = {
+            let mut v: Vec<String> = (0..n).map(|s| format!("m {s}")).collect();
+            v.sort();
+            v
+        };
+        let mut got_b = std::mem::take(&mut *b.lock().unwrap());
+        got_b.sort();
+        assert!(got_b == want, "{mode:?}: b got {} lines of {n}", got_b.len());
+        let mut got_a = std::mem::take(&mut *a.lock().unwrap());
+        got_a.sort();
+        let mut want_a = want;
+        want_a.push("end".into());
+        want_a.sort();
+        assert!(
+            got_a == want_a,
+            "{mode:?}: a got {} lines of {}",
+            got_a.len(),
+            n + 1
+        );
+    }
+}
+
+/// Numbers its records per key: a chain with state, whose recovery
+/// points follow the configured interval.
+struct Numbered;
+impl KeyedProcess<u64, u64, String> for Numbered {
+    type State = u64;
+    fn process(&mut self, _k: &u64, n: &mut u64, r: Record<u64>, out: &mut Output<'_, String>) {
+        *n += 1;
+        out.emit(format!("m {}", r.value));
+    }
+}
+
+/// Passes its records on (an operator after an exchange); `ended`: set
+/// at the end of its input.
+struct Pass(Option<&'static AtomicBool>);
+impl Process<String, String> for Pass {
+    fn process(&mut self, rec: Record<String>, out: &mut Output<'_, String>) {
+        out.emit(rec.value);
+    }
+    fn on_end(&mut self, _out: &mut Output<'_, String>) {
+        if let Some(e) = self.0 {
+            e.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Set when consumer `b` of the test above has received its end.
+static B_ENDED: AtomicBool = AtomicBool::new(false);

@@ -20,6 +20,7 @@ use crate::queue::spsc::{Consumer, Full, Producer};
 use crate::record::Record;
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// What travels on a ring.
@@ -116,6 +117,32 @@ struct Lane<T> {
     tx: Producer<Msg<T>>,
     overflow: VecDeque<Msg<T>>,
     signal: Arc<WorkerSignal>,
+    /// Set once the lane's consumer has received the end of this stream
+    /// from an earlier primary (see [`Fencing`]); `None`: a plain edge.
+    gone: Option<Arc<AtomicBool>>,
+}
+
+impl<T> Lane<T> {
+    /// Whether nobody will read this lane again. Looked at only when the
+    /// ring is full, never per record.
+    fn gone(&self) -> bool {
+        self.gone.as_ref().is_some_and(|g| g.load(Ordering::Acquire))
+    }
+}
+
+/// What an incarnation's ring sender obeys beyond a plain edge
+/// (`runtime/standby`).
+pub(crate) struct Fencing {
+    /// A hot standby computes with its output suppressed: while set,
+    /// nothing is sent.
+    pub(crate) muted: Rc<std::cell::Cell<bool>>,
+    /// Per lane: its consumer has received the end of the group's output
+    /// (from this primary or an earlier one). A new primary's replay owes
+    /// such a consumer nothing — it has every output and reads no more —
+    /// so what the replay sends it is dropped once its ring is full. Kept,
+    /// it would fill the ring with the replay's chunk marks and block the
+    /// primary (and the job) for good.
+    pub(crate) gone: Vec<Arc<AtomicBool>>,
 }
 
 /// The producer side of an edge, as the last hop of a chain.
@@ -138,8 +165,13 @@ pub(crate) struct RingSender<T> {
 
 impl<T: Clone + 'static> RingSender<T> {
     /// Sends nothing while `flag` is set.
-    pub(crate) fn suppressed_by(mut self, flag: Rc<std::cell::Cell<bool>>) -> Self {
-        self.suppress = Some(flag);
+    /// An incarnation's sender (see [`Fencing`]).
+    pub(crate) fn fenced(mut self, f: Fencing) -> Self {
+        debug_assert_eq!(f.gone.len(), self.lanes.len());
+        self.suppress = Some(f.muted);
+        for (l, g) in self.lanes.iter_mut().zip(f.gone) {
+            l.gone = Some(g);
+        }
         self
     }
 
@@ -165,6 +197,7 @@ impl<T: Clone + 'static> RingSender<T> {
                     tx,
                     overflow: VecDeque::new(),
                     signal,
+                    gone: None,
                 })
                 .collect(),
             route,
@@ -188,7 +221,15 @@ impl<T: Clone + 'static> RingSender<T> {
     /// state): a long step, not a stall.
     fn overflow(&mut self, lane: usize, msg: Msg<T>) {
         let ctx = &self.ctx;
-        let o = &mut self.lanes[lane].overflow;
+        let l = &mut self.lanes[lane];
+        if l.gone() {
+            // Nobody reads the lane again: what waits for it, and `msg`,
+            // are owed to no one (see [`Fencing`]).
+            l.overflow.clear();
+            ctx.blocked.set(ctx.blocked.get() - 1);
+            return;
+        }
+        let o = &mut l.overflow;
         if o.len() == o.capacity() {
             ctx.long(|| o.reserve(o.len().max(64)));
         }
@@ -214,6 +255,9 @@ impl<T: Clone + 'static> RingSender<T> {
                     l.signal.notify();
                 }
                 if let Err(Full(msg)) = l.tx.stage(msg) {
+                    if l.gone() {
+                        return;
+                    }
                     self.ctx.blocked.set(self.ctx.blocked.get() + 1);
                     self.overflow(lane, msg);
                 }
@@ -242,6 +286,10 @@ impl<T: Clone + 'static> Collector<T> for RingSender<T> {
 
     fn flush(&mut self) {
         for l in &mut self.lanes {
+            if !l.overflow.is_empty() && l.gone() {
+                l.overflow.clear();
+                self.ctx.blocked.set(self.ctx.blocked.get() - 1);
+            }
             if !l.overflow.is_empty() {
                 while let Some(m) = l.overflow.pop_front() {
                     if let Err(Full(m)) = l.tx.stage(m) {

@@ -219,7 +219,7 @@ pub(crate) trait StreamKit: Send + Sync {
         partitioning: &Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
-        muted: Option<Rc<std::cell::Cell<bool>>>,
+        fencing: Option<crate::runtime::channel::Fencing>,
     ) -> AnyBox;
     fn input(
         &self,

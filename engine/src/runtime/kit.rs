@@ -4,7 +4,7 @@
 
 use crate::operator::{Collector, Null, Tee};
 use crate::queue::spsc::{self, Consumer, Producer};
-use crate::runtime::channel::{Msg, RingInput, RingSender, Route};
+use crate::runtime::channel::{Fencing, Msg, RingInput, RingSender, Route};
 use crate::runtime::graph::{downcast, downcast_send, AnyBox, AnySend, Partitioning, StreamKit};
 use crate::runtime::signal::WorkerSignal;
 use crate::runtime::task::{Gate, Port, TaskCtx};
@@ -54,7 +54,7 @@ impl<T: crate::Data> StreamKit for Kit<T> {
         partitioning: &Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
-        muted: Option<Rc<std::cell::Cell<bool>>>,
+        fencing: Option<Fencing>,
     ) -> AnyBox {
         let lanes = lanes
             .into_iter()
@@ -62,8 +62,8 @@ impl<T: crate::Data> StreamKit for Kit<T> {
             .collect::<Vec<_>>();
         let route = Route::of(partitioning, ctx.instance, lanes.len());
         let mut s = RingSender::new(lanes, route, Rc::clone(ctx), batch);
-        if let Some(m) = muted {
-            s = s.suppressed_by(m);
+        if let Some(f) = fencing {
+            s = s.fenced(f);
         }
         Box::new(Box::new(s) as BoxCollector<T>)
     }

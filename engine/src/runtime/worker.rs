@@ -156,7 +156,14 @@ impl Loop<'_> {
                 self.tasks.extend(new.into_iter().map(|t| (None, t)));
             }
             let mut round = self.round(live)?;
-            if self.bg.slice(shared, || self.clock.now()) {
+            // A slice is the engine's own work, meant to be short; but one
+            // step of it may grow or finish a large archive (tens of
+            // milliseconds on a busy host): a long step, not a stall.
+            if self.bg.busy()
+                && super::task::long_step(shared, self.index, &self.clock, || {
+                    self.bg.slice(shared, || self.clock.now())
+                })
+            {
                 round.progress = true;
             }
             if !self.owed_done.is_empty() && !self.bg.busy() {

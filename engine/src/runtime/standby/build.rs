@@ -13,6 +13,7 @@ use super::kit;
 use super::run::StandbyRun;
 use crate::error::JobError;
 use crate::runtime::background::Background;
+use crate::runtime::channel::Fencing;
 use crate::runtime::graph::{AnyBox, NodeKind};
 use crate::runtime::task::{Gate, Port, RoleWatch, Task, TaskCtx};
 use crate::runtime::wiring::WireRoles;
@@ -93,6 +94,7 @@ impl WireRoles for StandbyRun {
             // the consumers through the group.
             let inc = ctx.incarnation.get();
             let mut lanes = Vec::new();
+            let mut gone = Vec::new();
             let mut wake = Vec::new();
             {
                 let mut gi = g.lock();
@@ -107,6 +109,7 @@ impl WireRoles for StandbyRun {
                         .position(|c| c.edge == ei && c.instance == d)
                         .expect("engine bug: consumer not in its group");
                     gi.rings.insert((ci, inc), c);
+                    gone.push(Arc::clone(&g.consumers[ci].ended));
                     let cw = w.worker_of(e.to, d);
                     wake.push(cw);
                     lanes.push((p, Arc::clone(&w.signals[cw])));
@@ -120,7 +123,10 @@ impl WireRoles for StandbyRun {
                 &w.partitioning(ei),
                 ctx,
                 w.config.batch,
-                Some(Rc::clone(&ctx.muted)),
+                Some(Fencing {
+                    muted: Rc::clone(&ctx.muted),
+                    gone,
+                }),
             ))
         }
     }

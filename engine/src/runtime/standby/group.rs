@@ -172,8 +172,9 @@ pub(crate) struct ConsumerLane {
     pub(crate) acked: Vec<AtomicU64>,
     /// Chunks below this have all their outputs at this consumer.
     pub(crate) acked_seq: AtomicU64,
-    /// It received the end of the group's output.
-    pub(crate) ended: AtomicBool,
+    /// It received the end of the group's output (shared with the
+    /// primaries' ring senders, which stop sending it anything then).
+    pub(crate) ended: Arc<AtomicBool>,
 }
 
 /// Where a replay may start (see the module docs).
@@ -440,7 +441,7 @@ impl Group {
                     worker,
                     acked: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
                     acked_seq: AtomicU64::new(0),
-                    ended: AtomicBool::new(false),
+                    ended: Arc::new(AtomicBool::new(false)),
                 })
                 .collect(),
             point_seq: AtomicU64::new(0),

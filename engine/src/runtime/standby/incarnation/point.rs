@@ -203,7 +203,11 @@ fn build_slice(
     loop {
         match build {
             Build::Stateless | Build::Ready(_) => return Slice::Going,
-            Build::Archiving(steps, entries) => match timed(clock, || steps.step(*entries)) {
+            // One step may grow or finish a large archive (milliseconds):
+            // a long step, not a stall.
+            Build::Archiving(steps, entries) => match timed(clock, || {
+                ctx.long(|| steps.step(*entries))
+            }) {
                 (Ok(None), took) => *entries = next_step(*entries, took),
                 (Ok(Some(bytes)), _) => match stage(group, bytes, ctx) {
                     Ok(Some(b)) => *build = b,

@@ -169,7 +169,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             return false;
         }
         // A newer point published meanwhile: read again at a later poll.
-        let Ok(state) = Group::point_state(&p, x.as_ref()) else {
+        let Ok(state) = self.ctx.long(|| Group::point_state(&p, x.as_ref())) else {
             return false;
         };
         self.place(p.seq, p.pos, p.align, p.clock);
@@ -197,7 +197,9 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         // Every other writer is fenced by the claim: the point read under the
         // lock is the exchange's newest publication.
         let (p, x) = point;
-        let (p, state) = match Group::point_state(&p, x.as_ref()).map(|s| (p, s)) {
+        // Copying and verifying a large state takes a while: not a stall.
+        let read = self.ctx.long(|| Group::point_state(&p, x.as_ref()));
+        let (p, state) = match read.map(|s| (p, s)) {
             Ok(p) => p,
             Err(why) => {
                 self.fail(format!("taking over: {why}"));
