@@ -131,7 +131,23 @@ fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn a_primarys_process_killed_from_outside_by_its_status_file_is_taken_over() {
-    let dir = std::env::temp_dir().join(format!("tandem-process-kill9-{}", std::process::id()));
+    kill_the_first_primary(Some(std::time::Duration::from_millis(500)), "late");
+}
+
+/// Killed the moment its status file appears — the driver writes it when
+/// the process starts, before the chain is built there — the first
+/// primary's death is still its standby's to answer, not the job's.
+#[test]
+fn a_primarys_process_killed_while_it_starts_is_taken_over() {
+    kill_the_first_primary(None, "early");
+}
+
+/// Runs `paper` with a standby under process isolation, kills its first
+/// primary's process `after` its status file appears (`None`: at once),
+/// and checks the run against a clean one.
+fn kill_the_first_primary(after: Option<std::time::Duration>, tag: &str) {
+    let dir =
+        std::env::temp_dir().join(format!("tandem-process-kill9-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let clean = dir.join("clean");
@@ -167,9 +183,14 @@ fn a_primarys_process_killed_from_outside_by_its_status_file_is_taken_over() {
             break p;
         }
         assert!(t.elapsed().as_secs() < 30, "no primary's status file");
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(match after {
+            Some(_) => std::time::Duration::from_millis(20),
+            None => std::time::Duration::from_micros(100),
+        });
     };
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    if let Some(d) = after {
+        std::thread::sleep(d);
+    }
     // SAFETY: signalling a process by PID.
     assert_eq!(
         unsafe { libc::kill(pid, libc::SIGKILL) },

@@ -714,7 +714,11 @@ fn a_consumer_that_ended_before_a_takeover_does_not_hold_up_the_replay() {
         };
         let mut got_b = std::mem::take(&mut *b.lock().unwrap());
         got_b.sort();
-        assert!(got_b == want, "{mode:?}: b got {} lines of {n}", got_b.len());
+        assert!(
+            got_b == want,
+            "{mode:?}: b got {} lines of {n}",
+            got_b.len()
+        );
         let mut got_a = std::mem::take(&mut *a.lock().unwrap());
         got_a.sort();
         let mut want_a = want;

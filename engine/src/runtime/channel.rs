@@ -126,7 +126,9 @@ impl<T> Lane<T> {
     /// Whether nobody will read this lane again. Looked at only when the
     /// ring is full, never per record.
     fn gone(&self) -> bool {
-        self.gone.as_ref().is_some_and(|g| g.load(Ordering::Acquire))
+        self.gone
+            .as_ref()
+            .is_some_and(|g| g.load(Ordering::Acquire))
     }
 }
 

@@ -271,8 +271,12 @@ pub(crate) struct Group {
     /// Per lane: the position of its end-of-input entry (`u64::MAX`: not
     /// written yet).
     pub(crate) end_pos: Vec<AtomicU64>,
-    /// The chain keeps no state (known once the first primary is built).
+    /// The chain keeps no state (known once `stateless_known`).
     pub(crate) stateless: AtomicBool,
+    /// `stateless` is known: a primary's chain was built (the first
+    /// primary's, or — when its child died while it was built — its
+    /// successor's).
+    pub(crate) stateless_known: AtomicBool,
     /// A queue writer found its queue full of entries no point covers: the
     /// primary takes one at once.
     pub(crate) point_wanted: AtomicBool,
@@ -449,6 +453,7 @@ impl Group {
             point_pos: (0..lanes).map(|_| AtomicU64::new(start)).collect(),
             end_pos: (0..lanes).map(|_| AtomicU64::new(u64::MAX)).collect(),
             stateless: AtomicBool::new(false),
+            stateless_known: AtomicBool::new(false),
             point_wanted: AtomicBool::new(false),
             reader_workers: [
                 AtomicUsize::new(primary_worker),

@@ -132,6 +132,10 @@ pub(crate) struct Incarnation<T> {
     /// A chunk the primary chose and has not logged yet (a tick went
     /// first).
     chosen: Option<Det>,
+    /// The first primary's child died while its chain was built (process
+    /// isolation): raised at its first poll, where its role answers the
+    /// failure with a takeover — as it would a death a moment later.
+    died: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl<T: crate::Data + Codec + Sync> Incarnation<T> {
@@ -177,6 +181,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             typed: (0..lanes).map(|l| group.typed_slots::<T>(l)).collect(),
             log_full: false,
             chosen: None,
+            died: None,
             inc,
             group,
         };
@@ -188,11 +193,18 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         if primary {
             // The first primary: epoch 1, from the start of every queue.
             me.open_source();
-            me.build_chain(None);
-            let mut chain = me.chain.take().expect("just built");
-            let stateless = me.chain_capture(&mut chain, false).is_none();
-            me.chain = Some(chain);
-            me.group.stateless.store(stateless, Ordering::Release);
+            let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                me.build_chain(None);
+                me.learn_stateless();
+            }));
+            match built {
+                Ok(()) => {}
+                // Its child died (killed, or crashed) while the chain was
+                // built and asked about its state: the primary's failure,
+                // which its standby answers.
+                Err(p) if p.is::<crate::runtime::panic::ProcessDied>() => me.died = Some(p),
+                Err(p) => std::panic::resume_unwind(p),
+            }
             me.attach();
             me.phase = Phase::Primary { epoch: 1 };
             me.ctx.epoch.set(1);
@@ -210,6 +222,22 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         let ctx = Rc::clone(&self.ctx);
         let c = ctx.long(|| (self.build)(state));
         self.chain = Some(downcast::<BoxCollector<T>>(c, "standby chain"));
+    }
+
+    /// Whether the chain keeps state, told to the group (it decides how
+    /// often points are taken, and whether they carry a state): by the
+    /// first primary whose chain was built.
+    fn learn_stateless(&mut self) {
+        if self.group.stateless_known.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(mut chain) = self.chain.take() else {
+            return;
+        };
+        let stateless = self.chain_capture(&mut chain, false).is_none();
+        self.chain = Some(chain);
+        self.group.stateless.store(stateless, Ordering::Release);
+        self.group.stateless_known.store(true, Ordering::Release);
     }
 
     /// Drops the chain (a large state takes a while: not a stall).
@@ -657,6 +685,9 @@ impl<T> Drop for Incarnation<T> {
 
 impl<T: crate::Data + Codec + Sync> Port for Incarnation<T> {
     fn poll(&mut self, budget: usize) -> Poll {
+        if let Some(p) = self.died.take() {
+            std::panic::resume_unwind(p);
+        }
         let now = self.ctx.clock.now();
         match self.phase {
             Phase::Standby => self.poll_standby(now, budget),

@@ -205,17 +205,17 @@ fn build_slice(
             Build::Stateless | Build::Ready(_) => return Slice::Going,
             // One step may grow or finish a large archive (milliseconds):
             // a long step, not a stall.
-            Build::Archiving(steps, entries) => match timed(clock, || {
-                ctx.long(|| steps.step(*entries))
-            }) {
-                (Ok(None), took) => *entries = next_step(*entries, took),
-                (Ok(Some(bytes)), _) => match stage(group, bytes, ctx) {
-                    Ok(Some(b)) => *build = b,
-                    Ok(None) => return Slice::Skip,
-                    Err(e) => return Slice::Failed(e),
-                },
-                (Err(e), _) => return Slice::Failed(format!("standby snapshot: {e}")),
-            },
+            Build::Archiving(steps, entries) => {
+                match timed(clock, || ctx.long(|| steps.step(*entries))) {
+                    (Ok(None), took) => *entries = next_step(*entries, took),
+                    (Ok(Some(bytes)), _) => match stage(group, bytes, ctx) {
+                        Ok(Some(b)) => *build = b,
+                        Ok(None) => return Slice::Skip,
+                        Err(e) => return Slice::Failed(e),
+                    },
+                    (Err(e), _) => return Slice::Failed(format!("standby snapshot: {e}")),
+                }
+            }
             Build::Copying(c) => {
                 let (bytes, staging) = &mut **c;
                 let at = bytes.len() - staging.remaining();

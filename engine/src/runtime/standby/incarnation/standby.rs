@@ -232,6 +232,8 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             // the chunk its stream resumes at.
             chain.settle();
         }
+        // The first primary's child may have died before its chain told.
+        self.learn_stateless();
         self.takeover_probe(TakeoverStage::Replaying);
         self.go_live(epoch, old_slot, now);
         Poll::Progress
