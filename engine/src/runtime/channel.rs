@@ -13,6 +13,7 @@
 //! chunk.
 
 use super::align::Alignment;
+use super::graph::Fencing;
 use super::lanes::{Forward, LaneClock};
 use super::task::{Gate, Poll, Port, TaskCtx};
 use crate::operator::{ChunkId, Collector};
@@ -130,21 +131,6 @@ impl<T> Lane<T> {
             .as_ref()
             .is_some_and(|g| g.load(Ordering::Acquire))
     }
-}
-
-/// What an incarnation's ring sender obeys beyond a plain edge
-/// (`runtime/standby`).
-pub(crate) struct Fencing {
-    /// A hot standby computes with its output suppressed: while set,
-    /// nothing is sent.
-    pub(crate) muted: Rc<std::cell::Cell<bool>>,
-    /// Per lane: its consumer has received the end of the group's output
-    /// (from this primary or an earlier one). A new primary's replay owes
-    /// such a consumer nothing — it has every output and reads no more —
-    /// so what the replay sends it is dropped once its ring is full. Kept,
-    /// it would fill the ring with the replay's chunk marks and block the
-    /// primary (and the job) for good.
-    pub(crate) gone: Vec<Arc<AtomicBool>>,
 }
 
 /// The producer side of an edge, as the last hop of a chain.

@@ -18,6 +18,7 @@ use crate::runtime::signal::WorkerSignal;
 use crate::runtime::task::{Gate, OpSlot, Port, TaskCtx};
 use std::any::Any;
 use std::rc::Rc;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// A typed value in transit between graph code and runtime, on one thread.
@@ -205,6 +206,21 @@ pub(crate) type HashFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
 /// `runtime/standby/kit.rs`, which carries records between processes).
 pub(crate) type Codecs = std::collections::HashMap<std::any::TypeId, Arc<dyn Any + Send + Sync>>;
 
+/// What an incarnation's ring sender obeys beyond a plain edge
+/// (`runtime/standby`); [`StreamKit::sender`] takes it.
+pub(crate) struct Fencing {
+    /// A hot standby computes with its output suppressed: while set,
+    /// nothing is sent.
+    pub(crate) muted: Rc<std::cell::Cell<bool>>,
+    /// Per lane: its consumer has received the end of the group's output
+    /// (from this primary or an earlier one). A new primary's replay owes
+    /// such a consumer nothing — it has every output and reads no more —
+    /// so what the replay sends it is dropped once its ring is full. Kept,
+    /// it would fill the ring with the replay's chunk marks and block the
+    /// primary (and the job) for good.
+    pub(crate) gone: Vec<Arc<AtomicBool>>,
+}
+
 /// Operations that need a stream's element type (`runtime::kit` builds
 /// them).
 pub(crate) trait StreamKit: Send + Sync {
@@ -219,7 +235,7 @@ pub(crate) trait StreamKit: Send + Sync {
         partitioning: &Partitioning,
         ctx: &Rc<TaskCtx>,
         batch: usize,
-        fencing: Option<crate::runtime::channel::Fencing>,
+        fencing: Option<Fencing>,
     ) -> AnyBox;
     fn input(
         &self,

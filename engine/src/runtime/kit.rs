@@ -4,8 +4,10 @@
 
 use crate::operator::{Collector, Null, Tee};
 use crate::queue::spsc::{self, Consumer, Producer};
-use crate::runtime::channel::{Fencing, Msg, RingInput, RingSender, Route};
-use crate::runtime::graph::{downcast, downcast_send, AnyBox, AnySend, Partitioning, StreamKit};
+use crate::runtime::channel::{Msg, RingInput, RingSender, Route};
+use crate::runtime::graph::{
+    downcast, downcast_send, AnyBox, AnySend, Fencing, Partitioning, StreamKit,
+};
 use crate::runtime::signal::WorkerSignal;
 use crate::runtime::task::{Gate, Port, TaskCtx};
 use std::marker::PhantomData;
