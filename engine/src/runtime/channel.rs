@@ -131,6 +131,13 @@ impl<T> Lane<T> {
             .as_ref()
             .is_some_and(|g| g.load(Ordering::Acquire))
     }
+
+    /// Lets go of what waits for a gone lane: it is owed to no one (see
+    /// [`Fencing`]), and the task is no longer blocked on it.
+    fn forget(&mut self, blocked: &std::cell::Cell<usize>) {
+        self.overflow.clear();
+        blocked.set(blocked.get() - 1);
+    }
 }
 
 /// The producer side of an edge, as the last hop of a chain.
@@ -152,7 +159,6 @@ pub(crate) struct RingSender<T> {
 }
 
 impl<T: Clone + 'static> RingSender<T> {
-    /// Sends nothing while `flag` is set.
     /// An incarnation's sender (see [`Fencing`]).
     pub(crate) fn fenced(mut self, f: Fencing) -> Self {
         debug_assert_eq!(f.gone.len(), self.lanes.len());
@@ -211,10 +217,8 @@ impl<T: Clone + 'static> RingSender<T> {
         let ctx = &self.ctx;
         let l = &mut self.lanes[lane];
         if l.gone() {
-            // Nobody reads the lane again: what waits for it, and `msg`,
-            // are owed to no one (see [`Fencing`]).
-            l.overflow.clear();
-            ctx.blocked.set(ctx.blocked.get() - 1);
+            // `msg` with the rest.
+            l.forget(&ctx.blocked);
             return;
         }
         let o = &mut l.overflow;
@@ -275,8 +279,7 @@ impl<T: Clone + 'static> Collector<T> for RingSender<T> {
     fn flush(&mut self) {
         for l in &mut self.lanes {
             if !l.overflow.is_empty() && l.gone() {
-                l.overflow.clear();
-                self.ctx.blocked.set(self.ctx.blocked.get() - 1);
+                l.forget(&self.ctx.blocked);
             }
             if !l.overflow.is_empty() {
                 while let Some(m) = l.overflow.pop_front() {

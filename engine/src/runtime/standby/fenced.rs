@@ -201,10 +201,7 @@ impl<U: 'static> FencedInput<U> {
             }
         });
         if k > 0 {
-            let w = s.group.reader_workers[0].load(Ordering::Acquire);
-            if w != NONE {
-                self.ctx.shared.signals[w].notify();
-            }
+            wake_primary(&s.group, &self.ctx);
         }
         Some(Read {
             k,
@@ -238,6 +235,9 @@ impl<U: 'static> FencedInput<U> {
                 err = Some(d);
             } else {
                 consumer.ended.store(true, Ordering::Release);
+                // A new primary's sender may be held on this consumer's
+                // ring: it lets go of it now.
+                wake_primary(&s.group, &self.ctx);
                 s.ended = true;
                 self.live -= 1;
                 if self.live > 0 {
@@ -367,5 +367,14 @@ impl<U: 'static> Port for FencedInput<U> {
             self.align,
             v.join("; ")
         )
+    }
+}
+
+/// Wakes the worker of `group`'s primary (its output may wait for ring
+/// space, or for this consumer to end).
+fn wake_primary(group: &Group, ctx: &TaskCtx) {
+    let w = group.reader_workers[0].load(Ordering::Acquire);
+    if w != NONE {
+        ctx.shared.signals[w].notify();
     }
 }

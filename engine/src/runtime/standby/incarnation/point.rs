@@ -84,7 +84,10 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         if self.building() {
             self.doing(Doing::Snapshot);
             let p = self.pending.as_mut().expect("building");
-            match build_slice(&self.group, &mut p.build, p.seq, &self.ctx) {
+            // One step of a slice may grow or finish a large archive
+            // (milliseconds on a busy host): a long step, not a stall.
+            let ctx = &self.ctx;
+            match ctx.long(|| build_slice(&self.group, &mut p.build, p.seq, ctx)) {
                 Slice::Going => {}
                 Slice::Skip => {
                     self.pending = None;
@@ -203,19 +206,15 @@ fn build_slice(
     loop {
         match build {
             Build::Stateless | Build::Ready(_) => return Slice::Going,
-            // One step may grow or finish a large archive (milliseconds):
-            // a long step, not a stall.
-            Build::Archiving(steps, entries) => {
-                match timed(clock, || ctx.long(|| steps.step(*entries))) {
-                    (Ok(None), took) => *entries = next_step(*entries, took),
-                    (Ok(Some(bytes)), _) => match stage(group, bytes, ctx) {
-                        Ok(Some(b)) => *build = b,
-                        Ok(None) => return Slice::Skip,
-                        Err(e) => return Slice::Failed(e),
-                    },
-                    (Err(e), _) => return Slice::Failed(format!("standby snapshot: {e}")),
-                }
-            }
+            Build::Archiving(steps, entries) => match timed(clock, || steps.step(*entries)) {
+                (Ok(None), took) => *entries = next_step(*entries, took),
+                (Ok(Some(bytes)), _) => match stage(group, bytes, ctx) {
+                    Ok(Some(b)) => *build = b,
+                    Ok(None) => return Slice::Skip,
+                    Err(e) => return Slice::Failed(e),
+                },
+                (Err(e), _) => return Slice::Failed(format!("standby snapshot: {e}")),
+            },
             Build::Copying(c) => {
                 let (bytes, staging) = &mut **c;
                 let at = bytes.len() - staging.remaining();
