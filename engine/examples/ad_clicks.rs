@@ -29,7 +29,7 @@
 mod common;
 
 use clap::Parser;
-use common::{say, Lines, Strategy};
+use common::{mix, say, Lines, Strategy, MS, US};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -65,16 +65,8 @@ struct Args {
     cores: Option<usize>,
 }
 
-const MS: u64 = 1_000_000;
-const US: u64 = 1_000;
 /// The span of one of `trend`'s buckets.
 const BUCKET: u64 = 250 * MS;
-
-fn mix(seed: u64, i: u64) -> u64 {
-    let mut h = (i ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 31;
-    h
-}
 
 /// Click `i`: `((click, user, ad), event time)`.
 fn click(seed: u64, i: u64) -> ((u64, u32, u32), u64) {
@@ -170,11 +162,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.checkpoint_interval_ms == 0 {
         return Err("--checkpoint-interval-ms must be at least 1".into());
     }
-    tandem_fault_inject::quiet_injected_panics();
-    let work = common::workdir("ad-clicks")?;
-    let result = run(&args, &work);
-    let _ = std::fs::remove_dir_all(&work);
-    result
+    common::in_workdir("ad-clicks", |work| run(&args, work))
 }
 
 fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {

@@ -22,7 +22,7 @@
 mod common;
 
 use clap::Parser;
-use common::{say, Lines, Strategy};
+use common::{mix, say, Lines, Strategy, MS, US};
 use std::path::PathBuf;
 use std::time::Duration;
 use tandem::time::{TimedProcess, TimerContext, Watermarks};
@@ -53,15 +53,6 @@ struct Args {
     /// Worker cores (default: up to 2).
     #[arg(long)]
     cores: Option<usize>,
-}
-
-const MS: u64 = 1_000_000;
-const US: u64 = 1_000;
-
-fn mix(seed: u64, i: u64) -> u64 {
-    let mut h = (i ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 31;
-    h
 }
 
 /// Order `i`: `((order, customer, amount), event time)`, 50 µs apart,
@@ -129,11 +120,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.records == 0 {
         return Err("--records must be at least 1".into());
     }
-    tandem_fault_inject::quiet_injected_panics();
-    let work = common::workdir("orders")?;
-    let result = run(&args, &work);
-    let _ = std::fs::remove_dir_all(&work);
-    result
+    common::in_workdir("orders", |work| run(&args, work))
 }
 
 fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {

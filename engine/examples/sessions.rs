@@ -21,7 +21,7 @@
 mod common;
 
 use clap::Parser;
-use common::{say, Lines, Strategy};
+use common::{say, Lines, Strategy, MS, US};
 use std::path::PathBuf;
 use std::time::Duration;
 use tandem::time::{Watermarks, Window, WindowAggregate, Windows};
@@ -52,8 +52,6 @@ struct Args {
 }
 
 const PARTITIONS: u64 = 2;
-const US: u64 = 1_000;
-const MS: u64 = 1_000_000;
 
 /// Click `i` of the whole input: `((user, page), event time)`. Users click
 /// in turn at random; times advance 20 µs a click, jittered up to 5 ms;
@@ -95,11 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.records == 0 {
         return Err("--records must be at least 1".into());
     }
-    tandem_fault_inject::quiet_injected_panics();
-    let work = common::workdir("sessions")?;
-    let result = run(&args, &work);
-    let _ = std::fs::remove_dir_all(&work);
-    result
+    common::in_workdir("sessions", |work| run(&args, work))
 }
 
 fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {

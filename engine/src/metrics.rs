@@ -497,6 +497,20 @@ impl JobReport {
             .sum()
     }
 
+    /// Recoveries of faults the job's fault injection made.
+    pub fn injected_recoveries(&self) -> usize {
+        self.recovery
+            .iter()
+            .filter(|r| r.reason == RecoveryCause::Injected)
+            .count()
+    }
+
+    /// Recoveries no injected fault and no failure explains (each names
+    /// its evidence).
+    pub fn unprovoked_recoveries(&self) -> usize {
+        self.recovery.iter().filter(|r| r.unprovoked).count()
+    }
+
     /// Throughput: the sources' records over the job's elapsed time
     /// (records per second; 0 for a job that took no measurable time).
     pub fn throughput(&self) -> f64 {

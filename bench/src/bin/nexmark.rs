@@ -473,12 +473,8 @@ fn run_in(
         tandem_bench::cli::kept(path.display().to_string());
         outln!("output: {} ({} lines)", path.display(), lines.len())?;
     }
-    let injected = report
-        .recovery
-        .iter()
-        .filter(|r| r.reason == tandem::RecoveryCause::Injected)
-        .count();
-    let unprovoked = report.recovery.iter().filter(|r| r.unprovoked).count();
+    let injected = report.injected_recoveries();
+    let unprovoked = report.unprovoked_recoveries();
     let mut status = ExitCode::SUCCESS;
     if let Some(i) = &injector {
         outln!(

@@ -37,6 +37,32 @@ macro_rules! say {
 }
 pub(crate) use say;
 
+/// Runs `run` in a fresh work directory for `name` (see [`workdir`]),
+/// with injected panics quiet, and removes the directory afterwards,
+/// whatever `run` returned.
+pub fn in_workdir(
+    name: &str,
+    run: impl FnOnce(&Path) -> Result<(), Box<dyn Error>>,
+) -> Result<(), Box<dyn Error>> {
+    tandem_fault_inject::quiet_injected_panics();
+    let work = workdir(name)?;
+    let result = run(&work);
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+/// Nanoseconds of event time in a millisecond, and in a microsecond.
+pub const MS: u64 = 1_000_000;
+pub const US: u64 = 1_000;
+
+/// A well-mixed hash of record `i` of the input drawn with `seed`.
+#[allow(dead_code)] // not every example draws its input with it
+pub fn mix(seed: u64, i: u64) -> u64 {
+    let mut h = (i ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 31;
+    h
+}
+
 /// A fresh working directory for the run's output and checkpoints.
 pub fn workdir(name: &str) -> std::io::Result<PathBuf> {
     let d = std::env::temp_dir().join(format!("tandem-{name}-{}", std::process::id()));
@@ -103,12 +129,8 @@ pub fn finish(
     output: Option<&Path>,
 ) -> Result<(), Box<dyn Error>> {
     if let Some(i) = injector {
-        let injected = report
-            .recovery
-            .iter()
-            .filter(|r| r.reason == tandem::RecoveryCause::Injected)
-            .count();
-        let unprovoked = report.recovery.iter().filter(|r| r.unprovoked).count();
+        let injected = report.injected_recoveries();
+        let unprovoked = report.unprovoked_recoveries();
         say!(
             "{} of {} faults fired, {} recoveries ({injected} of injected faults, {unprovoked} unprovoked)",
             i.fired(),
