@@ -1,7 +1,10 @@
 //! `paper` over NATS JetStream with real servers, started here: a group
-//! whose member is killed (`SIGKILL`) or stopped past its lease
-//! (`SIGSTOP`), and a three-server cluster that loses a server, each
-//! publishes exactly the output of a clean one-member run.
+//! whose member is killed (`SIGKILL`) or stopped past its lease and the
+//! output's duplicate window (`SIGSTOP`), whose server is killed and
+//! restarted, and a three-server cluster that loses its busiest server,
+//! each publishes exactly the output of a clean one-member run; a finished
+//! group leaves nothing in the object store; a member started for another
+//! job than its group's is refused before it reads a record.
 //!
 //! The servers are Debian's `nats-server` (`.ci/run` installs it). Without
 //! it these tests say so and pass, unless `TANDEM_REQUIRE_NATS` is set, as
@@ -43,6 +46,8 @@ fn free_port() -> u16 {
 struct Server {
     child: Child,
     port: u16,
+    /// Its monitoring port (cluster members only).
+    http: Option<u16>,
 }
 
 impl Drop for Server {
@@ -74,26 +79,49 @@ fn start_server(bin: &Path, dir: &Path) -> Server {
         .spawn()
         .unwrap();
     wait_listening(port);
-    Server { child, port }
+    Server {
+        child,
+        port,
+        http: None,
+    }
+}
+
+/// The client connections a server holds now (its `/varz`).
+fn connections(s: &Server) -> u64 {
+    use std::io::{Read, Write};
+    let Some(http) = s.http else { return 0 };
+    let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", http)) else {
+        return 0;
+    };
+    let _ = c.write_all(b"GET /varz HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut text = String::new();
+    let _ = c.read_to_string(&mut text);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["connections"].as_u64())
+        .unwrap_or(0)
 }
 
 /// Three servers in one cluster, JetStream on each.
 fn start_cluster(bin: &Path, dir: &Path) -> Vec<Server> {
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let ports: Vec<(u16, u16, u16)> = (0..3)
+        .map(|_| (free_port(), free_port(), free_port()))
+        .collect();
     let routes: Vec<String> = ports
         .iter()
-        .map(|(_, r)| format!("nats-route://127.0.0.1:{r}"))
+        .map(|(_, r, _)| format!("nats-route://127.0.0.1:{r}"))
         .collect();
     let servers: Vec<Server> = ports
         .iter()
         .enumerate()
-        .map(|(i, &(port, route))| {
+        .map(|(i, &(port, route, http))| {
             let conf = dir.join(format!("n{i}.conf"));
             let store = dir.join(format!("n{i}"));
             std::fs::write(
                 &conf,
                 format!(
-                    "server_name: n{i}\nlisten: 127.0.0.1:{port}\njetstream {{ store_dir: \"{}\" }}\ncluster {{ name: tandem\n listen: 127.0.0.1:{route}\n routes: [{}] }}\n",
+                    "server_name: n{i}\nlisten: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\njetstream {{ store_dir: \"{}\" }}\ncluster {{ name: tandem\n listen: 127.0.0.1:{route}\n routes: [{}] }}\n",
                     store.display(),
                     routes.join(", ")
                 ),
@@ -106,7 +134,11 @@ fn start_cluster(bin: &Path, dir: &Path) -> Vec<Server> {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            Server { child, port }
+            Server {
+                child,
+                port,
+                http: Some(http),
+            }
         })
         .collect();
     for s in &servers {
@@ -238,7 +270,14 @@ fn assert_same(clean: &[String], faulted: &[String], what: &str) {
 /// Starts three members of `group`; `fault` is applied to the first one
 /// seen running a partition, once it has had time to checkpoint; waits for
 /// all, the others having to succeed.
-fn group_run(server: &str, out: &str, group: &str, work: &Path, fault: impl FnOnce(u32)) {
+fn group_run(
+    server: &str,
+    out: &str,
+    group: &str,
+    work: &Path,
+    extra: &[&str],
+    fault: impl FnOnce(u32),
+) {
     let logs: Vec<PathBuf> = (0..3)
         .map(|i| work.join(format!("{group}-m{i}.err")))
         .collect();
@@ -246,6 +285,7 @@ fn group_run(server: &str, out: &str, group: &str, work: &Path, fault: impl FnOn
         .iter()
         .map(|log| {
             let mut c = member(server, out, group, work, 1);
+            c.args(extra);
             c.stderr(std::fs::File::create(log).unwrap());
             c.spawn().unwrap()
         })
@@ -303,33 +343,172 @@ fn clean_run(tag: &str) -> Option<(tempfile::TempDir, Server, String, Vec<String
     Some((dir, s, server, clean))
 }
 
+/// The live objects the group's parts left in the checkpoint store.
+fn objects_left(server: &str, group: &str) -> Vec<String> {
+    let client = tandem_nats::Client::connect(server, Duration::from_secs(10)).unwrap();
+    let store = tandem_nats::store::CheckpointStore::open(&client, "CK", 1).unwrap();
+    client
+        .block(store.names_under(&format!("{group}/")))
+        .unwrap()
+}
+
 #[test]
 fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
     let Some((dir, _s, server, clean)) = clean_run("kill") else {
         return;
     };
-    group_run(&server, "KILLED", "killed", dir.path(), |pid| {
+    group_run(&server, "KILLED", "killed", dir.path(), &[], |pid| {
         signal(pid, "-KILL")
     });
     assert_same(&clean, &dump(&server, "KILLED"), "a member killed");
+    // Finished: no checkpoint, staged epoch or takeover's orphan is left.
+    let left = objects_left(&server, "killed");
+    assert!(left.is_empty(), "left in the store: {left:?}");
 }
 
 #[test]
-fn a_member_stopped_past_its_lease_is_fenced_and_changes_nothing() {
+fn a_member_stopped_past_the_duplicate_window_publishes_nothing_twice() {
     let Some((dir, _s, server, clean)) = clean_run("stop") else {
         return;
     };
-    group_run(&server, "STOPPED", "stopped", dir.path(), |pid| {
-        signal(pid, "-STOP");
-        // Three lease times: its partitions are taken over meanwhile.
-        std::thread::sleep(Duration::from_secs(3));
-        signal(pid, "-CONT");
-    });
+    // The output stream forgets ids after 2 s; the member sleeps 5 s,
+    // five lease times: its partitions are taken over meanwhile, and
+    // whatever it had committed and not yet published is published by
+    // its successor before it wakes.
+    group_run(
+        &server,
+        "STOPPED",
+        "stopped",
+        dir.path(),
+        &["--dup-window-s", "2"],
+        |pid| {
+            signal(pid, "-STOP");
+            std::thread::sleep(Duration::from_secs(5));
+            signal(pid, "-CONT");
+        },
+    );
     assert_same(&clean, &dump(&server, "STOPPED"), "a member stopped");
 }
 
 #[test]
-fn a_group_survives_a_server_killed_in_a_three_server_cluster() {
+fn a_group_rides_out_its_server_killed_and_restarted() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempdir("restart");
+    let store = dir.path().join("js");
+    let s = start_server(&bin, &store);
+    let port = s.port;
+    let server = format!("127.0.0.1:{port}");
+    produce(&server, "IN", 4, 200_000, 1);
+    run_ok(
+        member(&server, "CLEAN", "clean", dir.path(), 1),
+        "the clean member",
+    );
+    let clean = dump(&server, "CLEAN");
+    let mut s = Some(s);
+    group_run(&server, "OUT", "restarted", dir.path(), &[], |_| {
+        // The server dies mid-run (SIGKILL: no goodbye) and comes back
+        // 2 s later on its port with its store.
+        drop(s.take());
+        std::thread::sleep(Duration::from_secs(2));
+        let child = Command::new(&bin)
+            .args(["-js", "-sd"])
+            .arg(&store)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_listening(port);
+        s = Some(Server {
+            child,
+            port,
+            http: None,
+        });
+    });
+    assert_same(&clean, &dump(&server, "OUT"), "the server restarted");
+    drop(s);
+}
+
+/// Runs `paper` with `args`; it must fail, saying `says`, before it reads
+/// a record.
+fn refused(args: &[String], says: &str) {
+    let out = Command::new(PAPER).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} was accepted:\n{err}");
+    assert!(err.contains(says), "{args:?}: {err}");
+    assert!(!err.contains(": runs p"), "{args:?} ran a part:\n{err}");
+}
+
+#[test]
+fn a_member_started_for_another_job_than_its_groups_is_refused() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempdir("identity");
+    let s = start_server(&bin, &dir.path().join("js"));
+    let server = format!("127.0.0.1:{}", s.port);
+    produce(&server, "IN", 2, 2_000, 1);
+    produce(&server, "IN2", 2, 2_000, 1);
+    let url = |name: &str| format!("nats://{server}/{name}");
+    let flags = |source: &str, sink: Option<&str>, store: Option<&str>| {
+        let mut v = vec![
+            "--source".to_string(),
+            url(source),
+            "--group".into(),
+            "g".into(),
+            "--lease-ms".into(),
+            "500".into(),
+        ];
+        match (sink, store) {
+            (Some(sink), Some(store)) => v.extend([
+                "--sink".into(),
+                url(sink),
+                "--checkpoint-store".into(),
+                url(store),
+            ]),
+            _ => v.push("--consume-only".into()),
+        }
+        v
+    };
+    let first = flags("IN", Some("OUT"), Some("CK"));
+    run_ok(
+        {
+            let mut c = Command::new(PAPER);
+            c.args(&first).stdout(Stdio::piped()).stderr(Stdio::piped());
+            c
+        },
+        "the group's first member",
+    );
+    let differs = "runs another job than this member was started for";
+    refused(&flags("IN", None, None), differs);
+    refused(&flags("IN2", Some("OUT"), Some("CK")), differs);
+    refused(&flags("IN", Some("OUT2"), Some("CK")), differs);
+    refused(&flags("IN", Some("OUT"), Some("CK2")), differs);
+    // The same job again: the name is spent.
+    refused(&first, "has finished");
+    let mut again = first.clone();
+    again.push("--resume-finished".into());
+    let out = Command::new(PAPER).args(&again).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An output stream is one group's: another group, or an input
+    // stream, is refused as a sink.
+    let mut other = flags("IN", Some("OUT"), Some("CK"));
+    other[3] = "h".into();
+    refused(&other, "is the output of Tandem group g");
+    let mut into_input = flags("IN", Some("IN2"), Some("CK"));
+    into_input[3] = "i".into();
+    refused(&into_input, "is a Tandem input stream");
+    // A flag a member does not read is refused, not ignored.
+    let mut with_fault = first.clone();
+    with_fault[3] = "j".into();
+    with_fault.extend(["--records".into(), "5".into()]);
+    refused(&with_fault, "--records is not read by a group member");
+}
+
+#[test]
+fn a_group_survives_its_busiest_server_killed_in_a_three_server_cluster() {
     let Some(bin) = nats_server() else { return };
     let dir = tempdir("cluster");
     let mut servers = start_cluster(&bin, dir.path());
@@ -338,13 +517,14 @@ fn a_group_survives_a_server_killed_in_a_three_server_cluster() {
         .map(|s| format!("127.0.0.1:{}", s.port))
         .collect();
     let server = all.join(",");
-    produce(&server, "IN", 4, 20_000, 3);
+    // Large enough that the members are busy when the server dies.
+    produce(&server, "IN", 4, 1_000_000, 3);
     run_ok(
         member(&server, "CLEAN", "clean", dir.path(), 3),
         "the clean member",
     );
     let clean = dump(&server, "CLEAN");
-    let logs: Vec<PathBuf> = (0..2)
+    let logs: Vec<PathBuf> = (0..3)
         .map(|i| dir.path().join(format!("c{i}.err")))
         .collect();
     let mut members: Vec<Child> = logs
@@ -370,9 +550,12 @@ fn a_group_survives_a_server_killed_in_a_three_server_cluster() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500));
-    // The first server (the one every client tried first) dies.
-    let dead = servers.remove(0);
+    std::thread::sleep(Duration::from_millis(1500));
+    // The server most clients talk to dies.
+    let busiest = (0..servers.len())
+        .max_by_key(|&i| connections(&servers[i]))
+        .unwrap();
+    let dead = servers.remove(busiest);
     drop(dead);
     for (i, m) in members.iter_mut().enumerate() {
         let status = m.wait().unwrap();
@@ -382,6 +565,13 @@ fn a_group_survives_a_server_killed_in_a_three_server_cluster() {
             std::fs::read_to_string(&logs[i]).unwrap_or_default()
         );
     }
-    let rest = all[1..].join(",");
-    assert_same(&clean, &dump(&rest, "FAILOVER"), "a server killed");
+    let rest: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    assert_same(
+        &clean,
+        &dump(&rest.join(","), "FAILOVER"),
+        "a server killed",
+    );
 }

@@ -24,6 +24,18 @@
 //! A process that dies stops renewing: after at most one lease time its
 //! keys expire and the others claim its parts at their next tick. The run
 //! ends when every part is done.
+//!
+//! **One job.** The first member records the group's identity (its input,
+//! output, checkpoint store, mode and job shape: [`GroupConfig::identity`])
+//! in `<group>-job`; a member started with any other is refused before it
+//! reads a record, both identities named. A group whose parts are all
+//! done is spent: joining it is an error unless
+//! [`GroupConfig::resume_finished`].
+//!
+//! **Outages.** Servers that do not answer (a cluster electing a leader,
+//! a server restarting) are waited out for [`GroupConfig::outage`]; a
+//! renewal whose reply was lost but which landed is recognised, not taken
+//! for a lost lease.
 
 use crate::{nats_err, Client, Error};
 use async_nats::jetstream::kv;
@@ -47,6 +59,15 @@ pub struct GroupConfig {
     pub lease: Duration,
     /// Copies of the group's buckets in a cluster.
     pub replicas: usize,
+    /// How long servers that do not answer are waited out before this
+    /// process gives up ([`crate::DEFAULT_OUTAGE`] by default).
+    pub outage: Duration,
+    /// What the group runs: every member must name the same (field by
+    /// field: input, output, store, mode, job shape …).
+    pub identity: BTreeMap<String, String>,
+    /// Join a spent group (every part done) without an error: the run
+    /// ends at once.
+    pub resume_finished: bool,
 }
 
 /// One part handed to the run callback.
@@ -102,9 +123,9 @@ enum Step {
     Fatal(Error),
 }
 
-/// How long the group's bookkeeping may fail (a server unreachable, a
-/// cluster electing a leader) before this process gives up.
-const CONTROL_OUTAGE: Duration = Duration::from_secs(30);
+/// How long a cancelled part's job may take to end before the group goes
+/// on without it (its thread is left to end on its own).
+const RELEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// Failed runs of one part tolerated, group-wide, before a process gives
 /// the whole run up (a part that fails every time would otherwise be
@@ -133,6 +154,18 @@ impl Group {
                 bucket("done", Duration::ZERO).await?,
             ))
         })?;
+        let (jobs, done_keys) = client.block(async {
+            let jobs = bucket("job", Duration::ZERO).await?;
+            let done = crate::live_keys(js, &format!("{}-done", config.name)).await?;
+            Ok::<_, Error>((jobs, done))
+        })?;
+        check_identity(client, &jobs, &config)?;
+        if done_keys.len() as u32 >= config.parts && !config.resume_finished {
+            return Err(Error::Invalid(format!(
+                "group {} has finished: all its {} parts are done (a group's name is spent once it finishes: give a new --group, or --resume-finished to end at once)",
+                config.name, config.parts
+            )));
+        }
         let leases_age = client.block(async {
             let l = leases.clone();
             l.status().await.map(|s| s.max_age())
@@ -152,6 +185,12 @@ impl Group {
             members,
             done,
         })
+    }
+
+    /// Whether every part of the group is done (it is spent).
+    pub fn finished(&self) -> Result<bool, Error> {
+        let done = self.client.block(self.keys("done"))?;
+        Ok(done.len() as u32 >= self.config.parts)
     }
 
     /// The group's configuration.
@@ -242,6 +281,13 @@ impl Group {
                             continue;
                         }
                         if let Ok(revision) = self.leases.create(&name, me.clone()).await {
+                            // Done since the list was read (its finisher
+                            // marks it done, then frees its lease): not
+                            // run again.
+                            if matches!(self.done.get(&name).await, Ok(Some(_))) {
+                                let _ = self.leases.delete(&name).await;
+                                continue;
+                            }
                             let cancelled = Arc::new(AtomicBool::new(false));
                             let part = Part {
                                 partition: p,
@@ -278,12 +324,18 @@ impl Group {
                 // The server may be electing a leader (a cluster lost a
                 // node): try again each tick, for a while.
                 Err(e) => match failing_since {
-                    Some(t) if t.elapsed() > CONTROL_OUTAGE => break Err(e),
+                    Some(t) if t.elapsed() > self.config.outage => {
+                        break Err(Error::Invalid(format!(
+                            "the group's servers did not answer for {:.1} s (the outage bound is {:?}): {e}",
+                            t.elapsed().as_secs_f64(),
+                            self.config.outage
+                        )))
+                    }
                     Some(_) => {}
                     None => {
                         eprintln!(
-                            "tandem-group: {}: {e}; retrying for up to {CONTROL_OUTAGE:?}",
-                            self.config.member
+                            "tandem-group: {}: {e}; retrying for up to {:?}",
+                            self.config.member, self.config.outage
                         );
                         failing_since = Some(Instant::now());
                     }
@@ -331,7 +383,18 @@ impl Group {
         for (p, r) in renewals {
             match r {
                 Ok(r) => held.get_mut(&p).expect("held").revision = r,
-                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => lost.push(p),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    // A renewal whose reply was lost may have landed: the
+                    // lease is then still this member's, at a later
+                    // revision.
+                    match self.leases.entry(Self::part_name(p)).await {
+                        Ok(Some(e)) if e.operation == kv::Operation::Put && e.value == me => {
+                            held.get_mut(&p).expect("held").revision = e.revision
+                        }
+                        Ok(_) => lost.push(p),
+                        Err(_) => {}
+                    }
+                }
                 // The server is unreachable: keep the part; if the lease
                 // expires meanwhile, the next renewal finds out.
                 Err(_) => {}
@@ -385,7 +448,7 @@ impl Group {
                         .put(&name, Bytes::from(self.config.member.clone()))
                         .await
                     {
-                        if t.elapsed() > CONTROL_OUTAGE {
+                        if t.elapsed() > self.config.outage {
                             return Err(nats_err(format!("marking {name} done"))(e));
                         }
                         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -414,13 +477,84 @@ impl Group {
     async fn release(&self, p: u32, mut h: Held, why: &str, report: &mut GroupReport) {
         h.cancelled.store(true, Ordering::Release);
         if let Some(t) = h.thread.take() {
-            // The part's thread ends promptly once cancelled.
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+            // The part's thread ends promptly once cancelled; one that
+            // does not (a call that hangs) is left behind, said so.
+            let joined =
+                tokio::time::timeout(RELEASE_WAIT, tokio::task::spawn_blocking(move || t.join()))
+                    .await;
+            if joined.is_err() {
+                eprintln!(
+                    "tandem-group: {}: p{p}'s job did not end within {RELEASE_WAIT:?} of being cancelled; going on without it",
+                    self.config.member
+                );
+            }
         }
         let name = Self::part_name(p);
         let _ = self.leases.delete(&name).await;
         report.given_up.push((name, why.to_string()));
     }
+}
+
+/// Records the group's identity (the first member), or checks this
+/// member's against it.
+fn check_identity(client: &Client, jobs: &kv::Store, config: &GroupConfig) -> Result<(), Error> {
+    let mine = serde_json::to_vec(&config.identity).expect("serializes");
+    let recorded = client.block(async {
+        let t = Instant::now();
+        loop {
+            if jobs
+                .create("identity", Bytes::from(mine.clone()))
+                .await
+                .is_ok()
+            {
+                return Ok(None);
+            }
+            match jobs.get("identity").await {
+                Ok(Some(v)) => return Ok(Some(v)),
+                // Created meanwhile, or not answering yet: again.
+                Ok(None) | Err(_) if t.elapsed() < config.outage => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Ok(None) => {
+                    return Err(Error::Invalid(format!(
+                        "group {}: its identity could not be recorded",
+                        config.name
+                    )))
+                }
+                Err(e) => return Err(nats_err(format!("group {}'s identity", config.name))(e)),
+            }
+        }
+    })?;
+    let Some(theirs) = recorded else {
+        return Ok(());
+    };
+    let theirs: BTreeMap<String, String> = serde_json::from_slice(&theirs).map_err(|e| {
+        Error::Invalid(format!(
+            "{}-job/identity is not a group identity: {e}",
+            config.name
+        ))
+    })?;
+    if theirs == config.identity {
+        return Ok(());
+    }
+    let keys: std::collections::BTreeSet<&String> =
+        theirs.keys().chain(config.identity.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter(|k| theirs.get(*k) != config.identity.get(*k))
+        .map(|k| {
+            format!(
+                "{k}: the group's {}, this member's {}",
+                theirs.get(k).map_or("(none)", String::as_str),
+                config.identity.get(k).map_or("(none)", String::as_str)
+            )
+        })
+        .collect();
+    Err(Error::Invalid(format!(
+        "group {} runs another job than this member was started for ({}): every member of a group must run the same job; give the same flags, or another --group",
+        config.name,
+        differ.join("; ")
+    )))
 }
 
 /// Waits for `handle`'s job, cancelling it when `cancelled` is set.

@@ -160,8 +160,11 @@ pub(crate) async fn live_keys(
         .await
         .map_err(nats_err(format!("keys of {bucket}")))?;
     let mut keys = Vec::new();
-    let all: Vec<_> = subjects.collect().await;
-    for r in all {
+    // Item by item, ending at the first error: the client's stream must
+    // not be polled again once it failed (it panics: "`async fn` resumed
+    // after completion").
+    let mut subjects = std::pin::pin!(subjects);
+    while let Some(r) = subjects.next().await {
         let (subject, _) = r.map_err(nats_err(format!("keys of {bucket}")))?;
         if let Some(k) = subject.strip_prefix(&prefix) {
             keys.push(k.to_string());
@@ -169,6 +172,82 @@ pub(crate) async fn live_keys(
     }
     Ok(keys)
 }
+
+/// Whether `e` is an outage (a timeout, a server or cluster that does not
+/// answer yet, a connection being re-made) rather than an answer: what a
+/// caller waits out instead of failing. The client's error kinds are
+/// erased once boxed, so its messages are read, through the whole chain.
+pub fn is_outage(e: &Error) -> bool {
+    const OUTAGE: [&str; 11] = [
+        "timed out",
+        "timeout",
+        "no responders",
+        "jetstream not available",
+        "jetstream not enabled",
+        "unavailable",
+        "not connected",
+        "disconnect",
+        "connection",
+        "broken pipe",
+        "no suitable peers",
+    ];
+    let Error::Nats { source, .. } = e else {
+        return false;
+    };
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(err) = cur {
+        let text = err.to_string().to_ascii_lowercase();
+        if OUTAGE.iter().any(|w| text.contains(w)) {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Runs `op` until it succeeds, fails with something other than an
+/// outage ([`is_outage`]), `give_up` says so (a lease lost, a job
+/// cancelled), or outages have lasted `patience`: backing off from 50 ms
+/// to 1 s between tries. The first outage is reported on standard error
+/// (once), naming `what`.
+pub async fn through_outages<T, F, Fut>(
+    what: &str,
+    patience: Duration,
+    give_up: &(dyn Fn() -> bool + Sync),
+    mut op: F,
+) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let started = std::time::Instant::now();
+    let mut delay = Duration::from_millis(50);
+    let mut told = false;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if !is_outage(&e) => return Err(e),
+            Err(e) if give_up() || started.elapsed() >= patience => {
+                return Err(Error::Invalid(format!(
+                    "{what}: the servers did not answer for {:.1} s (the outage bound is {patience:?}): {e}",
+                    started.elapsed().as_secs_f64()
+                )))
+            }
+            Err(e) => {
+                if !told {
+                    eprintln!("tandem-nats: {what}: {e}; retrying for up to {patience:?}");
+                    told = true;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// How long a group's members wait out servers that do not answer (a
+/// cluster electing a leader, a server restarting) before they fail.
+pub const DEFAULT_OUTAGE: Duration = Duration::from_secs(180);
 
 /// `servers` (`[USER[:PASS]@]HOST:PORT`, comma-separated) without their
 /// credentials: what any message may show of them.

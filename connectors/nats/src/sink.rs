@@ -15,27 +15,34 @@
 //!    `Nats-Msg-Id: <job>:<part>:<epoch>:<index>`, then the staged object
 //!    is deleted.
 //!
-//! The id depends only on the epoch and the message's place in it, so a
-//! process that takes a part over and republishes a staged epoch (its
-//! predecessor died between steps 2 and 3, or in the middle of 3) sends
-//! the same ids, and the server drops what it already has — within the
-//! stream's duplicate window. For a takeover later than that window,
-//! [`settle`] reads the id of the partition's last stored message and
-//! skips what sorts at or before it (epochs are published in order, and
-//! the messages of one epoch in order on one connection).
+//! The id depends only on the epoch and the message's place in it, and
+//! ids sort in the order they are published (epochs in order, each
+//! epoch's messages in order). Output partition `<stream>.<partition>` is
+//! written by one part only, one message at a time, each publish
+//! **expecting the partition's last stored message** to be the one the
+//! publisher last saw (`Nats-Expected-Last-Subject-Sequence`). So a
+//! publisher that was not the last to write — a fenced owner waking from
+//! a stop, or a new owner republishing what its predecessor staged — has
+//! its publish refused by the server, reads the partition's last message
+//! again, and skips every message whose id sorts at or before it. No
+//! message is stored twice, however long after the duplicate window a
+//! late publish comes (`Nats-Msg-Id` is set too, so the window drops a
+//! retry at once). A partition whose last message is not this part's
+//! (another group's, or a record of an input stream) is refused: a stream
+//! takes the output of one group.
 //!
 //! An epoch whose checkpoint never committed is deleted by the next owner
 //! and its output produced again by the replay, under the next
 //! checkpoint's name.
 
 use crate::store::{CheckpointStore, ObjectStoreReplicator, Pointer};
-use crate::stream::{subject, Producer};
-use crate::{nats_err, Client, Error};
+use crate::stream::subject;
+use crate::{is_outage, nats_err, through_outages, Client, Error};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tandem::{Committer, Record, Sink, FINAL_EPOCH};
 use tokio::sync::mpsc;
 
@@ -89,10 +96,17 @@ pub struct SinkTarget {
     /// many bytes (header `Tandem-Records`: how many); 0: one record a
     /// message.
     pub batch_bytes: usize,
+    /// How long staging and publishing wait out servers that do not
+    /// answer before the job fails.
+    pub patience: Duration,
 }
 
 /// The number of records a packed output message holds (absent: one).
-pub const RECORDS: &str = "Tandem-Records";
+pub const RECORDS: &str = crate::stream::RECORDS;
+
+/// The header that makes a publish conditional on the partition's last
+/// stored message.
+const EXPECT_LAST: &str = "Nats-Expected-Last-Subject-Sequence";
 
 impl SinkTarget {
     fn stage_prefix(&self) -> String {
@@ -131,6 +145,7 @@ pub struct JetStreamSink<T> {
     scratch: Vec<u8>,
     last_barrier: u64,
     shared: Arc<Shared>,
+    patience: Duration,
 }
 
 impl<T> JetStreamSink<T> {
@@ -145,6 +160,7 @@ impl<T> JetStreamSink<T> {
             changed: Condvar::new(),
         });
         let s = Arc::clone(&shared);
+        let patience = target.patience;
         target.client.clone().spawn(run(target, rx, s));
         JetStreamSink {
             encode,
@@ -152,6 +168,7 @@ impl<T> JetStreamSink<T> {
             scratch: Vec::new(),
             last_barrier: restored.unwrap_or(0),
             shared,
+            patience,
         }
     }
 }
@@ -184,12 +201,14 @@ impl<T: 'static> Sink<T> for JetStreamSink<T> {
     fn committer(&self) -> Option<Box<dyn Committer>> {
         Some(Box::new(JetStreamCommitter {
             shared: Arc::clone(&self.shared),
+            patience: self.patience,
         }))
     }
 }
 
 struct JetStreamCommitter {
     shared: Arc<Shared>,
+    patience: Duration,
 }
 
 impl JetStreamCommitter {
@@ -224,9 +243,18 @@ impl Committer for JetStreamCommitter {
     fn settle(&mut self) -> std::io::Result<()> {
         let (tx, rx) = std::sync::mpsc::channel();
         self.send(Cmd::Settle(tx))?;
-        rx.recv()
-            .map_err(|_| std::io::Error::other("the NATS client thread is gone"))?
-            .map_err(std::io::Error::other)
+        // Bounded: what is queued before it waits out outages for at most
+        // the sink's patience each.
+        let bound = self.patience * 2 + Duration::from_secs(10);
+        match rx.recv_timeout(bound) {
+            Ok(r) => r.map_err(std::io::Error::other),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(std::io::Error::other(format!(
+                "the output was not settled within {bound:?}"
+            ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(std::io::Error::other("the NATS client thread is gone"))
+            }
+        }
     }
 }
 
@@ -234,16 +262,21 @@ impl Committer for JetStreamCommitter {
 /// settles in the order the sink and its committer asked.
 async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: Arc<Shared>) {
     let mut staged: BTreeMap<String, Bytes> = BTreeMap::new();
-    let mut producer = Producer::new(&target.client, &target.stream);
+    let mut tail: Option<Tail> = None;
     let mut failed: Option<String> = None;
+    let never = || false;
     while let Some(cmd) = rx.recv().await {
         let r: Result<(), Error> = async {
             match cmd {
                 Cmd::Stage { epoch, lines } => {
                     // Stored even when empty: a successor finds every
-                    // epoch the pointer names.
+                    // epoch the pointer names. A put that failed is made
+                    // again whole (the object is replaced).
                     let name = format!("{}{epoch}", target.stage_prefix());
-                    target.store.put(&name, &lines).await?;
+                    through_outages(&format!("staging {name}"), target.patience, &never, || {
+                        target.store.put(&name, &lines)
+                    })
+                    .await?;
                     target.pointer.staged(&epoch);
                     staged.insert(epoch.clone(), lines);
                     shared.progress.lock().unwrap().staged.insert(epoch);
@@ -257,7 +290,7 @@ async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: A
                         .collect();
                     for e in due {
                         let lines = staged.remove(&e).expect("listed above");
-                        publish_epoch(&target, &mut producer, &e, &lines, None).await?;
+                        publish_epoch(&target, &mut tail, &e, &lines).await?;
                     }
                 }
                 Cmd::PublishFinal => {
@@ -271,15 +304,17 @@ async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: A
                         .map_err(|e| Error::Invalid(e.to_string()))?;
                     for e in due {
                         let lines = staged.remove(&e).expect("listed above");
-                        publish_epoch(&target, &mut producer, &e, &lines, None).await?;
+                        publish_epoch(&target, &mut tail, &e, &lines).await?;
                     }
+                    // Finished: nothing of the part in the store is needed
+                    // again (a successor finds the pointer finished and
+                    // every epoch it lists published).
+                    target.pointer.clear_store().await;
                 }
                 Cmd::Settle(done) => {
-                    let r = producer.flush().await;
-                    let _ = done.send(match (&failed, r) {
-                        (Some(f), _) => Err(f.clone()),
-                        (None, Err(e)) => Err(e.to_string()),
-                        (None, Ok(())) => Ok(()),
+                    let _ = done.send(match &failed {
+                        Some(f) => Err(f.clone()),
+                        None => Ok(()),
                     });
                 }
             }
@@ -295,17 +330,176 @@ async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: A
     }
 }
 
-/// Publishes one staged epoch in order, skipping messages up to `skip`
-/// (the id of the last message the stream holds, when it is older than the
-/// duplicate window), then deletes the staged object.
-async fn publish_epoch(
+/// The last message stored in a part's output partition, as its
+/// publisher last saw it.
+#[derive(Debug)]
+struct Tail {
+    /// Its stream sequence (0: the partition is empty).
+    seq: u64,
+    /// Its epoch and first record's index (`None`: the partition is
+    /// empty).
+    id: Option<(String, usize)>,
+}
+
+/// Reads the partition's last message: the only messages it may hold are
+/// this part's (see the [module docs](self)).
+async fn read_tail(target: &SinkTarget) -> Result<Tail, Error> {
+    let subject = subject(&target.stream, target.partition);
+    let stream = target
+        .client
+        .js()
+        .get_stream_no_info(&target.stream)
+        .await
+        .map_err(nats_err(format!("stream {}", target.stream)))?;
+    let m = match stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) => m,
+        Err(e)
+            if e.kind()
+                == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+        {
+            return Ok(Tail { seq: 0, id: None })
+        }
+        Err(e) => return Err(nats_err(format!("last message of {subject}"))(e)),
+    };
+    let prefix = format!("{}:{}:", target.job, target.part);
+    let id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string());
+    let parsed = id.as_deref().and_then(|id| {
+        let (e, i) = id.strip_prefix(&prefix)?.rsplit_once(':')?;
+        parse_epoch(e)?;
+        Some((e.to_string(), i.parse().ok()?))
+    });
+    match parsed {
+        Some(id) => Ok(Tail {
+            seq: m.sequence,
+            id: Some(id),
+        }),
+        None => Err(Error::Invalid(format!(
+            "{subject}: its last message (sequence {}, id {}) is not the output of group {} part {}: an output stream takes one group's output",
+            m.sequence,
+            id.as_deref().unwrap_or("none"),
+            target.job,
+            target.part
+        ))),
+    }
+}
+
+/// Publishes one message of epoch `epoch` (its records from index
+/// `first`) unless the partition already holds it: conditional on the
+/// partition's last message being `tail`'s, re-read whenever someone else
+/// wrote since. Outages are waited out for the target's patience.
+async fn publish_one(
     target: &SinkTarget,
-    producer: &mut Producer,
+    tail: &mut Option<Tail>,
     epoch: &str,
-    lines: &[u8],
-    skip: Option<(&str, usize)>,
+    first: usize,
+    count: usize,
+    payload: Bytes,
 ) -> Result<(), Error> {
     let subject = subject(&target.stream, target.partition);
+    let mut outage: Option<std::time::Instant> = None;
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let t = match tail {
+            Some(t) => t,
+            None => match read_tail(target).await {
+                Ok(t) => tail.insert(t),
+                Err(e) if is_outage(&e) => {
+                    wait_out(&mut outage, &mut delay, target.patience, &subject, e).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        if t.id
+            .as_ref()
+            .is_some_and(|(e, i)| (e.as_str(), *i) >= (epoch, first))
+        {
+            // Stored already (by a predecessor, or by this publisher
+            // before a reply was lost).
+            return Ok(());
+        }
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Msg-Id", target.msg_id(epoch, first).as_str());
+        h.insert(EXPECT_LAST, t.seq.to_string().as_str());
+        if count > 1 {
+            h.insert(RECORDS, count.to_string().as_str());
+        }
+        let sent = target
+            .client
+            .js()
+            .publish_with_headers(subject.clone(), h, payload.clone())
+            .await;
+        let acked = match sent {
+            Ok(ack) => ack.await,
+            Err(e) => {
+                *tail = None;
+                let e = nats_err(format!("publishing to {subject}"))(e);
+                wait_out(&mut outage, &mut delay, target.patience, &subject, e).await?;
+                continue;
+            }
+        };
+        match acked {
+            Ok(ack) if !ack.duplicate => {
+                *tail = Some(Tail {
+                    seq: ack.sequence,
+                    id: Some((epoch.to_string(), first)),
+                });
+                return Ok(());
+            }
+            // Someone else wrote since (or the window knew the id): read
+            // again what the partition holds.
+            Ok(_) => *tail = None,
+            Err(e)
+                if e.kind()
+                    == async_nats::jetstream::context::PublishErrorKind::WrongLastSequence =>
+            {
+                *tail = None
+            }
+            Err(e) => {
+                *tail = None;
+                let e = nats_err(format!("publishing to {subject}"))(e);
+                if !is_outage(&e) {
+                    return Err(e);
+                }
+                wait_out(&mut outage, &mut delay, target.patience, &subject, e).await?;
+            }
+        }
+    }
+}
+
+/// One more wait through an outage that began at `since`: an error once
+/// it has lasted `patience`.
+async fn wait_out(
+    since: &mut Option<std::time::Instant>,
+    delay: &mut Duration,
+    patience: Duration,
+    what: &str,
+    e: Error,
+) -> Result<(), Error> {
+    let t = *since.get_or_insert_with(|| {
+        eprintln!("tandem-nats: {what}: {e}; retrying for up to {patience:?}");
+        std::time::Instant::now()
+    });
+    if t.elapsed() >= patience {
+        return Err(Error::Invalid(format!(
+            "{what}: the servers did not answer for {:.1} s (the outage bound is {patience:?}): {e}",
+            t.elapsed().as_secs_f64()
+        )));
+    }
+    tokio::time::sleep(*delay).await;
+    *delay = (*delay * 2).min(Duration::from_secs(1));
+    Ok(())
+}
+
+/// Publishes one staged epoch in order, each message only if the
+/// partition does not hold it yet (see [`publish_one`]), then deletes the
+/// staged object.
+async fn publish_epoch(
+    target: &SinkTarget,
+    tail: &mut Option<Tail>,
+    epoch: &str,
+    lines: &[u8],
+) -> Result<(), Error> {
     let truncated = || {
         Error::Invalid(format!(
             "staged epoch {epoch} of {} is truncated",
@@ -320,23 +514,11 @@ async fn publish_epoch(
     // publish of it.
     let mut batch: Vec<u8> = Vec::new();
     let (mut first, mut count) = (0usize, 0usize);
-    let send = |batch: &mut Vec<u8>, first: usize, count: usize| {
-        let skipped = count == 0 || skip.is_some_and(|(e, j)| (epoch, first) <= (e, j));
-        let payload = Bytes::from(std::mem::take(batch));
-        (!skipped).then(|| {
-            let mut h = HeaderMap::new();
-            h.insert("Nats-Msg-Id", target.msg_id(epoch, first).as_str());
-            if count > 1 {
-                h.insert(RECORDS, count.to_string().as_str());
-            }
-            (h, payload)
-        })
-    };
     while !rest.is_empty() {
-        let (len, tail) = rest.split_at_checked(4).ok_or_else(truncated)?;
+        let (len, tail_bytes) = rest.split_at_checked(4).ok_or_else(truncated)?;
         let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
-        let (payload, tail) = tail.split_at_checked(len).ok_or_else(truncated)?;
-        rest = tail;
+        let (payload, tail_bytes) = tail_bytes.split_at_checked(len).ok_or_else(truncated)?;
+        rest = tail_bytes;
         if target.batch_bytes > 0 && payload.contains(&b'\n') {
             return Err(Error::Invalid(format!(
                 "{}: a record holds a newline, so it cannot be packed with others (a batch is newline-separated)",
@@ -344,9 +526,8 @@ async fn publish_epoch(
             )));
         }
         if count > 0 && batch.len() + 1 + payload.len() > target.batch_bytes {
-            if let Some((h, payload)) = send(&mut batch, first, count) {
-                producer.send(subject.clone(), h, payload).await?;
-            }
+            let p = Bytes::from(std::mem::take(&mut batch));
+            publish_one(target, tail, epoch, first, count, p).await?;
             count = 0;
         }
         if count == 0 {
@@ -358,15 +539,17 @@ async fn publish_epoch(
         count += 1;
         i += 1;
     }
-    if let Some((h, payload)) = send(&mut batch, first, count) {
-        producer.send(subject.clone(), h, payload).await?;
+    if count > 0 {
+        publish_one(target, tail, epoch, first, count, Bytes::from(batch)).await?;
     }
-    producer.flush().await?;
     target.pointer.published(epoch);
-    target
-        .store
-        .delete(&format!("{}{epoch}", target.stage_prefix()))
-        .await
+    // Best effort: a staged object left behind is garbage, removed when
+    // the part finishes.
+    let name = format!("{}{epoch}", target.stage_prefix());
+    if let Err(e) = target.store.delete(&name).await {
+        eprintln!("tandem-nats: {name} stays in the store for now: {e}");
+    }
+    Ok(())
 }
 
 /// Before a part's job starts on a process that took it over (or restarts
@@ -380,66 +563,32 @@ async fn publish_epoch(
 /// replaces them.
 pub fn settle(target: &SinkTarget, pointer: &Pointer) -> Result<bool, Error> {
     let due: &[String] = pointer.finished.as_deref().unwrap_or(&pointer.pending);
+    let never = || false;
     target.client.block(async {
-        let skip = high_water_mark(target).await?;
-        let skip_ref = skip.as_ref().map(|(e, i)| (e.as_str(), *i));
-        let mut producer = Producer::new(&target.client, &target.stream);
+        let mut tail = None;
         let prefix = target.stage_prefix();
         for name in due {
             // A staged epoch is deleted only once every message of it is
             // acknowledged: gone means published (its owner published it
             // after the pointer that lists it was written).
-            let Some(lines) = target.store.get_if_any(&format!("{prefix}{name}")).await? else {
+            let object = format!("{prefix}{name}");
+            let staged = through_outages(
+                &format!("reading {object}"),
+                target.patience,
+                &never,
+                || target.store.get_if_any(&object),
+            )
+            .await?;
+            let Some(lines) = staged else {
                 continue;
             };
-            publish_epoch(target, &mut producer, name, &lines, skip_ref).await?;
+            publish_epoch(target, &mut tail, name, &lines).await?;
+        }
+        if pointer.finished.is_some() {
+            target.pointer.clear_store().await;
         }
         Ok(pointer.finished.is_some())
     })
-}
-
-/// The epoch and index of the partition's last stored message, if it was
-/// stored longer ago than 90 % of the stream's duplicate window: the server
-/// no longer remembers its id, so what sorts before it must be skipped by
-/// the publisher. `None` when the window still covers it (or there is
-/// nothing): the server drops repeats itself, which is exact even if a
-/// retried message was stored out of order.
-async fn high_water_mark(target: &SinkTarget) -> Result<Option<(String, usize)>, Error> {
-    let stream = target
-        .client
-        .js()
-        .get_stream(&target.stream)
-        .await
-        .map_err(nats_err(format!("stream {}", target.stream)))?;
-    let window = stream.cached_info().config.duplicate_window;
-    let subject = subject(&target.stream, target.partition);
-    let m = match stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(m) => m,
-        Err(e)
-            if e.kind()
-                == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
-        {
-            return Ok(None)
-        }
-        Err(e) => return Err(nats_err(format!("last message of {subject}"))(e)),
-    };
-    let stored =
-        SystemTime::UNIX_EPOCH + Duration::from_nanos(m.time.unix_timestamp_nanos().max(0) as u64);
-    let age = SystemTime::now()
-        .duration_since(stored)
-        .unwrap_or(Duration::ZERO);
-    if age < window.mul_f64(0.9) {
-        return Ok(None);
-    }
-    let Some(id) = m.headers.get("Nats-Msg-Id") else {
-        return Ok(None);
-    };
-    let prefix = format!("{}:{}:", target.job, target.part);
-    let parsed = id.as_str().strip_prefix(&prefix).and_then(|r| {
-        let (e, i) = r.rsplit_once(':')?;
-        Some((e.to_string(), i.parse().ok()?))
-    });
-    Ok(parsed)
 }
 
 #[cfg(test)]

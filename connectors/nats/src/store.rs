@@ -21,7 +21,7 @@
 //! sink publishes an epoch's output only after its checkpoint's pointer
 //! update succeeded: a zombie process can commit neither.
 
-use crate::{nats_err, Client, Error};
+use crate::{nats_err, through_outages, Client, Error};
 use async_nats::jetstream::{kv, object_store};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -124,17 +124,33 @@ impl CheckpointStore {
     }
 
     /// Takes part `part` of job `job` for `owner`: reads its pointer and
-    /// rewrites it naming `owner`, by compare-and-set, so that the previous
-    /// owner's next update fails. Retries while another process races it.
-    pub fn claim(&self, job: &str, part: &str, owner: &str) -> Result<Claim, Error> {
+    /// rewrites it naming this claim (`owner` and a token of its own), by
+    /// compare-and-set, so that the previous owner's next update fails.
+    /// Retries while another process races it, and waits out servers that
+    /// do not answer (a leader election) for up to `patience`, or until
+    /// `give_up` (the lease lost): a rewrite whose reply was lost is found
+    /// to be this claim's when the pointer is read again.
+    pub fn claim(
+        &self,
+        job: &str,
+        part: &str,
+        owner: &str,
+        patience: Duration,
+        give_up: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Claim, Error> {
         let key = pointer_key(job, part);
+        let token = format!("{owner}#{:x}", claim_nonce());
         self.client.block(async {
-            for _ in 0..100 {
-                let entry = self
-                    .pointers
-                    .entry(key.clone())
-                    .await
-                    .map_err(nats_err(format!("reading {key}")))?;
+            let mut races = 0;
+            let mut outage: Option<std::time::Instant> = None;
+            loop {
+                let entry = through_outages(&format!("reading {key}"), patience, give_up, || async {
+                    self.pointers
+                        .entry(key.clone())
+                        .await
+                        .map_err(nats_err(format!("reading {key}")))
+                })
+                .await?;
                 let live = entry.as_ref().filter(|e| e.operation == kv::Operation::Put);
                 let mut pointer: Pointer = match live {
                     Some(e) => serde_json::from_slice(&e.value).map_err(|e| {
@@ -142,34 +158,76 @@ impl CheckpointStore {
                     })?,
                     None => Pointer::default(),
                 };
-                pointer.owner = owner.to_string();
-                let value = Bytes::from(serde_json::to_vec(&pointer).expect("serializes"));
-                let r = match &entry {
-                    Some(e) => self.pointers.update(&key, value, e.revision).await.ok(),
-                    None => self.pointers.create(&key, value).await.ok(),
-                };
-                if let Some(revision) = r {
+                if pointer.owner == token {
+                    // This claim's rewrite landed; its reply was lost.
+                    let revision = live.expect("a pointer read").revision;
                     return Ok(Claim { pointer, revision });
                 }
+                pointer.owner = token.clone();
+                let value = Bytes::from(serde_json::to_vec(&pointer).expect("serializes"));
+                let r = match &entry {
+                    Some(e) => self
+                        .pointers
+                        .update(&key, value, e.revision)
+                        .await
+                        .map_err(|e| (e.kind() == kv::UpdateErrorKind::WrongLastRevision, e.to_string())),
+                    None => self
+                        .pointers
+                        .create(&key, value)
+                        .await
+                        .map_err(|e| (e.kind() == kv::CreateErrorKind::AlreadyExists, e.to_string())),
+                };
+                match r {
+                    Ok(revision) => return Ok(Claim { pointer, revision }),
+                    Err((true, _)) => {
+                        races += 1;
+                        if races >= 100 {
+                            return Err(Error::Invalid(format!(
+                                "{key}: could not claim it (100 compare-and-set races lost)"
+                            )));
+                        }
+                    }
+                    // Perhaps written after all: read again (for a while).
+                    Err((false, e)) => {
+                        let t = *outage.get_or_insert_with(std::time::Instant::now);
+                        if give_up() || t.elapsed() >= patience {
+                            return Err(Error::Invalid(format!(
+                                "{key}: could not claim it: the servers did not answer for {:.1} s: {e}",
+                                t.elapsed().as_secs_f64()
+                            )));
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
             }
-            Err(Error::Invalid(format!(
-                "{key}: could not claim it (100 compare-and-set races lost)"
-            )))
         })
     }
 
     /// Downloads checkpoint `id` of `part` into `dir` as the engine's
     /// checkpoint store lays it out (`manifest-<id>.json`, `chk-<id>/…`),
     /// so that `dir` can be both restored from and checkpointed into.
+    ///
+    /// Outages are waited out for up to `patience` (the download begins
+    /// again).
     pub fn download(
         &self,
         job: &str,
         part: &str,
         id: u64,
         dir: &Path,
+        patience: Duration,
+        give_up: &(dyn Fn() -> bool + Sync),
     ) -> Result<Vec<String>, Error> {
         let prefix = chk_prefix(job, part, id);
-        self.client.block(async {
+        let what = format!("downloading {}/{prefix}", self.bucket);
+        self.client
+            .block(through_outages(&what, patience, give_up, || {
+                self.download_once(&prefix, id, dir)
+            }))
+    }
+
+    async fn download_once(&self, prefix: &str, id: u64, dir: &Path) -> Result<Vec<String>, Error> {
+        {
             let mut names = vec![format!("{prefix}manifest.json")];
             let manifest = self.get(&format!("{prefix}manifest.json")).await?;
             let m: Manifest = serde_json::from_slice(&manifest)
@@ -188,7 +246,64 @@ impl CheckpointStore {
             }
             write_file(&dir.join(format!("manifest-{id}.json")), &manifest)?;
             Ok(names)
-        })
+        }
+    }
+
+    /// The names of every object whose name starts with `prefix`: read
+    /// from the subjects of the bucket's stream (one request; the client's
+    /// own listing waits for ever on some servers), each checked to be
+    /// live (a deleted object's marker stays until it is replaced).
+    pub async fn names_under(&self, prefix: &str) -> Result<Vec<String>, Error> {
+        use base64::Engine;
+        use futures_util::StreamExt;
+        let what = || format!("listing {}", self.bucket);
+        let stream = self
+            .client
+            .js()
+            .get_stream_no_info(format!("OBJ_{}", self.bucket))
+            .await
+            .map_err(nats_err(what()))?;
+        let meta = format!("$O.{}.M.", self.bucket);
+        let subjects = stream
+            .info_with_subjects(format!("{meta}>"))
+            .await
+            .map_err(nats_err(what()))?;
+        let mut subjects = std::pin::pin!(subjects);
+        let mut candidates = Vec::new();
+        while let Some(r) = subjects.next().await {
+            let (subject, _) = r.map_err(nats_err(what()))?;
+            let Some(encoded) = subject.strip_prefix(&meta) else {
+                continue;
+            };
+            let Ok(name) = base64::engine::general_purpose::URL_SAFE.decode(encoded) else {
+                continue;
+            };
+            let name = String::from_utf8_lossy(&name).into_owned();
+            if name.starts_with(prefix) {
+                candidates.push(name);
+            }
+        }
+        let mut names = Vec::new();
+        for name in candidates {
+            match self.objects.info(&name).await {
+                Ok(info) if !info.deleted => names.push(name),
+                Ok(_) => {}
+                Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => {}
+                Err(e) => return Err(nats_err(what())(e)),
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Deletes every object of part `part` of job `job` (its checkpoints,
+    /// staged epochs and what takeovers left behind); returns how many.
+    pub async fn clear_part(&self, job: &str, part: &str) -> Result<usize, Error> {
+        let names = self.names_under(&format!("{job}/{part}/")).await?;
+        for n in &names {
+            self.delete(n).await?;
+        }
+        Ok(names.len())
     }
 
     /// An object's bytes.
@@ -234,8 +349,18 @@ impl CheckpointStore {
     }
 
     /// The replicator for part `part` of job `job`, owned through `claim`.
-    pub fn replicator(&self, job: &str, part: &str, claim: Claim) -> Arc<ObjectStoreReplicator> {
+    /// Outages are waited out for `patience` where the part cannot go on
+    /// without the server (recording its end).
+    pub fn replicator(
+        &self,
+        job: &str,
+        part: &str,
+        claim: Claim,
+        patience: Duration,
+    ) -> Arc<ObjectStoreReplicator> {
         Arc::new(ObjectStoreReplicator {
+            patience,
+            owner: claim.pointer.owner.clone(),
             store: self.clone(),
             job: job.to_string(),
             part: part.to_string(),
@@ -244,6 +369,16 @@ impl CheckpointStore {
             unpublished: Mutex::new(BTreeSet::new()),
         })
     }
+}
+
+/// A number no other claim of this process uses, unlikely in any other.
+fn claim_nonce() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    now ^ NEXT.fetch_add(1, Ordering::Relaxed).rotate_right(17)
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Error> {
@@ -260,6 +395,9 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 /// Copies a part's checkpoints into the object store and moves its pointer
 /// (see the [module docs](self)).
 pub struct ObjectStoreReplicator {
+    patience: Duration,
+    /// This claim's owner token (see [`CheckpointStore::claim`]).
+    owner: String,
     store: CheckpointStore,
     job: String,
     part: String,
@@ -328,52 +466,122 @@ impl ObjectStoreReplicator {
         Ok(())
     }
 
+    /// Deletes checkpoint `id`'s objects: those this process wrote or
+    /// restored, or — for one a predecessor wrote — those under its
+    /// prefix.
     async fn remove(&self, id: u64) -> Result<(), Error> {
-        let names = self.objects.lock().unwrap().remove(&id).unwrap_or_default();
+        let known = self.objects.lock().unwrap().remove(&id);
+        let names = match known {
+            Some(names) => names,
+            None => {
+                self.store
+                    .names_under(&chk_prefix(&self.job, &self.part, id))
+                    .await?
+            }
+        };
         for name in names {
             self.store.delete(&name).await?;
         }
         Ok(())
     }
+
+    /// The part finished and its output is published: deletes every
+    /// object it has in the store (best effort: what is left is reported,
+    /// and `tandem nats gc` removes it).
+    pub async fn clear_store(&self) {
+        let cleared = tokio::time::timeout(
+            Duration::from_secs(30),
+            self.store.clear_part(&self.job, &self.part),
+        )
+        .await
+        .unwrap_or_else(|_| Err(Error::Invalid("not done within 30 s".into())));
+        if let Err(e) = cleared {
+            eprintln!(
+                "tandem-nats: {}/{}/{}/ left in the store: {e}",
+                self.store.bucket, self.job, self.part
+            );
+        }
+    }
 }
 
 impl ObjectStoreReplicator {
     /// Moves the pointer by compare-and-set from the revision this process
-    /// last wrote: `Fenced` if another process wrote it since.
-    async fn update(&self, change: impl FnOnce(&mut Pointer)) -> Result<Pointer, ReplicationError> {
+    /// last wrote: `Fenced` if another process wrote it since. An update
+    /// whose reply was lost but which landed is recognised (the pointer
+    /// still names this claim) and `change` applied again to it.
+    async fn update(
+        &self,
+        mut change: impl FnMut(&mut Pointer),
+    ) -> Result<Pointer, ReplicationError> {
         let key = pointer_key(&self.job, &self.part);
-        let (mut next, revision) = {
-            let s = self.state.lock().unwrap();
-            (s.pointer.clone(), s.revision)
-        };
-        change(&mut next);
-        let value = Bytes::from(serde_json::to_vec(&next).expect("serializes"));
-        match self.store.pointers.update(&key, value, revision).await {
-            Ok(r) => {
-                *self.state.lock().unwrap() = Claim {
-                    pointer: next.clone(),
-                    revision: r,
-                };
-                Ok(next)
+        for _ in 0..3 {
+            let (mut next, revision) = {
+                let s = self.state.lock().unwrap();
+                (s.pointer.clone(), s.revision)
+            };
+            change(&mut next);
+            let value = Bytes::from(serde_json::to_vec(&next).expect("serializes"));
+            match self.store.pointers.update(&key, value, revision).await {
+                Ok(r) => {
+                    *self.state.lock().unwrap() = Claim {
+                        pointer: next.clone(),
+                        revision: r,
+                    };
+                    return Ok(next);
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    let now = self.store.pointers.entry(key.clone()).await.map_err(|e| {
+                        ReplicationError::Failed(format!(
+                            "{}-manifests/{key}: {e}",
+                            self.store.bucket
+                        ))
+                    })?;
+                    let ours = now.as_ref().and_then(|e| {
+                        let p: Pointer = serde_json::from_slice(&e.value).ok()?;
+                        (e.operation == kv::Operation::Put && p.owner == self.owner)
+                            .then_some((p, e.revision))
+                    });
+                    let Some((pointer, revision)) = ours else {
+                        return Err(ReplicationError::Fenced(format!(
+                            "{}-manifests/{key} was rewritten by another process since revision {revision}: the part was taken over",
+                            self.store.bucket
+                        )));
+                    };
+                    *self.state.lock().unwrap() = Claim { pointer, revision };
+                }
+                Err(e) => {
+                    return Err(ReplicationError::Failed(format!(
+                        "{}-manifests/{key}: {e}",
+                        self.store.bucket
+                    )))
+                }
             }
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
-                Err(ReplicationError::Fenced(format!(
-                    "{}-manifests/{key} was rewritten by another process since revision {revision}: the part was taken over",
-                    self.store.bucket
-                )))
-            }
-            Err(e) => Err(ReplicationError::Failed(format!(
-                "{}-manifests/{key}: {e}",
-                self.store.bucket
-            ))),
         }
+        Err(ReplicationError::Failed(format!(
+            "{}-manifests/{key}: its revision kept moving under this claim",
+            self.store.bucket
+        )))
     }
 
     /// The part's job completed; its output after the last checkpoint is
     /// in the staged `epochs`. Recorded before any of it is published, so
     /// that a successor publishes those epochs instead of running again.
+    /// Outages are waited out (for the replicator's patience).
     pub async fn finish(&self, epochs: Vec<String>) -> Result<(), ReplicationError> {
-        self.update(|p| p.finished = Some(epochs)).await.map(drop)
+        let t = std::time::Instant::now();
+        loop {
+            match self.update(|p| p.finished = Some(epochs.clone())).await {
+                Ok(_) => return Ok(()),
+                Err(ReplicationError::Failed(e)) if t.elapsed() < self.patience => {
+                    eprintln!(
+                        "tandem-nats: recording the end of {}: {e}; retrying",
+                        self.part
+                    );
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -394,9 +602,12 @@ impl Replicator for ObjectStoreReplicator {
                 .map_err(|e| ReplicationError::Failed(e.to_string()))?;
             let mut retire = Vec::new();
             self.update(|p| {
-                p.pending = pending;
-                if let Some(c) = p.checkpoint {
-                    p.kept.push(c);
+                p.pending = pending.clone();
+                match p.checkpoint {
+                    // An update of this very checkpoint landed unseen.
+                    Some(c) if c == manifest.id => {}
+                    Some(c) => p.kept.push(c),
+                    None => {}
                 }
                 p.checkpoint = Some(manifest.id);
                 let excess = p.kept.len().saturating_sub(KEEP - 1);

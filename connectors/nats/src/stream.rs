@@ -11,6 +11,13 @@
 //! - `Nats-Msg-Id`: `<partition>:<seq>`, so a producer that retries after
 //!   an error inside the stream's duplicate window stores nothing twice.
 //!
+//! A message may pack several records (`Producer::packed`): `Tandem-Seq`
+//! is then its first record's number, `Tandem-Records: n` how many it
+//! holds, the payload the records newline-separated, and
+//! `Tandem-Event-Times` each later record's event time as a difference
+//! from the first's (comma-separated). Checkpoints, seeks and gap checks
+//! stay per record.
+//!
 //! The last message of a partition has `Tandem-End: <records>` and no
 //! payload: a source that reads it ends.
 
@@ -29,6 +36,11 @@ pub const SEQ: &str = "Tandem-Seq";
 pub const EVENT_TIME: &str = "Tandem-Event-Time";
 /// The end of a partition; its value is the partition's record count.
 pub const END: &str = "Tandem-End";
+/// Records a packed message holds (absent: one).
+pub const RECORDS: &str = "Tandem-Records";
+/// A packed message's later records' event times, as differences from
+/// the first's (`Tandem-Event-Time`), comma-separated.
+pub const EVENT_TIMES: &str = "Tandem-Event-Times";
 /// Publishes in flight, at most, per producer or sink.
 pub const MAX_IN_FLIGHT: usize = 512;
 
@@ -46,6 +58,11 @@ pub struct StreamSpec {
     pub replicas: usize,
     /// How long the server remembers a `Nats-Msg-Id` to drop a duplicate.
     pub duplicate_window: Duration,
+    /// What the stream is for, kept in its description (`None`: nothing
+    /// is recorded or checked). An existing stream that says it is for
+    /// something else is refused: a group's output stream names its group,
+    /// so that no other group (and no producer) writes into it.
+    pub purpose: Option<String>,
 }
 
 impl StreamSpec {
@@ -55,6 +72,7 @@ impl StreamSpec {
             name: name.to_string(),
             replicas: 1,
             duplicate_window: Duration::from_secs(120),
+            purpose: None,
         }
     }
 }
@@ -78,6 +96,7 @@ pub async fn ensure_stream(
         subjects: vec![subjects.clone()],
         num_replicas: spec.replicas,
         duplicate_window: spec.duplicate_window,
+        description: spec.purpose.clone(),
         ..Default::default()
     };
     // A cluster that is electing its leaders (just started, or one server
@@ -106,6 +125,18 @@ pub async fn ensure_stream(
             spec.name, info.config.subjects
         )));
     }
+    if let Some(purpose) = &spec.purpose {
+        if info.config.description.as_ref() != Some(purpose) {
+            return Err(Error::Invalid(format!(
+                "stream {} is {}, not {purpose}: give another stream",
+                spec.name,
+                info.config
+                    .description
+                    .as_deref()
+                    .map_or("not made for that".to_string(), |d| d.to_string())
+            )));
+        }
+    }
     Ok(stream)
 }
 
@@ -118,13 +149,11 @@ pub async fn partitions_of(stream: &mut jetstream::stream::Stream) -> Result<u32
         .await
         .map_err(nats_err(format!("stream {name} subjects")))?;
     let mut n = 0u32;
-    let subjects: Vec<(String, usize)> = info
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .filter_map(Result::ok)
-        .collect();
-    for (s, _) in subjects {
+    // Item by item, ending at the first error (the client's stream must
+    // not be polled once it failed).
+    let mut subjects = std::pin::pin!(info);
+    while let Some(r) = subjects.next().await {
+        let (s, _) = r.map_err(nats_err(format!("stream {name} subjects")))?;
         let p = s
             .strip_prefix(&format!("{name}."))
             .and_then(|p| p.parse::<u32>().ok())
@@ -144,6 +173,22 @@ pub struct Producer {
     js: jetstream::Context,
     stream: String,
     in_flight: VecDeque<(jetstream::context::PublishAckFuture, Pending)>,
+    /// Records are packed into messages of up to this many payload bytes
+    /// (0: one record a message).
+    pack: usize,
+    /// Each partition's message being packed.
+    open: std::collections::BTreeMap<u32, Pack>,
+}
+
+/// Records of one partition being packed into a message.
+#[derive(Default)]
+struct Pack {
+    first: u64,
+    count: u64,
+    first_time: Option<u64>,
+    /// Later records' event times as differences from the first's.
+    times: String,
+    payload: Vec<u8>,
 }
 
 /// A publish to retry if its acknowledgement fails.
@@ -160,7 +205,17 @@ impl Producer {
             js: client.js().clone(),
             stream: stream.to_string(),
             in_flight: VecDeque::new(),
+            pack: 0,
+            open: Default::default(),
         }
+    }
+
+    /// Packs each partition's consecutive records into messages of up to
+    /// `bytes` payload bytes (see the [module docs](self)); a record that
+    /// holds a newline, or is larger, goes alone.
+    pub fn packed(mut self, bytes: usize) -> Self {
+        self.pack = bytes;
+        self
     }
 
     /// Record `seq` of partition `p`.
@@ -171,17 +226,69 @@ impl Producer {
         event_time: Option<u64>,
         payload: Bytes,
     ) -> Result<(), Error> {
+        let packable = self.pack > 0 && payload.len() < self.pack && !payload.contains(&b'\n');
+        if let Some(open) = self.open.get(&p) {
+            let fits = packable
+                && open.first + open.count == seq
+                && open.first_time.is_some() == event_time.is_some()
+                && open.payload.len() + 1 + payload.len() <= self.pack;
+            if !fits {
+                self.close(p).await?;
+            }
+        }
+        if !packable {
+            let mut h = HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("{p}:{seq}").as_str());
+            h.insert(SEQ, seq.to_string().as_str());
+            if let Some(t) = event_time {
+                h.insert(EVENT_TIME, t.to_string().as_str());
+            }
+            return self.send(subject(&self.stream, p), h, payload).await;
+        }
+        let open = self.open.entry(p).or_insert_with(|| Pack {
+            first: seq,
+            first_time: event_time,
+            ..Pack::default()
+        });
+        if open.count > 0 {
+            open.payload.push(b'\n');
+            if let (Some(t0), Some(t)) = (open.first_time, event_time) {
+                use std::fmt::Write as _;
+                if open.count > 1 {
+                    open.times.push(',');
+                }
+                let _ = write!(open.times, "{}", t as i128 - t0 as i128);
+            }
+        }
+        open.payload.extend_from_slice(&payload);
+        open.count += 1;
+        Ok(())
+    }
+
+    /// Sends partition `p`'s packed message, if it holds any record.
+    async fn close(&mut self, p: u32) -> Result<(), Error> {
+        let Some(pack) = self.open.remove(&p) else {
+            return Ok(());
+        };
         let mut h = HeaderMap::new();
-        h.insert("Nats-Msg-Id", format!("{p}:{seq}").as_str());
-        h.insert(SEQ, seq.to_string().as_str());
-        if let Some(t) = event_time {
+        h.insert("Nats-Msg-Id", format!("{p}:{}", pack.first).as_str());
+        h.insert(SEQ, pack.first.to_string().as_str());
+        if let Some(t) = pack.first_time {
             h.insert(EVENT_TIME, t.to_string().as_str());
         }
-        self.send(subject(&self.stream, p), h, payload).await
+        if pack.count > 1 {
+            h.insert(RECORDS, pack.count.to_string().as_str());
+            if pack.first_time.is_some() {
+                h.insert(EVENT_TIMES, pack.times.as_str());
+            }
+        }
+        self.send(subject(&self.stream, p), h, Bytes::from(pack.payload))
+            .await
     }
 
     /// The end of partition `p`, after `records` records.
     pub async fn end(&mut self, p: u32, records: u64) -> Result<(), Error> {
+        self.close(p).await?;
         let mut h = HeaderMap::new();
         h.insert("Nats-Msg-Id", format!("{p}:end").as_str());
         h.insert(SEQ, records.to_string().as_str());
@@ -209,8 +316,13 @@ impl Producer {
         Ok(())
     }
 
-    /// Waits until every publish is acknowledged.
+    /// Sends what is packed and waits until every publish is
+    /// acknowledged.
     pub async fn flush(&mut self) -> Result<(), Error> {
+        let open: Vec<u32> = self.open.keys().copied().collect();
+        for p in open {
+            self.close(p).await?;
+        }
         while !self.in_flight.is_empty() {
             self.settle_one().await?;
         }
@@ -276,18 +388,19 @@ pub fn header_u64(h: Option<&HeaderMap>, name: &str) -> Option<u64> {
     h?.get(name)?.as_str().parse().ok()
 }
 
-/// The stream sequence of record `n` of partition `subject`, found by a
-/// binary search over the stream on the records' `Tandem-Seq` (which
-/// grows with the stream sequence within a partition): `O(log len)`
-/// lookups, however long the stream. `None` when the partition has no
-/// record `n` yet.
+/// The stream sequence of the message that holds record `n` of partition
+/// `subject` (a packed message may hold records before it: the reader
+/// skips them), found by a binary search over the stream on the records'
+/// `Tandem-Seq` (which grows with the stream sequence within a
+/// partition): `O(log len)` lookups, however long the stream. `None` when
+/// the partition has no record `n` yet.
 pub async fn find_record(
     stream: &jetstream::stream::Stream,
     subject: &str,
     n: u64,
 ) -> Result<Option<u64>, Error> {
     // `at(s)`: the partition's first message at or after stream sequence
-    // `s`, as (stream sequence, Tandem-Seq).
+    // `s`, as (stream sequence, its first and its last record).
     let at = |s: u64| async move {
         match stream
             .raw_message_builder()
@@ -303,7 +416,8 @@ pub async fn find_record(
                         m.sequence
                     ))
                 })?;
-                Ok(Some((m.sequence, seq)))
+                let count = header_u64(Some(&m.headers), RECORDS).unwrap_or(1).max(1);
+                Ok(Some((m.sequence, seq, seq + count - 1)))
             }
             Err(e)
                 if e.kind()
@@ -320,23 +434,23 @@ pub async fn find_record(
         .map_err(nats_err(format!("{subject}: stream info")))?
         .state
         .last_sequence;
-    // Lower bound: the first stream sequence whose partition message has
-    // Tandem-Seq >= n. `at` is monotone in `s`, and a message below `n`
-    // at `s` rules out everything up to `s`.
+    // Lower bound: the first stream sequence whose partition message's
+    // last record is >= n. `at` is monotone in `s`, and a message wholly
+    // below `n` at `s` rules out everything up to `s`.
     let (mut lo, mut hi) = (1u64, last + 1);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         match at(mid).await? {
-            Some((s, seq)) if seq < n => lo = s + 1,
+            Some((s, _, end)) if end < n => lo = s + 1,
             _ => hi = mid,
         }
     }
     match at(lo).await? {
-        Some((s, seq)) if seq == n => Ok(Some(s)),
-        Some((_, seq)) if lo == 1 || n == 0 => Err(Error::Invalid(format!(
+        Some((s, seq, _)) if seq <= n => Ok(Some(s)),
+        Some((_, seq, _)) if lo == 1 || n == 0 => Err(Error::Invalid(format!(
             "{subject}: record {n} is gone (the partition starts at record {seq}: retention removed it)"
         ))),
-        Some((_, seq)) => Err(Error::Invalid(format!(
+        Some((_, seq, _)) => Err(Error::Invalid(format!(
             "{subject}: no record {n} (the next is {seq}): the partition has a gap"
         ))),
         None => Ok(None),

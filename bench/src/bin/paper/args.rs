@@ -236,6 +236,23 @@ pub struct Args {
     /// three-server cluster).
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
+    /// NATS: the duplicate window of a stream this run creates, seconds
+    /// (how long the server remembers a message id).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub dup_window_s: u64,
+    /// NATS: how long a member waits out servers that do not answer (a
+    /// cluster electing a leader, a server restarting) before it fails,
+    /// seconds.
+    #[arg(long, default_value_t = 180, requires = "source", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub outage_s: u64,
+    /// NATS: a member of a group that has finished ends at once (exit 0)
+    /// instead of refusing the spent name.
+    #[arg(long, requires = "source")]
+    pub resume_finished: bool,
+    /// NATS: --produce packs each partition's records into messages of up
+    /// to this many bytes (0: one record a message).
+    #[arg(long, default_value_t = 32768, requires = "produce", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub pack_bytes: u64,
 }
 
 pub fn parse_chaining(s: &str) -> Result<Chaining, String> {

@@ -367,7 +367,7 @@ fn main() -> ExitCode {
 
 fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     if nats::wanted(args) {
-        return nats::main(args);
+        return nats::main(args, m);
     }
     let (mut plan, mut warnings) = checks::flags(args, m)?;
     // A generated input's length is known before it is made: the faults

@@ -26,12 +26,85 @@ pub fn wanted(args: &Args) -> bool {
     args.produce.is_some() || args.source.is_some()
 }
 
-pub fn main(args: &Args) -> anyhow::Result<()> {
+pub fn main(args: &Args, m: &clap::ArgMatches) -> anyhow::Result<()> {
     match (&args.produce, &args.source) {
-        (Some(url), None) => produce(args, &url.parse()?),
-        (None, Some(url)) => member(args, &url.parse()?),
+        (Some(url), None) => {
+            refuse_unused(m, PRODUCE_FLAGS, "--produce")?;
+            produce(args, &url.parse()?)
+        }
+        (None, Some(url)) => {
+            let used = if args.consume_only {
+                CONSUME_FLAGS
+            } else {
+                MEMBER_FLAGS
+            };
+            refuse_unused(m, used, "a group member (--source)")?;
+            member(args, &url.parse()?)
+        }
         _ => anyhow::bail!("--produce and --source are two different runs: give one"),
     }
+}
+
+/// The flags `--produce` reads.
+const PRODUCE_FLAGS: &[&str] = &[
+    "produce",
+    "partitions",
+    "records",
+    "seed",
+    "malformed_every",
+    "replicas",
+    "dup_window_s",
+    "pack_bytes",
+];
+
+/// The flags a member reads.
+const MEMBER_FLAGS: &[&str] = &[
+    "source",
+    "sink",
+    "group",
+    "checkpoint_store",
+    "lease_ms",
+    "replicas",
+    "dup_window_s",
+    "outage_s",
+    "resume_finished",
+    "checkpoint_interval_ms",
+    "run_dir",
+];
+
+/// The flags a `--consume-only` member reads.
+const CONSUME_FLAGS: &[&str] = &[
+    "source",
+    "group",
+    "consume_only",
+    "lease_ms",
+    "replicas",
+    "outage_s",
+    "resume_finished",
+];
+
+/// Refuses every flag given on the command line that `mode` does not
+/// read: a flag accepted and ignored is a silent surprise.
+fn refuse_unused(m: &clap::ArgMatches, used: &[&str], mode: &str) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let cmd = Args::command();
+    let ignored: Vec<String> = m
+        .ids()
+        .map(|id| id.as_str())
+        // Arguments only (the derive's group of them is an id too).
+        .filter(|id| cmd.get_arguments().any(|a| a.get_id() == *id))
+        .filter(|id| !used.contains(id))
+        .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect();
+    ensure!(
+        ignored.is_empty(),
+        "{} {} not read by {mode}: leave {} out",
+        ignored.join(", "),
+        if ignored.len() == 1 { "is" } else { "are" },
+        if ignored.len() == 1 { "it" } else { "them" }
+    );
+    Ok(())
 }
 
 fn connect(server: &str) -> anyhow::Result<Client> {
@@ -56,6 +129,8 @@ fn produce(args: &Args, url: &NatsUrl) -> anyhow::Result<()> {
     let client = connect(&url.server)?;
     let mut spec = StreamSpec::new(&url.name);
     spec.replicas = args.replicas;
+    spec.duplicate_window = Duration::from_secs(args.dup_window_s);
+    spec.purpose = Some(INPUT_PURPOSE.into());
     let parts = args.partitions;
     let t = Instant::now();
     let published = client.block(async {
@@ -71,7 +146,7 @@ fn produce(args: &Args, url: &NatsUrl) -> anyhow::Result<()> {
             "stream {} already holds {held} messages: produce into a new stream (partition numbering starts at 0)",
             url.name
         );
-        let mut producer = Producer::new(&client, &url.name);
+        let mut producer = Producer::new(&client, &url.name).packed(args.pack_bytes as usize);
         let mut next = vec![0u64; parts as usize];
         for n in 0..input.len() {
             let line = input.line(n);
@@ -112,6 +187,14 @@ fn produce(args: &Args, url: &NatsUrl) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What an input stream says of itself (its description).
+const INPUT_PURPOSE: &str = "a Tandem input stream (partitions of records numbered by Tandem-Seq)";
+
+/// What a group's output stream says of itself.
+fn output_purpose(group: &str) -> String {
+    format!("the output of Tandem group {group}")
+}
+
 /// What every part's run needs.
 struct Member {
     /// Records in and out (sources, sinks, staged epochs).
@@ -127,6 +210,8 @@ struct Member {
     /// `--run-dir`: where dead-lettered records are kept.
     keep: Option<PathBuf>,
     checkpoint_ms: u64,
+    /// How long outages are waited out.
+    outage: Duration,
     consumed: AtomicU64,
     emitted: AtomicU64,
 }
@@ -168,7 +253,7 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
             )?
             .parse()?;
         ensure!(
-            out.name != input.name,
+            out.name != input.name || out.server != input.server,
             "--sink and --source name the same stream"
         );
         (Some(out), Some(store))
@@ -193,11 +278,38 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         ),
         None => (None, None),
     };
+    let outage = Duration::from_secs(args.outage_s);
     if let Some(out) = &output {
         let mut spec = StreamSpec::new(&out.name);
         spec.replicas = args.replicas;
-        client.block(ensure_stream(client.js(), &spec))?;
+        spec.duplicate_window = Duration::from_secs(args.dup_window_s);
+        // One group's output: no other group, and no producer, writes
+        // into it (see tandem_nats::sink).
+        spec.purpose = Some(output_purpose(&group));
+        client
+            .block(ensure_stream(client.js(), &spec))
+            .with_context(|| format!("--sink {out}"))?;
     }
+    // What every member of the group must run alike.
+    let mut identity = std::collections::BTreeMap::new();
+    identity.insert("input".to_string(), input.to_string());
+    identity.insert("partitions".to_string(), parts.to_string());
+    identity.insert(
+        "mode".to_string(),
+        if consume_only {
+            "consume-only"
+        } else {
+            "pipeline"
+        }
+        .to_string(),
+    );
+    if let Some(out) = &output {
+        identity.insert("output".to_string(), out.to_string());
+    }
+    if let Some(store) = &store_url {
+        identity.insert("checkpoint store".to_string(), store.to_string());
+    }
+    identity.insert("job".to_string(), JOB_SHAPE.to_string());
     let scratch = tandem::sys::scratch::ScratchDir::unique(
         args.run_dir.as_deref().unwrap_or(&std::env::temp_dir()),
         "nats-member",
@@ -213,8 +325,14 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
             parts,
             lease,
             replicas: args.replicas,
+            outage,
+            identity,
+            resume_finished: args.resume_finished,
         },
     )?;
+    if g.finished()? {
+        errln!("group {group} has finished: nothing to run (--resume-finished)");
+    }
     let m = Arc::new(Member {
         client: client.clone(),
         staging,
@@ -226,6 +344,7 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         work: scratch.path().to_path_buf(),
         keep: args.run_dir.clone(),
         checkpoint_ms: args.checkpoint_interval_ms.unwrap_or(1000),
+        outage,
         consumed: AtomicU64::new(0),
         emitted: AtomicU64::new(0),
     });
@@ -284,6 +403,11 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The job each part runs, as every member must: its operators in order
+/// (a member of another version of this program differs here).
+const JOB_SHAPE: &str =
+    "paper v2: source(1) > flatmap > count > pipeline(filter, map, keyed) > emitted > sink(1)";
 
 fn encode(o: &PaperOut, buf: &mut Vec<u8>) {
     paper::write_line(buf, o);
@@ -364,9 +488,10 @@ fn run_part_in(
 ) -> Result<(), String> {
     let job = JobBuilder::new("paper");
     let (client, stream, p) = (m.client.clone(), m.input.clone(), part.partition);
+    let outage = m.outage;
     let source = job
         .source(names::SOURCE, move |_| {
-            JetStreamSource::new(&client, &stream, p)
+            JetStreamSource::new(&client, &stream, p).patience(outage)
         })
         .parallelism(1);
     let mut config = RuntimeConfig::default().cores(1).pin(false).run_dir(dir);
@@ -385,10 +510,11 @@ fn run_part_in(
         return r;
     }
     let store = m.store.as_ref().expect("a store unless consume-only");
+    let cancelled = || part.cancelled.load(Ordering::Acquire);
     let claim = store
-        .claim(&m.group, &part.name, &m.name)
+        .claim(&m.group, &part.name, &m.name, m.outage, &cancelled)
         .map_err(|e| e.to_string())?;
-    let pointer = store.replicator(&m.group, &part.name, claim.clone());
+    let pointer = store.replicator(&m.group, &part.name, claim.clone(), m.outage);
     let target = SinkTarget {
         client: m.client.clone(),
         store: m.staging.clone().expect("a store unless consume-only"),
@@ -398,6 +524,7 @@ fn run_part_in(
         partition: p,
         pointer: Arc::clone(&pointer),
         batch_bytes: 32 << 10,
+        patience: m.outage,
     };
     let finished = settle(&target, &claim.pointer).map_err(|e| e.to_string())?;
     if finished {
@@ -410,7 +537,7 @@ fn run_part_in(
     }
     if let Some(k) = claim.pointer.checkpoint {
         let names = store
-            .download(&m.group, &part.name, k, dir)
+            .download(&m.group, &part.name, k, dir, m.outage, &cancelled)
             .map_err(|e| e.to_string())?;
         pointer.adopt(k, names);
         config = config.restore_from(dir);
@@ -443,6 +570,10 @@ fn run_part_in(
         });
     let mut ck = CheckpointConfig::every(Duration::from_millis(m.checkpoint_ms)).replicate(pointer);
     ck.dir = Some(dir.to_path_buf());
+    // A checkpoint the servers cannot take during an outage fails and the
+    // next one tries again; the job waits the outage out (its source and
+    // sink bound it), it does not fail for it.
+    ck.tolerable_failures = u32::MAX;
     config = config.checkpoint(ck);
     let r = run(job, &config, part);
     m.consumed
