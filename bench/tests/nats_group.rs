@@ -343,13 +343,19 @@ fn clean_run(tag: &str) -> Option<(tempfile::TempDir, Server, String, Vec<String
     Some((dir, s, server, clean))
 }
 
-/// The live objects the group's parts left in the checkpoint store.
-fn objects_left(server: &str, group: &str) -> Vec<String> {
+/// The live objects the group's parts left in the checkpoint store, and
+/// the messages left in its stream of staged epochs.
+fn objects_left(server: &str, group: &str) -> (Vec<String>, u64) {
     let client = tandem_nats::Client::connect(server, Duration::from_secs(10)).unwrap();
     let store = tandem_nats::store::CheckpointStore::open(&client, "CK", 1).unwrap();
-    client
+    let objects = client
         .block(store.names_under(&format!("{group}/")))
-        .unwrap()
+        .unwrap();
+    let staged = client.block(async {
+        let mut s = client.js().get_stream("CK-staged").await.unwrap();
+        s.info().await.unwrap().state.messages
+    });
+    (objects, staged)
 }
 
 #[test]
@@ -362,8 +368,9 @@ fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
     });
     assert_same(&clean, &dump(&server, "KILLED"), "a member killed");
     // Finished: no checkpoint, staged epoch or takeover's orphan is left.
-    let left = objects_left(&server, "killed");
+    let (left, staged) = objects_left(&server, "killed");
     assert!(left.is_empty(), "left in the store: {left:?}");
+    assert_eq!(staged, 0, "staged epochs left behind");
 }
 
 #[test]

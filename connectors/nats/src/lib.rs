@@ -191,10 +191,12 @@ pub fn is_outage(e: &Error) -> bool {
         "broken pipe",
         "no suitable peers",
     ];
-    let Error::Nats { source, .. } = e else {
-        return false;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = match e {
+        Error::Nats { source, .. } => Some(source.as_ref()),
+        // An object read whose chunks stopped coming.
+        Error::Io { source, .. } => Some(source),
+        _ => return false,
     };
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
     while let Some(err) = cur {
         let text = err.to_string().to_ascii_lowercase();
         if OUTAGE.iter().any(|w| text.contains(w)) {

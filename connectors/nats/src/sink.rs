@@ -4,16 +4,19 @@
 //! barrier that closes it (`c<id>`), or `f<id>` for the output after the
 //! last barrier `id` (the final epoch). It goes through three steps:
 //!
-//! 1. **Staged** (`pre_commit`, phase one): the epoch's messages are stored
-//!    as one object `<job>/<part>/stage/<epoch>` in the checkpoint store's
-//!    object store, off the host, by the client's thread. The checkpoint is
-//!    published only once that is done ([`tandem::Committer::prepared`]).
+//! 1. **Staged** (`pre_commit`, phase one): the epoch's records are
+//!    stored in the checkpoint store's stream of staged epochs
+//!    ([`CheckpointStore::stage`]: plain messages of up to 256 KiB, no
+//!    digest), off the host, by the client's thread, under a name that
+//!    holds the claim's token — a fenced owner staging the same epoch
+//!    never touches its successor's. The checkpoint is published only once
+//!    that is done ([`tandem::Committer::prepared`]).
 //! 2. **Committed**: the checkpoint's pointer moved
 //!    ([`crate::store::ObjectStoreReplicator`]): from now on, whoever owns
 //!    the part restores this checkpoint and publishes the staged epoch.
 //! 3. **Published** (`commit`, phase two): each message with
-//!    `Nats-Msg-Id: <job>:<part>:<epoch>:<index>`, then the staged object
-//!    is deleted.
+//!    `Nats-Msg-Id: <job>:<part>:<epoch>:<index>`, then the staged epoch
+//!    is removed.
 //!
 //! The id depends only on the epoch and the message's place in it, and
 //! ids sort in the order they are published (epochs in order, each
@@ -63,8 +66,10 @@ pub(crate) fn epoch_id(name: &str) -> Option<u64> {
     }
 }
 
-/// Parses an epoch name back: `(is_final, id)`.
+/// Parses an epoch name back (or a staged one's: `<epoch>.<token>`):
+/// `(is_final, id)`.
 fn parse_epoch(name: &str) -> Option<(bool, u64)> {
+    let name = epoch_of(name);
     let (kind, id) = name.split_at_checked(1)?;
     let id = id.parse().ok()?;
     match kind {
@@ -72,6 +77,12 @@ fn parse_epoch(name: &str) -> Option<(bool, u64)> {
         "f" => Some((true, id)),
         _ => None,
     }
+}
+
+/// The epoch of a staged epoch's name (`<epoch>.<token>`: the claim that
+/// staged it).
+fn epoch_of(staged: &str) -> &str {
+    staged.split_once('.').map_or(staged, |(e, _)| e)
 }
 
 /// Where a part's output goes.
@@ -109,8 +120,9 @@ pub const RECORDS: &str = crate::stream::RECORDS;
 const EXPECT_LAST: &str = "Nats-Expected-Last-Subject-Sequence";
 
 impl SinkTarget {
-    fn stage_prefix(&self) -> String {
-        format!("{}/{}/stage/", self.job, self.part)
+    /// The key a staged epoch (`<epoch>.<token>`) has in the store.
+    fn stage_key(&self, staged: &str) -> String {
+        format!("{}.{}.{staged}", self.job, self.part)
     }
 
     fn msg_id(&self, epoch: &str, i: usize) -> String {
@@ -270,15 +282,16 @@ async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: A
             match cmd {
                 Cmd::Stage { epoch, lines } => {
                     // Stored even when empty: a successor finds every
-                    // epoch the pointer names. A put that failed is made
-                    // again whole (the object is replaced).
-                    let name = format!("{}{epoch}", target.stage_prefix());
-                    through_outages(&format!("staging {name}"), target.patience, &never, || {
-                        target.store.put(&name, &lines)
+                    // epoch the pointer names. Staging that failed is done
+                    // again whole (what was staged is replaced).
+                    let name = format!("{epoch}.{}", target.pointer.stage_token());
+                    let key = target.stage_key(&name);
+                    through_outages(&format!("staging {key}"), target.patience, &never, || {
+                        target.store.stage(&key, &lines)
                     })
                     .await?;
-                    target.pointer.staged(&epoch);
-                    staged.insert(epoch.clone(), lines);
+                    target.pointer.staged(&name);
+                    staged.insert(name, lines);
                     shared.progress.lock().unwrap().staged.insert(epoch);
                     shared.changed.notify_all();
                 }
@@ -493,13 +506,14 @@ async fn wait_out(
 
 /// Publishes one staged epoch in order, each message only if the
 /// partition does not hold it yet (see [`publish_one`]), then deletes the
-/// staged object.
+/// staged epoch.
 async fn publish_epoch(
     target: &SinkTarget,
     tail: &mut Option<Tail>,
-    epoch: &str,
+    staged: &str,
     lines: &[u8],
 ) -> Result<(), Error> {
+    let epoch = epoch_of(staged);
     let truncated = || {
         Error::Invalid(format!(
             "staged epoch {epoch} of {} is truncated",
@@ -542,12 +556,12 @@ async fn publish_epoch(
     if count > 0 {
         publish_one(target, tail, epoch, first, count, Bytes::from(batch)).await?;
     }
-    target.pointer.published(epoch);
-    // Best effort: a staged object left behind is garbage, removed when
+    target.pointer.published(staged);
+    // Best effort: a staged epoch left behind is garbage, removed when
     // the part finishes.
-    let name = format!("{}{epoch}", target.stage_prefix());
-    if let Err(e) = target.store.delete(&name).await {
-        eprintln!("tandem-nats: {name} stays in the store for now: {e}");
+    let key = target.stage_key(staged);
+    if let Err(e) = target.store.unstage(&key).await {
+        eprintln!("tandem-nats: {key} stays staged for now: {e}");
     }
     Ok(())
 }
@@ -566,19 +580,16 @@ pub fn settle(target: &SinkTarget, pointer: &Pointer) -> Result<bool, Error> {
     let never = || false;
     target.client.block(async {
         let mut tail = None;
-        let prefix = target.stage_prefix();
         for name in due {
-            // A staged epoch is deleted only once every message of it is
+            // A staged epoch is removed only once every message of it is
             // acknowledged: gone means published (its owner published it
             // after the pointer that lists it was written).
-            let object = format!("{prefix}{name}");
-            let staged = through_outages(
-                &format!("reading {object}"),
-                target.patience,
-                &never,
-                || target.store.get_if_any(&object),
-            )
-            .await?;
+            let key = target.stage_key(name);
+            let staged =
+                through_outages(&format!("reading {key}"), target.patience, &never, || {
+                    target.store.staged(&key)
+                })
+                .await?;
             let Some(lines) = staged else {
                 continue;
             };

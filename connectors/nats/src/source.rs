@@ -36,6 +36,9 @@ use tandem::{Source, SourcePoll};
 /// Records buffered between the network thread and the worker.
 pub const RING: usize = 1 << 14;
 
+/// Messages one pull of a partition asks for, at most.
+const PULL_BATCH: i64 = 64;
+
 enum Item {
     Record { payload: Bytes, event_time: u64 },
     End,
@@ -268,6 +271,11 @@ async fn feed(
         .create_consumer(OrderedConfig {
             filter_subject: subject.clone(),
             deliver_policy,
+            // Pulls of at most this many messages: packed messages of
+            // 32 KiB in the client's default batch of 500, for each of a
+            // member's partitions, overran the server's 64 MiB of pending
+            // bytes for one connection ("slow consumer"), which cut it.
+            max_batch: PULL_BATCH,
             ..Default::default()
         })
         .await

@@ -5,7 +5,8 @@
 //! object store BUCKET:
 //!   <job>/<part>/chk/<id>/<operator>-<instance>.snap   a checkpoint's files
 //!   <job>/<part>/chk/<id>/manifest.json                its manifest
-//!   <job>/<part>/stage/<epoch>                         a sink's staged epoch (see crate::sink)
+//! stream BUCKET-staged, subject BUCKET-staged.<job>.<part>.<epoch>.<token>:
+//!   a sink's staged epoch (see crate::sink), in chunks of up to 256 KiB
 //! key-value BUCKET-manifests:
 //!   <job>.<part> = {"checkpoint": id | null, "owner": "...", ...}
 //! ```
@@ -69,6 +70,8 @@ pub struct Claim {
 pub struct CheckpointStore {
     client: Client,
     objects: object_store::ObjectStore,
+    /// The stream of staged epochs.
+    staged: async_nats::jetstream::stream::Stream,
     pointers: kv::Store,
     bucket: String,
 }
@@ -94,7 +97,7 @@ impl CheckpointStore {
     /// bucket `<bucket>-manifests`, with `replicas` copies in a cluster.
     pub fn open(client: &Client, bucket: &str, replicas: usize) -> Result<Self, Error> {
         let js = client.js();
-        let (objects, pointers) = client.block(async {
+        let (objects, pointers, staged) = client.block(async {
             let objects = match js.get_object_store(bucket).await {
                 Ok(o) => o,
                 Err(_) => js
@@ -108,10 +111,22 @@ impl CheckpointStore {
             };
             let name = format!("{bucket}-manifests");
             let pointers = crate::key_value(js, &name, Duration::ZERO, replicas).await?;
-            Ok::<_, Error>((objects, pointers))
+            let staged = js
+                .get_or_create_stream(async_nats::jetstream::stream::Config {
+                    name: format!("{bucket}-staged"),
+                    subjects: vec![format!("{bucket}-staged.>")],
+                    num_replicas: replicas.max(1),
+                    duplicate_window: Duration::from_secs(120),
+                    ..Default::default()
+                })
+                .await
+                .map_err(nats_err(format!("stream {bucket}-staged")))?;
+            Ok::<_, Error>((objects, pointers, staged))
         })?;
+        let (objects, pointers, staged) = (objects, pointers, staged);
         Ok(CheckpointStore {
             client: client.clone(),
+            staged,
             objects,
             pointers,
             bucket: bucket.to_string(),
@@ -121,6 +136,96 @@ impl CheckpointStore {
     /// The bucket's name.
     pub fn bucket(&self) -> &str {
         &self.bucket
+    }
+
+    /// The subject of staged epoch `key` (`<job>.<part>.<epoch>.<token>`).
+    fn staged_subject(&self, key: &str) -> String {
+        format!("{}-staged.{key}", self.bucket)
+    }
+
+    /// Stages `bytes` as `key`, replacing whatever was staged under it:
+    /// in chunks of up to [`STAGE_CHUNK`] bytes, published with a bounded
+    /// number in flight, each naming its index and the count (what a
+    /// reader checks: [`CheckpointStore::staged`]). Plain messages: no
+    /// digest, no object metadata.
+    pub async fn stage(&self, key: &str, bytes: &[u8]) -> Result<(), Error> {
+        let subject = self.staged_subject(key);
+        self.unstage(key).await?;
+        let chunks: Vec<&[u8]> = if bytes.is_empty() {
+            vec![&[][..]]
+        } else {
+            bytes.chunks(STAGE_CHUNK).collect()
+        };
+        let n = chunks.len();
+        let mut producer =
+            crate::stream::Producer::new(&self.client, &format!("{}-staged", self.bucket));
+        for (i, c) in chunks.into_iter().enumerate() {
+            let mut h = async_nats::HeaderMap::new();
+            h.insert("Nats-Msg-Id", format!("{key}:{i}").as_str());
+            h.insert(CHUNK, i.to_string().as_str());
+            h.insert(CHUNKS, n.to_string().as_str());
+            producer
+                .send(subject.clone(), h, Bytes::copy_from_slice(c))
+                .await?;
+        }
+        producer.flush().await
+    }
+
+    /// What is staged as `key`, whole; `None` when nothing is (it was
+    /// published and removed). A part of a staged epoch is an error.
+    pub async fn staged(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        use async_nats::jetstream::stream::RawMessageErrorKind;
+        let subject = self.staged_subject(key);
+        let mut chunks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut count = None;
+        let mut at = 1u64;
+        loop {
+            let m = match self
+                .staged
+                .raw_message_builder()
+                .sequence(at)
+                .next_by_subject(&subject)
+                .send()
+                .await
+            {
+                Ok(m) => m,
+                Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => break,
+                Err(e) => return Err(nats_err(format!("reading {subject}"))(e)),
+            };
+            at = m.sequence + 1;
+            let h = Some(&m.headers);
+            let (Some(i), Some(n)) = (
+                crate::stream::header_u64(h, CHUNK),
+                crate::stream::header_u64(h, CHUNKS),
+            ) else {
+                return Err(Error::Invalid(format!(
+                    "{subject}: a message that is no chunk"
+                )));
+            };
+            count = Some(n);
+            chunks.entry(i).or_insert_with(|| m.payload.to_vec());
+        }
+        let Some(n) = count else {
+            return Ok(None);
+        };
+        if chunks.len() as u64 != n || chunks.keys().next_back() != Some(&(n - 1)) {
+            return Err(Error::Invalid(format!(
+                "{subject}: {} of its {n} chunks are staged: it is incomplete",
+                chunks.len()
+            )));
+        }
+        Ok(Some(chunks.into_values().flatten().collect()))
+    }
+
+    /// Removes what is staged as `key` (nothing staged is fine).
+    pub async fn unstage(&self, key: &str) -> Result<(), Error> {
+        let subject = self.staged_subject(key);
+        self.staged
+            .purge()
+            .filter(subject.clone())
+            .await
+            .map_err(nats_err(format!("removing {subject}")))?;
+        Ok(())
     }
 
     /// Takes part `part` of job `job` for `owner`: reads its pointer and
@@ -296,9 +401,16 @@ impl CheckpointStore {
         Ok(names)
     }
 
-    /// Deletes every object of part `part` of job `job` (its checkpoints,
-    /// staged epochs and what takeovers left behind); returns how many.
+    /// Deletes every object of part `part` of job `job` (its checkpoints
+    /// and what takeovers left behind) and every epoch it staged; returns
+    /// how many objects.
     pub async fn clear_part(&self, job: &str, part: &str) -> Result<usize, Error> {
+        let staged = format!("{}-staged.{job}.{part}.>", self.bucket);
+        self.staged
+            .purge()
+            .filter(staged.clone())
+            .await
+            .map_err(nats_err(format!("removing {staged}")))?;
         let names = self.names_under(&format!("{job}/{part}/")).await?;
         for n in &names {
             self.delete(n).await?;
@@ -371,6 +483,13 @@ impl CheckpointStore {
     }
 }
 
+/// The most bytes of a staged epoch one message holds.
+pub const STAGE_CHUNK: usize = 256 << 10;
+/// A staged chunk's index.
+const CHUNK: &str = "Tandem-Chunk";
+/// How many chunks the staged epoch has.
+const CHUNKS: &str = "Tandem-Chunks";
+
 /// A number no other claim of this process uses, unlikely in any other.
 fn claim_nonce() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -424,6 +543,12 @@ const REPLICATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30
 const KEEP: usize = 2;
 
 impl ObjectStoreReplicator {
+    /// The token that tells this claim's staged epochs from any other's
+    /// (a fenced owner staging the same epoch never touches them).
+    pub fn stage_token(&self) -> &str {
+        self.owner.rsplit('#').next().unwrap_or("")
+    }
+
     /// The newest checkpoint this replicator published (or restored).
     pub fn checkpoint(&self) -> Option<u64> {
         self.state.lock().unwrap().pointer.checkpoint

@@ -370,6 +370,7 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         })
     };
     let t = Instant::now();
+    let started_ms = unix_ms();
     let mm = Arc::clone(&m);
     let report = g.run(&stop, move |part| run_part(&mm, part, consume_only));
     let interrupted = stop.swap(true, Ordering::Relaxed);
@@ -377,12 +378,22 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
     let report = report?;
     let secs = t.elapsed().as_secs_f64();
     let consumed = m.consumed.load(Ordering::Relaxed);
+    // From this member's first claim on: the run without the start's
+    // quiet lease time (members wait one lease to see each other).
+    let running = report
+        .claimed
+        .iter()
+        .map(|(_, ms)| *ms)
+        .min()
+        .map(|first| secs - first.saturating_sub(started_ms) as f64 / 1e3);
     let line = serde_json::json!({
         "member": name,
         "group": group,
         "seconds": secs,
         "records": consumed,
         "records_per_sec": consumed as f64 / secs,
+        "seconds_running": running,
+        "records_per_sec_running": running.map(|r| consumed as f64 / r.max(1e-9)),
         "output": m.emitted.load(Ordering::Relaxed),
         "completed": report.completed,
         "claimed": report
@@ -471,6 +482,12 @@ fn keep_dead_letters(m: &Member, part: &Part, dir: &Path) {
             part.name
         ),
     }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn rand_tag() -> u128 {
