@@ -74,6 +74,18 @@ enum NatsCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Deletes what a group left in its checkpoint store (an outage can
+    /// leave objects behind): every finished part's checkpoints and
+    /// staged epochs; a part still running is only counted.
+    Gc {
+        /// The group's --checkpoint-store: nats://HOST:PORT/BUCKET
+        url: String,
+        /// The group's name.
+        group: String,
+        /// Only say what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -146,7 +158,54 @@ fn run(command: Command, out: &mut out::Out) -> anyhow::Result<Verdict> {
         Command::Nats(NatsCommand::Dump { url, out: file }) => {
             nats_dump(&url, file.as_deref(), out)
         }
+        Command::Nats(NatsCommand::Gc {
+            url,
+            group,
+            dry_run,
+        }) => nats_gc(&url, &group, dry_run, out),
     }
+}
+
+/// `tandem nats gc`: one line per part of the group in the store.
+fn nats_gc(url: &str, group: &str, dry_run: bool, out: &mut out::Out) -> anyhow::Result<Verdict> {
+    let url: tandem_nats::NatsUrl = url.parse()?;
+    anyhow::ensure!(
+        !group.is_empty()
+            && group
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+        "GROUP must be letters, digits, '_' or '-'"
+    );
+    let client = tandem_nats::Client::connect_guarded(&url.server, Duration::from_secs(10))?;
+    let store = tandem_nats::store::CheckpointStore::open(&client, &url.name, 1)?;
+    let parts = client.block_checked(store.gc(group, dry_run))?;
+    let mut w = out.strict();
+    if parts.is_empty() {
+        writeln!(w, "{group}: nothing in {url}")?;
+    }
+    for p in &parts {
+        let state = match (p.finished, p.has_pointer) {
+            (true, true) => "finished",
+            (true, false) => "no pointer",
+            (false, _) => "not finished",
+        };
+        let done = if !p.finished {
+            "left as it is".to_string()
+        } else if dry_run {
+            format!(
+                "{} objects and its staged epochs would be deleted",
+                p.objects
+            )
+        } else {
+            format!("{} objects and its staged epochs deleted", p.removed)
+        };
+        writeln!(
+            w,
+            "{group}/{}: {state}, {} objects: {done}",
+            p.part, p.objects
+        )?;
+    }
+    Ok(Verdict::Pass)
 }
 
 /// `tandem nats dump`: the lines, and their count on standard error.

@@ -440,3 +440,64 @@ fn a_dump_whose_reader_goes_away_fails() {
     assert!(err.contains("standard output closed after"), "{err}");
     assert!(!err.contains("messages from"), "{err}");
 }
+
+/// `tandem nats gc` deletes what a finished part left in the store — its
+/// objects and its staged epochs — and leaves a part still running as it
+/// is.
+#[test]
+fn gc_clears_finished_parts_and_leaves_running_ones_alone() {
+    use tandem_nats::store::CheckpointStore;
+    let Some((_server, addr)) = common::start(&[]) else {
+        return;
+    };
+    let client = tandem_nats::Client::connect(&addr, Duration::from_secs(5)).unwrap();
+    let store = CheckpointStore::open(&client, "CK", 1).unwrap();
+    let never = || false;
+    let day = Duration::from_secs(86_400);
+    // p0 finished; p1 still runs; both left objects and a staged epoch.
+    let done = store.claim("g", "p0", "m", day, &never).unwrap();
+    let done = store.replicator("g", "p0", done, day);
+    let running = store.claim("g", "p1", "m", day, &never).unwrap();
+    client
+        .block(async {
+            done.finish(Vec::new()).await.unwrap();
+            for part in ["p0", "p1"] {
+                store.put(&format!("g/{part}/chk/3/a.snap"), b"x").await?;
+                store.put(&format!("g/{part}/chk/4/b.snap"), b"y").await?;
+                store
+                    .stage(&format!("g.{part}.c00000000000000000004.t"), b"z")
+                    .await?;
+            }
+            Ok::<_, tandem_nats::Error>(())
+        })
+        .unwrap();
+    let url = format!("nats://{addr}/CK");
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["nats", "gc", &url, "g"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("g/p0: finished, 2 objects: 2 objects and its staged epochs deleted"),
+        "{text}"
+    );
+    assert!(
+        text.contains("g/p1: not finished, 2 objects: left as it is"),
+        "{text}"
+    );
+    let left = client.block(store.names_under("g/")).unwrap();
+    assert_eq!(left, ["g/p1/chk/3/a.snap", "g/p1/chk/4/b.snap"]);
+    let staged = |part: &str| {
+        client
+            .block(store.staged(&format!("g.{part}.c00000000000000000004.t")))
+            .unwrap()
+    };
+    assert_eq!(staged("p0"), None);
+    assert_eq!(staged("p1").as_deref(), Some(&b"z"[..]));
+    drop(running);
+}

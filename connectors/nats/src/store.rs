@@ -401,6 +401,56 @@ impl CheckpointStore {
         Ok(names)
     }
 
+    /// Collects what job `job` left in the store: every part whose pointer
+    /// says it finished (and every part with objects but no pointer) has
+    /// all its objects and staged epochs deleted; a part still running is
+    /// left as it is (its owner removes its own garbage, and what is in
+    /// flight cannot be told from what is left). With `dry_run`, nothing
+    /// is deleted. One line of what was done, per part.
+    pub async fn gc(&self, job: &str, dry_run: bool) -> Result<Vec<GcPart>, Error> {
+        let prefix = format!("{job}.");
+        let keys =
+            crate::live_keys(self.client.js(), &format!("{}-manifests", self.bucket)).await?;
+        let mut parts: BTreeMap<String, Option<Pointer>> = BTreeMap::new();
+        for key in keys.iter().filter_map(|k| k.strip_prefix(&prefix)) {
+            let entry = self
+                .pointers
+                .get(format!("{prefix}{key}"))
+                .await
+                .map_err(nats_err(format!("reading {prefix}{key}")))?;
+            let pointer = entry.and_then(|v| serde_json::from_slice::<Pointer>(&v).ok());
+            if pointer.is_some() {
+                parts.insert(key.to_string(), pointer);
+            }
+        }
+        let names = self.names_under(&format!("{job}/")).await?;
+        let mut objects: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &names {
+            if let Some(part) = n.split('/').nth(1) {
+                *objects.entry(part.to_string()).or_default() += 1;
+                parts.entry(part.to_string()).or_insert(None);
+            }
+        }
+        let mut out = Vec::new();
+        for (part, pointer) in parts {
+            let held = objects.get(&part).copied().unwrap_or(0);
+            let finished = pointer.as_ref().is_none_or(|p| p.finished.is_some());
+            let removed = if finished && !dry_run {
+                self.clear_part(job, &part).await?
+            } else {
+                0
+            };
+            out.push(GcPart {
+                part,
+                finished,
+                has_pointer: pointer.is_some(),
+                objects: held,
+                removed,
+            });
+        }
+        Ok(out)
+    }
+
     /// Deletes every object of part `part` of job `job` (its checkpoints
     /// and what takeovers left behind) and every epoch it staged; returns
     /// how many objects.
@@ -481,6 +531,21 @@ impl CheckpointStore {
             unpublished: Mutex::new(BTreeSet::new()),
         })
     }
+}
+
+/// What [`CheckpointStore::gc`] found and did for one part.
+#[derive(Clone, Debug)]
+pub struct GcPart {
+    /// The part (`p3`).
+    pub part: String,
+    /// Finished (or without a pointer): nothing of it is needed.
+    pub finished: bool,
+    /// Whether the part has a pointer.
+    pub has_pointer: bool,
+    /// Objects it held.
+    pub objects: usize,
+    /// Objects deleted (its staged epochs are removed too).
+    pub removed: usize,
 }
 
 /// The most bytes of a staged epoch one message holds.

@@ -290,9 +290,10 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
             .block(ensure_stream(client.js(), &spec))
             .with_context(|| format!("--sink {out}"))?;
     }
-    // What every member of the group must run alike.
+    // What every member of the group must run alike: streams and buckets
+    // by name (members may reach a cluster through different servers).
     let mut identity = std::collections::BTreeMap::new();
-    identity.insert("input".to_string(), input.to_string());
+    identity.insert("input".to_string(), input.name.clone());
     identity.insert("partitions".to_string(), parts.to_string());
     identity.insert(
         "mode".to_string(),
@@ -304,10 +305,10 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         .to_string(),
     );
     if let Some(out) = &output {
-        identity.insert("output".to_string(), out.to_string());
+        identity.insert("output".to_string(), out.name.clone());
     }
     if let Some(store) = &store_url {
-        identity.insert("checkpoint store".to_string(), store.to_string());
+        identity.insert("checkpoint store".to_string(), store.name.clone());
     }
     identity.insert("job".to_string(), JOB_SHAPE.to_string());
     let scratch = tandem::sys::scratch::ScratchDir::unique(
