@@ -69,7 +69,11 @@ fn wait_listening(port: u16) {
 }
 
 fn start_server(bin: &Path, dir: &Path) -> Server {
-    let port = free_port();
+    start_server_on(bin, dir, free_port())
+}
+
+/// A server on `port` with its store in `dir` (a restart keeps both).
+fn start_server_on(bin: &Path, dir: &Path, port: u16) -> Server {
     let child = Command::new(bin)
         .args(["-js", "-sd"])
         .arg(dir)
@@ -417,20 +421,7 @@ fn a_group_rides_out_its_server_killed_and_restarted() {
         // 2 s later on its port with its store.
         drop(s.take());
         std::thread::sleep(Duration::from_secs(2));
-        let child = Command::new(&bin)
-            .args(["-js", "-sd"])
-            .arg(&store)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_listening(port);
-        s = Some(Server {
-            child,
-            port,
-            http: None,
-        });
+        s = Some(start_server_on(&bin, &store, port));
     });
     assert_same(&clean, &dump(&server, "OUT"), "the server restarted");
     drop(s);

@@ -585,11 +585,19 @@ pub fn settle(target: &SinkTarget, pointer: &Pointer) -> Result<bool, Error> {
             // acknowledged: gone means published (its owner published it
             // after the pointer that lists it was written).
             let key = target.stage_key(name);
+            let read = || async {
+                match target.store.staged(&key).await {
+                    // Read while its previous owner, done publishing it,
+                    // removed it: read again (gone now: published).
+                    Err(Error::Invalid(e)) if e.contains("is incomplete") => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        target.store.staged(&key).await
+                    }
+                    r => r,
+                }
+            };
             let staged =
-                through_outages(&format!("reading {key}"), target.patience, &never, || {
-                    target.store.staged(&key)
-                })
-                .await?;
+                through_outages(&format!("reading {key}"), target.patience, &never, read).await?;
             let Some(lines) = staged else {
                 continue;
             };
@@ -597,8 +605,35 @@ pub fn settle(target: &SinkTarget, pointer: &Pointer) -> Result<bool, Error> {
         }
         if pointer.finished.is_some() {
             target.pointer.clear_store().await;
+            return Ok(true);
         }
-        Ok(pointer.finished.is_some())
+        // The output may hold nothing past the checkpoint restored: its
+        // owner published an epoch only once its checkpoint's pointer
+        // moved. More means the server lost an acknowledged update of the
+        // pointer; running on would write that output a second time.
+        let t = match tail {
+            Some(t) => t,
+            None => {
+                through_outages("reading the output's last message", target.patience, &never, || {
+                    read_tail(target)
+                })
+                .await?
+            }
+        };
+        let restored = pointer.checkpoint.unwrap_or(0);
+        if let Some((e, _)) = &t.id {
+            let past = match parse_epoch(e) {
+                Some((false, id)) => id > restored,
+                _ => true,
+            };
+            if past {
+                return Err(Error::Invalid(format!(
+                    "{}: holds output of epoch {e}, past checkpoint {restored} that the pointer names: the server lost an acknowledged update of the pointer (a server killed before it wrote it?); the part is not run again, which would publish that output twice",
+                    subject(&target.stream, target.partition)
+                )));
+            }
+        }
+        Ok(false)
     })
 }
 
