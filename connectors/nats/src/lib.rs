@@ -13,10 +13,12 @@
 //!   (`Tandem-Seq`), so a restore from a checkpoint finds its place with a
 //!   binary search over the stream and reads on from there.
 //! - [`sink::JetStreamSink`]: exactly-once output. Each epoch (the output
-//!   between two checkpoint barriers) is staged in the object store and
-//!   published only once its checkpoint is durable off the host, each
-//!   message with a deterministic `Nats-Msg-Id`; see [`sink`] for what
-//!   makes a republish after a takeover a no-op.
+//!   between two checkpoint barriers) is staged in a stream of the
+//!   checkpoint store and published only once its checkpoint is durable
+//!   off the host, each message with a deterministic id and conditional on
+//!   the partition's last message; see [`sink`] for why neither a
+//!   republish after a takeover nor a fenced member waking late stores a
+//!   record twice.
 //! - [`store::ObjectStoreReplicator`]: a [`tandem::checkpoint::Replicator`]
 //!   that copies every checkpoint into an object-store bucket and moves its
 //!   manifest pointer in a key-value bucket by compare-and-set, so that a

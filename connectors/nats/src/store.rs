@@ -123,7 +123,6 @@ impl CheckpointStore {
                 .map_err(nats_err(format!("stream {bucket}-staged")))?;
             Ok::<_, Error>((objects, pointers, staged))
         })?;
-        let (objects, pointers, staged) = (objects, pointers, staged);
         Ok(CheckpointStore {
             client: client.clone(),
             staged,
