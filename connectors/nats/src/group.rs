@@ -509,10 +509,17 @@ fn check_identity(client: &Client, jobs: &kv::Store, config: &GroupConfig) -> Re
             {
                 return Ok(None);
             }
-            match jobs.get("identity").await {
+            let got = jobs
+                .get("identity")
+                .await
+                .map_err(nats_err(format!("group {}'s identity", config.name)));
+            match got {
                 Ok(Some(v)) => return Ok(Some(v)),
                 // Created meanwhile, or not answering yet: again.
-                Ok(None) | Err(_) if t.elapsed() < config.outage => {
+                Ok(None) if t.elapsed() < config.outage => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Err(e) if crate::is_outage(&e) && t.elapsed() < config.outage => {
                     tokio::time::sleep(Duration::from_millis(200)).await
                 }
                 Ok(None) => {
@@ -521,7 +528,7 @@ fn check_identity(client: &Client, jobs: &kv::Store, config: &GroupConfig) -> Re
                         config.name
                     )))
                 }
-                Err(e) => return Err(nats_err(format!("group {}'s identity", config.name))(e)),
+                Err(e) => return Err(e),
             }
         }
     })?;

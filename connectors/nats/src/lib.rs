@@ -249,6 +249,39 @@ where
     }
 }
 
+/// [`through_outages`] for a blocking call (a control thread's): `op`
+/// is tried again, with backoff, while it fails with an outage, for up to
+/// `patience`.
+pub fn patiently<T>(
+    what: &str,
+    patience: Duration,
+    mut op: impl FnMut() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let started = std::time::Instant::now();
+    let mut delay = Duration::from_millis(50);
+    let mut told = false;
+    loop {
+        match op() {
+            Ok(v) => return Ok(v),
+            Err(e) if !is_outage(&e) => return Err(e),
+            Err(e) if started.elapsed() >= patience => {
+                return Err(Error::Invalid(format!(
+                    "{what}: the servers did not answer for {:.1} s (the outage bound is {patience:?}): {e}",
+                    started.elapsed().as_secs_f64()
+                )))
+            }
+            Err(e) => {
+                if !told {
+                    eprintln!("tandem-nats: {what}: {e}; retrying for up to {patience:?}");
+                    told = true;
+                }
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 /// How long a group's members wait out servers that do not answer (a
 /// cluster electing a leader, a server restarting) before they fail.
 pub const DEFAULT_OUTAGE: Duration = Duration::from_secs(180);

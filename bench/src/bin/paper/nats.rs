@@ -19,7 +19,7 @@ use tandem_nats::sink::{settle, JetStreamSink, SinkTarget};
 use tandem_nats::source::JetStreamSource;
 use tandem_nats::store::CheckpointStore;
 use tandem_nats::stream::{ensure_stream, partitions_of, Producer, StreamSpec};
-use tandem_nats::{Client, NatsUrl};
+use tandem_nats::{patiently, Client, NatsUrl};
 
 /// Whether the flags ask for a NATS mode.
 pub fn wanted(args: &Args) -> bool {
@@ -259,26 +259,36 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         (Some(out), Some(store))
     };
     let client = connect(&input.server)?;
-    let parts = client.block(async {
-        let mut s = client
-            .js()
-            .get_stream(&input.name)
-            .await
-            .map_err(|e| anyhow::anyhow!("stream {input}: {e} (publish it with --produce)"))?;
-        Ok::<_, anyhow::Error>(partitions_of(&mut s).await?)
-    })?;
+    // Every call before the first claim waits out a cluster that does not
+    // answer yet (a leader election), as the parts' calls do.
+    let outage = Duration::from_secs(args.outage_s);
+    let parts = patiently("reading the input stream", outage, || {
+        client.block(async {
+            let mut s = client.js().get_stream(&input.name).await.map_err(|e| {
+                tandem_nats::Error::Nats {
+                    what: format!("stream {input}"),
+                    source: Box::new(e),
+                }
+            })?;
+            partitions_of(&mut s).await
+        })
+    })
+    .with_context(|| format!("stream {input} (publish it with --produce)"))?;
     ensure!(parts > 0, "stream {input} holds no partition");
     // A second connection for the group's control traffic: a lease renewal
     // must not wait behind megabytes of output on the data connection.
     let control = connect(&input.server)?;
     let (store, staging) = match &store_url {
-        Some(u) => (
-            Some(CheckpointStore::open(&control, &u.name, args.replicas)?),
-            Some(CheckpointStore::open(&client, &u.name, args.replicas)?),
-        ),
+        Some(u) => {
+            let open = |c: &Client| {
+                patiently(&format!("checkpoint store {u}"), outage, || {
+                    CheckpointStore::open(c, &u.name, args.replicas)
+                })
+            };
+            (Some(open(&control)?), Some(open(&client)?))
+        }
         None => (None, None),
     };
-    let outage = Duration::from_secs(args.outage_s);
     if let Some(out) = &output {
         let mut spec = StreamSpec::new(&out.name);
         spec.replicas = args.replicas;
@@ -286,9 +296,10 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         // One group's output: no other group, and no producer, writes
         // into it (see tandem_nats::sink).
         spec.purpose = Some(output_purpose(&group));
-        client
-            .block(ensure_stream(client.js(), &spec))
-            .with_context(|| format!("--sink {out}"))?;
+        patiently(&format!("--sink {out}"), outage, || {
+            client.block(ensure_stream(client.js(), &spec)).map(drop)
+        })
+        .with_context(|| format!("--sink {out}"))?;
     }
     // What every member of the group must run alike: streams and buckets
     // by name (members may reach a cluster through different servers).
@@ -318,20 +329,20 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
     .context("a work directory for the member's checkpoints")?;
     let name = member_name();
     let lease = Duration::from_millis(args.lease_ms);
-    let g = Group::join(
-        &control,
-        GroupConfig {
-            name: group.clone(),
-            member: name.clone(),
-            parts,
-            lease,
-            replicas: args.replicas,
-            outage,
-            identity,
-            resume_finished: args.resume_finished,
-        },
-    )?;
-    if g.finished()? {
+    let config = GroupConfig {
+        name: group.clone(),
+        member: name.clone(),
+        parts,
+        lease,
+        replicas: args.replicas,
+        outage,
+        identity,
+        resume_finished: args.resume_finished,
+    };
+    let g = patiently(&format!("joining group {group}"), outage, || {
+        Group::join(&control, config.clone())
+    })?;
+    if patiently("reading the group's progress", outage, || g.finished())? {
         errln!("group {group} has finished: nothing to run (--resume-finished)");
     }
     let m = Arc::new(Member {
