@@ -224,26 +224,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Error>>,
 {
-    let started = std::time::Instant::now();
-    let mut delay = Duration::from_millis(50);
-    let mut told = false;
+    let mut backoff = Backoff::new(what, patience);
     loop {
         match op().await {
             Ok(v) => return Ok(v),
-            Err(e) if !is_outage(&e) => return Err(e),
-            Err(e) if give_up() || started.elapsed() >= patience => {
-                return Err(Error::Invalid(format!(
-                    "{what}: the servers did not answer for {:.1} s (the outage bound is {patience:?}): {e}",
-                    started.elapsed().as_secs_f64()
-                )))
-            }
             Err(e) => {
-                if !told {
-                    eprintln!("tandem-nats: {what}: {e}; retrying for up to {patience:?}");
-                    told = true;
-                }
+                let delay = backoff.after(e, give_up())?;
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
             }
         }
     }
@@ -257,28 +244,57 @@ pub fn patiently<T>(
     patience: Duration,
     mut op: impl FnMut() -> Result<T, Error>,
 ) -> Result<T, Error> {
-    let started = std::time::Instant::now();
-    let mut delay = Duration::from_millis(50);
-    let mut told = false;
+    let mut backoff = Backoff::new(what, patience);
     loop {
         match op() {
             Ok(v) => return Ok(v),
-            Err(e) if !is_outage(&e) => return Err(e),
-            Err(e) if started.elapsed() >= patience => {
-                return Err(Error::Invalid(format!(
-                    "{what}: the servers did not answer for {:.1} s (the outage bound is {patience:?}): {e}",
-                    started.elapsed().as_secs_f64()
-                )))
-            }
-            Err(e) => {
-                if !told {
-                    eprintln!("tandem-nats: {what}: {e}; retrying for up to {patience:?}");
-                    told = true;
-                }
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
+            Err(e) => std::thread::sleep(backoff.after(e, false)?),
         }
+    }
+}
+
+/// The waits between tries through an outage: from 50 ms, doubling to
+/// 1 s, for up to `patience`; the first outage is reported (once).
+struct Backoff<'a> {
+    what: &'a str,
+    patience: Duration,
+    started: std::time::Instant,
+    delay: Duration,
+    told: bool,
+}
+
+impl<'a> Backoff<'a> {
+    fn new(what: &'a str, patience: Duration) -> Self {
+        Backoff {
+            what,
+            patience,
+            started: std::time::Instant::now(),
+            delay: Duration::from_millis(50),
+            told: false,
+        }
+    }
+
+    /// After a try that failed with `e`: how long to wait before the
+    /// next, or the error to end with (`e` is no outage, `give_up`, or
+    /// the outage has lasted `patience`).
+    fn after(&mut self, e: Error, give_up: bool) -> Result<Duration, Error> {
+        let (what, patience) = (self.what, self.patience);
+        if !is_outage(&e) {
+            return Err(e);
+        }
+        if give_up || self.started.elapsed() >= patience {
+            return Err(Error::Invalid(format!(
+                "{what}: the servers did not answer for {:.1} s (the outage bound is {patience:?}): {e}",
+                self.started.elapsed().as_secs_f64()
+            )));
+        }
+        if !self.told {
+            eprintln!("tandem-nats: {what}: {e}; retrying for up to {patience:?}");
+            self.told = true;
+        }
+        let d = self.delay;
+        self.delay = (d * 2).min(Duration::from_secs(1));
+        Ok(d)
     }
 }
 

@@ -70,7 +70,7 @@ fn record_found(pack: usize) {
     let Some((_server, addr)) = start(&[]) else {
         return;
     };
-    let client = Client::connect(&addr, Duration::from_secs(5)).unwrap();
+    let client = Client::connect(&addr, Duration::from_secs(20)).unwrap();
     let sizes = [300, 50, 1];
     produce(&client, sizes, pack);
     client.block(async {
@@ -108,7 +108,7 @@ fn source_restored(pack: usize) {
     let Some((_server, addr)) = start(&[]) else {
         return;
     };
-    let client = Client::connect(&addr, Duration::from_secs(5)).unwrap();
+    let client = Client::connect(&addr, Duration::from_secs(20)).unwrap();
     produce(&client, [200, 120, 7], pack);
     for (p, from) in [(0u32, 0u64), (0, 137), (0, 138), (1, 119), (2, 7), (2, 3)] {
         let mut src = JetStreamSource::new(&client, "IN", p);
