@@ -156,11 +156,18 @@ impl CheckpointStore {
             bytes.chunks(STAGE_CHUNK).collect()
         };
         let n = chunks.len();
+        // Ids unique to this attempt: an attempt after a failed one (an
+        // outage) purges what that one stored, and ids the server still
+        // remembers would have this attempt's chunks dropped as
+        // duplicates — leaving the epoch empty or partial, which a
+        // successor would take for published. Within the attempt, the
+        // ids let a retried publish be dropped.
+        let attempt = claim_nonce();
         let mut producer =
             crate::stream::Producer::new(&self.client, &format!("{}-staged", self.bucket));
         for (i, c) in chunks.into_iter().enumerate() {
             let mut h = async_nats::HeaderMap::new();
-            h.insert("Nats-Msg-Id", format!("{key}:{i}").as_str());
+            h.insert("Nats-Msg-Id", format!("{key}:{attempt:x}:{i}").as_str());
             h.insert(CHUNK, i.to_string().as_str());
             h.insert(CHUNKS, n.to_string().as_str());
             producer

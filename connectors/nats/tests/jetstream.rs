@@ -137,3 +137,37 @@ fn source_restored(pack: usize) {
         assert_eq!(got, want, "partition {p} from {from}, packing {pack}");
     }
 }
+
+/// Staging an epoch again — what a retry after an outage does — leaves it
+/// whole: the second attempt purges the first's chunks, and the server,
+/// which still remembers their ids, must not drop the new ones as
+/// duplicates (the epoch would read as empty: published, to a successor).
+#[test]
+fn an_epoch_staged_again_after_a_failed_attempt_is_whole() {
+    use tandem_nats::store::{CheckpointStore, STAGE_CHUNK};
+    let Some((_server, addr)) = start(&[]) else {
+        return;
+    };
+    let client = Client::connect(&addr, Duration::from_secs(20)).unwrap();
+    let store = CheckpointStore::open(&client, "CK", 1).unwrap();
+    // Three chunks, the last one short.
+    let bytes: Vec<u8> = (0..STAGE_CHUNK * 2 + 1000)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let key = "g.p0.c00000000000000000007.t";
+    client
+        .block(async {
+            store.stage(key, &bytes).await?;
+            store.stage(key, &bytes).await?;
+            Ok::<_, tandem_nats::Error>(())
+        })
+        .unwrap();
+    let staged = client.block(store.staged(key)).unwrap();
+    assert!(
+        staged.as_deref() == Some(&bytes[..]),
+        "staged again: {:?} bytes",
+        staged.map(|b| b.len())
+    );
+    client.block(store.unstage(key)).unwrap();
+    assert_eq!(client.block(store.staged(key)).unwrap(), None);
+}
