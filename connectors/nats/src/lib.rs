@@ -255,7 +255,7 @@ pub fn patiently<T>(
 
 /// The waits between tries through an outage: from 50 ms, doubling to
 /// 1 s, for up to `patience`; the first outage is reported (once).
-struct Backoff<'a> {
+pub(crate) struct Backoff<'a> {
     what: &'a str,
     patience: Duration,
     started: std::time::Instant,
@@ -264,7 +264,7 @@ struct Backoff<'a> {
 }
 
 impl<'a> Backoff<'a> {
-    fn new(what: &'a str, patience: Duration) -> Self {
+    pub(crate) fn new(what: &'a str, patience: Duration) -> Self {
         Backoff {
             what,
             patience,
@@ -277,7 +277,7 @@ impl<'a> Backoff<'a> {
     /// After a try that failed with `e`: how long to wait before the
     /// next, or the error to end with (`e` is no outage, `give_up`, or
     /// the outage has lasted `patience`).
-    fn after(&mut self, e: Error, give_up: bool) -> Result<Duration, Error> {
+    pub(crate) fn after(&mut self, e: Error, give_up: bool) -> Result<Duration, Error> {
         let (what, patience) = (self.what, self.patience);
         if !is_outage(&e) {
             return Err(e);

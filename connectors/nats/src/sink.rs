@@ -40,7 +40,7 @@
 
 use crate::store::{CheckpointStore, ObjectStoreReplicator, Pointer};
 use crate::stream::subject;
-use crate::{is_outage, nats_err, through_outages, Client, Error};
+use crate::{nats_err, through_outages, Client, Error};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
@@ -409,18 +409,17 @@ async fn publish_one(
     payload: Bytes,
 ) -> Result<(), Error> {
     let subject = subject(&target.stream, target.partition);
-    let mut outage: Option<std::time::Instant> = None;
-    let mut delay = Duration::from_millis(20);
+    // The same outage bound for every wait of this message.
+    let mut backoff = crate::Backoff::new(&subject, target.patience);
     loop {
         let t = match tail {
             Some(t) => t,
             None => match read_tail(target).await {
                 Ok(t) => tail.insert(t),
-                Err(e) if is_outage(&e) => {
-                    wait_out(&mut outage, &mut delay, target.patience, &subject, e).await?;
+                Err(e) => {
+                    tokio::time::sleep(backoff.after(e, false)?).await;
                     continue;
                 }
-                Err(e) => return Err(e),
             },
         };
         if t.id
@@ -447,7 +446,7 @@ async fn publish_one(
             Err(e) => {
                 *tail = None;
                 let e = nats_err(format!("publishing to {subject}"))(e);
-                wait_out(&mut outage, &mut delay, target.patience, &subject, e).await?;
+                tokio::time::sleep(backoff.after(e, false)?).await;
                 continue;
             }
         };
@@ -471,37 +470,10 @@ async fn publish_one(
             Err(e) => {
                 *tail = None;
                 let e = nats_err(format!("publishing to {subject}"))(e);
-                if !is_outage(&e) {
-                    return Err(e);
-                }
-                wait_out(&mut outage, &mut delay, target.patience, &subject, e).await?;
+                tokio::time::sleep(backoff.after(e, false)?).await;
             }
         }
     }
-}
-
-/// One more wait through an outage that began at `since`: an error once
-/// it has lasted `patience`.
-async fn wait_out(
-    since: &mut Option<std::time::Instant>,
-    delay: &mut Duration,
-    patience: Duration,
-    what: &str,
-    e: Error,
-) -> Result<(), Error> {
-    let t = *since.get_or_insert_with(|| {
-        eprintln!("tandem-nats: {what}: {e}; retrying for up to {patience:?}");
-        std::time::Instant::now()
-    });
-    if t.elapsed() >= patience {
-        return Err(Error::Invalid(format!(
-            "{what}: the servers did not answer for {:.1} s (the outage bound is {patience:?}): {e}",
-            t.elapsed().as_secs_f64()
-        )));
-    }
-    tokio::time::sleep(*delay).await;
-    *delay = (*delay * 2).min(Duration::from_secs(1));
-    Ok(())
 }
 
 /// Publishes one staged epoch in order, each message only if the
