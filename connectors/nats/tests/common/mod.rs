@@ -41,26 +41,43 @@ impl Drop for Server {
 /// `127.0.0.1:PORT` once it accepts connections.
 pub fn start(extra: &[&str]) -> Option<(Server, String)> {
     let bin = nats_server()?;
-    let dir = tempfile::tempdir().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(bin)
-        .args(["-js", "-sd"])
-        .arg(dir.path())
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Server { child, _store: dir };
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(20));
+    // A free port is found by binding port 0 and letting it go: a test
+    // beside this one may take the same and start its server there first.
+    // Then this server exits (its port is in use) while the port accepts:
+    // another port is tried.
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(&bin)
+            .args(["-js", "-sd"])
+            .arg(dir.path())
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Server { child, _store: dir };
+        let t = Instant::now();
+        let mut exited = false;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            if server.child.try_wait().unwrap().is_some() {
+                exited = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Accepting, but perhaps another test's server: ours must live.
+        std::thread::sleep(Duration::from_millis(50));
+        if exited || server.child.try_wait().unwrap().is_some() {
+            continue;
+        }
+        return Some((server, format!("127.0.0.1:{port}")));
     }
-    Some((server, format!("127.0.0.1:{port}")))
+    panic!("nats-server did not start on any of 20 free ports");
 }
