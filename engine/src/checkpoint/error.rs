@@ -11,6 +11,20 @@ use std::path::PathBuf;
 #[allow(missing_docs)]
 #[non_exhaustive]
 pub enum CheckpointError {
+    /// A delta payload ([`crate::state::delta`]) that does not parse, or
+    /// a chain of snapshots that does not fit together.
+    #[error("incremental snapshot: {0}")]
+    Delta(String),
+    /// A link of a checkpoint's chain of incremental snapshots is missing
+    /// or does not verify.
+    #[error("checkpoint {id}: {operator}#{instance}: its chain is broken at checkpoint {link}: {reason}")]
+    BrokenChain {
+        id: u64,
+        operator: String,
+        instance: u32,
+        link: u64,
+        reason: String,
+    },
     /// The checkpoint could not be copied off the host (see
     /// [`super::Replicator`]); it was not published.
     #[error("checkpoint {id}: replication: {source}")]

@@ -228,6 +228,9 @@ fn file_len_for(payload_len: u64) -> Option<u64> {
 /// depend on the header in front of it.
 pub struct SnapshotBytes {
     buf: AlignedBuf,
+    /// `Some(c)`: the payload is a delta over this instance's state at
+    /// checkpoint `c` ([`crate::state::delta`]); `None`: the whole state.
+    delta_over: Option<u64>,
 }
 
 impl SnapshotBytes {
@@ -240,7 +243,21 @@ impl SnapshotBytes {
     pub fn with_capacity(payload: usize) -> Self {
         let mut buf = AlignedBuf::with_capacity(HEADER_BLOCK + payload);
         buf.resize_zeroed(HEADER_BLOCK);
-        SnapshotBytes { buf }
+        SnapshotBytes {
+            buf,
+            delta_over: None,
+        }
+    }
+
+    /// `Some(c)`: the payload is a delta over the state at checkpoint `c`
+    /// (see [`crate::state::delta`]); `None`: a whole state.
+    pub fn delta_over(&self) -> Option<u64> {
+        self.delta_over
+    }
+
+    /// Marks the payload a delta over checkpoint `base` (or whole).
+    pub fn set_delta_over(&mut self, base: Option<u64>) {
+        self.delta_over = base;
     }
 
     /// A payload holding a copy of `bytes`.

@@ -60,6 +60,11 @@ pub(crate) struct Steps<K: Archive, S: Archive> {
     /// Keys and states have zero-sized resolvers (no out-of-line parts):
     /// phase (1) is skipped.
     inline: bool,
+    /// A delta's entries: the places archived, in order (`None`: every
+    /// place below the freeze's count).
+    places: Option<Vec<u32>>,
+    /// A delta's base checkpoint, marked on the output.
+    delta_over: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -77,8 +82,22 @@ enum Phase {
 
 impl<K: Archive, S: Archive> Steps<K, S> {
     pub(crate) fn new(frozen: Frozen<K, S>) -> Self {
+        Self::with(frozen, None)
+    }
+
+    /// A delta's entries (see `super::delta`): the live `places` of the
+    /// freeze (sorted), after the delta's `prefix` (its header and
+    /// removed keys), the output marked a delta over `base`.
+    pub(crate) fn delta(frozen: Frozen<K, S>, places: Vec<u32>, prefix: &[u8], base: u64) -> Self {
+        Self::with(frozen, Some((places, prefix, base)))
+    }
+
+    fn with(frozen: Frozen<K, S>, delta: Option<(Vec<u32>, &[u8], u64)>) -> Self {
         let entry = std::mem::size_of::<Entry<Archived<K>, Archived<S>>>();
-        let (len, live) = (frozen.len, frozen.live);
+        let (len, live) = match &delta {
+            Some((places, ..)) => (places.len(), places.len()),
+            None => (frozen.len, frozen.live),
+        };
         let inline =
             std::mem::size_of::<K::Resolver>() == 0 && std::mem::size_of::<S::Resolver>() == 0;
         // The entries themselves, or — where they have out-of-line parts —
@@ -94,17 +113,34 @@ impl<K: Archive, S: Archive> Steps<K, S> {
                 .saturating_mul(live)
                 .saturating_add(bytes / n * live / 8),
         });
+        let (places, delta_over, out) = match delta {
+            Some((places, prefix, base)) => {
+                let mut out = SnapshotBytes::with_capacity(prefix.len() + hint);
+                // Writing into a growing buffer cannot fail.
+                let _ = rkyv::ser::Writer::<rancor::Error>::write(&mut out, prefix);
+                (Some(places), Some(base), out)
+            }
+            None => (None, None, SnapshotBytes::with_capacity(hint)),
+        };
         Steps {
             frozen: Some(frozen),
             len,
             live,
             written: 0,
-            out: Some(SnapshotBytes::with_capacity(hint)),
+            out: Some(out),
             resolvers: VecDeque::with_capacity(if inline { 0 } else { live }),
             phase: Phase::Parts,
             next: 0,
             inline,
+            places,
+            delta_over,
         }
+    }
+
+    /// The table place of the `i`-th entry archived.
+    #[inline]
+    fn place(&self, i: usize) -> usize {
+        self.places.as_ref().map_or(i, |p| p[i] as usize)
     }
 }
 
@@ -208,9 +244,10 @@ where
             Phase::Parts => {
                 let end = (self.next + entries).min(len);
                 let (t, epoch) = borrow(&self.frozen)?;
-                let (resolvers, from) = (&mut self.resolvers, self.next);
+                let places: Vec<usize> = (self.next..end).map(|i| self.place(i)).collect();
+                let resolvers = &mut self.resolvers;
                 with_serializer(&mut self.out, |ser| {
-                    for i in from..end {
+                    for i in places {
                         if let Some((k, s)) = entry(&t, epoch, i)? {
                             resolvers
                                 .push_back(EntryAdapter::<_, _, K, S>::new(k, s).serialize(ser)?);
@@ -227,10 +264,11 @@ where
             Phase::Entries { start } => {
                 let end = (self.next + entries).min(len);
                 let (t, epoch) = borrow(&self.frozen)?;
-                let (resolvers, next, inline) = (&mut self.resolvers, self.next, self.inline);
+                let places: Vec<usize> = (self.next..end).map(|i| self.place(i)).collect();
+                let (resolvers, inline) = (&mut self.resolvers, self.inline);
                 let written = self.written;
                 let mut items = Vec::new();
-                for i in next..end {
+                for i in places {
                     let Some((key, value)) = entry(&t, epoch, i)
                         .map_err(|source| CheckpointError::Serialize { source })?
                     else {
@@ -284,11 +322,8 @@ where
             Phase::Root { start } => {
                 // The freeze is over: the live state saves no more
                 // pre-images.
-                if let Some(f) = self.frozen.take() {
-                    if let (Ok(t), Some(out)) = (f.table.try_borrow(), &self.out) {
-                        t.archived.set((out.len(), self.live));
-                    }
-                }
+                let epoch = self.frozen.as_ref().map(|f| f.epoch);
+                let frozen = self.frozen.take();
                 let stand_in: KeyedState<K, S> = KeyedState {
                     map: Rc::new(RefCell::new(Table {
                         presolved: Some((start, self.live)),
@@ -300,7 +335,34 @@ where
                 });
                 self.phase = Phase::Done;
                 r?;
-                Ok(self.out.take())
+                let mut out = self.out.take();
+                if let (Some(f), Some(out)) = (frozen, &mut out) {
+                    out.set_delta_over(self.delta_over);
+                    if let Ok(mut t) = f.table.try_borrow_mut() {
+                        if self.delta_over.is_none() {
+                            t.archived.set((out.len(), self.live));
+                        }
+                        // The chain this capture extends learns its bytes.
+                        let (bytes, live) = (out.len() as u64, self.live as u64);
+                        if let Some(c) = t
+                            .log
+                            .journal
+                            .captured
+                            .iter_mut()
+                            .find(|c| Some(c.epoch) == epoch)
+                        {
+                            if c.delta {
+                                c.chain.delta_bytes += bytes;
+                            } else {
+                                c.chain.whole_bytes = bytes;
+                                c.chain.whole_entries = live;
+                            }
+                        }
+                    }
+                    // Dropped here, the freeze ends (after the borrow).
+                    drop(f);
+                }
+                Ok(out)
             }
             Phase::Done => Ok(None),
         }
@@ -381,7 +443,7 @@ mod tests {
         let back = <KeyedState<u64, u64> as crate::StateSnapshot>::restore(got.payload()).unwrap();
         assert_eq!((back.len(), back.get(&5).as_deref()), (2_000, Some(&5)));
         assert!(
-            s.map.borrow().freezes.is_empty(),
+            s.map.borrow().log.freezes.is_empty(),
             "the freeze ended with its archive"
         );
     }

@@ -78,6 +78,7 @@ use std::rc::Rc;
 use crate::checkpoint::{self, CheckpointError, SnapshotBytes, StateCapture};
 
 mod archive;
+pub mod delta;
 mod grow;
 pub mod ttl;
 
@@ -99,8 +100,9 @@ pub struct Table<K, S> {
     order: Vec<K>,
     /// Dead places in `order`.
     dead: usize,
-    /// Freezes whose archive is under way, oldest first.
-    freezes: Vec<Freeze<S>>,
+    /// The freezes under way and the journal of changes: what a write
+    /// touches first.
+    log: Log<K, S>,
     /// The epoch the next freeze gets (1, 2, …).
     next_epoch: u32,
     /// Set only on the stand-in an archive made in slices writes its root
@@ -168,7 +170,7 @@ impl<K, S> Default for Table<K, S> {
             map: GrowMap::default(),
             order: Vec::new(),
             dead: 0,
-            freezes: Vec::new(),
+            log: Log::default(),
             next_epoch: 1,
             presolved: None,
             archived: std::cell::Cell::new((0, 0)),
@@ -203,14 +205,11 @@ impl<K: Hash + Eq, S> Table<K, S> {
     #[inline]
     fn at_mut(&mut self, seq: u32) -> Option<SlotAt<'_, K, S>> {
         let Table {
-            map,
-            order,
-            freezes,
-            ..
+            map, order, log, ..
         } = self;
         let key = order.get(seq as usize)?;
         let slot = map.get_mut(key).filter(|s| s.seq == seq)?;
-        Some((key, slot, freezes))
+        Some((key, slot, log))
     }
 
     /// The slot of the key at place `i`, unless that place is dead (the
@@ -223,31 +222,52 @@ impl<K: Hash + Eq, S> Table<K, S> {
     }
 
     fn freeze(&self, epoch: u32) -> Option<&Freeze<S>> {
-        self.freezes.iter().find(|f| f.epoch == epoch)
+        self.log.freezes.iter().find(|f| f.epoch == epoch)
     }
 }
 
-/// A live key, its slot, and the freezes a write touches first.
-type SlotAt<'a, K, S> = (&'a K, &'a mut Slot<S>, &'a mut [Freeze<S>]);
+/// A live key, its slot, and what a write to it touches first.
+type SlotAt<'a, K, S> = (&'a K, &'a mut Slot<S>, &'a mut Log<K, S>);
 
-/// Before a write to `slot`: saves its pre-image for every freeze under
-/// way that has none of it yet and that it existed at.
+/// What a write touches first: the freezes under way (for their
+/// pre-images) and the journal of changes (for deltas).
+pub struct Log<K, S> {
+    /// Freezes whose archive is under way, oldest first.
+    freezes: Vec<Freeze<S>>,
+    /// The newest freeze's epoch (0: none yet): a slot whose `touched` is
+    /// below it is written for the first time since that freeze.
+    now: u32,
+    /// Changes since the oldest freeze a delta may still start from.
+    journal: delta::Journal<K>,
+}
+
+impl<K, S> Default for Log<K, S> {
+    fn default() -> Self {
+        Log {
+            freezes: Vec::new(),
+            now: 0,
+            journal: delta::Journal::default(),
+        }
+    }
+}
+
+/// Before a write to `slot`: the first write since the newest freeze
+/// saves its pre-image for every freeze under way that has none of it yet
+/// and that it existed at, and journals its place (when deltas are taken).
 #[inline]
-fn touch<S: Clone>(freezes: &mut [Freeze<S>], slot: &mut Slot<S>) {
-    let Some(newest) = freezes.last().map(|f| f.epoch) else {
-        return;
-    };
-    if slot.touched >= newest {
+fn touch<K, S: Clone>(log: &mut Log<K, S>, slot: &mut Slot<S>) {
+    if slot.touched >= log.now {
         return;
     }
-    for f in freezes.iter_mut() {
+    for f in log.freezes.iter_mut() {
         // Not written since this freeze (else `touched` would be at least
         // its epoch): its state now is its state then.
         if f.epoch > slot.touched && (slot.seq as usize) < f.len {
             f.undo.save(slot.seq, slot.state.clone());
         }
     }
-    slot.touched = newest;
+    log.journal.written(slot.seq);
+    slot.touched = log.now;
 }
 
 /// rkyv wrapper: the table archived as the vector of its `(key, state)`
@@ -374,12 +394,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     pub(crate) fn get_or_default_numbered(&mut self, key: &K) -> (u32, RefMut<'_, S>) {
         let mut seq = 0;
         let state = RefMut::map(self.map.borrow_mut(), |t| {
-            let Table {
-                map,
-                order,
-                freezes,
-                ..
-            } = t;
+            let Table { map, order, log, .. } = t;
             let slot = map.get_or_insert_with(key, order, |n| {
                 let seq = u32::try_from(n).expect("at most 2^32 keys per keyed state");
                 Slot {
@@ -388,7 +403,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
                     state: S::default(),
                 }
             });
-            touch(freezes, slot);
+            touch(log, slot);
             seq = slot.seq;
             &mut slot.state
         });
@@ -403,8 +418,8 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&K, &mut S) -> R,
     ) -> Option<R> {
         let mut t = self.map.borrow_mut();
-        let (key, slot, freezes) = t.at_mut(seq)?;
-        touch(freezes, slot);
+        let (key, slot, log) = t.at_mut(seq)?;
+        touch(log, slot);
         Some(f(key, &mut slot.state))
     }
 
@@ -413,11 +428,12 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// pre-image.
     pub(crate) fn remove_at(&mut self, seq: u32) -> bool {
         let mut t = self.map.borrow_mut();
-        let Some((key, slot, freezes)) = t.at_mut(seq) else {
+        let Some((key, slot, log)) = t.at_mut(seq) else {
             return false;
         };
-        touch(freezes, slot);
+        touch(log, slot);
         let key = key.clone();
+        t.log.journal.removed(&key);
         t.map.remove(&key);
         t.dead += 1;
         true
@@ -431,11 +447,15 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// many removals.
     pub(crate) fn compact(&mut self) -> Option<Vec<u32>> {
         let mut t = self.map.borrow_mut();
-        if t.dead < 64 || 2 * t.dead < t.order.len() || !t.freezes.is_empty() {
+        if t.dead < 64 || 2 * t.dead < t.order.len() || !t.log.freezes.is_empty() {
             return None;
         }
         let Table {
-            map, order, dead, ..
+            map,
+            order,
+            dead,
+            log,
+            ..
         } = &mut *t;
         // A retired table moves by walking `order` by number: done first.
         map.settle(order);
@@ -449,6 +469,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
             }
         }
         *dead = 0;
+        log.journal.renumber(&renumber);
         Some(renumber)
     }
 
@@ -469,11 +490,11 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&mut S) -> bool,
     ) -> Option<bool> {
         let mut t = self.map.borrow_mut();
-        let (_, slot, freezes) = t.at_mut(seq)?;
+        let (_, slot, log) = t.at_mut(seq)?;
         if !check(&slot.state) {
             return Some(false);
         }
-        touch(freezes, slot);
+        touch(log, slot);
         Some(f(&mut slot.state))
     }
 
@@ -491,15 +512,10 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// Calls `f` with every key and its state, in insertion order.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut S)) {
         let mut t = self.map.borrow_mut();
-        let Table {
-            map,
-            order,
-            freezes,
-            ..
-        } = &mut *t;
+        let Table { map, order, log, .. } = &mut *t;
         for (i, key) in order.iter().enumerate() {
             if let Some(slot) = map.get_mut(key).filter(|s| s.seq as usize == i) {
-                touch(freezes, slot);
+                touch(log, slot);
                 f(key, &mut slot.state);
             }
         }
@@ -530,15 +546,19 @@ impl<K, S> KeyedState<K, S> {
     /// pre-image for it.
     fn freeze(&self) -> Frozen<K, S> {
         let mut t = self.map.borrow_mut();
-        if t.next_epoch == u32::MAX && t.freezes.is_empty() {
-            // Once in 4 G freezes: numbering starts again.
+        if t.next_epoch == u32::MAX && t.log.freezes.is_empty() {
+            // Once in 4 G freezes: numbering starts again, and no delta
+            // can start from a freeze numbered before.
             t.map.values_mut().for_each(|s| s.touched = 0);
             t.next_epoch = 1;
+            t.log.journal.forget();
         }
         let epoch = t.next_epoch;
         t.next_epoch = t.next_epoch.saturating_add(1);
+        t.log.now = epoch;
         let (len, live) = (t.order.len(), t.map.len());
-        t.freezes.push(Freeze {
+        t.log.journal.mark(epoch);
+        t.log.freezes.push(Freeze {
             epoch,
             len,
             undo: Undo::new(len),
@@ -569,7 +589,7 @@ impl<K, S> Drop for Frozen<K, S> {
         // and keep saving pre-images.
         if let Ok(mut t) = self.table.try_borrow_mut() {
             let epoch = self.epoch;
-            t.freezes.retain(|f| f.epoch != epoch);
+            t.log.freezes.retain(|f| f.epoch != epoch);
         }
     }
 }
@@ -610,15 +630,35 @@ pub trait StateSnapshot: Sized + 'static {
     fn capture(&self) -> Result<StateCapture, CheckpointError> {
         self.snapshot().map(StateCapture::Bytes)
     }
+    /// The state as it is now for checkpoint `how.checkpoint`: a delta
+    /// over `how.base` where the state can take one (see [`delta`]), else
+    /// whole (the default).
+    fn capture_for(&self, how: delta::CaptureFor) -> Result<StateCapture, CheckpointError> {
+        let _ = how;
+        self.capture()
+    }
     /// Validates an archive with rkyv's checked access and rebuilds the
     /// state from it.
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError>;
+    /// Rebuilds the state from a chain: a whole archive, then the deltas
+    /// after it, oldest first, as checkpoint `from` holds them (`None`:
+    /// not a checkpoint's). The default takes a chain of one.
+    fn restore_chain(links: &[&[u8]], from: Option<u64>) -> Result<Self, CheckpointError> {
+        let _ = from;
+        match links {
+            [whole] => Self::restore(whole),
+            _ => Err(CheckpointError::Delta(format!(
+                "a chain of {} archives for a state that takes only whole ones",
+                links.len()
+            ))),
+        }
+    }
 }
 
 impl<K, S> StateSnapshot for KeyedState<K, S>
 where
     K: Archive + Hash + Eq + Clone + 'static,
-    S: Archive + Clone + 'static,
+    S: Archive + Default + Clone + 'static,
     K: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     S: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
@@ -636,7 +676,88 @@ where
         ))))
     }
 
+    fn capture_for(&self, how: delta::CaptureFor) -> Result<StateCapture, CheckpointError> {
+        if how.checkpoint == 0 {
+            return self.capture();
+        }
+        // The base a delta would apply over, if the chain may grow.
+        let base = {
+            let mut t = self.map.borrow_mut();
+            t.log.journal.enable();
+            how.base
+                .and_then(|b| t.log.journal.base(b))
+                .filter(|b| {
+                    let c = &b.chain;
+                    // The whole archive's bytes are known once it is
+                    // archived: a chain whose whole archive is still under
+                    // way (a failed checkpoint's) is not extended.
+                    c.whole_bytes > 0
+                        && c.deltas < how.policy.max_deltas
+                        && (c.delta_bytes as f64)
+                            < how.policy.max_delta_ratio * c.whole_bytes as f64
+                })
+        };
+        let frozen = self.freeze();
+        let mut t = self.map.borrow_mut();
+        let epoch = frozen.epoch;
+        let Some(base) = base else {
+            t.log.journal.captured.push_back(delta::Captured {
+                checkpoint: how.checkpoint,
+                epoch,
+                chain: delta::Chain::default(),
+                delta: false,
+            });
+            // Deltas start from this capture or a later one.
+            t.log.journal.trim(epoch);
+            drop(t);
+            return Ok(StateCapture::Steps(Box::new(archive::Steps::new(frozen))));
+        };
+        let Some((places, removed)) = t.log.journal.between(base.epoch, epoch) else {
+            return Err(CheckpointError::Delta(format!(
+                "the journal lost the changes since checkpoint {} (an engine bug)",
+                base.checkpoint
+            )));
+        };
+        // The places live at the freeze (one dead since was written first,
+        // or removed after being placed since the base: not an entry).
+        let places: Vec<u32> = places
+            .into_iter()
+            .filter(|&p| t.live_slot(p as usize).is_some())
+            .collect();
+        let mut seen = std::collections::HashSet::with_capacity(removed.len());
+        let gone = KeyedState::<K, S>::default();
+        for k in removed {
+            if seen.insert(k) {
+                gone.get_or_default_plain(k);
+            }
+        }
+        drop(seen);
+        let mut chain = base.chain;
+        chain.deltas += 1;
+        t.log.journal.captured.push_back(delta::Captured {
+            checkpoint: how.checkpoint,
+            epoch,
+            chain,
+            delta: true,
+        });
+        t.log.journal.trim(base.epoch);
+        drop(t);
+        let removed = gone.to_snapshot_bytes()?;
+        let prefix = delta::prefix(base.checkpoint, removed.payload());
+        Ok(StateCapture::Steps(Box::new(archive::Steps::delta(
+            frozen,
+            places,
+            &prefix,
+            base.checkpoint,
+        ))))
+    }
+
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError> {
+        if delta::is_delta(payload) {
+            return Err(CheckpointError::Delta(
+                "a delta where a whole archive was expected".into(),
+            ));
+        }
         let archived = checkpoint::access::<Self>(payload)?;
         let state = rkyv::deserialize::<Self, rancor::Error>(archived)
             .map_err(|source| CheckpointError::Deserialize { source })?;
@@ -647,6 +768,106 @@ where
             t.archived.set((payload.len(), t.map.len()));
         }
         Ok(state)
+    }
+
+    fn restore_chain(links: &[&[u8]], from: Option<u64>) -> Result<Self, CheckpointError> {
+        let Some((whole, deltas)) = links.split_first() else {
+            return Err(CheckpointError::Delta("an empty chain".into()));
+        };
+        let mut state = Self::restore(whole)?;
+        let mut chain = delta::Chain {
+            deltas: deltas.len() as u32,
+            whole_bytes: whole.len() as u64,
+            whole_entries: state.len() as u64,
+            delta_bytes: 0,
+        };
+        for (i, d) in deltas.iter().enumerate() {
+            let p = delta::parse(d).map_err(|e| {
+                CheckpointError::Delta(format!("link {} of {}: {e}", i + 2, links.len()))
+            })?;
+            let removed = Self::restore(p.removed)?;
+            let entries = Self::restore(p.entries)?;
+            state.apply(&removed, entries);
+            chain.delta_bytes += d.len() as u64;
+        }
+        if !deltas.is_empty() {
+            state.densify();
+        }
+        if let Some(checkpoint) = from {
+            // A delta may apply over the checkpoint restored: the state is
+            // that checkpoint's, as freeze 1.
+            let mut t = state.map.borrow_mut();
+            t.log.journal.enable();
+            t.next_epoch = 2;
+            t.log.now = 1;
+            t.log.journal.mark(1);
+            t.log.journal.captured.push_back(delta::Captured {
+                checkpoint,
+                epoch: 1,
+                chain,
+                delta: !deltas.is_empty(),
+            });
+        }
+        Ok(state)
+    }
+}
+
+impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
+    /// The state of `key`, created on first use, without marking it
+    /// written (for a state nobody freezes).
+    fn get_or_default_plain(&self, key: &K) {
+        let mut t = self.map.borrow_mut();
+        let Table { map, order, .. } = &mut *t;
+        map.get_or_insert_with(key, order, |n| Slot {
+            seq: n as u32,
+            touched: 0,
+            state: S::default(),
+        });
+    }
+
+    /// Applies a delta's removals, then its entries (see [`delta`]).
+    fn apply(&mut self, removed: &Self, entries: Self) {
+        let mut t = self.map.borrow_mut();
+        let gone = removed.map.borrow();
+        for key in &gone.order {
+            if t.map.remove(key).is_some() {
+                t.dead += 1;
+            }
+        }
+        let mut e = entries.map.borrow_mut();
+        let Table { map, order, .. } = &mut *e;
+        let keys = std::mem::take(order);
+        for key in keys {
+            let Some(slot) = map.remove(&key) else { continue };
+            let Table {
+                map: live,
+                order: live_order,
+                ..
+            } = &mut *t;
+            let at = live.get_or_insert_with(&key, live_order, |n| Slot {
+                seq: n as u32,
+                touched: 0,
+                state: S::default(),
+            });
+            at.state = slot.state;
+        }
+    }
+
+    /// Numbers the live keys densely, in order (after a chain is applied).
+    fn densify(&mut self) {
+        let mut t = self.map.borrow_mut();
+        let Table {
+            map, order, dead, ..
+        } = &mut *t;
+        map.settle(order);
+        let old = std::mem::take(order);
+        for (i, key) in old.into_iter().enumerate() {
+            if let Some(slot) = map.get_mut(&key).filter(|s| s.seq as usize == i) {
+                slot.seq = order.len() as u32;
+                order.push(key);
+            }
+        }
+        *dead = 0;
     }
 }
 
@@ -767,7 +988,7 @@ mod tests {
         assert_eq!(frozen_view(&s, &b), at_b);
         drop(b);
         *s.get_or_default(&1) += 1;
-        assert!(s.map.borrow().freezes.is_empty());
+        assert!(s.map.borrow().log.freezes.is_empty());
         assert_eq!(s.get(&1).as_deref(), Some(&(1 + 7 + 1 + 1)));
     }
 }
