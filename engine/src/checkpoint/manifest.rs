@@ -47,6 +47,54 @@ pub struct FileEntry {
     pub payload_len: u64,
     /// XXH3-64 of the payload.
     pub payload_checksum: u64,
+    /// Whether the payload is a delta over the last link of `chain`
+    /// ([`crate::state::delta`]); else the whole state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delta: bool,
+    /// For a delta: the files a restore reads before this one, oldest
+    /// first — the last whole archive, then the deltas after it — each
+    /// written by an earlier checkpoint of the same store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<Link>,
+}
+
+/// A file an incremental snapshot's restore reads before it (see
+/// [`FileEntry::chain`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    /// The checkpoint that wrote it.
+    pub checkpoint: u64,
+    /// Path relative to the manifest's directory.
+    pub path: String,
+    /// File length.
+    pub file_len: u64,
+    /// Payload bytes.
+    pub payload_len: u64,
+    /// XXH3-64 of the payload.
+    pub payload_checksum: u64,
+    /// Whether it is a delta (every link but the first).
+    pub delta: bool,
+}
+
+impl FileEntry {
+    /// This file as a link of a later checkpoint's chain.
+    pub fn as_link(&self, checkpoint: u64) -> Link {
+        Link {
+            checkpoint,
+            path: self.path.clone(),
+            file_len: self.file_len,
+            payload_len: self.payload_len,
+            payload_checksum: self.payload_checksum,
+            delta: self.delta,
+        }
+    }
+
+    /// Payload bytes a restore reads: this file's and its chain's.
+    pub fn restore_bytes(&self) -> u64 {
+        self.chain
+            .iter()
+            .fold(self.payload_len, |a, l| a.saturating_add(l.payload_len))
+    }
 }
 
 /// A published checkpoint or savepoint: what `manifest-<id>.json` (or
@@ -86,6 +134,107 @@ impl Manifest {
     /// Absolute path of one of its files.
     pub fn file_path(&self, entry: &FileEntry) -> PathBuf {
         self.dir.join(&entry.path)
+    }
+
+    /// Payload bytes a restore of every file reads (chains included).
+    pub fn restore_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .fold(0, |a, f| a.saturating_add(f.restore_bytes()))
+    }
+
+    /// Checkpoints whose files this one's chains read.
+    pub fn links(&self) -> std::collections::BTreeSet<u64> {
+        self.files
+            .iter()
+            .flat_map(|f| f.chain.iter().map(|l| l.checkpoint))
+            .collect()
+    }
+
+    /// Maps and verifies the links of one of its files' chain, oldest
+    /// first (none for a whole snapshot): each must be the file its link
+    /// names — written by that checkpoint for the same operator instance,
+    /// of that length and checksum — the first whole, the others deltas.
+    pub fn open_chain(&self, entry: &FileEntry) -> Result<Vec<SnapshotFile>, CheckpointError> {
+        self.chain_links(entry, |path| {
+            let f = SnapshotFile::open(path)?;
+            let h = f.header().clone();
+            Ok((f, h))
+        })
+    }
+
+    /// As [`open_chain`](Self::open_chain), reading the files through
+    /// instead of mapping them.
+    pub fn check_chain(&self, entry: &FileEntry) -> Result<(), CheckpointError> {
+        self.chain_links(entry, |path| Ok(((), SnapshotFile::verify(path)?)))
+            .map(drop)
+    }
+
+    fn chain_links<T>(
+        &self,
+        entry: &FileEntry,
+        mut open: impl FnMut(&Path) -> Result<(T, SnapshotHeader), CheckpointError>,
+    ) -> Result<Vec<T>, CheckpointError> {
+        let broken = |link: u64, reason: String| CheckpointError::BrokenChain {
+            id: self.id,
+            operator: entry.operator.clone(),
+            instance: entry.instance,
+            link,
+            reason,
+        };
+        if entry.delta != !entry.chain.is_empty() {
+            return Err(broken(
+                self.id,
+                format!(
+                    "a {} with {} links before it",
+                    if entry.delta { "delta" } else { "whole snapshot" },
+                    entry.chain.len()
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(entry.chain.len());
+        for (i, l) in entry.chain.iter().enumerate() {
+            if l.delta != (i > 0) || l.checkpoint >= self.id {
+                return Err(broken(
+                    l.checkpoint,
+                    "the links are not a whole snapshot then deltas of earlier checkpoints".into(),
+                ));
+            }
+            let as_entry = FileEntry {
+                path: l.path.clone(),
+                operator: entry.operator.clone(),
+                instance: entry.instance,
+                positions: Vec::new(),
+                file_len: l.file_len,
+                payload_len: l.payload_len,
+                payload_checksum: l.payload_checksum,
+                delta: l.delta,
+                chain: Vec::new(),
+            };
+            let path = self.inside(&as_entry)?;
+            let (t, h) = open(&path).map_err(|e| broken(l.checkpoint, e.to_string()))?;
+            let linked = Manifest {
+                id: l.checkpoint,
+                ..self.clone_header()
+            };
+            linked
+                .agrees_but_positions(&as_entry, &h, path)
+                .map_err(|e| broken(l.checkpoint, e.to_string()))?;
+            out.push(t);
+        }
+        Ok(out)
+    }
+
+    /// This manifest without its files (to check a link's header against).
+    fn clone_header(&self) -> Manifest {
+        Manifest {
+            format_version: self.format_version,
+            kind: self.kind,
+            id: self.id,
+            created_at_ms: self.created_at_ms,
+            files: Vec::new(),
+            dir: self.dir.clone(),
+        }
     }
 
     /// Total payload bytes.
@@ -142,6 +291,25 @@ impl Manifest {
         h: &SnapshotHeader,
         path: PathBuf,
     ) -> Result<(), CheckpointError> {
+        if h.positions != entry.positions {
+            return Err(CheckpointError::ManifestMismatch {
+                path,
+                field: "positions",
+                expected: format!("{:?}", entry.positions),
+                found: format!("{:?}", h.positions),
+            });
+        }
+        self.agrees_but_positions(entry, h, path)
+    }
+
+    /// [`agrees`](Self::agrees) but for the positions (a link's are those
+    /// of its own checkpoint).
+    fn agrees_but_positions(
+        &self,
+        entry: &FileEntry,
+        h: &SnapshotHeader,
+        path: PathBuf,
+    ) -> Result<(), CheckpointError> {
         let mismatch = |field, expected: String, found: String| {
             Err(CheckpointError::ManifestMismatch {
                 path,
@@ -181,19 +349,15 @@ impl Manifest {
                 format!("{:#018x}", h.payload_checksum),
             );
         }
-        if h.positions != entry.positions {
-            return mismatch(
-                "positions",
-                format!("{:?}", entry.positions),
-                format!("{:?}", h.positions),
-            );
-        }
         Ok(())
     }
 
-    /// Verifies every file; the first error found, if any.
+    /// Verifies every file and every link of its chain; the first error
+    /// found, if any.
     pub fn verify(&self) -> Result<(), CheckpointError> {
-        self.files.iter().try_for_each(|e| self.open(e).map(drop))
+        self.files
+            .iter()
+            .try_for_each(|e| self.open(e).and_then(|_| self.open_chain(e)).map(drop))
     }
 }
 

@@ -347,13 +347,20 @@ impl IoThread {
         let mut backend = Backend::UringDirect;
         // Images up to `BATCHED_IMAGE` are written together below.
         let mut small = Vec::new();
-        for s in snapshots {
+        // The chains the deltas extend, found before anything is written.
+        let mut chains = Vec::with_capacity(snapshots.len());
+        for s in &snapshots {
+            chains.push(self.chain_for(kind, id, s)?);
+        }
+        for (s, chain) in snapshots.into_iter().zip(chains) {
             let name = format!("{}-{}.snap", s.operator, s.instance);
             let path = set_dir.join(&name);
             let (entry, file, image, b) = self.write_file(&path, id, created_at_ms, s)?;
             backend = backend.max(b);
             files.push(FileEntry {
                 path: name,
+                delta: !chain.is_empty(),
+                chain,
                 ..entry
             });
             if let Some(image) = image {
@@ -466,6 +473,44 @@ impl IoThread {
         })
     }
 
+    /// The links a delta's restore reads before it: its base checkpoint's
+    /// file of the same operator instance and that file's own chain. A
+    /// whole snapshot has none; a delta in a savepoint (which must stand
+    /// alone) or over a checkpoint that lacks the instance is refused.
+    fn chain_for(
+        &self,
+        kind: SnapshotKind,
+        id: u64,
+        s: &OperatorSnapshot,
+    ) -> Result<Vec<super::manifest::Link>, CheckpointError> {
+        let Some(base) = s.bytes.delta_over() else {
+            return Ok(Vec::new());
+        };
+        let broken = |reason: String| CheckpointError::BrokenChain {
+            id,
+            operator: s.operator.clone(),
+            instance: s.instance,
+            link: base,
+            reason,
+        };
+        if kind == SnapshotKind::Savepoint {
+            return Err(broken("a savepoint's snapshots must be whole".into()));
+        }
+        if base >= id {
+            return Err(broken("a delta over a later checkpoint".into()));
+        }
+        let path = self.dir.join(format!("manifest-{base}.json"));
+        let m = Manifest::load(&path).map_err(|e| broken(e.to_string()))?;
+        let e = m
+            .files
+            .iter()
+            .find(|f| f.operator == s.operator && f.instance == s.instance)
+            .ok_or_else(|| broken("it has no snapshot of this operator instance".into()))?;
+        let mut chain = e.chain.clone();
+        chain.push(e.as_link(base));
+        Ok(chain)
+    }
+
     /// Creates one snapshot file. A large image is written here: payload
     /// first (hashed while the device works), then the header block. One up
     /// to [`BATCHED_IMAGE`] is hashed and headed and handed back for the
@@ -527,6 +572,8 @@ impl IoThread {
             positions: header.positions,
             payload_len: header.payload_len,
             payload_checksum: header.payload_checksum,
+            delta: false,
+            chain: Vec::new(),
         };
         Ok((entry, file, deferred, backend))
     }
@@ -541,6 +588,13 @@ impl IoThread {
             .map(|l| l.id)
             .collect();
         ids.sort_unstable_by(|a, b| b.cmp(a));
+        // The sets the kept checkpoints' chains read stay too (their
+        // manifests go: they are no longer restore points of their own).
+        let mut kept: HashSet<u64> = ids.iter().take(self.retain).copied().collect();
+        for &id in ids.iter().take(self.retain) {
+            let m = Manifest::load(&self.dir.join(format!("manifest-{id}.json")))?;
+            kept.extend(m.links());
+        }
         let mut removed = Vec::new();
         for &id in ids.iter().skip(self.retain) {
             let m = self.dir.join(format!("manifest-{id}.json"));
@@ -549,7 +603,7 @@ impl IoThread {
         }
         Ok(Retired {
             newest: ids.first().copied(),
-            kept: ids.iter().take(self.retain).copied().collect(),
+            kept,
             removed,
         })
     }

@@ -52,6 +52,11 @@ pub struct CheckpointConfig {
     /// Copies every checkpoint off the host before it is published and
     /// its output committed ([`crate::checkpoint::replicate`]).
     pub replicate: Option<Replicate>,
+    /// Incremental checkpoints: a keyed state writes what changed since
+    /// the previous completed checkpoint, whole again once the chain
+    /// reaches these bounds ([`crate::state::delta`]); `None`: every
+    /// checkpoint writes every state whole. On by default.
+    pub incremental: Option<crate::state::delta::Incremental>,
 }
 
 /// A [`Replicator`](crate::checkpoint::Replicator) in a
@@ -80,6 +85,7 @@ impl CheckpointConfig {
             retain: crate::checkpoint::DEFAULT_RETAIN,
             adaptive: None,
             replicate: None,
+            incremental: Some(crate::state::delta::Incremental::default()),
         }
     }
 

@@ -94,6 +94,9 @@ impl SinkTally {
 pub(crate) struct InstanceRestore {
     /// Its snapshot file, mapped and verified.
     pub(crate) state: Option<Arc<SnapshotFile>>,
+    /// For an incremental snapshot: the files a restore reads before
+    /// `state`, oldest first (the last whole one, then deltas).
+    pub(crate) chain: Vec<Arc<SnapshotFile>>,
     /// It had finished.
     pub(crate) finished: bool,
     /// Its next sequence number (sources).
@@ -106,4 +109,7 @@ pub(crate) struct Restore {
     pub(crate) checkpoint: u64,
     /// By `(node, instance)`; an instance not listed starts empty.
     pub(crate) instances: HashMap<(usize, usize), InstanceRestore>,
+    /// A checkpoint of the job's own store: the next checkpoint's deltas
+    /// may apply over it.
+    pub(crate) of_store: bool,
 }

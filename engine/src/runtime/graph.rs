@@ -80,12 +80,66 @@ impl BuildCx {
             return false;
         };
         if let Some(file) = &r.state {
-            if let Err(source) = restore(file.payload()) {
+            let r = if r.chain.is_empty() {
+                restore(file.payload())
+            } else {
+                Err(crate::checkpoint::CheckpointError::Delta(
+                    "an incremental snapshot of an operator that restores only whole ones".into(),
+                ))
+            };
+            if let Err(source) = r {
                 self.ctx.fail(crate::error::JobError::Restore {
                     operator: self.info.name.to_string(),
                     instance: self.info.instance,
                     source,
                 });
+            }
+        }
+        r.finished
+    }
+}
+
+impl BuildCx {
+    /// As [`restore_state`](Self::restore_state) for a state that restores
+    /// from a chain ([`crate::state::delta`]): `restore` gets the last
+    /// whole archive and the deltas after it, oldest first, and the
+    /// checkpoint they are (`None`: a standby's state, not a checkpoint of
+    /// the job's store).
+    pub(crate) fn restore_chain(
+        &self,
+        restore: impl FnOnce(&[&[u8]], Option<u64>) -> Result<(), crate::checkpoint::CheckpointError>,
+    ) -> bool {
+        let fail = |source| {
+            self.ctx.fail(crate::error::JobError::Restore {
+                operator: self.info.name.to_string(),
+                instance: self.info.instance,
+                source,
+            })
+        };
+        if let Some(state) = &self.standby_state {
+            if let Err(e) = restore(&[state], None) {
+                fail(e);
+            }
+            return self.restore.as_ref().is_some_and(|r| r.finished);
+        }
+        if self.from_point {
+            return self.restore.as_ref().is_some_and(|r| r.finished);
+        }
+        let Some(r) = &self.restore else {
+            return false;
+        };
+        if let Some(file) = &r.state {
+            let mut links: Vec<&[u8]> = r.chain.iter().map(|f| f.payload()).collect();
+            links.push(file.payload());
+            let from = self
+                .ctx
+                .shared
+                .restore
+                .as_ref()
+                .filter(|x| x.of_store)
+                .map(|x| x.checkpoint);
+            if let Err(e) = restore(&links, from) {
+                fail(e);
             }
         }
         r.finished

@@ -120,6 +120,13 @@ pub(crate) struct JobShared {
     pub(crate) events: mpsc::Sender<Event>,
     /// The newest checkpoint sources are asked to inject (0: none yet).
     pub(crate) trigger: AtomicU64,
+    /// The newest checkpoint of the store known complete (0: none), which
+    /// a state's next checkpoint may be a delta over.
+    pub(crate) completed: AtomicU64,
+    /// A savepoint in flight (its states are whole; 0: none).
+    pub(crate) whole_at: AtomicU64,
+    /// Incremental checkpoints' bounds (`None`: every checkpoint whole).
+    pub(crate) incremental: Option<crate::state::delta::Incremental>,
     pub(crate) exactly_once: bool,
     /// The checkpoint this attempt restores.
     pub(crate) restore: Option<Arc<Restore>>,
@@ -365,6 +372,9 @@ pub(crate) fn placeholder_shared(
         finished_at: AtomicU64::new(0),
         events: tx.clone(),
         trigger: AtomicU64::new(0),
+        completed: AtomicU64::new(0),
+        whole_at: AtomicU64::new(0),
+        incremental: None,
         exactly_once: true,
         restore: None,
         beats: Vec::new(),

@@ -199,7 +199,7 @@ impl Supervisor {
         let restore = match restore {
             Some((m, skipped)) => {
                 sup.restored_from = Some((m.id, skipped));
-                let r = Arc::new(build_restore(&m, &sup.graph)?);
+                let r = Arc::new(build_restore(&m, &sup.graph, sup.store_dir().as_deref())?);
                 // Until this run completes a checkpoint of its own, a
                 // restart restores the one it started from — not nothing.
                 sup.last_complete = Some(Completed {

@@ -386,6 +386,23 @@ impl TaskCtx {
         self.snapshots_barriers() && id >= self.shared.trigger.load(Ordering::Acquire)
     }
 
+    /// What a state captured for checkpoint `id` may be: a delta over the
+    /// newest completed checkpoint (incremental checkpoints, not a
+    /// savepoint), else whole.
+    pub(crate) fn capture_for(&self, id: u64) -> crate::state::delta::CaptureFor {
+        let s = &self.shared;
+        let Some(policy) = s.incremental else {
+            return crate::state::delta::CaptureFor::whole();
+        };
+        let completed = s.completed.load(Ordering::Acquire);
+        let whole = s.whole_at.load(Ordering::Acquire) == id;
+        crate::state::delta::CaptureFor {
+            checkpoint: id,
+            base: (completed > 0 && completed < id && !whole).then_some(completed),
+            policy,
+        }
+    }
+
     /// Declines checkpoint `id`: `op` could not snapshot its state.
     pub(crate) fn decline(&self, op: usize, id: u64, reason: String) {
         let _ = self.shared.events.send(Event::Decline {

@@ -557,7 +557,6 @@ impl<K, S> KeyedState<K, S> {
         t.next_epoch = t.next_epoch.saturating_add(1);
         t.log.now = epoch;
         let (len, live) = (t.order.len(), t.map.len());
-        t.log.journal.mark(epoch);
         t.log.freezes.push(Freeze {
             epoch,
             len,
@@ -700,6 +699,9 @@ where
         let frozen = self.freeze();
         let mut t = self.map.borrow_mut();
         let epoch = frozen.epoch;
+        // Nothing was written since the freeze: the mark is where the
+        // journal stood at it.
+        t.log.journal.mark(epoch);
         let Some(base) = base else {
             t.log.journal.captured.push_back(delta::Captured {
                 checkpoint: how.checkpoint,

@@ -246,8 +246,8 @@ impl<T: Clone + 'static, H: Hop<T>> EventTimeOp<T, H> {
         cx: BuildCx,
     ) -> Self {
         let mut restored = None;
-        let finished = cx.restore_state(|payload| {
-            restored = Some(decode_framed(payload, &hop, &side_codec)?);
+        let finished = cx.restore_chain(|links, from| {
+            restored = Some(decode_framed(links, from, &hop, &side_codec)?);
             Ok(())
         });
         let mut me = EventTimeOp {
@@ -337,6 +337,7 @@ fn capture<T: Clone, H: Hop<T>>(
     c: &EventClock<T>,
     hop: &H,
     side_codec: &SideCodec<T>,
+    how: crate::state::delta::CaptureFor,
 ) -> Result<StateCapture, CheckpointError> {
     let side = WindowSide {
         waiting: c.waiting.sorted(),
@@ -350,7 +351,7 @@ fn capture<T: Clone, H: Hop<T>>(
     let keys = hop.keys();
     Ok(frame::capture(
         vec![
-            (KEYED, Some((keys.codec.capture)(&keys.state)?)),
+            (KEYED, Some((keys.codec.capture_for)(&keys.state, how)?)),
             (SIDE, Some(StateCapture::Bytes(side))),
         ],
         2,
@@ -361,22 +362,35 @@ fn capture<T: Clone, H: Hop<T>>(
 
 /// An event-time operator's archive: its keyed state and its side state.
 #[allow(clippy::type_complexity)]
+///
+/// From a chain ([`crate::state::delta`]): each link frames its keyed part
+/// (the last whole one, then deltas) and its side state (whole in every
+/// link: the newest is the one restored).
 fn decode_framed<T, H: Hop<T>>(
-    payload: &[u8],
+    links: &[&[u8]],
+    from: Option<u64>,
     hop: &H,
     side_codec: &SideCodec<T>,
 ) -> Result<(KeyedState<H::Key, H::State>, WindowSide<T>), CheckpointError> {
     let bad = CheckpointError::ChainFrame;
-    let parts = frame::split(payload.to_vec(), &[KEYED, SIDE]).map_err(bad)?;
-    let keyed = parts
-        .get(&KEYED)
-        .ok_or_else(|| bad("an event-time operator's state without its keyed part".into()))?;
-    let side = parts
-        .get(&SIDE)
-        .ok_or_else(|| bad("an event-time operator's state without its waiting records".into()))?;
+    let mut keyed = Vec::with_capacity(links.len());
+    let mut side = None;
+    for payload in links {
+        let mut parts = frame::split(payload.to_vec(), &[KEYED, SIDE]).map_err(bad)?;
+        keyed.push(
+            parts
+                .remove(&KEYED)
+                .ok_or_else(|| bad("an event-time operator's state without its keyed part".into()))?,
+        );
+        side = Some(parts.remove(&SIDE).ok_or_else(|| {
+            bad("an event-time operator's state without its waiting records".into())
+        })?);
+    }
+    let side = side.ok_or_else(|| bad("an empty chain".into()))?;
+    let keyed: Vec<&[u8]> = keyed.iter().map(Vec::as_slice).collect();
     Ok((
-        (hop.keys().codec.restore)(keyed)?,
-        (side_codec.restore)(side)?,
+        (hop.keys().codec.restore_chain)(&keyed, from)?,
+        (side_codec.restore)(&side)?,
     ))
 }
 
@@ -475,7 +489,8 @@ impl<T: Clone + 'static, H: Hop<T>> Collector<T> for EventTimeOp<T, H> {
     }
 
     fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
-        let state = capture(&self.clock, &self.hop, &self.side_codec)?;
+        let how = crate::state::delta::CaptureFor::whole();
+        let state = capture(&self.clock, &self.hop, &self.side_codec, how)?;
         parts.push((self.slot.op, Some(state)));
         self.down.snapshot_chain(parts)
     }
@@ -490,7 +505,8 @@ impl<T: Clone + 'static, H: Hop<T>> Collector<T> for EventTimeOp<T, H> {
             down,
             ..
         } = self;
-        let capture = || capture(clock, &*hop, side_codec).map(Some);
+        let how = ctx.capture_for(id);
+        let capture = || capture(clock, &*hop, side_codec, how).map(Some);
         super::pass_barrier(ctx, slot.op, id, capture, &mut **down);
     }
 }

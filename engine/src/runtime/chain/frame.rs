@@ -97,6 +97,11 @@ impl ArchiveSteps for FrameSteps {
                 },
             };
             put(out, &(node as u64).to_le_bytes());
+            if let Some(base) = archived.as_ref().and_then(SnapshotBytes::delta_over) {
+                // A part that is a delta makes the frame one: its restore
+                // reads the chain of frames.
+                out.set_delta_over(Some(base));
+            }
             match archived {
                 Some(b) => {
                     // Room for the part now: grown by doubling instead, the

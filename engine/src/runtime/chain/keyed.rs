@@ -10,6 +10,7 @@ use crate::record::Record;
 use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::probe::run_probe;
 use crate::runtime::task::{OpSlot, TaskCtx};
+use crate::state::delta::CaptureFor;
 use crate::state::{KeyedState, StateSnapshot};
 use std::hash::Hash;
 use std::rc::Rc;
@@ -19,10 +20,13 @@ use std::sync::Arc;
 /// [`StateSnapshot`] functions, captured where the types are known).
 pub(crate) struct StateCodec<K, S> {
     pub(crate) capture: fn(&KeyedState<K, S>) -> Result<StateCapture, CheckpointError>,
-    pub(crate) restore: RestoreFn<K, S>,
+    pub(crate) capture_for: CaptureForFn<K, S>,
+    pub(crate) restore_chain: RestoreChainFn<K, S>,
 }
 
-type RestoreFn<K, S> = fn(&[u8]) -> Result<KeyedState<K, S>, CheckpointError>;
+type RestoreChainFn<K, S> = fn(&[&[u8]], Option<u64>) -> Result<KeyedState<K, S>, CheckpointError>;
+type CaptureForFn<K, S> =
+    fn(&KeyedState<K, S>, CaptureFor) -> Result<StateCapture, CheckpointError>;
 
 impl<K, S> StateCodec<K, S>
 where
@@ -31,7 +35,8 @@ where
     pub(crate) fn of() -> Self {
         StateCodec {
             capture: <KeyedState<K, S> as StateSnapshot>::capture,
-            restore: <KeyedState<K, S> as StateSnapshot>::restore,
+            capture_for: <KeyedState<K, S> as StateSnapshot>::capture_for,
+            restore_chain: <KeyedState<K, S> as StateSnapshot>::restore_chain,
         }
     }
 }
@@ -65,8 +70,8 @@ where
         cx: BuildCx,
     ) -> Self {
         let mut state = KeyedState::default();
-        let finished = cx.restore_state(|payload| {
-            state = (codec.restore)(payload)?;
+        let finished = cx.restore_chain(|links, from| {
+            state = (codec.restore_chain)(links, from)?;
             Ok(())
         });
         KeyedOp {
@@ -159,7 +164,8 @@ where
         // frozen view between its polls and acknowledges then
         // (`runtime::background`), the snapshot I/O thread writes it.
         let (codec, state) = (&self.codec, &self.state);
-        let capture = || (codec.capture)(state).map(Some);
+        let how = self.ctx.capture_for(id);
+        let capture = || (codec.capture_for)(state, how).map(Some);
         super::pass_barrier(&self.ctx, self.slot.op, id, capture, &mut *self.down);
     }
 }

@@ -86,6 +86,18 @@ impl Supervisor {
             finished_at: AtomicU64::new(0),
             events: self.tx.clone(),
             trigger: AtomicU64::new(0),
+            completed: AtomicU64::new(
+                restore
+                    .as_ref()
+                    .filter(|r| r.of_store)
+                    .map_or(0, |r| r.checkpoint),
+            ),
+            whole_at: AtomicU64::new(0),
+            incremental: self
+                .config
+                .checkpoint
+                .as_ref()
+                .and_then(|c| c.incremental),
             exactly_once: self
                 .coord
                 .as_ref()
@@ -420,7 +432,7 @@ impl Supervisor {
         let Some(done) = &self.last_complete else {
             return Ok((None, None));
         };
-        match build_restore(&done.manifest, &self.graph) {
+        match build_restore(&done.manifest, &self.graph, self.store_dir().as_deref()) {
             Ok(r) => return Ok((Some(Arc::new(r)), Some(done.id))),
             Err(e) => record
                 .skipped_checkpoints
@@ -438,7 +450,7 @@ impl Supervisor {
             }
             if let Some(m) = latest.checkpoint.filter(|m| m.id < bad) {
                 let id = m.id;
-                let r = build_restore(&m, &self.graph)?;
+                let r = build_restore(&m, &self.graph, self.store_dir().as_deref())?;
                 self.last_complete = Some(Completed {
                     id,
                     manifest: m,
@@ -535,7 +547,22 @@ pub(in crate::runtime) fn load_restore_point(
 
 /// Maps and verifies every file of `m` and matches it to the job's
 /// operators.
-pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobError> {
+/// Whether two paths name one directory.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// What the tasks of an attempt restore from checkpoint (or savepoint)
+/// `m`; `own_store`: the job's checkpoint directory (a checkpoint of it is
+/// one the next checkpoint's deltas may apply over).
+pub(super) fn build_restore(
+    m: &Manifest,
+    graph: &Graph,
+    own_store: Option<&Path>,
+) -> Result<Restore, JobError> {
     let node_of: HashMap<&str, usize> = graph
         .nodes
         .iter()
@@ -545,6 +572,8 @@ pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobE
     let mut r = Restore {
         checkpoint: m.id,
         instances: HashMap::new(),
+        of_store: m.kind == checkpoint::SnapshotKind::Checkpoint
+            && own_store.is_some_and(|d| same_dir(d, &m.dir)),
     };
     let locate = |e: &FileEntry| -> Result<Key, JobError> {
         let Some(&node) = node_of.get(e.operator.as_str()) else {
@@ -587,6 +616,7 @@ pub(super) fn build_restore(m: &Manifest, graph: &Graph) -> Result<Restore, JobE
         let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
         slot.position = e.positions.first().map(|p| p.next_seq);
         if file.header().payload_len > 0 {
+            slot.chain = m.open_chain(e)?.into_iter().map(Arc::new).collect();
             slot.state = Some(Arc::new(file));
         }
     }

@@ -94,6 +94,11 @@ pub(super) struct Coordinator {
 }
 
 impl Supervisor {
+    /// The job's checkpoint directory, if it takes checkpoints.
+    pub(super) fn store_dir(&self) -> Option<std::path::PathBuf> {
+        self.coord.as_ref().map(|c| c.store.dir().to_path_buf())
+    }
+
     /// After a failure: the checkpoint in flight is abandoned; one being
     /// written is complete, so it lands, its output is committed and it
     /// becomes what the restart restores.
@@ -134,6 +139,10 @@ impl Supervisor {
         finished: &HashSet<Key>,
         manifest: Manifest,
     ) -> bool {
+        if manifest.kind == checkpoint::SnapshotKind::Checkpoint {
+            // The next checkpoint's deltas may apply over this one.
+            self.attempt.shared.completed.store(id, Ordering::Release);
+        }
         self.last_complete = Some(Completed {
             id,
             manifest,
@@ -392,6 +401,9 @@ impl Supervisor {
                 acks: HashMap::new(),
                 declining: false,
             });
+            if !c.savepoint_waiters.is_empty() {
+                self.attempt.shared.whole_at.store(id, Ordering::Release);
+            }
             self.attempt.shared.trigger.store(id, Ordering::Release);
         }
     }
