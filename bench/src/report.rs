@@ -47,6 +47,16 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
+/// Formats a byte count for people (B, KB, MB or GB; powers of 1000).
+pub fn fmt_bytes(b: u64) -> String {
+    match b {
+        0..=9_999 => format!("{b} B"),
+        10_000..=9_999_999 => format!("{:.1} KB", b as f64 / 1e3),
+        10_000_000..=9_999_999_999 => format!("{:.1} MB", b as f64 / 1e6),
+        _ => format!("{:.2} GB", b as f64 / 1e9),
+    }
+}
+
 /// Writes `value` as pretty JSON to `path` (flag `flag` names it in
 /// errors) by the output discipline ([`crate::paths`]): checked, written
 /// into a file beside it (removed again if the run fails or is interrupted

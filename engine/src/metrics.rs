@@ -457,6 +457,19 @@ pub struct CheckpointStats {
     pub durations_us: Vec<u64>,
     /// Payload bytes written.
     pub bytes: u64,
+    /// Payload bytes written by the first completed checkpoint.
+    pub first_bytes: u64,
+    /// Payload bytes written by every completed checkpoint but the first
+    /// (with incremental checkpoints, mostly deltas).
+    pub bytes_after_first: u64,
+    /// Payload bytes the newest completed checkpoint's whole archives
+    /// hold: the last full materialization of every state it restores.
+    pub state_bytes_final: u64,
+    /// Payload bytes a restore of the newest completed checkpoint reads
+    /// (whole archives and the deltas after them).
+    pub restore_bytes_final: u64,
+    /// Completed checkpoints whose files include a delta.
+    pub incremental: u64,
     /// Payload bytes over the time the I/O thread spent writing them.
     pub write_mbps: f64,
     /// The newest complete checkpoint.

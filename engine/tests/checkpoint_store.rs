@@ -463,3 +463,129 @@ fn a_manifest_naming_a_file_outside_its_directory_or_not_a_regular_file_is_refus
     m.files.push(m.files[0].clone());
     assert_eq!(m.payload_bytes(), u64::MAX);
 }
+
+/// Incremental checkpoints through the store: each delta's manifest entry
+/// names its chain, the chain restores the state of its checkpoint,
+/// retention keeps the sets a kept chain reads (and only those), and a
+/// link that is gone or damaged makes the checkpoint fail to verify with
+/// an error naming the link.
+#[test]
+fn a_chain_of_incremental_checkpoints_restores_and_retention_keeps_what_it_reads() {
+    use tandem::state::delta::{CaptureFor, Incremental};
+    use tandem::state::StateSnapshot;
+    let dir = TempDir::new("chain");
+    let store = SnapshotStore::open(&dir.0, 2).unwrap();
+    let mut s: KeyedState<u64, (u64, u64)> = state(2_000, 1);
+    let policy = Incremental {
+        max_deltas: 3,
+        max_delta_ratio: 10.0,
+    };
+    let mut completed = None;
+    for id in 1..=9u64 {
+        for k in (id * 7..id * 7 + 40).map(|k| k % 2_500) {
+            *s.get_or_default(&k) = (k, id);
+        }
+        let how = CaptureFor {
+            checkpoint: id,
+            base: completed,
+            policy,
+        };
+        let bytes = s.capture_for(how).unwrap().archive().unwrap();
+        let snapshot = OperatorSnapshot {
+            operator: "count".into(),
+            instance: 0,
+            positions: vec![Position {
+                partition: 0,
+                next_seq: id,
+            }],
+            bytes,
+        };
+        store.submit(id, vec![snapshot]).wait().unwrap();
+        completed = Some(id);
+        let m = store.latest_valid().unwrap().checkpoint.unwrap();
+        assert_eq!(m.id, id);
+        let f = &m.files[0];
+        // Whole at 1, 5, 9; deltas chained on them between.
+        assert_eq!(f.delta, (id - 1) % 4 != 0, "checkpoint {id}");
+        assert_eq!(f.chain.len() as u64, (id - 1) % 4, "checkpoint {id}");
+        let links = m.open_chain(f).unwrap();
+        let newest = m.open(f).unwrap();
+        let mut payloads: Vec<&[u8]> = links.iter().map(|l| l.payload()).collect();
+        payloads.push(newest.payload());
+        let back = KeyedState::<u64, (u64, u64)>::restore_chain(&payloads, None).unwrap();
+        let mut want = Vec::new();
+        s.for_each_mut(|k, v| want.push((*k, *v)));
+        let mut got = Vec::new();
+        let mut back = back;
+        back.for_each_mut(|k, v| got.push((*k, *v)));
+        assert_eq!(got, want, "checkpoint {id} restores its state");
+        // Retention: the 2 newest, and the sets their chains read.
+        let mut expect: std::collections::BTreeSet<u64> =
+            [id, id.saturating_sub(1)].into_iter().filter(|&i| i > 0).collect();
+        for l in store.list().unwrap() {
+            expect.extend(l.load().unwrap().links());
+        }
+        let sets: std::collections::BTreeSet<u64> = fs::read_dir(&dir.0)
+            .unwrap()
+            .filter_map(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix("chk-")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert_eq!(sets, expect, "after checkpoint {id}");
+    }
+    // 8 is a delta over 7, 6 and the whole 5: damage 6's file.
+    let m = store.latest_valid().unwrap().checkpoint.unwrap();
+    assert_eq!(m.id, 9);
+    let eight = Manifest::load(&dir.0.join("manifest-8.json")).unwrap();
+    assert_eq!(eight.files[0].chain.len(), 3);
+    flip(&dir.0.join("chk-6/count-0.snap"), 4096 + 10);
+    let err = eight.verify().unwrap_err().to_string();
+    assert!(
+        err.contains("chain is broken at checkpoint 6"),
+        "the error names the link: {err}"
+    );
+    // 9 is whole: still the newest valid one.
+    assert_eq!(store.latest_valid().unwrap().checkpoint.unwrap().id, 9);
+    // Gone altogether: named too.
+    fs::remove_dir_all(dir.0.join("chk-5")).unwrap();
+    let err = eight.verify().unwrap_err().to_string();
+    assert!(err.contains("chain is broken at checkpoint 5"), "{err}");
+}
+
+/// A savepoint must stand alone, and a delta needs its base: both are
+/// refused, naming why, and nothing is published.
+#[test]
+fn a_delta_in_a_savepoint_or_over_a_missing_base_is_refused() {
+    let dir = TempDir::new("chain-refused");
+    let store = SnapshotStore::open(&dir.0, 3).unwrap();
+    let s = state(10, 1);
+    let mut bytes = s.to_snapshot_bytes().unwrap();
+    bytes.set_delta_over(Some(1));
+    let snapshot = |bytes| OperatorSnapshot {
+        operator: "count".into(),
+        instance: 0,
+        positions: Vec::new(),
+        bytes,
+    };
+    let err = store.submit(2, vec![snapshot(bytes)]).wait().unwrap_err();
+    assert!(matches!(err, CheckpointError::BrokenChain { link: 1, .. }), "{err}");
+    store.submit(3, vec![snap("other", 0, &s)]).wait().unwrap();
+    let mut bytes = s.to_snapshot_bytes().unwrap();
+    bytes.set_delta_over(Some(3));
+    let err = store.submit(4, vec![snapshot(bytes)]).wait().unwrap_err();
+    assert!(err.to_string().contains("no snapshot of this operator instance"), "{err}");
+    let mut bytes = s.to_snapshot_bytes().unwrap();
+    bytes.set_delta_over(Some(3));
+    let err = store
+        .save_savepoint(5, vec![snapshot(bytes)])
+        .wait()
+        .unwrap_err();
+    assert!(err.to_string().contains("savepoint"), "{err}");
+    let ids: Vec<u64> = store.list().unwrap().iter().map(|l| l.id).collect();
+    assert_eq!(ids, vec![3], "nothing else published");
+}

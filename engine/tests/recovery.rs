@@ -598,3 +598,51 @@ fn a_stopped_attempts_slow_sink_factory_never_runs_beside_its_successor() {
     assert_same(&expected, &lines);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Incremental checkpoints ([`tandem::state::delta`]): with chains of up to
+/// 20 deltas allowed, every restart restores a chain (a whole archive and
+/// the deltas after it), and the output is still exactly the clean run's.
+#[test]
+fn restarts_from_chains_of_incremental_checkpoints_recover_to_exactly_the_clean_output() {
+    let _serial = serial();
+    let clean = clean_output();
+    let specs = vec![
+        (
+            "keyed",
+            TupleId::new(1, 6_000),
+            ProbeAction::Panic("1".into()),
+        ),
+        (
+            "map",
+            TupleId::new(0, 10_000),
+            ProbeAction::Panic("2".into()),
+        ),
+        (
+            "keyed",
+            TupleId::new(0, 13_500),
+            ProbeAction::Panic("3".into()),
+        ),
+    ];
+    let dir = tempdir("incremental");
+    let out = dir.join("out");
+    let faults = Faults::new(specs);
+    let mut cfg = config(&dir, CheckpointMode::ExactlyOnce).probes(Arc::new(faults.clone()));
+    let cp = cfg.checkpoint.as_mut().expect("checkpoints");
+    cp.incremental = Some(tandem::state::delta::Incremental {
+        max_deltas: 20,
+        max_delta_ratio: 50.0,
+    });
+    let report = build(&out, true).run(&cfg).unwrap();
+    assert!(faults.all_fired(), "every fault fired");
+    assert_same(&clean, &committed_lines(&out));
+    let cp = &report.checkpoints;
+    assert!(
+        cp.incremental > 0,
+        "no checkpoint wrote a delta: {cp:?}"
+    );
+    assert!(
+        cp.restore_bytes_final >= cp.state_bytes_final,
+        "a restore reads at least the whole archive: {cp:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -163,12 +163,13 @@ fn print_manifest(
 ) -> std::io::Result<usize> {
     outln!(
         out,
-        "{:?} {}  created {}  {} file(s)  {} payload bytes  (format {})",
+        "{:?} {}  created {}  {} file(s)  {} payload bytes  (a restore reads {})  (format {})",
         m.kind,
         m.id,
         rfc3339_ms(m.created_at_ms),
         m.files.len(),
         m.payload_bytes(),
+        m.restore_bytes(),
         m.format_version
     )?;
     let mut bad = 0;
@@ -184,8 +185,21 @@ fn print_manifest(
             f.payload_checksum,
             fmt_positions(&f.positions)
         )?;
+        if f.delta {
+            let links: Vec<String> = f
+                .chain
+                .iter()
+                .map(|l| format!("{}:{}", l.checkpoint, l.path))
+                .collect();
+            outln!(
+                out,
+                "    delta; a restore reads {} bytes: {} then this file",
+                f.restore_bytes(),
+                links.join(", ")
+            )?;
+        }
         if let Some(manifest_path) = verify {
-            match m.check(f) {
+            match m.check(f).and_then(|_| m.check_chain(f)) {
                 Ok(_) => outln!(out, "    verified")?,
                 Err(_) if gone(manifest_path) => outln!(
                     out,
@@ -262,13 +276,12 @@ fn print_found(all: &[Found], verify: bool, out: &mut dyn Write) -> io::Result<u
 /// One snapshot file: its header, then the whole file verified. Returns 1
 /// when it is corrupt, 0 when it verifies.
 fn inspect_file(path: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
-    let mut block = Vec::with_capacity(checkpoint::format::HEADER_BLOCK);
+    let head = checkpoint::format::HEADER_BLOCK + tandem::state::delta::HEADER;
+    let mut block = Vec::with_capacity(head);
     tandem::sys::file::open_regular(path, OpenOptions::new().read(true))
-        .and_then(|(f, _)| {
-            f.take(checkpoint::format::HEADER_BLOCK as u64)
-                .read_to_end(&mut block)
-        })
+        .and_then(|(f, _)| f.take(head as u64).read_to_end(&mut block))
         .map_err(|e| named(path, e))?;
+    let payload = block.split_off(block.len().min(checkpoint::format::HEADER_BLOCK));
     outln!(out, "file           : {}", path.display())?;
     let h = match SnapshotHeader::decode(&block, path) {
         Ok(h) => h,
@@ -293,6 +306,15 @@ fn inspect_file(path: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
         h.payload_checksum
     )?;
     outln!(out, "file length    : {} bytes expected", h.file_len())?;
+    if tandem::state::delta::is_delta(&payload) {
+        let base = u64::from_le_bytes(payload[8..16].try_into().expect("8 bytes"));
+        outln!(
+            out,
+            "kind           : delta over checkpoint {base} (its manifest names the chain a restore reads)"
+        )?;
+    } else {
+        outln!(out, "kind           : whole")?;
+    }
     match SnapshotFile::verify(path) {
         Ok(_) => {
             outln!(out, "verify         : ok")?;
@@ -334,7 +356,15 @@ fn verify_all(all: &[Found], out: &mut dyn Write) -> io::Result<usize> {
             }
         };
         for f in &m.files {
-            match m.check(f) {
+            match m.check(f).and_then(|_| m.check_chain(f)) {
+                Ok(_) if f.delta => outln!(
+                    out,
+                    "ok      {:?} {} {} (delta; its chain of {} verified)",
+                    m.kind,
+                    m.id,
+                    f.path,
+                    f.chain.len()
+                )?,
                 Ok(_) => outln!(out, "ok      {:?} {} {}", m.kind, m.id, f.path)?,
                 Err(_) if gone(&found.path) => outln!(
                     out,

@@ -25,7 +25,7 @@ use tandem::{CheckpointConfig, RestartStrategy, RuntimeConfig, StandbyConfig, St
 use tandem_bench::nexmark;
 use tandem_bench::nexmark::gen::{GenConfig, Tables, DEFAULT_BASE_TIME_MS, DEFAULT_RATE};
 use tandem_bench::nexmark::queries::{self, event_json, Options, Query};
-use tandem_bench::report::{fmt_ns, write_json, LatencyNs};
+use tandem_bench::report::{fmt_bytes, fmt_ns, write_json, LatencyNs};
 use tandem_bench::{cleanup, errln, outln, paths};
 
 /// What recovers from a failure.
@@ -107,6 +107,11 @@ struct Args {
     /// Checkpoint interval of `--strategy restart-all` and `both`.
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
+    /// Every checkpoint writes every state whole (by default a keyed
+    /// state's checkpoint is a delta over the previous one, whole again
+    /// once the deltas since add up to the last whole archive's size).
+    #[arg(long)]
+    whole_checkpoints: bool,
     /// Faults to inject, in the fault language (e.g. `panic@window:~10`,
     /// `random:7:5`); record `i` is the `i`-th event of the kind the
     /// operator reads (README).
@@ -157,6 +162,17 @@ struct Report {
     /// Recoveries no fault and no failure explains (stall verdicts).
     unprovoked_recoveries: usize,
     /// Every recovery, in order, with its cause.
+    /// Checkpoints completed, and those with a delta among their files.
+    checkpoints_completed: u64,
+    checkpoints_incremental: u64,
+    /// Payload bytes the first completed checkpoint wrote, and all the
+    /// others together.
+    checkpoint_bytes_first: u64,
+    checkpoint_bytes_after_first: u64,
+    /// The newest checkpoint's last full materialization of the state,
+    /// and what a restore of it reads.
+    state_bytes_final: u64,
+    restore_bytes_final: u64,
     recovery: Vec<RecoveryJson>,
 }
 
@@ -345,6 +361,9 @@ fn run_in(
     if matches!(args.strategy, Strategy::RestartAll | Strategy::Both) {
         let mut cp = CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
         cp.dir = Some(work.join("checkpoints"));
+        if args.whole_checkpoints {
+            cp.incremental = None;
+        }
         cfg = cfg.checkpoint(cp).restart(RestartStrategy::FixedDelay {
             attempts: 100,
             delay: Duration::ZERO,
@@ -449,6 +468,20 @@ fn run_in(
         // Results a timer emits carry no source record's release time.
         outln!("latency: no samples (every result came from a timer)")?;
     }
+    let cp = &report.checkpoints;
+    if cp.completed > 0 {
+        outln!(
+            "checkpoints: {} completed ({} incremental), {} failed; bytes written: first {}, after it {} ({:.2}× the final state); final state {} (a restore reads {})",
+            cp.completed,
+            cp.incremental,
+            cp.failed,
+            fmt_bytes(cp.first_bytes),
+            fmt_bytes(cp.bytes_after_first),
+            cp.bytes_after_first as f64 / cp.state_bytes_final.max(1) as f64,
+            fmt_bytes(cp.state_bytes_final),
+            fmt_bytes(cp.restore_bytes_final),
+        )?;
+    }
     for r in &report.recovery {
         outln!(
             "recovered: {} of {}[{}] at record {} — {}{}: {}; first output after {} µs{}",
@@ -517,6 +550,12 @@ fn run_in(
                 recoveries: report.recovery.len(),
                 injected_recoveries: injected,
                 unprovoked_recoveries: unprovoked,
+                checkpoints_completed: cp.completed,
+                checkpoints_incremental: cp.incremental,
+                checkpoint_bytes_first: cp.first_bytes,
+                checkpoint_bytes_after_first: cp.bytes_after_first,
+                state_bytes_final: cp.state_bytes_final,
+                restore_bytes_final: cp.restore_bytes_final,
                 recovery: report
                     .recovery
                     .iter()

@@ -22,6 +22,15 @@ pub trait Replicator: Send + Sync + 'static {
     /// manifest off the host, and make the copy the one a restore finds.
     /// Runs on the store's I/O thread; blocking is fine.
     fn replicate(&self, dir: &Path, manifest: &Manifest) -> Result<(), ReplicationError>;
+
+    /// Whether a copy holds what an incremental checkpoint's restore
+    /// reads besides its own files: the links of its chains
+    /// ([`super::FileEntry::chain`]), written by earlier checkpoints. A
+    /// replicator that copies only `manifest.files` says `false` (the
+    /// default), and the job's checkpoints are then all whole.
+    fn copies_chains(&self) -> bool {
+        false
+    }
 }
 
 /// Why a checkpoint could not be replicated.

@@ -93,11 +93,11 @@ impl Supervisor {
                     .map_or(0, |r| r.checkpoint),
             ),
             whole_at: AtomicU64::new(0),
-            incremental: self
-                .config
-                .checkpoint
-                .as_ref()
-                .and_then(|c| c.incremental),
+            incremental: self.config.checkpoint.as_ref().and_then(|c| {
+                // Deltas only where a copy off the host holds their chains.
+                c.incremental
+                    .filter(|_| c.replicate.as_ref().is_none_or(|r| r.0.copies_chains()))
+            }),
             exactly_once: self
                 .coord
                 .as_ref()

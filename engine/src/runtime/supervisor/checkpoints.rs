@@ -535,7 +535,23 @@ impl Coordinator {
         if took > self.interval {
             self.stats.late += 1;
         }
-        self.stats.bytes += p.manifest.payload_bytes();
+        let bytes = p.manifest.payload_bytes();
+        self.stats.bytes += bytes;
+        if self.stats.completed == 1 {
+            self.stats.first_bytes = bytes;
+        } else {
+            self.stats.bytes_after_first += bytes;
+        }
+        let m = &p.manifest;
+        self.stats.state_bytes_final = m
+            .files
+            .iter()
+            .map(|f| f.chain.first().map_or(f.payload_len, |l| l.payload_len))
+            .sum();
+        self.stats.restore_bytes_final = m.restore_bytes();
+        if m.files.iter().any(|f| f.delta) {
+            self.stats.incremental += 1;
+        }
         self.write_secs += p.write_time.as_secs_f64();
         self.stats.write_mbps = self.stats.bytes as f64 / 1e6 / self.write_secs.max(1e-9);
         self.stats.last_completed = Some(id);
