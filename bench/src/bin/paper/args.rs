@@ -146,6 +146,12 @@ pub struct Args {
     /// complete checkpoint, and --output is transactional.
     #[arg(long)]
     pub checkpoint_interval_ms: Option<u64>,
+    /// Every checkpoint writes every state whole (by default a keyed
+    /// state's checkpoint is a delta over the previous completed one,
+    /// whole again once the deltas since add up to its last whole
+    /// archive's size).
+    #[arg(long)]
+    pub whole_checkpoints: bool,
     /// Checkpoint directory (default: RUN_DIR/checkpoints or a temp dir
     /// removed at the end).
     #[arg(long)]

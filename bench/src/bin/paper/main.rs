@@ -63,6 +63,9 @@ fn run(
             cp.retain = args.retain;
             cp.dir = args.checkpoint_dir.clone();
             cp.adaptive = args.adaptive_interval;
+            if args.whole_checkpoints {
+                cp.incremental = None;
+            }
             cfg = cfg.checkpoint(cp);
         }
     }
@@ -292,6 +295,10 @@ fn run(
         checkpoint_duration_p99_ms: ms(report.checkpoints.duration_quantile_us(0.99)),
         checkpoint_duration_max_ms: ms(report.checkpoints.duration_quantile_us(1.0)),
         checkpoint_bytes: report.checkpoints.bytes,
+        checkpoints_incremental: report.checkpoints.incremental,
+        checkpoint_bytes_after_first: report.checkpoints.bytes_after_first,
+        state_bytes_final: report.checkpoints.state_bytes_final,
+        restore_bytes_final: report.checkpoints.restore_bytes_final,
         checkpoint_write_mbps: report.checkpoints.write_mbps,
         checkpoint_dir: report.checkpoints.dir.clone(),
         savepoint,

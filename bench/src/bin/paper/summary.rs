@@ -85,6 +85,14 @@ pub struct Report {
     pub checkpoint_duration_p99_ms: Option<f64>,
     pub checkpoint_duration_max_ms: Option<f64>,
     pub checkpoint_bytes: u64,
+    /// Completed checkpoints with a delta among their files.
+    pub checkpoints_incremental: u64,
+    /// Payload bytes of every completed checkpoint but the first.
+    pub checkpoint_bytes_after_first: u64,
+    /// The newest checkpoint's last full materialization of the state.
+    pub state_bytes_final: u64,
+    /// What a restore of the newest checkpoint reads.
+    pub restore_bytes_final: u64,
     pub checkpoint_write_mbps: f64,
     pub checkpoint_dir: Option<PathBuf>,
     pub savepoint: Option<PathBuf>,
@@ -296,6 +304,13 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
             rep.checkpoints_pending,
             rep.checkpoint_bytes as f64 / 1e6,
             rep.checkpoint_write_mbps
+        )?;
+        outln!(
+            "  checkpoint bytes  {} incremental; after the first {:.1} MB; final state {:.1} MB (a restore reads {:.1} MB)",
+            rep.checkpoints_incremental,
+            rep.checkpoint_bytes_after_first as f64 / 1e6,
+            rep.state_bytes_final as f64 / 1e6,
+            rep.restore_bytes_final as f64 / 1e6,
         )?;
         if let (Some(p50), Some(p99), Some(max)) = (
             rep.checkpoint_duration_p50_ms,
