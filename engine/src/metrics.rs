@@ -304,6 +304,14 @@ pub struct StandbyStats {
     pub queue_bytes_peak: u64,
     /// Warm snapshots published to standbys.
     pub snapshots_published: u64,
+    /// Of those, the deltas over the point the standby's copy was at
+    /// ([`crate::state::delta`]).
+    pub delta_snapshots_published: u64,
+    /// Recovery points warm standbys brought their copies to: by a delta,
+    /// or rebuilt from a whole point.
+    pub points_followed: u64,
+    /// Of those, rebuilt from a whole point.
+    pub points_followed_whole: u64,
     /// Process isolation: every incarnation's child process, with how it
     /// ended and what it cost, in the order they ended.
     pub children: Vec<crate::ChildRecord>,

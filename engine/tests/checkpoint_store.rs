@@ -520,8 +520,10 @@ fn a_chain_of_incremental_checkpoints_restores_and_retention_keeps_what_it_reads
         back.for_each_mut(|k, v| got.push((*k, *v)));
         assert_eq!(got, want, "checkpoint {id} restores its state");
         // Retention: the 2 newest, and the sets their chains read.
-        let mut expect: std::collections::BTreeSet<u64> =
-            [id, id.saturating_sub(1)].into_iter().filter(|&i| i > 0).collect();
+        let mut expect: std::collections::BTreeSet<u64> = [id, id.saturating_sub(1)]
+            .into_iter()
+            .filter(|&i| i > 0)
+            .collect();
         for l in store.list().unwrap() {
             expect.extend(l.load().unwrap().links());
         }
@@ -573,12 +575,19 @@ fn a_delta_in_a_savepoint_or_over_a_missing_base_is_refused() {
         bytes,
     };
     let err = store.submit(2, vec![snapshot(bytes)]).wait().unwrap_err();
-    assert!(matches!(err, CheckpointError::BrokenChain { link: 1, .. }), "{err}");
+    assert!(
+        matches!(err, CheckpointError::BrokenChain { link: 1, .. }),
+        "{err}"
+    );
     store.submit(3, vec![snap("other", 0, &s)]).wait().unwrap();
     let mut bytes = s.to_snapshot_bytes().unwrap();
     bytes.set_delta_over(Some(3));
     let err = store.submit(4, vec![snapshot(bytes)]).wait().unwrap_err();
-    assert!(err.to_string().contains("no snapshot of this operator instance"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("no snapshot of this operator instance"),
+        "{err}"
+    );
     let mut bytes = s.to_snapshot_bytes().unwrap();
     bytes.set_delta_over(Some(3));
     let err = store

@@ -636,10 +636,7 @@ fn restarts_from_chains_of_incremental_checkpoints_recover_to_exactly_the_clean_
     assert!(faults.all_fired(), "every fault fired");
     assert_same(&clean, &committed_lines(&out));
     let cp = &report.checkpoints;
-    assert!(
-        cp.incremental > 0,
-        "no checkpoint wrote a delta: {cp:?}"
-    );
+    assert!(cp.incremental > 0, "no checkpoint wrote a delta: {cp:?}");
     assert!(
         cp.restore_bytes_final >= cp.state_bytes_final,
         "a restore reads at least the whole archive: {cp:?}"

@@ -760,3 +760,34 @@ impl Process<String, String> for Pass {
 
 /// Set when consumer `b` of the test above has received its end.
 static B_ENDED: AtomicBool = AtomicBool::new(false);
+
+/// A warm standby follows its primary's recovery points
+/// ([`tandem::state::delta`]): after the first whole point it is sent
+/// deltas over the point its copy is at, applies them as they come, and
+/// takes over from its copy — the output still exactly the clean run's.
+#[test]
+fn a_warm_standby_follows_the_points_by_their_deltas_and_takes_over_from_its_copy() {
+    let _g = serial();
+    for kind in [Kind::Keyed, Kind::Count] {
+        let mut s = Spec::new(kind, 40_000)
+            .standby(StandbyMode::Warm, 20)
+            .faults(vec![panic_at(0, 8_000), panic_at(1, 14_000)]);
+        s.rate = Some(100_000.0);
+        let rep = s.check();
+        let sb = rep.standby.expect("standby stats");
+        assert!(sb.takeovers >= 2, "{kind:?}: {sb:?}");
+        assert!(
+            sb.delta_snapshots_published > 0,
+            "{kind:?}: no point was a delta: {sb:?}"
+        );
+        assert!(
+            sb.points_followed > sb.points_followed_whole,
+            "{kind:?}: the standbys applied no delta: {sb:?}"
+        );
+        assert!(
+            sb.delta_snapshots_published <= sb.snapshots_published,
+            "{sb:?}"
+        );
+    }
+}
+

@@ -482,6 +482,15 @@ fn run_in(
             fmt_bytes(cp.restore_bytes_final),
         )?;
     }
+    if let Some(sb) = &report.standby {
+        outln!(
+            "standby: {} recovery points published ({} deltas); the standbys followed {} ({} rebuilt from a whole one)",
+            sb.snapshots_published,
+            sb.delta_snapshots_published,
+            sb.points_followed,
+            sb.points_followed_whole,
+        )?;
+    }
     for r in &report.recovery {
         outln!(
             "recovered: {} of {}[{}] at record {} — {}{}: {}; first output after {} µs{}",

@@ -182,12 +182,16 @@ impl Manifest {
             link,
             reason,
         };
-        if entry.delta != !entry.chain.is_empty() {
+        if entry.delta == entry.chain.is_empty() {
             return Err(broken(
                 self.id,
                 format!(
                     "a {} with {} links before it",
-                    if entry.delta { "delta" } else { "whole snapshot" },
+                    if entry.delta {
+                        "delta"
+                    } else {
+                        "whole snapshot"
+                    },
                     entry.chain.len()
                 ),
             ));

@@ -159,7 +159,24 @@ pub(crate) trait Collector<T> {
     /// chain before it goes live, so that what it computed muted is never
     /// sent as the new primary's.
     fn settle(&mut self) {}
+    /// Standby protocol (a warm standby that follows its primary's
+    /// recovery points, [`crate::state::delta`]): brings the states of
+    /// this hop's operator and of those chained after it to a newer
+    /// point's — `parts` by node, each whole or a delta over the state
+    /// held now. `Ok(false)`: an operator here cannot follow (its state
+    /// restores only whole, into a fresh operator); the standby then
+    /// restores at the takeover instead. Ring senders end a chain.
+    fn follow_point(&mut self, _parts: &mut FollowParts) -> Result<bool, CheckpointError> {
+        Ok(true)
+    }
+    /// Standby protocol: a chain that followed recovery points goes live:
+    /// what the points left to install (an event-time operator's waiting
+    /// records and timers) is installed now.
+    fn install_followed(&mut self) {}
 }
+
+/// A recovery point's states by node, for [`Collector::follow_point`].
+pub(crate) type FollowParts = std::collections::HashMap<usize, Vec<u8>>;
 
 /// The states of a backed-up chain's operators, `(node, state)` in chain
 /// order (see [`Collector::snapshot_chain`]).

@@ -47,6 +47,20 @@ impl<T: Clone> Collector<T> for Tee<T> {
             .iter_mut()
             .try_for_each(|o| o.snapshot_chain(parts))
     }
+    fn follow_point(
+        &mut self,
+        parts: &mut super::FollowParts,
+    ) -> Result<bool, crate::checkpoint::CheckpointError> {
+        for o in &mut self.outs {
+            if !o.follow_point(parts)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+    fn install_followed(&mut self) {
+        self.outs.iter_mut().for_each(|o| o.install_followed());
+    }
 }
 
 /// Discards records of a stream that has no consumer.

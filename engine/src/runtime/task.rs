@@ -137,6 +137,10 @@ pub(crate) struct TaskCtx {
     pub(crate) incarnation: Cell<u64>,
     /// The epoch it is the primary of (0: none).
     pub(crate) epoch: Cell<u64>,
+    /// What a recovery point's capture of the chain's keyed states may be
+    /// (a delta over the point the standby follows), set by the primary
+    /// around [`Collector::snapshot_chain`](crate::operator::Collector::snapshot_chain).
+    pub(crate) point_capture: Cell<crate::state::delta::CaptureFor>,
     /// What the task's role (a standby group's incarnation) watches of
     /// it: its progress, whether its epoch is over.
     pub(crate) watch: std::cell::OnceCell<Arc<dyn RoleWatch>>,
@@ -179,6 +183,7 @@ impl TaskCtx {
             fenced: Cell::new(false),
             incarnation: Cell::new(0),
             epoch: Cell::new(0),
+            point_capture: Cell::new(crate::state::delta::CaptureFor::whole()),
         }
     }
 

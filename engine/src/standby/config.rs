@@ -47,6 +47,12 @@ pub struct StandbyConfig {
     /// position every millisecond or at this interval, whichever is
     /// shorter.
     pub snapshot_interval: Duration,
+    /// How often it publishes one while a warm standby (thread isolation)
+    /// follows the points: each is then a delta over the point the
+    /// standby's copy is at, applied by the standby as it comes
+    /// ([`crate::state::delta`]), so points can be frequent — and the
+    /// fewer records a takeover replays.
+    pub delta_interval: Duration,
     /// Bytes of each buffer queue (one per upstream instance and operator
     /// instance); a full queue backpressures its upstream. Queues live in
     /// `<run dir>/standby-<attempt>/`, or without a run directory under
@@ -80,6 +86,7 @@ impl Default for StandbyConfig {
             mode: StandbyMode::Warm,
             heartbeat_timeout: Duration::from_millis(5),
             snapshot_interval: Duration::from_millis(200),
+            delta_interval: Duration::from_millis(50),
             queue_memory: 16 << 20,
             replay_sources: true,
             encoded_queues: false,

@@ -56,6 +56,11 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::CheckpointError;
 
+/// The bit that marks a capture's id as a standby's recovery point (its
+/// sequence number below it) rather than a checkpoint: the two kinds of
+/// delta each have their own bases, in one journal.
+pub const POINT: u64 = 1 << 63;
+
 /// Magic of a delta payload.
 pub const MAGIC: &[u8; 8] = b"TNDMDLT1";
 /// Bytes of a delta payload's header.
@@ -195,6 +200,18 @@ impl<K> Journal<K> {
             .push_back((epoch, self.writes.len(), self.removed.len()));
         if self.marks.len() > MAX_MARKS {
             let oldest = self.marks[1].0;
+            self.trim(oldest);
+        }
+    }
+
+    /// Captures of the kind of `id` (checkpoints, or recovery points:
+    /// [`POINT`]) older than `keep` can no longer be a base: they go, and
+    /// the journal keeps what the oldest capture left of either kind needs.
+    pub(crate) fn retire(&mut self, id: u64, keep: u64) {
+        let kind = id & POINT;
+        self.captured
+            .retain(|c| c.checkpoint & POINT != kind || c.checkpoint >= keep);
+        if let Some(oldest) = self.captured.iter().map(|c| c.epoch).min() {
             self.trim(oldest);
         }
     }
@@ -365,7 +382,10 @@ mod tests {
         assert_eq!(p.len() % 16, 0);
         p.extend_from_slice(b"entries");
         let d = parse(&p).unwrap();
-        assert_eq!((d.base, d.removed, d.entries), (7, &b"removed!!"[..], &b"entries"[..]));
+        assert_eq!(
+            (d.base, d.removed, d.entries),
+            (7, &b"removed!!"[..], &b"entries"[..])
+        );
         assert!(parse(b"TNDMDLT1short").is_err());
         let mut bad = p.clone();
         bad[16] = 0xff;
@@ -467,7 +487,11 @@ mod chain_tests {
     fn a_restore_refuses_a_chain_that_starts_with_a_delta_or_has_a_whole_one_inside() {
         let mut s = S::default();
         s.get_or_default(&1).push(1);
-        let how = |id, base| CaptureFor { checkpoint: id, base, policy: policy() };
+        let how = |id, base| CaptureFor {
+            checkpoint: id,
+            base,
+            policy: policy(),
+        };
         let whole = s.capture_for(how(1, None)).unwrap().archive().unwrap();
         s.get_or_default(&2).push(2);
         let d = s.capture_for(how(2, Some(1))).unwrap().archive().unwrap();
@@ -484,6 +508,11 @@ mod chain_tests {
         let w = big.capture_for(how(1, None)).unwrap().archive().unwrap();
         big.get_or_default(&5).push(0);
         let d = big.capture_for(how(2, Some(1))).unwrap().archive().unwrap();
-        assert!(d.len() * 100 < w.len(), "delta {} bytes against {}", d.len(), w.len());
+        assert!(
+            d.len() * 100 < w.len(),
+            "delta {} bytes against {}",
+            d.len(),
+            w.len()
+        );
     }
 }

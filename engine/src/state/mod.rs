@@ -394,7 +394,9 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     pub(crate) fn get_or_default_numbered(&mut self, key: &K) -> (u32, RefMut<'_, S>) {
         let mut seq = 0;
         let state = RefMut::map(self.map.borrow_mut(), |t| {
-            let Table { map, order, log, .. } = t;
+            let Table {
+                map, order, log, ..
+            } = t;
             let slot = map.get_or_insert_with(key, order, |n| {
                 let seq = u32::try_from(n).expect("at most 2^32 keys per keyed state");
                 Slot {
@@ -512,7 +514,9 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// Calls `f` with every key and its state, in insertion order.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut S)) {
         let mut t = self.map.borrow_mut();
-        let Table { map, order, log, .. } = &mut *t;
+        let Table {
+            map, order, log, ..
+        } = &mut *t;
         for (i, key) in order.iter().enumerate() {
             if let Some(slot) = map.get_mut(key).filter(|s| s.seq as usize == i) {
                 touch(log, slot);
@@ -639,6 +643,13 @@ pub trait StateSnapshot: Sized + 'static {
     /// Validates an archive with rkyv's checked access and rebuilds the
     /// state from it.
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError>;
+    /// Brings the state to a newer one ([`delta`]): `payload` is that
+    /// state whole, or a delta over this state. The default takes it
+    /// whole.
+    fn follow(&mut self, payload: &[u8]) -> Result<(), CheckpointError> {
+        *self = Self::restore(payload)?;
+        Ok(())
+    }
     /// Rebuilds the state from a chain: a whole archive, then the deltas
     /// after it, oldest first, as checkpoint `from` holds them (`None`:
     /// not a checkpoint's). The default takes a chain of one.
@@ -683,18 +694,15 @@ where
         let base = {
             let mut t = self.map.borrow_mut();
             t.log.journal.enable();
-            how.base
-                .and_then(|b| t.log.journal.base(b))
-                .filter(|b| {
-                    let c = &b.chain;
-                    // The whole archive's bytes are known once it is
-                    // archived: a chain whose whole archive is still under
-                    // way (a failed checkpoint's) is not extended.
-                    c.whole_bytes > 0
-                        && c.deltas < how.policy.max_deltas
-                        && (c.delta_bytes as f64)
-                            < how.policy.max_delta_ratio * c.whole_bytes as f64
-                })
+            how.base.and_then(|b| t.log.journal.base(b)).filter(|b| {
+                let c = &b.chain;
+                // The whole archive's bytes are known once it is
+                // archived: a chain whose whole archive is still under
+                // way (a failed checkpoint's) is not extended.
+                c.whole_bytes > 0
+                    && c.deltas < how.policy.max_deltas
+                    && (c.delta_bytes as f64) < how.policy.max_delta_ratio * c.whole_bytes as f64
+            })
         };
         let frozen = self.freeze();
         let mut t = self.map.borrow_mut();
@@ -709,8 +717,8 @@ where
                 chain: delta::Chain::default(),
                 delta: false,
             });
-            // Deltas start from this capture or a later one.
-            t.log.journal.trim(epoch);
+            // Deltas of this kind start from this capture or a later one.
+            t.log.journal.retire(how.checkpoint, how.checkpoint);
             drop(t);
             return Ok(StateCapture::Steps(Box::new(archive::Steps::new(frozen))));
         };
@@ -742,7 +750,7 @@ where
             chain,
             delta: true,
         });
-        t.log.journal.trim(base.epoch);
+        t.log.journal.retire(how.checkpoint, base.checkpoint);
         drop(t);
         let removed = gone.to_snapshot_bytes()?;
         let prefix = delta::prefix(base.checkpoint, removed.payload());
@@ -770,6 +778,21 @@ where
             t.archived.set((payload.len(), t.map.len()));
         }
         Ok(state)
+    }
+
+    fn follow(&mut self, payload: &[u8]) -> Result<(), CheckpointError> {
+        if !delta::is_delta(payload) {
+            *self = Self::restore(payload)?;
+            return Ok(());
+        }
+        let p = delta::parse(payload)?;
+        let removed = Self::restore(p.removed)?;
+        let entries = Self::restore(p.entries)?;
+        // No freeze of a standby's copy is under way (it takes no
+        // points); its numbers are its own (nothing keeps them).
+        self.apply(&removed, entries);
+        self.compact();
+        Ok(())
     }
 
     fn restore_chain(links: &[&[u8]], from: Option<u64>) -> Result<Self, CheckpointError> {
@@ -840,7 +863,9 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         let Table { map, order, .. } = &mut *e;
         let keys = std::mem::take(order);
         for key in keys {
-            let Some(slot) = map.remove(&key) else { continue };
+            let Some(slot) = map.remove(&key) else {
+                continue;
+            };
             let Table {
                 map: live,
                 order: live_order,

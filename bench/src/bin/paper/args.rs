@@ -118,6 +118,10 @@ pub struct Args {
     /// Warm snapshot interval (bqbs, stateful operators).
     #[arg(long, default_value_t = 200)]
     pub standby_snapshot_ms: u64,
+    /// Recovery point interval while a warm standby follows the points
+    /// (bqbs, thread isolation: each point a delta the standby applies).
+    #[arg(long, default_value_t = 50)]
+    pub standby_delta_ms: u64,
     /// Bytes of each buffer queue, in MiB (bqbs).
     #[arg(long, default_value_t = 16)]
     pub standby_queue_mib: u64,

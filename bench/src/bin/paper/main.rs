@@ -77,6 +77,7 @@ fn run(
             mode: args.standby_mode,
             heartbeat_timeout: Duration::from_millis(args.standby_heartbeat_ms),
             snapshot_interval: Duration::from_millis(args.standby_snapshot_ms),
+            delta_interval: Duration::from_millis(args.standby_delta_ms.max(1)),
             queue_memory: args.standby_queue_mib << 20,
             replay_sources: !args.standby_queue_source,
             encoded_queues: args.standby_encoded_queue,

@@ -208,6 +208,9 @@ pub(crate) struct EventTimeOp<T, H: Hop<T>> {
     seen: u64,
     emitted: u64,
     finished: bool,
+    /// A standby that follows recovery points: the newest point's side
+    /// state, installed when it goes live (with the timers).
+    followed_side: Option<Vec<u8>>,
 }
 
 /// `$me`'s hop, its clock and an [`Emit`] over its outputs, borrowed
@@ -268,25 +271,35 @@ impl<T: Clone + 'static, H: Hop<T>> EventTimeOp<T, H> {
             seen: 0,
             emitted: 0,
             finished,
+            followed_side: None,
         };
         if let Some((keyed, side)) = restored {
-            let c = &mut me.clock;
-            for w in side.waiting {
-                c.waiting.push(w);
-            }
-            c.wm_in = side.wm_in;
-            c.wm_out = side.wm_out;
-            c.now = side.now;
-            c.arrivals = side.arrivals;
             me.hop.keys_mut().state = keyed;
-            me.hop.reindex(side.ptime, &mut me.clock);
-            if me.clock.wm_out > 0 && !me.finished {
-                // Downstream learns the watermark again before any output.
-                me.ctx.lane_wm.set(me.clock.wm_out);
-                me.down.watermark(me.clock.wm_out);
-            }
+            me.install(side);
         }
         me
+    }
+
+    /// Installs a restored side state over the keyed state in place: the
+    /// waiting records, the watermarks, the timers indexed anew.
+    fn install(&mut self, side: WindowSide<T>) {
+        self.clock = EventClock {
+            waiting: Pending::new(),
+            timers: Timers::default(),
+            wm_in: side.wm_in,
+            wm_out: side.wm_out,
+            now: side.now,
+            arrivals: side.arrivals,
+        };
+        for w in side.waiting {
+            self.clock.waiting.push(w);
+        }
+        self.hop.reindex(side.ptime, &mut self.clock);
+        if self.clock.wm_out > 0 && !self.finished {
+            // Downstream learns the watermark again before any output.
+            self.ctx.lane_wm.set(self.clock.wm_out);
+            self.down.watermark(self.clock.wm_out);
+        }
     }
 
     /// Takes every waiting record released below `upto`, then fires the
@@ -378,9 +391,9 @@ fn decode_framed<T, H: Hop<T>>(
     for payload in links {
         let mut parts = frame::split(payload.to_vec(), &[KEYED, SIDE]).map_err(bad)?;
         keyed.push(
-            parts
-                .remove(&KEYED)
-                .ok_or_else(|| bad("an event-time operator's state without its keyed part".into()))?,
+            parts.remove(&KEYED).ok_or_else(|| {
+                bad("an event-time operator's state without its keyed part".into())
+            })?,
         );
         side = Some(parts.remove(&SIDE).ok_or_else(|| {
             bad("an event-time operator's state without its waiting records".into())
@@ -489,10 +502,44 @@ impl<T: Clone + 'static, H: Hop<T>> Collector<T> for EventTimeOp<T, H> {
     }
 
     fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
-        let how = crate::state::delta::CaptureFor::whole();
+        let how = self.ctx.point_capture.get();
         let state = capture(&self.clock, &self.hop, &self.side_codec, how)?;
         parts.push((self.slot.op, Some(state)));
         self.down.snapshot_chain(parts)
+    }
+
+    fn follow_point(
+        &mut self,
+        parts: &mut crate::operator::FollowParts,
+    ) -> Result<bool, CheckpointError> {
+        if let Some(payload) = parts.remove(&self.slot.op) {
+            let bad = CheckpointError::ChainFrame;
+            let mut p = frame::split(payload, &[KEYED, SIDE]).map_err(bad)?;
+            let keyed = p.remove(&KEYED).ok_or_else(|| {
+                bad("an event-time operator's state without its keyed part".into())
+            })?;
+            let side = p.remove(&SIDE).ok_or_else(|| {
+                bad("an event-time operator's state without its waiting records".into())
+            })?;
+            let keys = self.hop.keys_mut();
+            (keys.codec.follow)(&mut keys.state, &keyed)?;
+            self.followed_side = Some(side);
+        }
+        self.down.follow_point(parts)
+    }
+
+    fn install_followed(&mut self) {
+        if let Some(side) = self.followed_side.take() {
+            match (self.side_codec.restore)(&side) {
+                Ok(side) => self.install(side),
+                Err(source) => self.ctx.fail(crate::error::JobError::Restore {
+                    operator: self.ctx.shared.names[self.slot.op].to_string(),
+                    instance: self.ctx.instance,
+                    source,
+                }),
+            }
+        }
+        self.down.install_followed();
     }
 
     fn barrier(&mut self, id: u64) {

@@ -19,12 +19,13 @@ use std::sync::Arc;
 /// How a keyed operator's state goes to and comes from a snapshot (the
 /// [`StateSnapshot`] functions, captured where the types are known).
 pub(crate) struct StateCodec<K, S> {
-    pub(crate) capture: fn(&KeyedState<K, S>) -> Result<StateCapture, CheckpointError>,
     pub(crate) capture_for: CaptureForFn<K, S>,
     pub(crate) restore_chain: RestoreChainFn<K, S>,
+    pub(crate) follow: FollowFn<K, S>,
 }
 
 type RestoreChainFn<K, S> = fn(&[&[u8]], Option<u64>) -> Result<KeyedState<K, S>, CheckpointError>;
+type FollowFn<K, S> = fn(&mut KeyedState<K, S>, &[u8]) -> Result<(), CheckpointError>;
 type CaptureForFn<K, S> =
     fn(&KeyedState<K, S>, CaptureFor) -> Result<StateCapture, CheckpointError>;
 
@@ -34,9 +35,9 @@ where
 {
     pub(crate) fn of() -> Self {
         StateCodec {
-            capture: <KeyedState<K, S> as StateSnapshot>::capture,
             capture_for: <KeyedState<K, S> as StateSnapshot>::capture_for,
             restore_chain: <KeyedState<K, S> as StateSnapshot>::restore_chain,
+            follow: <KeyedState<K, S> as StateSnapshot>::follow,
         }
     }
 }
@@ -154,8 +155,26 @@ where
         &mut self,
         parts: &mut crate::operator::ChainParts,
     ) -> Result<(), CheckpointError> {
-        parts.push((self.slot.op, Some((self.codec.capture)(&self.state)?)));
+        let how = self.ctx.point_capture.get();
+        parts.push((
+            self.slot.op,
+            Some((self.codec.capture_for)(&self.state, how)?),
+        ));
         self.down.snapshot_chain(parts)
+    }
+
+    fn follow_point(
+        &mut self,
+        parts: &mut crate::operator::FollowParts,
+    ) -> Result<bool, CheckpointError> {
+        if let Some(payload) = parts.remove(&self.slot.op) {
+            (self.codec.follow)(&mut self.state, &payload)?;
+        }
+        self.down.follow_point(parts)
+    }
+
+    fn install_followed(&mut self) {
+        self.down.install_followed();
     }
 
     fn barrier(&mut self, id: u64) {

@@ -99,6 +99,21 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
         self.down.snapshot_chain(parts)
     }
 
+    fn follow_point(
+        &mut self,
+        parts: &mut crate::operator::FollowParts,
+    ) -> Result<bool, crate::checkpoint::CheckpointError> {
+        // The user's own state restores only into a fresh operator.
+        if parts.contains_key(&self.slot.op) {
+            return Ok(false);
+        }
+        self.down.follow_point(parts)
+    }
+
+    fn install_followed(&mut self) {
+        self.down.install_followed();
+    }
+
     fn barrier(&mut self, id: u64) {
         let (ctx, node, op) = (&self.ctx, self.slot.op, &mut self.op);
         let capture = || {

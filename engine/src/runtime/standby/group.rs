@@ -182,6 +182,9 @@ pub(crate) struct ConsumerLane {
 pub(crate) struct Point {
     /// The first chunk after the point.
     pub(crate) seq: u64,
+    /// Its state is a delta over the state at the point of this chunk
+    /// (0: whole).
+    pub(crate) base: u64,
     /// Per lane: the first queue position after the point.
     pub(crate) pos: Vec<u64>,
     /// The snapshot exchange's publication holding the state (0: none).
@@ -264,6 +267,25 @@ pub(crate) struct Group {
     pub(crate) consumers: Vec<ConsumerLane>,
     /// The newest recovery point's chunk and positions (also in `inner`).
     pub(crate) point_seq: AtomicU64,
+    /// A warm standby follows the recovery points
+    /// ([`crate::state::delta`]): thread isolation, where its chain lives
+    /// beside it.
+    pub(crate) follows: bool,
+    /// The point (its chunk) the standby's followed copy of the chain's
+    /// state is at (0: none): the primary's next point may be a delta
+    /// over it.
+    pub(crate) applied: AtomicU64,
+    /// The point (its chunk) the following standby is bringing its copy
+    /// to (0: none): the primary's next point may be a delta over it, and
+    /// is taken after it is reached (unless a queue needs one now) — a
+    /// standby bringing a large state up to date is not handed a whole
+    /// point again before it is done.
+    pub(crate) following_to: AtomicU64,
+    /// The base of the point the primary is building (0: none, or whole):
+    /// a standby at that base waits for it rather than move to an older
+    /// point the delta could no longer apply over. These three are
+    /// written and read under the group's lock.
+    pub(crate) base_in_flight: AtomicU64,
     /// The chunk the current primary's stream starts at (a consumer still
     /// reading an older stream keeps the counts from here on).
     pub(crate) start_seq: AtomicU64,
@@ -301,11 +323,19 @@ pub(crate) struct Group {
     pub(crate) mode: StandbyMode,
     pub(crate) timeout_ns: u64,
     pub(crate) point_every: Duration,
+    /// The interval while a standby follows the points (see `follows`).
+    pub(crate) delta_every: Duration,
     pub(crate) workers: usize,
     dir: PathBuf,
     pub(crate) inner: Mutex<Inner>,
     pub(crate) queue_peak: AtomicU64,
     pub(crate) snapshots: AtomicU64,
+    /// Of those, deltas over the point the following standby was at.
+    pub(crate) delta_snapshots: AtomicU64,
+    /// Points the following standby brought its copy to, and of those
+    /// the whole ones it rebuilt it from.
+    pub(crate) followed: AtomicU64,
+    pub(crate) followed_whole: AtomicU64,
     /// The primary's end marker is in every ring: nothing is owed.
     pub(crate) done: AtomicBool,
     /// A new primary is replaying what its predecessor had processed (set
@@ -449,6 +479,11 @@ impl Group {
                 })
                 .collect(),
             point_seq: AtomicU64::new(0),
+            follows: cfg.mode == StandbyMode::Warm
+                && cfg.isolation == crate::standby::config::Isolation::Thread,
+            applied: AtomicU64::new(0),
+            following_to: AtomicU64::new(0),
+            base_in_flight: AtomicU64::new(0),
             start_seq: AtomicU64::new(0),
             point_pos: (0..lanes).map(|_| AtomicU64::new(start)).collect(),
             end_pos: (0..lanes).map(|_| AtomicU64::new(u64::MAX)).collect(),
@@ -472,6 +507,7 @@ impl Group {
             mode: cfg.mode,
             timeout_ns: (cfg.heartbeat_timeout.as_nanos() as u64).max(1),
             point_every: cfg.snapshot_interval,
+            delta_every: cfg.delta_interval,
             workers,
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner {
@@ -492,6 +528,7 @@ impl Group {
                 rings: HashMap::new(),
                 point: Point {
                     seq: 0,
+                    base: 0,
                     pos: vec![start; lanes],
                     xseq: 0,
                     align: Alignment::new(lanes),
@@ -517,6 +554,9 @@ impl Group {
             source: source.map(|(s, _)| s),
             queue_peak: AtomicU64::new(0),
             snapshots: AtomicU64::new(0),
+            delta_snapshots: AtomicU64::new(0),
+            followed: AtomicU64::new(0),
+            followed_whole: AtomicU64::new(0),
             name,
         })
     }

@@ -69,6 +69,9 @@ enum Stop {
 /// A recovery point being taken: published once every consumer has
 /// acknowledged every chunk before it.
 struct Pending {
+    /// Its state is a delta over this point's (the capture's id, see
+    /// `crate::state::delta::POINT`); `None`: whole.
+    base: Option<u64>,
     seq: u64,
     pos: Vec<u64>,
     align: Alignment,
@@ -120,6 +123,13 @@ pub(crate) struct Incarnation<T> {
     backlog: Vec<u64>,
     caught_up: bool,
     detector: Detector,
+    /// A warm standby's chain follows the recovery points: built from a
+    /// whole one, brought to each newer one by its delta (see
+    /// [`crate::state::delta`]), at the point `seq` names.
+    followed: bool,
+    /// The chain cannot follow (an operator's state restores only whole):
+    /// the standby restores at the takeover, as without following.
+    unfollowable: bool,
     /// A hot standby that fell behind starts again only from a point newer
     /// than this.
     hot_after: Option<u64>,
@@ -173,6 +183,8 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             pending: None,
             next_point: 0,
             takeover: None,
+            followed: false,
+            unfollowable: false,
             watch: None,
             backlog: vec![0; lanes],
             caught_up: true,
@@ -244,6 +256,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
 
     /// Drops the chain (a large state takes a while: not a stall).
     fn drop_chain(&mut self) {
+        if std::mem::take(&mut self.followed) {
+            // The primary's next point is whole again.
+            let _g = self.group.lock();
+            self.group.applied.store(0, Ordering::Release);
+        }
         let chain = self.chain.take();
         self.ctx.long(move || drop(chain));
     }

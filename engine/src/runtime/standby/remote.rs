@@ -327,6 +327,15 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
         self.sync();
     }
 
+    /// The chain's operators run in the child: their states are not
+    /// followed here (a standby restores at the takeover).
+    fn follow_point(
+        &mut self,
+        _parts: &mut crate::operator::FollowParts,
+    ) -> Result<bool, CheckpointError> {
+        Ok(false)
+    }
+
     fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
         let r = {
             let mut l = self.link.borrow_mut();

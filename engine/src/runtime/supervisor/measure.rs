@@ -211,6 +211,9 @@ impl Supervisor {
                 .queue_bytes_peak
                 .max(g.queue_peak.load(Ordering::Relaxed));
             stats.snapshots_published += g.snapshots.load(Ordering::Relaxed);
+            stats.delta_snapshots_published += g.delta_snapshots.load(Ordering::Relaxed);
+            stats.points_followed += g.followed.load(Ordering::Relaxed);
+            stats.points_followed_whole += g.followed_whole.load(Ordering::Relaxed);
         }
         stats.children.extend(
             sb.children

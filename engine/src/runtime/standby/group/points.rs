@@ -5,7 +5,6 @@
 //! and how a successor reads the newest one back.
 
 use super::{Group, Inner, Point, FIRST_EXCHANGE};
-use crate::runtime::align::Alignment;
 use crate::standby::exchange::{PublishError, SnapshotExchange, Staged, Staging};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -101,13 +100,13 @@ impl Group {
     pub(crate) fn publish_point(
         &self,
         epoch: u64,
-        seq: u64,
-        pos: &[u64],
-        align: &Alignment,
-        clock: &crate::runtime::lanes::LaneClock,
+        point: Point,
         state: Option<Staged>,
     ) -> std::io::Result<bool> {
+        let seq = point.seq;
         let mut g = self.lock();
+        // Published or refused, the point is no longer in flight.
+        self.base_in_flight.store(0, Ordering::Release);
         // Under the lock: a new primary reads the point under it after its
         // claim, so a fenced primary never publishes past what it read.
         if self.live.current() != epoch || g.point.seq > seq {
@@ -131,17 +130,14 @@ impl Group {
             }
             xseq = staged.commit();
             self.snapshots.fetch_add(1, Ordering::Relaxed);
+            if point.base != 0 {
+                self.delta_snapshots.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        g.point = Point {
-            seq,
-            pos: pos.to_vec(),
-            xseq,
-            align: align.clone(),
-            clock: clock.clone(),
-        };
-        for (a, &p) in self.point_pos.iter().zip(pos) {
+        for (a, &p) in self.point_pos.iter().zip(&point.pos) {
             a.store(p, Ordering::Release);
         }
+        g.point = Point { xseq, ..point };
         self.point_seq.store(seq, Ordering::Release);
         Ok(true)
     }

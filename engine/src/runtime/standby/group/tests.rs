@@ -65,9 +65,7 @@ fn the_end_of_run_check_names_the_lane_a_consumer_fell_short_on() {
 fn the_current_primarys_consumers_forget_below_the_point_and_lagging_ones_below_its_start() {
     let (g, dir) = group("floor");
     let a = Alignment::new(2);
-    assert!(g
-        .publish_point(1, 40, &[3, 4], &a, &LaneClock::new(2), None)
-        .unwrap());
+    assert!(g.publish_point(1, point(40, &[3, 4], &a), None).unwrap());
     // The first primary's stream starts at 0: its consumers need not
     // remember anything below the point once they are inside it.
     assert_eq!(g.floor_seq(1, true), 40);
@@ -77,9 +75,7 @@ fn the_current_primarys_consumers_forget_below_the_point_and_lagging_ones_below_
     // follows epoch 2 but has not received its resume mark yet.
     assert_eq!(g.live.claim(1, 5), Ok(2));
     g.start_seq.store(40, Ordering::Release);
-    assert!(g
-        .publish_point(2, 90, &[5, 6], &a, &LaneClock::new(2), None)
-        .unwrap());
+    assert!(g.publish_point(2, point(90, &[5, 6], &a), None).unwrap());
     assert_eq!(g.floor_seq(2, true), 90);
     assert_eq!(g.floor_seq(2, false), 40);
     assert_eq!(g.floor_seq(1, true), 40);
@@ -93,18 +89,24 @@ fn a_fenced_primary_cannot_publish_a_point_and_points_never_go_back() {
     assert_eq!(g.live.claim(1, 5), Ok(2));
     // Epoch 1's primary was fenced by the claim.
     let a = Alignment::new(2);
-    assert!(!g
-        .publish_point(1, 10, &[3, 4], &a, &LaneClock::new(2), None)
-        .unwrap());
+    assert!(!g.publish_point(1, point(10, &[3, 4], &a), None).unwrap());
     assert_eq!(g.point_seq.load(Ordering::Acquire), 0);
-    assert!(g
-        .publish_point(2, 10, &[3, 4], &a, &LaneClock::new(2), None)
-        .unwrap());
+    assert!(g.publish_point(2, point(10, &[3, 4], &a), None).unwrap());
     assert_eq!((g.covered(0), g.covered(1)), (3, 4));
     // Points never go back.
-    assert!(!g
-        .publish_point(2, 9, &[2, 4], &a, &LaneClock::new(2), None)
-        .unwrap());
+    assert!(!g.publish_point(2, point(9, &[2, 4], &a), None).unwrap());
     g.remove_files();
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A stateless point at chunk `seq`, positions `pos`.
+fn point(seq: u64, pos: &[u64], a: &Alignment) -> Point {
+    Point {
+        seq,
+        base: 0,
+        pos: pos.to_vec(),
+        xseq: 0,
+        align: a.clone(),
+        clock: LaneClock::new(pos.len()),
+    }
 }

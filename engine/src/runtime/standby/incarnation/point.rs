@@ -19,10 +19,11 @@
 use super::{Incarnation, Pending};
 use crate::checkpoint::{ArchiveSteps, SnapshotBytes, StateCapture};
 use crate::record::Nanos;
-use crate::runtime::standby::group::Doing;
+use crate::runtime::standby::group::{Doing, Point};
 use crate::runtime::task::TaskCtx;
 use crate::standby::codec::Codec;
 use crate::standby::exchange::{Staged, Staging};
+use crate::state::delta::{CaptureFor, Incremental, POINT};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
@@ -87,14 +88,16 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             // One step of a slice may grow or finish a large archive
             // (milliseconds on a busy host): a long step, not a stall.
             let ctx = &self.ctx;
-            match ctx.long(|| build_slice(&self.group, &mut p.build, p.seq, ctx)) {
+            match ctx.long(|| build_slice(&self.group, &mut p.build, &mut p.base, p.seq, ctx)) {
                 Slice::Going => {}
                 Slice::Skip => {
                     self.pending = None;
+                    self.group.base_in_flight.store(0, Ordering::Release);
                     return;
                 }
                 Slice::Failed(e) => {
                     self.pending = None;
+                    self.group.base_in_flight.store(0, Ordering::Release);
                     self.fail(e);
                     return;
                 }
@@ -110,9 +113,15 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 Build::Ready(staged) => Some(staged),
                 _ => None,
             };
-            let published = self
-                .group
-                .publish_point(epoch, p.seq, &p.pos, &p.align, &p.clock, state);
+            let point = Point {
+                seq: p.seq,
+                base: p.base.map_or(0, |b| b & !POINT),
+                pos: p.pos,
+                xseq: 0,
+                align: p.align,
+                clock: p.clock,
+            };
+            let published = self.group.publish_point(epoch, point, state);
             if let Err(e) = published {
                 self.fail(format!("publishing a recovery point: {e}"));
             }
@@ -134,15 +143,24 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             return false;
         }
         let stateless = self.group.stateless.load(Ordering::Acquire);
+        if !wanted && !stateless && self.group.following_to.load(Ordering::Acquire) != 0 {
+            // The standby is bringing its copy to the newest point: the
+            // next one after it, a delta over it.
+            return false;
+        }
         self.group.point_wanted.store(false, Ordering::Release);
         let every = if stateless {
             self.group
                 .point_every
                 .min(std::time::Duration::from_millis(1))
+        } else if self.group.follows && self.group.applied.load(Ordering::Acquire) != 0 {
+            // The standby follows: the next point is a delta.
+            self.group.delta_every.min(self.group.point_every)
         } else {
             self.group.point_every
         };
         self.next_point = now + every.as_nanos() as u64;
+        let mut base = None;
         let build = if stateless {
             Build::Stateless
         } else {
@@ -152,22 +170,51 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             self.doing(Doing::Snapshot);
             let mut chain = self.chain.take().expect("a primary has its chain");
             let ctx = Rc::clone(&self.ctx);
+            // A delta over the newest point, when the standby's copy of
+            // the state is at it (see `crate::state::delta`).
+            // The point the standby's copy is at, or is being brought to,
+            // under the lock that standby moves under: while this point is
+            // built, it stays there.
+            let over = if self.group.follows {
+                let _g = self.group.lock();
+                let g = &self.group;
+                let at = match g.following_to.load(Ordering::Acquire) {
+                    0 => g.applied.load(Ordering::Acquire),
+                    to => to,
+                };
+                g.base_in_flight.store(at, Ordering::Release);
+                at
+            } else {
+                0
+            };
+            ctx.point_capture.set(CaptureFor {
+                checkpoint: POINT | self.seq,
+                base: (over != 0).then_some(POINT | over),
+                policy: Incremental {
+                    max_deltas: u32::MAX,
+                    max_delta_ratio: f64::INFINITY,
+                },
+            });
             let s = ctx.long(|| self.chain_snapshot(&mut chain));
+            ctx.point_capture.set(CaptureFor::whole());
             self.chain = Some(chain);
             match s {
                 Some(StateCapture::Steps(steps)) => Build::Archiving(steps, STEP_ENTRIES),
-                Some(StateCapture::Bytes(bytes)) => match stage(&self.group, bytes, &ctx) {
-                    Ok(Some(b)) => b,
-                    Ok(None) => return false,
-                    Err(e) => {
-                        self.fail(e);
-                        return false;
+                Some(StateCapture::Bytes(bytes)) => {
+                    match stage(&self.group, bytes, &mut base, &ctx) {
+                        Ok(Some(b)) => b,
+                        Ok(None) => return false,
+                        Err(e) => {
+                            self.fail(e);
+                            return false;
+                        }
                     }
-                },
+                }
                 None => return false,
             }
         };
         self.pending = Some(Pending {
+            base,
             seq: self.seq,
             pos: self.pos.clone(),
             align: self.align.clone(),
@@ -185,8 +232,10 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
 fn stage(
     group: &crate::runtime::standby::group::Group,
     bytes: SnapshotBytes,
+    base: &mut Option<u64>,
     ctx: &TaskCtx,
 ) -> Result<Option<Build>, String> {
+    *base = bytes.delta_over();
     match ctx.long(|| group.stage_state(bytes.len())) {
         Ok(Some(staging)) => Ok(Some(Build::Copying(Box::new((bytes, staging))))),
         Ok(None) => Ok(None),
@@ -198,6 +247,7 @@ fn stage(
 fn build_slice(
     group: &crate::runtime::standby::group::Group,
     build: &mut Build,
+    base: &mut Option<u64>,
     seq: u64,
     ctx: &TaskCtx,
 ) -> Slice {
@@ -208,7 +258,7 @@ fn build_slice(
             Build::Stateless | Build::Ready(_) => return Slice::Going,
             Build::Archiving(steps, entries) => match timed(clock, || steps.step(*entries)) {
                 (Ok(None), took) => *entries = next_step(*entries, took),
-                (Ok(Some(bytes)), _) => match stage(group, bytes, ctx) {
+                (Ok(Some(bytes)), _) => match stage(group, bytes, base, ctx) {
                     Ok(Some(b)) => *build = b,
                     Ok(None) => return Slice::Skip,
                     Err(e) => return Slice::Failed(e),

@@ -14,6 +14,7 @@ use crate::standby::codec::Codec;
 use crate::standby::config::StandbyMode;
 use crate::standby::decide::{Evidence, Observation, Verdict, WorkerAt};
 use crate::standby::exchange::SnapshotExchange;
+use std::rc::Rc;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -61,6 +62,8 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         let mut moved = false;
         if g.mode == StandbyMode::Hot && !g.stateless.load(Ordering::Acquire) {
             moved = self.follow(budget);
+        } else if g.follows && !self.unfollowable && !g.stateless.load(Ordering::Acquire) {
+            moved = self.follow_points();
         } else if self.attached || self.chain.is_some() {
             // Started hot before the operator was known to be stateless:
             // there is nothing to keep hot, and a cursor would hold the
@@ -68,7 +71,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             self.detach();
             self.drop_chain();
         }
-        if self.chain.is_none() {
+        if self.chain.is_none() || self.followed {
             // Warm (or not yet following): a replayed source that cannot
             // jump is kept near the newest point.
             if let Some(s) = &mut self.src {
@@ -121,6 +124,170 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             // with the points from there.)
         }
         moved
+    }
+
+    /// A warm standby follows the recovery points (see
+    /// [`crate::state::delta`]): the newest point, if it is newer than the
+    /// one its chain is at, brings the chain there — built from the
+    /// point's state when the point is whole, brought forward by the
+    /// point's delta when it is one over the point the chain is at. It
+    /// tells the group where its copy is, so that the primary's next point
+    /// is a delta over it. The state is read outside the group's lock.
+    /// Whether it moved.
+    fn follow_points(&mut self) -> bool {
+        // A newer point published while one was read: the newest again.
+        let mut moved = false;
+        for _ in 0..3 {
+            match self.follow_newest() {
+                Some(m) => {
+                    moved = m;
+                    break;
+                }
+                None => continue,
+            }
+        }
+        {
+            let _g = self.group.lock();
+            self.group.following_to.store(0, Ordering::Release);
+        }
+        moved
+    }
+
+    /// One try of [`follow_points`](Self::follow_points): `None` when a
+    /// newer point was published while this one was read.
+    fn follow_newest(&mut self) -> Option<bool> {
+        let (p, x) = {
+            let g = self.group.lock();
+            if !g.ready || self.group.stateless.load(Ordering::Acquire) {
+                return Some(false);
+            }
+            let (p, x) = self.group.latest_point(&g);
+            if p.xseq == 0 || (self.followed && p.seq <= self.seq) {
+                return Some(false);
+            }
+            let in_flight = self.group.base_in_flight.load(Ordering::Acquire);
+            if self.followed && in_flight == self.seq {
+                // The primary builds a delta over this copy's point: it
+                // waits for that one.
+                return Some(false);
+            }
+            self.group.following_to.store(p.seq, Ordering::Release);
+            (p, x)
+        };
+        let delta = p.base != 0;
+        if delta && !(self.followed && p.base == self.seq) {
+            // A delta over a point this copy is not at (a copy dropped
+            // since): the primary's next point is whole.
+            self.drop_chain();
+            return Some(false);
+        }
+        let state = match self.ctx.long(|| Group::point_state(&p, x.as_ref())) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Some(false),
+            Err(_) => return None,
+        };
+        if delta {
+            let followed = match crate::runtime::chain::frame::split(state, &self.group.chain) {
+                Ok(mut parts) => {
+                    let chain = self.chain.as_mut().expect("a followed chain");
+                    let ctx = Rc::clone(&self.ctx);
+                    ctx.long(|| chain.follow_point(&mut parts))
+                }
+                Err(e) => Err(crate::checkpoint::CheckpointError::ChainFrame(e)),
+            };
+            match followed {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.unfollowable = true;
+                    self.drop_chain();
+                    return Some(false);
+                }
+                Err(e) => {
+                    // Not the primary's state any more: this standby
+                    // fails (another is started, from a whole point).
+                    self.drop_chain();
+                    self.fail(format!("following recovery point {}: {e}", p.seq));
+                    return Some(false);
+                }
+            }
+        } else {
+            self.drop_chain();
+            self.build_chain(Some(state));
+        }
+        self.place(p.seq, p.pos, p.align, p.clock);
+        self.followed = true;
+        {
+            let _g = self.group.lock();
+            self.group.applied.store(p.seq, Ordering::Release);
+            self.group.following_to.store(0, Ordering::Release);
+        }
+        self.group.followed.fetch_add(1, Ordering::Relaxed);
+        if !delta {
+            self.group.followed_whole.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(true)
+    }
+
+    /// The takeover of a standby whose chain followed the points: a point
+    /// one delta ahead is applied, what the points left to install is
+    /// installed, and the chain goes on from the point — nothing restored.
+    /// `None`: the chain is not at a point it can start from; it is
+    /// dropped and the takeover restores the newest point instead.
+    fn take_over_followed(
+        &mut self,
+        epoch: u64,
+        old_slot: (u64, usize),
+        claimed: Nanos,
+        p: &Point,
+        x: Option<&Arc<SnapshotExchange>>,
+    ) -> Option<Poll> {
+        if p.seq != self.seq {
+            if p.seq < self.seq || p.base != self.seq {
+                self.drop_chain();
+                return None;
+            }
+            let state = match self.ctx.long(|| Group::point_state(p, x)) {
+                Ok(Some(s)) => s,
+                _ => {
+                    self.drop_chain();
+                    return None;
+                }
+            };
+            let followed = match crate::runtime::chain::frame::split(state, &self.group.chain) {
+                Ok(mut parts) => {
+                    let chain = self.chain.as_mut().expect("a followed chain");
+                    let ctx = Rc::clone(&self.ctx);
+                    ctx.long(|| chain.follow_point(&mut parts))
+                }
+                Err(e) => Err(crate::checkpoint::CheckpointError::ChainFrame(e)),
+            };
+            if !matches!(followed, Ok(true)) {
+                self.drop_chain();
+                return None;
+            }
+            self.place(p.seq, p.pos.clone(), p.align.clone(), p.clock.clone());
+        }
+        self.group
+            .doing
+            .store(Doing::Restoring as u32, Ordering::Relaxed);
+        if let Some(chain) = self.chain.as_mut() {
+            let ctx = Rc::clone(&self.ctx);
+            ctx.long(|| chain.install_followed());
+        }
+        // The chain is the primary's now, not a copy the next point
+        // follows.
+        self.followed = false;
+        if !self.attach() {
+            self.fail(format!(
+                "taking over: the buffer queues no longer hold the recovery point {:?}",
+                self.pos
+            ));
+            return Some(Poll::Progress);
+        }
+        self.learn_stateless();
+        self.takeover_probe(TakeoverStage::Replaying);
+        self.go_live(epoch, old_slot, claimed);
+        Some(Poll::Progress)
     }
 
     /// A hot standby that fell behind lets go of its state and waits, warm,
@@ -197,6 +364,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         // Every other writer is fenced by the claim: the point read under the
         // lock is the exchange's newest publication.
         let (p, x) = point;
+        if self.followed {
+            if let Some(poll) = self.take_over_followed(epoch, old_slot, now, &p, x.as_ref()) {
+                return poll;
+            }
+        }
         // Copying and verifying a large state takes a while: not a stall.
         let read = self.ctx.long(|| Group::point_state(&p, x.as_ref()));
         let (p, state) = match read.map(|s| (p, s)) {
@@ -288,6 +460,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         g.primary_slot = self.slot;
         g.standby = None;
         g.ready = false;
+        // The next standby has no copy of the state yet: the new
+        // primary's first point is whole.
+        group.applied.store(0, Ordering::Release);
+        group.following_to.store(0, Ordering::Release);
+        group.base_in_flight.store(0, Ordering::Release);
         // Until it has caught up, the new primary may still repeat (and
         // acknowledge again) a checkpoint barrier its predecessor passed.
         group.replaying.store(true, Ordering::Release);
