@@ -790,4 +790,3 @@ fn a_warm_standby_follows_the_points_by_their_deltas_and_takes_over_from_its_cop
         );
     }
 }
-
