@@ -773,6 +773,7 @@ fn a_warm_standby_follows_the_points_by_their_deltas_and_takes_over_from_its_cop
             .standby(StandbyMode::Warm, 20)
             .faults(vec![panic_at(0, 8_000), panic_at(1, 14_000)]);
         s.rate = Some(100_000.0);
+        s.standby.as_mut().expect("a standby").follow = true;
         let rep = s.check();
         let sb = rep.standby.expect("standby stats");
         assert!(sb.takeovers >= 2, "{kind:?}: {sb:?}");

@@ -95,6 +95,11 @@ struct Args {
     /// standby waits up to 8 × this on a machine it sees to be noisy.
     #[arg(long, default_value_t = 5)]
     heartbeat_timeout_ms: u64,
+    /// A warm standby follows the recovery points: each point after the
+    /// first is a delta it applies to its own copy, and a takeover
+    /// restores nothing (see the README for its limit).
+    #[arg(long)]
+    standby_follow: bool,
     /// MiB of each buffer queue of the standby (one per upstream instance
     /// and operator instance, in /dev/shm or the work directory). The
     /// primary takes a recovery point at the latest when a queue is full
@@ -380,6 +385,7 @@ fn run_in(
                 .queue_mb
                 .unwrap_or((1024 / (cores * cores) as u64).clamp(16, 128))
                 << 20,
+            follow: args.standby_follow,
             ..StandbyConfig::default()
         });
     }

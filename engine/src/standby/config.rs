@@ -53,6 +53,17 @@ pub struct StandbyConfig {
     /// ([`crate::state::delta`]), so points can be frequent — and the
     /// fewer records a takeover replays.
     pub delta_interval: Duration,
+    /// A warm standby (thread isolation) follows the recovery points: it
+    /// keeps a copy of the chain's state, brought forward by each point's
+    /// delta ([`crate::state::delta`]), so that a takeover restores
+    /// nothing and replays only the records since the newest point. Off
+    /// by default: while the newest point is a delta, only the standby
+    /// that holds the copy can take over from it — a primary and its
+    /// following standby failing together (before the new primary's
+    /// first whole point) fail the attempt, loudly, where a standby that
+    /// does not follow would restore the newest point (restart-all
+    /// recovers the attempt where checkpoints are configured).
+    pub follow: bool,
     /// Bytes of each buffer queue (one per upstream instance and operator
     /// instance); a full queue backpressures its upstream. Queues live in
     /// `<run dir>/standby-<attempt>/`, or without a run directory under
@@ -87,6 +98,7 @@ impl Default for StandbyConfig {
             heartbeat_timeout: Duration::from_millis(5),
             snapshot_interval: Duration::from_millis(200),
             delta_interval: Duration::from_millis(50),
+            follow: false,
             queue_memory: 16 << 20,
             replay_sources: true,
             encoded_queues: false,

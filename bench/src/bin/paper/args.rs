@@ -122,6 +122,11 @@ pub struct Args {
     /// (bqbs, thread isolation: each point a delta the standby applies).
     #[arg(long, default_value_t = 50)]
     pub standby_delta_ms: u64,
+    /// A warm standby follows the recovery points (thread isolation):
+    /// each point after the first is a delta it applies to its own copy,
+    /// and a takeover restores nothing (see the README for its limit).
+    #[arg(long)]
+    pub standby_follow: bool,
     /// Bytes of each buffer queue, in MiB (bqbs).
     #[arg(long, default_value_t = 16)]
     pub standby_queue_mib: u64,

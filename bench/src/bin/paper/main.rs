@@ -78,6 +78,7 @@ fn run(
             heartbeat_timeout: Duration::from_millis(args.standby_heartbeat_ms),
             snapshot_interval: Duration::from_millis(args.standby_snapshot_ms),
             delta_interval: Duration::from_millis(args.standby_delta_ms.max(1)),
+            follow: args.standby_follow,
             queue_memory: args.standby_queue_mib << 20,
             replay_sources: !args.standby_queue_source,
             encoded_queues: args.standby_encoded_queue,

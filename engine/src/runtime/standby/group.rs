@@ -479,7 +479,8 @@ impl Group {
                 })
                 .collect(),
             point_seq: AtomicU64::new(0),
-            follows: cfg.mode == StandbyMode::Warm
+            follows: cfg.follow
+                && cfg.mode == StandbyMode::Warm
                 && cfg.isolation == crate::standby::config::Isolation::Thread,
             applied: AtomicU64::new(0),
             following_to: AtomicU64::new(0),
@@ -606,6 +607,10 @@ impl Group {
         g.next_incarnation += 1;
         g.owners[slot] = Some(inc);
         g.want_standby = false;
+        // A new standby has no copy of the state (whatever became of its
+        // predecessor's): the primary's next point is whole.
+        self.applied.store(0, Ordering::Release);
+        self.following_to.store(0, Ordering::Release);
         let w = (g.primary_worker + 1) % self.workers.max(1);
         g.standby = Some(StandbyRole {
             inc,
