@@ -59,10 +59,11 @@ pub struct StandbyConfig {
     /// nothing and replays only the records since the newest point. Off
     /// by default: while the newest point is a delta, only the standby
     /// that holds the copy can take over from it — a primary and its
-    /// following standby failing together (before the new primary's
-    /// first whole point) fail the attempt, loudly, where a standby that
-    /// does not follow would restore the newest point (restart-all
-    /// recovers the attempt where checkpoints are configured).
+    /// following standby failing together, or a new primary failing
+    /// before its first (whole) point is published, fail the attempt,
+    /// loudly, where a standby that does not follow would restore the
+    /// newest point (restart-all recovers the attempt where checkpoints
+    /// are configured).
     pub follow: bool,
     /// Bytes of each buffer queue (one per upstream instance and operator
     /// instance); a full queue backpressures its upstream. Queues live in

@@ -278,16 +278,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         // The chain is the primary's now, not a copy the next point
         // follows.
         self.followed = false;
-        if p.base != 0 {
-            // The group's point is a delta over this copy, of no use to
-            // any other standby: should this new primary fail before its
-            // own first point, the next standby restores from a point
-            // whole again — this copy, published at the same position.
-            if let Err(why) = self.republish_whole(epoch) {
-                self.fail(format!("taking over: {why}"));
-                return Some(Poll::Progress);
-            }
-        }
+        // The group's newest point may be a delta over this copy, of use to
+        // no other standby: this new primary's first point, taken at its
+        // first poll (it follows no standby yet), is whole. Should it
+        // fail before that point is published, no standby can take over
+        // (the claim says so and fails the attempt).
         if !self.attach() {
             self.fail(format!(
                 "taking over: the buffer queues no longer hold the recovery point {:?}",
@@ -299,44 +294,6 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         self.takeover_probe(TakeoverStage::Replaying);
         self.go_live(epoch, old_slot, claimed);
         Some(Poll::Progress)
-    }
-
-    /// Publishes the chain's state whole as the group's recovery point at
-    /// the point the chain is at (a takeover from a followed copy; see
-    /// [`take_over_followed`](Self::take_over_followed)). Archived and
-    /// copied at once: the new primary has not gone live yet.
-    fn republish_whole(&mut self, epoch: u64) -> Result<(), String> {
-        let mut chain = self.chain.take().ok_or("no chain to publish")?;
-        let ctx = Rc::clone(&self.ctx);
-        let capture = ctx.long(|| self.chain_snapshot(&mut chain));
-        self.chain = Some(chain);
-        let Some(capture) = capture else {
-            return Ok(());
-        };
-        let bytes = ctx
-            .long(|| capture.archive())
-            .map_err(|e| format!("archiving the followed state: {e}"))?;
-        let mut staging = ctx
-            .long(|| self.group.stage_state(bytes.len()))
-            .map_err(|e| format!("reserving the snapshot exchange: {e}"))?
-            .ok_or("every slot of the snapshot exchange is busy")?;
-        ctx.long(|| staging.write(bytes.payload()));
-        let staged = staging
-            .finish(self.seq)
-            .ok_or("a short copy into the snapshot exchange")?;
-        let point = Point {
-            seq: self.seq,
-            base: 0,
-            pos: self.pos.clone(),
-            xseq: 0,
-            align: self.align.clone(),
-            clock: self.clock.clone(),
-        };
-        match self.group.publish_point(epoch, point, Some(staged)) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("the point was not published (a newer one was)".into()),
-            Err(e) => Err(format!("publishing the followed state: {e}")),
-        }
     }
 
     /// A hot standby that fell behind lets go of its state and waits, warm,
