@@ -61,41 +61,12 @@ impl BuildCx {
         &self,
         restore: impl FnOnce(&[u8]) -> Result<(), crate::checkpoint::CheckpointError>,
     ) -> bool {
-        if let Some(state) = &self.standby_state {
-            if let Err(source) = restore(state) {
-                self.ctx.fail(crate::error::JobError::Restore {
-                    operator: self.info.name.to_string(),
-                    instance: self.info.instance,
-                    source,
-                });
-            }
-            // An instance the attempt's checkpoint restored as finished
-            // stays finished whichever incarnation runs it.
-            return self.restore.as_ref().is_some_and(|r| r.finished);
-        }
-        if self.from_point {
-            return self.restore.as_ref().is_some_and(|r| r.finished);
-        }
-        let Some(r) = &self.restore else {
-            return false;
-        };
-        if let Some(file) = &r.state {
-            let r = if r.chain.is_empty() {
-                restore(file.payload())
-            } else {
-                Err(crate::checkpoint::CheckpointError::Delta(
-                    "an incremental snapshot of an operator that restores only whole ones".into(),
-                ))
-            };
-            if let Err(source) = r {
-                self.ctx.fail(crate::error::JobError::Restore {
-                    operator: self.info.name.to_string(),
-                    instance: self.info.instance,
-                    source,
-                });
-            }
-        }
-        r.finished
+        self.restore_chain(|links, _| match links {
+            [whole] => restore(whole),
+            _ => Err(crate::checkpoint::CheckpointError::Delta(
+                "an incremental snapshot of an operator that restores only whole ones".into(),
+            )),
+        })
     }
 }
 

@@ -188,14 +188,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             Err(_) => return None,
         };
         if delta {
-            let followed = match crate::runtime::chain::frame::split(state, &self.group.chain) {
-                Ok(mut parts) => {
-                    let chain = self.chain.as_mut().expect("a followed chain");
-                    let ctx = Rc::clone(&self.ctx);
-                    ctx.long(|| chain.follow_point(&mut parts))
-                }
-                Err(e) => Err(crate::checkpoint::CheckpointError::ChainFrame(e)),
-            };
+            let followed = self.follow_by(state);
             match followed {
                 Ok(true) => {}
                 Ok(false) => {
@@ -229,6 +222,16 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         Some(true)
     }
 
+    /// Brings the followed chain forward by a point's state (`Ok(false)`:
+    /// an operator of it cannot follow).
+    fn follow_by(&mut self, state: Vec<u8>) -> Result<bool, crate::checkpoint::CheckpointError> {
+        let mut parts = crate::runtime::chain::frame::split(state, &self.group.chain)
+            .map_err(crate::checkpoint::CheckpointError::ChainFrame)?;
+        let chain = self.chain.as_mut().expect("a followed chain");
+        let ctx = Rc::clone(&self.ctx);
+        ctx.long(|| chain.follow_point(&mut parts))
+    }
+
     /// The takeover of a standby whose chain followed the points: a point
     /// one delta ahead is applied, what the points left to install is
     /// installed, and the chain goes on from the point — nothing restored.
@@ -254,14 +257,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                     return None;
                 }
             };
-            let followed = match crate::runtime::chain::frame::split(state, &self.group.chain) {
-                Ok(mut parts) => {
-                    let chain = self.chain.as_mut().expect("a followed chain");
-                    let ctx = Rc::clone(&self.ctx);
-                    ctx.long(|| chain.follow_point(&mut parts))
-                }
-                Err(e) => Err(crate::checkpoint::CheckpointError::ChainFrame(e)),
-            };
+            let followed = self.follow_by(state);
             if !matches!(followed, Ok(true)) {
                 self.drop_chain();
                 return None;
