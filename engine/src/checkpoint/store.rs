@@ -349,8 +349,10 @@ impl IoThread {
         let mut small = Vec::new();
         // The chains the deltas extend, found before anything is written.
         let mut chains = Vec::with_capacity(snapshots.len());
+        // Each base manifest read once, whatever the number of instances.
+        let mut bases = std::collections::HashMap::new();
         for s in &snapshots {
-            chains.push(self.chain_for(kind, id, s)?);
+            chains.push(self.chain_for(kind, id, s, &mut bases)?);
         }
         for (s, chain) in snapshots.into_iter().zip(chains) {
             let name = format!("{}-{}.snap", s.operator, s.instance);
@@ -482,6 +484,7 @@ impl IoThread {
         kind: SnapshotKind,
         id: u64,
         s: &OperatorSnapshot,
+        bases: &mut std::collections::HashMap<u64, Manifest>,
     ) -> Result<Vec<super::manifest::Link>, CheckpointError> {
         let Some(base) = s.bytes.delta_over() else {
             return Ok(Vec::new());
@@ -499,8 +502,13 @@ impl IoThread {
         if base >= id {
             return Err(broken("a delta over a later checkpoint".into()));
         }
-        let path = self.dir.join(format!("manifest-{base}.json"));
-        let m = Manifest::load(&path).map_err(|e| broken(e.to_string()))?;
+        let m = match bases.entry(base) {
+            std::collections::hash_map::Entry::Occupied(m) => m.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let path = self.dir.join(format!("manifest-{base}.json"));
+                v.insert(Manifest::load(&path).map_err(|e| broken(e.to_string()))?)
+            }
+        };
         let e = m
             .files
             .iter()

@@ -226,6 +226,35 @@ impl<K: Hash + Eq, S> Table<K, S> {
     }
 }
 
+impl<K: Hash + Eq + Clone, S> Table<K, S> {
+    /// Numbers the live keys densely, in the same order (no freeze may be
+    /// under way: its pre-images are by number), the journal with them;
+    /// returns the new number of each old one (`u32::MAX`: dead).
+    fn renumber_densely(&mut self) -> Vec<u32> {
+        let Table {
+            map,
+            order,
+            dead,
+            log,
+            ..
+        } = self;
+        // A retired table moves by walking `order` by number: done first.
+        map.settle(order);
+        let old = std::mem::take(order);
+        let mut renumber = vec![u32::MAX; old.len()];
+        for (i, key) in old.into_iter().enumerate() {
+            if let Some(slot) = map.get_mut(&key).filter(|s| s.seq as usize == i) {
+                slot.seq = order.len() as u32;
+                renumber[i] = slot.seq;
+                order.push(key);
+            }
+        }
+        *dead = 0;
+        log.journal.renumber(&renumber);
+        renumber
+    }
+}
+
 /// A live key, its slot, and what a write to it touches first.
 type SlotAt<'a, K, S> = (&'a K, &'a mut Slot<S>, &'a mut Log<K, S>);
 
@@ -452,27 +481,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         if t.dead < 64 || 2 * t.dead < t.order.len() || !t.log.freezes.is_empty() {
             return None;
         }
-        let Table {
-            map,
-            order,
-            dead,
-            log,
-            ..
-        } = &mut *t;
-        // A retired table moves by walking `order` by number: done first.
-        map.settle(order);
-        let old = std::mem::take(order);
-        let mut renumber = vec![u32::MAX; old.len()];
-        for (i, key) in old.into_iter().enumerate() {
-            if let Some(slot) = map.get_mut(&key).filter(|s| s.seq as usize == i) {
-                slot.seq = order.len() as u32;
-                renumber[i] = slot.seq;
-                order.push(key);
-            }
-        }
-        *dead = 0;
-        log.journal.renumber(&renumber);
-        Some(renumber)
+        Some(t.renumber_densely())
     }
 
     /// Places in the insertion order, live or dead: the range of key

@@ -296,19 +296,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
 
     /// Numbers the live keys densely, in order (after a chain is applied).
     fn densify(&mut self) {
-        let mut t = self.map.borrow_mut();
-        let Table {
-            map, order, dead, ..
-        } = &mut *t;
-        map.settle(order);
-        let old = std::mem::take(order);
-        for (i, key) in old.into_iter().enumerate() {
-            if let Some(slot) = map.get_mut(&key).filter(|s| s.seq as usize == i) {
-                slot.seq = order.len() as u32;
-                order.push(key);
-            }
-        }
-        *dead = 0;
+        self.map.borrow_mut().renumber_densely();
     }
 }
 

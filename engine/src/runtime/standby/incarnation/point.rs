@@ -175,26 +175,28 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             // The point the standby's copy is at, or is being brought to,
             // under the lock that standby moves under: while this point is
             // built, it stays there.
-            let over = if self.group.follows {
-                let _g = self.group.lock();
-                let g = &self.group;
-                let at = match g.following_to.load(Ordering::Acquire) {
-                    0 => g.applied.load(Ordering::Acquire),
-                    to => to,
+            // Without a following standby the point is whole, and the
+            // state keeps no journal for it.
+            if self.group.follows {
+                let over = {
+                    let _g = self.group.lock();
+                    let g = &self.group;
+                    let at = match g.following_to.load(Ordering::Acquire) {
+                        0 => g.applied.load(Ordering::Acquire),
+                        to => to,
+                    };
+                    g.base_in_flight.store(at, Ordering::Release);
+                    at
                 };
-                g.base_in_flight.store(at, Ordering::Release);
-                at
-            } else {
-                0
-            };
-            ctx.point_capture.set(CaptureFor {
-                checkpoint: POINT | self.seq,
-                base: (over != 0).then_some(POINT | over),
-                policy: Incremental {
-                    max_deltas: u32::MAX,
-                    max_delta_ratio: f64::INFINITY,
-                },
-            });
+                ctx.point_capture.set(CaptureFor {
+                    checkpoint: POINT | self.seq,
+                    base: (over != 0).then_some(POINT | over),
+                    policy: Incremental {
+                        max_deltas: u32::MAX,
+                        max_delta_ratio: f64::INFINITY,
+                    },
+                });
+            }
             let s = ctx.long(|| self.chain_snapshot(&mut chain));
             ctx.point_capture.set(CaptureFor::whole());
             self.chain = Some(chain);
