@@ -71,16 +71,17 @@ fn under_process_isolation_a_standby_survives_its_primarys_process_dying() {
     let o = paper(&["--strategy", "none", "--output", clean.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let expected = sorted(&clean);
-    for (standby, mode, faults) in [
-        ("flatmap", "warm", "kill@flatmap:3"),
-        ("flatmap", "hot", "segv@flatmap:2"),
-        ("keyed", "warm", "kill@keyed:2"),
-        ("keyed", "warm", "abort@keyed:1"),
+    for (standby, mode, faults, follow) in [
+        ("flatmap", "warm", "kill@flatmap:3", false),
+        ("flatmap", "hot", "segv@flatmap:2", false),
+        ("keyed", "warm", "kill@keyed:2", false),
+        ("keyed", "warm", "abort@keyed:1", false),
+        ("keyed", "warm", "kill@keyed:3", true),
     ] {
-        let out = dir.join(format!("{standby}-{mode}"));
-        let run = dir.join(format!("run-{standby}-{mode}"));
+        let out = dir.join(format!("{standby}-{mode}-{follow}"));
+        let run = dir.join(format!("run-{standby}-{mode}-{follow}"));
         std::fs::create_dir_all(&run).unwrap();
-        let o = paper(&[
+        let mut args = vec![
             "--strategy",
             "bqbs",
             "--standby",
@@ -95,9 +96,38 @@ fn under_process_isolation_a_standby_survives_its_primarys_process_dying() {
             run.to_str().unwrap(),
             "--output",
             out.to_str().unwrap(),
-        ]);
+        ];
+        if follow {
+            // The standby's child applies the points' deltas, several
+            // between the faults at this rate.
+            args.extend([
+                "--standby-follow",
+                "--rate",
+                "20000",
+                "--standby-delta-ms",
+                "10",
+            ]);
+        }
+        let o = paper(&args);
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{standby} {mode} {faults}: {stderr}");
+        if follow {
+            let stdout = String::from_utf8_lossy(&o.stdout);
+            let line = stdout
+                .lines()
+                .find(|l| l.contains("of the snapshots were deltas"))
+                .unwrap_or_else(|| panic!("no line on following: {stdout}"));
+            let n: Vec<u64> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            // deltas published, points followed, of them whole.
+            assert!(n[0] > 0, "no point was a delta: {line}");
+            assert!(
+                n[1] > n[2],
+                "the standbys' children applied no delta: {line}"
+            );
+        }
         assert!(
             stderr.contains("dies of"),
             "{faults}: a child process died: {stderr}"

@@ -47,14 +47,14 @@ pub struct StandbyConfig {
     /// position every millisecond or at this interval, whichever is
     /// shorter.
     pub snapshot_interval: Duration,
-    /// How often it publishes one while a warm standby (thread isolation)
-    /// follows the points: each is then a delta over the point the
+    /// How often it publishes one while a warm standby follows the
+    /// points: each is then a delta over the point the
     /// standby's copy is at, applied by the standby as it comes
     /// ([`crate::state::delta`]), so points can be frequent — and the
     /// fewer records a takeover replays.
     pub delta_interval: Duration,
-    /// A warm standby (thread isolation) follows the recovery points: it
-    /// keeps a copy of the chain's state, brought forward by each point's
+    /// A warm standby follows the recovery points: it keeps a copy of the
+    /// chain's state (under process isolation, in its child process), brought forward by each point's
     /// delta ([`crate::state::delta`]), so that a takeover restores
     /// nothing and replays only the records since the newest point. Off
     /// by default: while the newest point is a delta, only the standby

@@ -119,10 +119,10 @@ pub struct Args {
     #[arg(long, default_value_t = 200)]
     pub standby_snapshot_ms: u64,
     /// Recovery point interval while a warm standby follows the points
-    /// (bqbs, thread isolation: each point a delta the standby applies).
+    /// (bqbs: each point a delta the standby applies).
     #[arg(long, default_value_t = 50)]
     pub standby_delta_ms: u64,
-    /// A warm standby follows the recovery points (thread isolation):
+    /// A warm standby follows the recovery points (either isolation):
     /// each point after the first is a delta it applies to its own copy,
     /// and a takeover restores nothing (see the README for its limit).
     #[arg(long)]

@@ -125,6 +125,12 @@ pub struct StandbyReport {
     pub standby_failures: u64,
     pub queue_bytes_peak: u64,
     pub snapshots_published: u64,
+    /// Of the recovery points, those that were deltas (`--standby-follow`).
+    pub delta_snapshots_published: u64,
+    /// Recovery points a following standby applied, and of them the whole
+    /// ones it built its copy from.
+    pub points_followed: u64,
+    pub points_followed_whole: u64,
     /// Over the takeovers: p50 / p99 / max, microseconds.
     pub detect_us: [u64; 3],
     pub first_output_us: [u64; 3],
@@ -355,6 +361,14 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
             s.queue_bytes_peak as f64 / 1048576.0,
             s.snapshots_published
         )?;
+        if s.points_followed > 0 || s.delta_snapshots_published > 0 {
+            outln!(
+                "  followed          {} of the snapshots were deltas; the standbys followed {} points ({} whole)",
+                s.delta_snapshots_published,
+                s.points_followed,
+                s.points_followed_whole
+            )?;
+        }
         for c in &s.children {
             outln!(
                 "  child process     {}[{}] incarnation {} pid {} ({}): {}, cpu {}, peak rss {}",

@@ -268,8 +268,8 @@ pub(crate) struct Group {
     /// The newest recovery point's chunk and positions (also in `inner`).
     pub(crate) point_seq: AtomicU64,
     /// A warm standby follows the recovery points
-    /// ([`crate::state::delta`]): thread isolation, where its chain lives
-    /// beside it.
+    /// ([`crate::state::delta`]); under process isolation its child
+    /// applies them.
     pub(crate) follows: bool,
     /// The point (its chunk) the standby's followed copy of the chain's
     /// state is at (0: none): the primary's next point may be a delta
@@ -479,9 +479,7 @@ impl Group {
                 })
                 .collect(),
             point_seq: AtomicU64::new(0),
-            follows: cfg.follow
-                && cfg.mode == StandbyMode::Warm
-                && cfg.isolation == crate::standby::config::Isolation::Thread,
+            follows: cfg.follow && cfg.mode == StandbyMode::Warm,
             applied: AtomicU64::new(0),
             following_to: AtomicU64::new(0),
             base_in_flight: AtomicU64::new(0),

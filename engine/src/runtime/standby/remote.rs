@@ -35,6 +35,18 @@
 //! waits, the driver's worker does not beat: a child that stops answering
 //! (SIGSTOP, a stall) is judged stuck by the standby like a stuck thread.
 //!
+//! ## Following the points
+//!
+//! A point's capture (whole, or a delta over the point the following
+//! standby's copy is at) rides on `R_SNAPSHOT`, so the primary's child
+//! archives what thread isolation's primary would; its archive comes back
+//! marked with the point it is a delta over. A following standby sends
+//! each point's parts to its own child (`R_FOLLOW_PART`s, then
+//! `R_FOLLOW`), which brings its chain's states forward and answers
+//! whether it could (`A_FOLLOWED`); at the takeover `R_INSTALL` installs
+//! what the points left. A point that does not apply is the standby's
+//! failure, as in thread mode; the child itself stays usable.
+//!
 //! ## Faults
 //!
 //! Probes (fault injection) run in the driver, so a fault fires once per
@@ -80,6 +92,11 @@ pub(crate) trait ReplyTail {
 pub(crate) trait RequestHead {
     fn deliver(&mut self, tag: u8, body: &[u8]) -> Result<(), String>;
     fn snapshot(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError>;
+    /// Brings the chain's states forward by a recovery point's parts.
+    fn follow(&mut self, parts: &mut crate::operator::FollowParts)
+        -> Result<bool, CheckpointError>;
+    /// The followed chain goes live.
+    fn install(&mut self);
 }
 
 /// Why an incarnation's work with its child ended. It fails the
@@ -327,13 +344,42 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
         self.sync();
     }
 
-    /// The chain's operators run in the child: their states are not
-    /// followed here (a standby restores at the takeover).
+    /// The chain's operators run in the child: the point's parts are sent
+    /// to it, and it follows them into its own states.
     fn follow_point(
         &mut self,
-        _parts: &mut crate::operator::FollowParts,
+        parts: &mut crate::operator::FollowParts,
     ) -> Result<bool, CheckpointError> {
-        Ok(false)
+        let r = {
+            let mut l = self.link.borrow_mut();
+            l.followed = None;
+            let mut m = Vec::with_capacity(PIECE + 9);
+            let mut sent = Ok(());
+            for (node, bytes) in parts.drain() {
+                for piece in bytes.chunks(PIECE) {
+                    m.clear();
+                    m.push(R_FOLLOW_PART);
+                    m.extend_from_slice(&(node as u64).to_le_bytes());
+                    m.extend_from_slice(piece);
+                    sent = sent.and_then(|()| l.send(&m, &self.ctx));
+                }
+            }
+            sent.and_then(|()| l.send(&[R_FOLLOW], &self.ctx))
+                .and_then(|()| l.sync(&self.ctx))
+        };
+        self.check(r);
+        match self.link.borrow_mut().followed.take() {
+            Some(Ok(f)) => Ok(f),
+            Some(Err(e)) => Err(CheckpointError::Delta(e)),
+            None => Err(CheckpointError::ChainFrame(
+                "no answer to a point to follow (the incarnation was stopped)".into(),
+            )),
+        }
+    }
+
+    fn install_followed(&mut self) {
+        self.send_tag(R_INSTALL);
+        self.sync();
     }
 
     fn snapshot_chain(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
@@ -341,8 +387,9 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
             let mut l = self.link.borrow_mut();
             l.snap.clear();
             l.snap_done = false;
-            l.send(&[R_SNAPSHOT], &self.ctx)
-                .and_then(|()| l.sync(&self.ctx))
+            let mut m = vec![R_SNAPSHOT];
+            encode_capture(&mut m, &self.ctx.point_capture.get());
+            l.send(&m, &self.ctx).and_then(|()| l.sync(&self.ctx))
         };
         self.check(r);
         let mut l = self.link.borrow_mut();
@@ -353,10 +400,14 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
                 l.what
             )));
         }
-        for (node, state) in l.snap.drain(..) {
+        for (node, over, state) in l.snap.drain(..) {
             parts.push((
                 node,
-                state.map(|b| StateCapture::Bytes(SnapshotBytes::from_payload(&b))),
+                state.map(|b| {
+                    let mut b = SnapshotBytes::from_payload(&b);
+                    b.set_delta_over((over != 0).then_some(over));
+                    StateCapture::Bytes(b)
+                }),
             ));
         }
         Ok(())

@@ -287,6 +287,17 @@ impl<T: Codec> RequestHead for ChildHead<T> {
     fn snapshot(&mut self, parts: &mut ChainParts) -> Result<(), CheckpointError> {
         self.chain.snapshot_chain(parts)
     }
+
+    fn follow(
+        &mut self,
+        parts: &mut crate::operator::FollowParts,
+    ) -> Result<bool, CheckpointError> {
+        self.chain.follow_point(parts)
+    }
+
+    fn install(&mut self) {
+        self.chain.install_followed()
+    }
 }
 
 /// The job this process built is its driver's, and the chain's members are
@@ -374,6 +385,7 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
 
     let mut head: Option<Box<dyn RequestHead>> = None;
     let mut state: Vec<u8> = Vec::new();
+    let mut follow = crate::operator::FollowParts::new();
     let mut failed = false;
     let mut msg = Vec::with_capacity(256);
     let mut idle = 0u32;
@@ -426,8 +438,59 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
                 }
             }
             R_SNAPSHOT => {
-                if let Err(e) = snapshot(head.as_mut(), &replies) {
+                // A recovery point's capture: a delta over the point the
+                // following standby's copy is at, or whole.
+                let how = if body.is_empty() {
+                    crate::state::delta::CaptureFor::whole()
+                } else {
+                    decode_capture(body)?
+                };
+                ctx.point_capture.set(how);
+                let r = snapshot(head.as_mut(), &replies);
+                ctx.point_capture
+                    .set(crate::state::delta::CaptureFor::whole());
+                if let Err(e) = r {
                     fail(e, &mut failed);
+                }
+            }
+            R_FOLLOW_PART => {
+                let node = u64_at(body, 0)? as usize;
+                follow
+                    .entry(node)
+                    .or_default()
+                    .extend_from_slice(&body[8..]);
+            }
+            R_FOLLOW => {
+                let mut parts = std::mem::take(&mut follow);
+                let r = match head.as_mut() {
+                    None => Err("a point to follow before the chain was built".to_string()),
+                    Some(h) => match catch_unwind(AssertUnwindSafe(|| h.follow(&mut parts))) {
+                        Ok(r) => r.map_err(|e| e.to_string()),
+                        Err(p) => Err(crate::runtime::panic::panic_message(p.as_ref())),
+                    },
+                };
+                let mut rep = replies.borrow_mut();
+                rep.buf.clear();
+                rep.buf.push(A_FOLLOWED);
+                match r {
+                    Ok(f) => rep.buf.push(f as u8),
+                    Err(e) => {
+                        rep.buf.push(2);
+                        rep.buf.extend_from_slice(e.as_bytes());
+                    }
+                }
+                rep.send_buf();
+            }
+            R_INSTALL => {
+                let Some(h) = head.as_mut() else {
+                    fail("going live before the chain was built".into(), &mut failed);
+                    continue;
+                };
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| h.install())) {
+                    fail(
+                        crate::runtime::panic::panic_message(p.as_ref()),
+                        &mut failed,
+                    );
                 }
             }
             R_FAULT => {
@@ -470,11 +533,13 @@ fn send_parts(replies: &Rc<RefCell<Replies>>, parts: ChainParts) -> Result<(), S
             Some(s) => Some(s.archive().map_err(|e| format!("standby snapshot: {e}"))?),
             None => None,
         };
+        let over = bytes.as_ref().and_then(|b| b.delta_over()).unwrap_or(0);
         let head = |r: &mut Replies, present: bool| {
             r.buf.clear();
             r.buf.push(A_SNAP_PART);
             r.buf.extend_from_slice(&(node as u64).to_le_bytes());
             r.buf.push(present as u8);
+            r.buf.extend_from_slice(&over.to_le_bytes());
         };
         match bytes {
             None => {

@@ -4,8 +4,9 @@
 //! they spin.
 
 use super::{
-    describe, u64_at, ChildRecord, IncarnationError, ReplyTail, A_FAILED, A_READY, A_SNAP_DONE,
-    A_SNAP_PART, A_SYNCED, PIECE, R_BUILD, R_BUILD_PART, R_STOP, R_SYNC, START_TIMEOUT,
+    describe, u64_at, ChildRecord, IncarnationError, ReplyTail, A_FAILED, A_FOLLOWED, A_READY,
+    A_SNAP_DONE, A_SNAP_PART, A_SYNCED, PIECE, R_BUILD, R_BUILD_PART, R_STOP, R_SYNC,
+    START_TIMEOUT,
 };
 use crate::runtime::task::TaskCtx;
 use crate::standby::decide::{Detector, Observation, Verdict, WorkerAt};
@@ -25,9 +26,13 @@ pub(crate) struct Link {
     pub(super) sent_sync: u64,
     pub(super) seen_sync: u64,
     pub(super) msg: Vec<u8>,
-    /// A snapshot being received: its parts, and the one being filled.
-    pub(super) snap: Vec<(usize, Option<Vec<u8>>)>,
+    /// A snapshot being received: its parts (node, the point a delta is
+    /// over or 0, the bytes), the last one being filled.
+    pub(super) snap: Vec<(usize, u64, Option<Vec<u8>>)>,
     pub(super) snap_done: bool,
+    /// The answer to the last point to follow (`Err`: why it did not
+    /// apply).
+    pub(super) followed: Option<Result<bool, String>>,
     /// The child reported a failure: its message.
     pub(super) failed: Option<String>,
     /// The child answered at least once (it runs the job).
@@ -71,6 +76,7 @@ impl Link {
             msg: Vec::with_capacity(256),
             snap: Vec::new(),
             snap_done: false,
+            followed: None,
             failed: None,
             started: false,
             dirty: false,
@@ -218,11 +224,22 @@ impl Link {
             A_SNAP_PART => {
                 let node = u64_at(body, 0)? as usize;
                 let present = *body.get(8).ok_or("a short snapshot part")? == 1;
-                let bytes = &body[9..];
+                let over = u64_at(body, 9)?;
+                let bytes = &body[17..];
                 match self.snap.last_mut() {
-                    Some((n, Some(b))) if *n == node && present => b.extend_from_slice(bytes),
-                    _ => self.snap.push((node, present.then(|| bytes.to_vec()))),
+                    Some((n, _, Some(b))) if *n == node && present => b.extend_from_slice(bytes),
+                    _ => self
+                        .snap
+                        .push((node, over, present.then(|| bytes.to_vec()))),
                 }
+            }
+            A_FOLLOWED => {
+                self.followed = Some(match body.split_first() {
+                    Some((1, _)) => Ok(true),
+                    Some((0, _)) => Ok(false),
+                    Some((_, why)) => Err(String::from_utf8_lossy(why).into_owned()),
+                    None => return Err("a short answer to a point to follow".into()),
+                });
             }
             A_SNAP_DONE => self.snap_done = true,
             A_READY => {}

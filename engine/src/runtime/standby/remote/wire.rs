@@ -26,7 +26,8 @@ pub(crate) const R_PTIME: u8 = 9;
 /// A chunk opens: seq, first, n, lane.
 pub(crate) const R_OPEN: u8 = 10;
 pub(crate) const R_CLOSE: u8 = 11;
-/// Send the chain's states.
+/// Send the chain's states, captured as the body says
+/// ([`encode_capture`]: whole, or a delta over a point).
 pub(crate) const R_SNAPSHOT: u8 = 12;
 /// Answer `A_SYNCED` with this number once everything before is done.
 pub(crate) const R_SYNC: u8 = 13;
@@ -35,8 +36,9 @@ pub(crate) const R_FAULT: u8 = 14;
 /// End the process.
 pub(crate) const R_STOP: u8 = 15;
 
-/// A part of a state: node, present (0/1), then the bytes (a state longer
-/// than one message comes in several parts of the same node).
+/// A part of a state: node, present (0/1), the point it is a delta over
+/// (0: whole), then the bytes (a state longer than one message comes in
+/// several parts of the same node).
 pub(crate) const A_SNAP_PART: u8 = 16;
 pub(crate) const A_SNAP_DONE: u8 = 17;
 pub(crate) const A_SYNCED: u8 = 18;
@@ -45,6 +47,44 @@ pub(crate) const A_SYNCED: u8 = 18;
 pub(crate) const A_FAILED: u8 = 19;
 /// The child runs the job and waits for its chain's build.
 pub(crate) const A_READY: u8 = 20;
+
+/// A piece of a recovery point's state to follow: node, then the bytes
+/// (appended to the node's pieces sent before).
+pub(crate) const R_FOLLOW_PART: u8 = 21;
+/// Bring the chain's states forward by the pieces sent since the last
+/// `R_FOLLOW` ([`crate::operator::Collector::follow_point`]); answered
+/// with `A_FOLLOWED`.
+pub(crate) const R_FOLLOW: u8 = 22;
+/// The followed chain goes live
+/// ([`crate::operator::Collector::install_followed`]).
+pub(crate) const R_INSTALL: u8 = 23;
+/// How an `R_FOLLOW` went: 1 followed, 0 an operator cannot follow, 2 the
+/// point did not apply (then the error's words).
+pub(crate) const A_FOLLOWED: u8 = 24;
+
+/// `R_SNAPSHOT`'s body: how the chain's states are captured (the point
+/// taken, the point a delta is over, the chain's bounds).
+pub(crate) fn encode_capture(buf: &mut Vec<u8>, how: &crate::state::delta::CaptureFor) {
+    buf.extend_from_slice(&how.checkpoint.to_le_bytes());
+    buf.extend_from_slice(&how.base.unwrap_or(0).to_le_bytes());
+    buf.extend_from_slice(&how.policy.max_deltas.to_le_bytes());
+    buf.extend_from_slice(&how.policy.max_delta_ratio.to_bits().to_le_bytes());
+}
+
+pub(crate) fn decode_capture(body: &[u8]) -> Result<crate::state::delta::CaptureFor, String> {
+    if body.len() != 28 {
+        return Err(format!("a capture of {} bytes", body.len()));
+    }
+    let base = u64_at(body, 8)?;
+    Ok(crate::state::delta::CaptureFor {
+        checkpoint: u64_at(body, 0)?,
+        base: (base != 0).then_some(base),
+        policy: crate::state::delta::Incremental {
+            max_deltas: u32::from_le_bytes(body[16..20].try_into().expect("4 bytes")),
+            max_delta_ratio: f64::from_bits(u64_at(body, 20)?),
+        },
+    })
+}
 
 pub(crate) fn u64_at(b: &[u8], at: usize) -> Result<u64, String> {
     b.get(at..at + 8)
@@ -199,5 +239,26 @@ mod tests {
             f.encode(TupleId(42), &mut b);
             assert_eq!(Fault::decode(&b[1..]).unwrap(), (TupleId(42), f));
         }
+
+        use crate::state::delta::{CaptureFor, Incremental};
+        for how in [
+            CaptureFor::whole(),
+            CaptureFor {
+                checkpoint: 1 << 63 | 9,
+                base: Some(1 << 63 | 8),
+                policy: Incremental {
+                    max_deltas: u32::MAX,
+                    max_delta_ratio: f64::INFINITY,
+                },
+            },
+        ] {
+            b.clear();
+            encode_capture(&mut b, &how);
+            let back = decode_capture(&b).unwrap();
+            assert_eq!((back.checkpoint, back.base), (how.checkpoint, how.base));
+            assert_eq!(back.policy.max_deltas, how.policy.max_deltas);
+            assert_eq!(back.policy.max_delta_ratio, how.policy.max_delta_ratio);
+        }
+        assert!(decode_capture(&b[1..]).is_err());
     }
 }
