@@ -148,6 +148,10 @@ pub fn failure_configs(target: &str) -> Vec<Config> {
             ],
         ),
         bqbs("bqbs-warm", target, "warm", &[]),
+        // A warm standby that follows the recovery points' deltas: a
+        // takeover restores nothing and replays only the records since
+        // the newest point (50 ms apart).
+        bqbs("bqbs-warm-follow", target, "warm", &["--standby-follow"]),
         bqbs("bqbs-hot", target, "hot", &[]),
     ]
 }

@@ -28,6 +28,7 @@ fn colour(key: &str) -> RGBColor {
         k if k.starts_with("restart-all") => RGBColor(230, 130, 30),
         "bqbs-warm" => RGBColor(30, 100, 200),
         "bqbs-hot" => RGBColor(20, 160, 90),
+        "bqbs-warm-follow" => RGBColor(0, 170, 200),
         k if k.starts_with("bqbs") => RGBColor(140, 60, 180),
         _ => RGBColor(0, 0, 0),
     }
