@@ -606,9 +606,16 @@ impl Group {
         g.owners[slot] = Some(inc);
         g.want_standby = false;
         // A new standby has no copy of the state (whatever became of its
-        // predecessor's): the primary's next point is whole.
-        self.applied.store(0, Ordering::Release);
+        // predecessor's): the primary's next point is whole — taken at its
+        // next poll when the newest point may be a delta over a copy that
+        // is gone, so that the time in which no standby could take over
+        // from it is one archive long, not a point interval.
+        let had_copy = self.applied.swap(0, Ordering::AcqRel) != 0
+            || self.following_to.load(Ordering::Acquire) != 0;
         self.following_to.store(0, Ordering::Release);
+        if self.follows && had_copy {
+            self.point_wanted.store(true, Ordering::Release);
+        }
         let w = (g.primary_worker + 1) % self.workers.max(1);
         g.standby = Some(StandbyRole {
             inc,

@@ -122,6 +122,9 @@ pub(crate) struct Incarnation<T> {
     watch: Option<(usize, Nanos)>,
     backlog: Vec<u64>,
     caught_up: bool,
+    /// A takeover from a followed copy: the new primary's first point
+    /// (whole) waits until the replay is done (see `take_over_followed`).
+    point_after_replay: bool,
     detector: Detector,
     /// A warm standby's chain follows the recovery points: built from a
     /// whole one, brought to each newer one by its delta (see
@@ -188,6 +191,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             watch: None,
             backlog: vec![0; lanes],
             caught_up: true,
+            point_after_replay: false,
             detector: Detector::new(group.timeout_ns),
             hot_after: None,
             hot_backoff: HotBackoff::default(),

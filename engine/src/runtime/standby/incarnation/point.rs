@@ -136,6 +136,12 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     /// Takes a point now if one is due: freezes the chain's state at entry
     /// `seq`. `false` if none was taken.
     fn take_point(&mut self, now: Nanos) -> bool {
+        if self.point_after_replay {
+            if !self.caught_up {
+                return false;
+            }
+            self.point_after_replay = false;
+        }
         let wanted = self.group.point_wanted.load(Ordering::Acquire);
         if !((now >= self.next_point || wanted)
             && self.seq > self.group.point_seq.load(Ordering::Acquire))

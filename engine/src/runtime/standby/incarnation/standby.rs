@@ -275,10 +275,14 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         // follows.
         self.followed = false;
         // The group's newest point may be a delta over this copy, of use to
-        // no other standby: this new primary's first point, taken at its
-        // first poll (it follows no standby yet), is whole. Should it
-        // fail before that point is published, no standby can take over
-        // (the claim says so and fails the attempt).
+        // no other standby: this new primary's first point (it follows no
+        // standby yet) is whole. It is taken once the replay is done: no
+        // standby started after this takeover could restore it sooner
+        // (its own start takes longer), and under process isolation the
+        // child archives it at once, milliseconds the replay would wait.
+        // Should the new primary fail before that point is published, no
+        // standby can take over (the claim says so and fails the attempt).
+        self.point_after_replay = true;
         if !self.attach() {
             self.fail(format!(
                 "taking over: the buffer queues no longer hold the recovery point {:?}",
