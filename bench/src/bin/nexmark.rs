@@ -100,6 +100,11 @@ struct Args {
     /// restores nothing (see the README for its limit).
     #[arg(long)]
     standby_follow: bool,
+    /// Recovery point interval while a warm standby follows the points
+    /// (each point a delta it applies); the engine's default when not
+    /// given.
+    #[arg(long)]
+    standby_delta_ms: Option<u64>,
     /// MiB of each buffer queue of the standby (one per upstream instance
     /// and operator instance, in /dev/shm or the work directory). The
     /// primary takes a recovery point at the latest when a queue is full
@@ -386,6 +391,11 @@ fn run_in(
                 .unwrap_or((1024 / (cores * cores) as u64).clamp(16, 128))
                 << 20,
             follow: args.standby_follow,
+            delta_interval: args
+                .standby_delta_ms
+                .map_or(StandbyConfig::default().delta_interval, |ms| {
+                    Duration::from_millis(ms.max(1))
+                }),
             ..StandbyConfig::default()
         });
     }

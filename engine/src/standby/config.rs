@@ -98,7 +98,12 @@ impl Default for StandbyConfig {
             mode: StandbyMode::Warm,
             heartbeat_timeout: Duration::from_millis(5),
             snapshot_interval: Duration::from_millis(200),
-            delta_interval: Duration::from_millis(50),
+            // A takeover replays what came since the newest point: at
+            // 250 k records/s a 10 ms interval took a thread-isolated
+            // keyed takeover from 2.9 ms to 0.5 ms, and cost q5 at full
+            // rate ~2 % (points then come as fast as the standby applies
+            // them, whatever the interval).
+            delta_interval: Duration::from_millis(10),
             follow: false,
             queue_memory: 16 << 20,
             replay_sources: true,

@@ -120,7 +120,7 @@ pub struct Args {
     pub standby_snapshot_ms: u64,
     /// Recovery point interval while a warm standby follows the points
     /// (bqbs: each point a delta the standby applies).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 10)]
     pub standby_delta_ms: u64,
     /// A warm standby follows the recovery points (either isolation):
     /// each point after the first is a delta it applies to its own copy,
