@@ -353,16 +353,11 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
         let r = {
             let mut l = self.link.borrow_mut();
             l.followed = None;
-            let mut m = Vec::with_capacity(PIECE + 9);
             let mut sent = Ok(());
             for (node, bytes) in parts.drain() {
-                for piece in bytes.chunks(PIECE) {
-                    m.clear();
-                    m.push(R_FOLLOW_PART);
-                    m.extend_from_slice(&(node as u64).to_le_bytes());
-                    m.extend_from_slice(piece);
-                    sent = sent.and_then(|()| l.send(&m, &self.ctx));
-                }
+                let mut head = vec![R_FOLLOW_PART];
+                head.extend_from_slice(&(node as u64).to_le_bytes());
+                sent = sent.and_then(|()| l.send_pieces(&head, &bytes, &self.ctx));
             }
             sent.and_then(|()| l.send(&[R_FOLLOW], &self.ctx))
                 .and_then(|()| l.sync(&self.ctx))
@@ -371,9 +366,10 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
         match self.link.borrow_mut().followed.take() {
             Some(Ok(f)) => Ok(f),
             Some(Err(e)) => Err(CheckpointError::Delta(e)),
-            None => Err(CheckpointError::ChainFrame(
-                "no answer to a point to follow (the incarnation was stopped)".into(),
-            )),
+            // Stopped while waiting (the attempt ends, or the incarnation
+            // is no longer wanted): no failure of its own; the copy is
+            // given up.
+            None => Ok(false),
         }
     }
 

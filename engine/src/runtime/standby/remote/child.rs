@@ -440,12 +440,7 @@ fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
             R_SNAPSHOT => {
                 // A recovery point's capture: a delta over the point the
                 // following standby's copy is at, or whole.
-                let how = if body.is_empty() {
-                    crate::state::delta::CaptureFor::whole()
-                } else {
-                    decode_capture(body)?
-                };
-                ctx.point_capture.set(how);
+                ctx.point_capture.set(decode_capture(body)?);
                 let r = snapshot(head.as_mut(), &replies);
                 ctx.point_capture
                     .set(crate::state::delta::CaptureFor::whole());

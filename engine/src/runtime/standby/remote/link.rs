@@ -381,17 +381,29 @@ impl Link {
         ctx: &TaskCtx,
     ) -> Result<(), IncarnationError> {
         self.tail = Some(tail);
-        let mut m = Vec::with_capacity(PIECE + 1);
         if let Some(s) = &state {
-            for piece in s.chunks(PIECE) {
-                m.clear();
-                m.push(R_BUILD_PART);
-                m.extend_from_slice(piece);
-                self.send(&m, ctx)?;
-            }
+            self.send_pieces(&[R_BUILD_PART], s, ctx)?;
         }
         self.send(&[R_BUILD, state.is_some() as u8], ctx)?;
         self.sync(ctx)
+    }
+
+    /// Sends `bytes` in messages of at most [`PIECE`] bytes, each after
+    /// `head` (its kind and fields).
+    pub(super) fn send_pieces(
+        &mut self,
+        head: &[u8],
+        bytes: &[u8],
+        ctx: &TaskCtx,
+    ) -> Result<(), IncarnationError> {
+        let mut m = Vec::with_capacity(head.len() + PIECE.min(bytes.len()));
+        for piece in bytes.chunks(PIECE) {
+            m.clear();
+            m.extend_from_slice(head);
+            m.extend_from_slice(piece);
+            self.send(&m, ctx)?;
+        }
+        Ok(())
     }
 
     /// Asks the child to end, and reaps it (killing it if it does not end
