@@ -643,3 +643,102 @@ fn restarts_from_chains_of_incremental_checkpoints_recover_to_exactly_the_clean_
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Damages, at the fault, every whole keyed archive the store holds, then
+/// panics (after a pause in which any checkpoint under way publishes; the
+/// keyed operator, held here, lets no newer one complete).
+struct DamageThenPanic {
+    from: TupleId,
+    dir: std::path::PathBuf,
+    fired: Arc<AtomicBool>,
+}
+
+impl tandem::runtime::probe::RecordProbe for DamageThenPanic {
+    fn before(&mut self, id: TupleId) -> ProbeAction {
+        let due = id.partition() == self.from.partition() && id.seq() >= self.from.seq();
+        if !due || tandem::checkpoint::list(&self.dir).map_or(0, |l| l.len()) < 2 {
+            return ProbeAction::Continue;
+        }
+        if self.fired.swap(true, Ordering::SeqCst) {
+            return ProbeAction::Continue;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        for l in tandem::checkpoint::list(&self.dir).unwrap() {
+            let m = l.load().unwrap();
+            for f in m
+                .files
+                .iter()
+                .filter(|f| f.operator == "keyed" && f.payload_len > 0)
+            {
+                if f.delta {
+                    continue;
+                }
+                let path = m.file_path(f);
+                let Ok(mut bytes) = std::fs::read(&path) else {
+                    continue;
+                };
+                // The first byte of the payload: its block is the one a
+                // lazy restore reads first.
+                bytes[4096] ^= 0x40;
+                std::fs::write(&path, bytes).unwrap();
+            }
+        }
+        ProbeAction::Panic("injected after damaging the keyed archives".into())
+    }
+}
+
+struct DamageFactory(DamageThenPanic);
+
+impl tandem::runtime::probe::ProbeFactory for DamageFactory {
+    fn probe(
+        &self,
+        operator: &str,
+        _instance: usize,
+    ) -> Option<Box<dyn tandem::runtime::probe::RecordProbe>> {
+        (operator == "keyed").then(|| {
+            Box::new(DamageThenPanic {
+                from: self.0.from,
+                dir: self.0.dir.clone(),
+                fired: Arc::clone(&self.0.fired),
+            }) as Box<dyn tandem::runtime::probe::RecordProbe>
+        })
+    }
+}
+
+/// A restart restores a keyed state lazily (its checkpoint's whole
+/// archive is mapped, each block verified as it is first read): a damaged
+/// archive is found as it is read, the attempt fails naming the file, the
+/// checkpoint is passed over from then on, and the job still ends with
+/// exactly the clean output, from an older checkpoint (or the start).
+#[test]
+fn a_keyed_archive_damaged_on_disk_is_found_by_the_lazy_restore_and_passed_over() {
+    let _serial = serial();
+    let clean = clean_output();
+    let dir = tempdir("lazy-damage");
+    let out = dir.join("out");
+    let fired = Arc::new(AtomicBool::new(false));
+    let probe = DamageFactory(DamageThenPanic {
+        from: TupleId::new(1, 9_000),
+        dir: dir.join("checkpoints"),
+        fired: Arc::clone(&fired),
+    });
+    let mut cfg = config(&dir, CheckpointMode::ExactlyOnce).probes(Arc::new(probe));
+    // Whole archives only: each checkpoint's keyed file is read lazily.
+    cfg.checkpoint.as_mut().expect("checkpoints").incremental = None;
+    let report = build(&out, true).run(&cfg).unwrap();
+    assert!(fired.load(Ordering::SeqCst), "the fault fired");
+    assert_same(&clean, &committed_lines(&out));
+    let skipped: Vec<&String> = report
+        .recovery
+        .iter()
+        .flat_map(|r| &r.skipped_checkpoints)
+        .collect();
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s.contains("checksum mismatch") && s.contains("keyed-")),
+        "the damage was found and named: {skipped:?} {:?}",
+        report.recovery
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -290,21 +290,35 @@ fn inspect_file(path: &Path, out: &mut dyn Write) -> anyhow::Result<usize> {
             return Ok(1);
         }
     };
-    outln!(
-        out,
-        "format version : {}",
-        checkpoint::format::FORMAT_VERSION
-    )?;
+    outln!(out, "format version : {}", h.version)?;
     outln!(out, "checkpoint id  : {}", h.checkpoint_id)?;
     outln!(out, "operator       : {}#{}", h.operator, h.instance)?;
     outln!(out, "positions      : {}", fmt_positions(&h.positions))?;
     outln!(out, "created        : {}", rfc3339_ms(h.created_at_ms))?;
-    outln!(
-        out,
-        "payload        : {} bytes, xxh3 {:#018x}",
-        h.payload_len,
-        h.payload_checksum
-    )?;
+    match h.layout() {
+        Some(l) => {
+            outln!(
+                out,
+                "payload        : {} bytes in {} checked blocks of 64 KiB (with the index), block table xxh3 {:#018x}",
+                h.payload_len,
+                l.blocks,
+                h.payload_checksum
+            )?;
+            if h.index_len > 0 {
+                outln!(
+                    out,
+                    "key index      : {} bytes (a restore reads the state lazily, key by key)",
+                    h.index_len
+                )?;
+            }
+        }
+        None => outln!(
+            out,
+            "payload        : {} bytes, xxh3 {:#018x}",
+            h.payload_len,
+            h.payload_checksum
+        )?,
+    }
     outln!(out, "file length    : {} bytes expected", h.file_len())?;
     if tandem::state::delta::is_delta(&payload) {
         let base = u64::from_le_bytes(payload[8..16].try_into().expect("8 bytes"));

@@ -80,6 +80,15 @@ pub enum CheckpointError {
         stored: u64,
         computed: u64,
     },
+    /// One checked block of a version 2 file's body does not hash to its
+    /// entry in the block table (found when the block was first read).
+    #[error("{path}: block {block} (bytes {from}..{to} of the body) checksum mismatch: stored {stored:#018x}, computed {computed:#018x}", path = path.display(), from = block * crate::checkpoint::format::CHECK_BLOCK as u64, to = (block + 1) * crate::checkpoint::format::CHECK_BLOCK as u64)]
+    BlockChecksum {
+        path: PathBuf,
+        block: u64,
+        stored: u64,
+        computed: u64,
+    },
     /// The file's header disagrees with the manifest that lists it.
     #[error("{path}: {field}: manifest says {expected}, file says {found}", path = path.display())]
     ManifestMismatch {

@@ -21,12 +21,21 @@ use crate::sys::uring::{AlignedBuf, BLOCK};
 
 /// First eight bytes of every snapshot file.
 pub const MAGIC: [u8; 8] = *b"TNDMSNAP";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes. It reads version 1 too (a
+/// payload checksummed whole, no key index, restored only eagerly).
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of the header block; the payload starts at this offset.
 pub const HEADER_BLOCK: usize = BLOCK;
-/// Bytes of the fixed header fields before the operator name.
-pub const FIXED_HEADER: usize = 64;
+/// Bytes of the fixed header fields before the operator name (version 2;
+/// version 1 has [`FIXED_HEADER_V1`]).
+pub const FIXED_HEADER: usize = 80;
+/// Bytes of the fixed header fields of a version 1 file.
+pub const FIXED_HEADER_V1: usize = 64;
+/// log2 of the bytes of one checksummed block of a version 2 file's body
+/// (64 KiB): a lazy restore verifies a block when it first reads from it.
+pub const CHECK_BLOCK_LOG2: u32 = 16;
+/// Bytes of one checksummed block of the body.
+pub const CHECK_BLOCK: usize = 1 << CHECK_BLOCK_LOG2;
 /// Bytes of one encoded [`Position`].
 pub const POSITION_BYTES: usize = 12;
 
@@ -62,14 +71,156 @@ pub struct SnapshotHeader {
     pub created_at_ms: u64,
     /// Payload bytes (without padding).
     pub payload_len: u64,
-    /// XXH3-64 of the payload bytes.
+    /// Version 2: XXH3-64 of the block table (which holds the XXH3-64 of
+    /// every [`CHECK_BLOCK`] of the body); version 1: of the payload.
     pub payload_checksum: u64,
+    /// Bytes of the key index after the padded payload (0: none; see
+    /// [`crate::state::index`]). Always 0 in version 1.
+    pub index_len: u64,
+    /// The format version the file was written in.
+    pub version: u32,
+}
+
+/// Where the parts of a version 2 file lie (offsets in the file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The payload: `[HEADER_BLOCK, HEADER_BLOCK + payload_len)`.
+    pub payload_len: u64,
+    /// Start of the key index (after the padded payload).
+    pub index_at: u64,
+    /// Bytes of the key index.
+    pub index_len: u64,
+    /// Bytes of the body the block table covers, from `HEADER_BLOCK`: the
+    /// padded payload and the padded index.
+    pub body_len: u64,
+    /// Start of the block table (after the body).
+    pub table_at: u64,
+    /// Blocks of the body (entries of the table).
+    pub blocks: u64,
+    /// The file's length.
+    pub file_len: u64,
+}
+
+impl Layout {
+    /// The layout of a version 2 file with these lengths; `None` when it
+    /// overflows a `u64` (a forged header).
+    pub fn of(payload_len: u64, index_len: u64) -> Option<Layout> {
+        let b = BLOCK as u64;
+        let index_at = payload_len
+            .checked_next_multiple_of(b)?
+            .checked_add(HEADER_BLOCK as u64)?;
+        let table_at = index_at.checked_add(index_len.checked_next_multiple_of(b)?)?;
+        let body_len = table_at - HEADER_BLOCK as u64;
+        let blocks = body_len.div_ceil(CHECK_BLOCK as u64);
+        let file_len = table_at.checked_add(blocks.checked_mul(8)?.checked_next_multiple_of(b)?)?;
+        Some(Layout {
+            payload_len,
+            index_at,
+            index_len,
+            body_len,
+            table_at,
+            blocks,
+            file_len,
+        })
+    }
+
+    /// The checksummed block that holds body offset `at`.
+    pub fn block_of(at: u64) -> u64 {
+        at >> CHECK_BLOCK_LOG2
+    }
+}
+
+/// Hashes a stream of body bytes block by block ([`CHECK_BLOCK`]),
+/// whatever the pieces it is fed: the block table of a version 2 file.
+pub struct BlockHasher {
+    cur: Xxh3,
+    filled: usize,
+    table: Vec<u64>,
+}
+
+impl BlockHasher {
+    /// A hasher for a body of about `len` bytes.
+    pub fn new(len: usize) -> Self {
+        BlockHasher {
+            cur: Xxh3::new(),
+            filled: 0,
+            table: Vec::with_capacity(len.div_ceil(CHECK_BLOCK)),
+        }
+    }
+
+    /// Feeds the next body bytes.
+    pub fn update(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let n = (CHECK_BLOCK - self.filled).min(bytes.len());
+            self.cur.update(&bytes[..n]);
+            self.filled += n;
+            bytes = &bytes[n..];
+            if self.filled == CHECK_BLOCK {
+                self.table.push(self.cur.digest());
+                self.cur.reset();
+                self.filled = 0;
+            }
+        }
+    }
+
+    /// The table (the last block may be short).
+    pub fn finish(mut self) -> Vec<u64> {
+        if self.filled > 0 {
+            self.table.push(self.cur.digest());
+        }
+        self.table
+    }
+}
+
+/// A whole version 2 file: `header` (its lengths and checksum set here),
+/// `payload`, `index`, the block table. For tests and tools; the store
+/// writes its files in pieces.
+pub fn file_image(mut header: SnapshotHeader, payload: &[u8], index: &[u8]) -> Vec<u8> {
+    header.version = FORMAT_VERSION;
+    header.payload_len = payload.len() as u64;
+    header.index_len = index.len() as u64;
+    let l = Layout::of(header.payload_len, header.index_len).expect("a file's lengths");
+    let mut image = vec![0; l.file_len as usize];
+    image[HEADER_BLOCK..HEADER_BLOCK + payload.len()].copy_from_slice(payload);
+    let at = l.index_at as usize;
+    image[at..at + index.len()].copy_from_slice(index);
+    let mut hasher = BlockHasher::new(l.body_len as usize);
+    hasher.update(&image[HEADER_BLOCK..l.table_at as usize]);
+    let (table, sum) = table_bytes(&hasher.finish());
+    let at = l.table_at as usize;
+    image[at..at + table.len()].copy_from_slice(&table);
+    header.payload_checksum = sum;
+    header
+        .encode(&mut image[..HEADER_BLOCK])
+        .expect("a header that fits");
+    image
+}
+
+/// The little-endian bytes of a block table, and their XXH3-64 (a version
+/// 2 header's `payload_checksum`).
+pub fn table_bytes(table: &[u64]) -> (Vec<u8>, u64) {
+    let bytes: Vec<u8> = table.iter().flat_map(|h| h.to_le_bytes()).collect();
+    let sum = checksum(&bytes);
+    (bytes, sum)
 }
 
 impl SnapshotHeader {
     /// Encoded length of the checksummed part of the header.
     pub fn encoded_len(&self) -> usize {
-        FIXED_HEADER + self.operator.len() + POSITION_BYTES * self.positions.len()
+        let fixed = if self.version == 1 {
+            FIXED_HEADER_V1
+        } else {
+            FIXED_HEADER
+        };
+        fixed + self.operator.len() + POSITION_BYTES * self.positions.len()
+    }
+
+    /// Where the parts of the file lie (version 2; `None` for version 1,
+    /// or for lengths no file can hold).
+    pub fn layout(&self) -> Option<Layout> {
+        (self.version >= 2)
+            .then(|| Layout::of(self.payload_len, self.index_len))
+            .flatten()
     }
 
     /// Length of the whole file this header describes (`u64::MAX`, which
@@ -78,13 +229,21 @@ impl SnapshotHeader {
     ///
     /// [`decode`]: Self::decode
     pub fn file_len(&self) -> u64 {
-        file_len_for(self.payload_len).unwrap_or(u64::MAX)
+        if self.version == 1 {
+            return file_len_for(self.payload_len).unwrap_or(u64::MAX);
+        }
+        self.layout().map_or(u64::MAX, |l| l.file_len)
     }
 
     /// Writes the header into `block` (the whole block: unused bytes are
-    /// zeroed).
+    /// zeroed), in its version's encoding.
     pub fn encode(&self, block: &mut [u8]) -> Result<(), CheckpointError> {
         assert_eq!(block.len(), HEADER_BLOCK);
+        assert!(
+            matches!(self.version, 1 | FORMAT_VERSION),
+            "a header of version {} is never written",
+            self.version
+        );
         let len = self.encoded_len();
         if len > HEADER_BLOCK || self.operator.len() > u16::MAX as usize {
             return Err(CheckpointError::HeaderTooLarge {
@@ -95,7 +254,7 @@ impl SnapshotHeader {
         }
         block.fill(0);
         block[0..8].copy_from_slice(&MAGIC);
-        block[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        block[8..12].copy_from_slice(&self.version.to_le_bytes());
         block[12..16].copy_from_slice(&(len as u32).to_le_bytes());
         // 16..24: header checksum, filled last.
         block[24..32].copy_from_slice(&self.payload_len.to_le_bytes());
@@ -105,7 +264,12 @@ impl SnapshotHeader {
         block[56..60].copy_from_slice(&self.instance.to_le_bytes());
         block[60..62].copy_from_slice(&(self.operator.len() as u16).to_le_bytes());
         block[62..64].copy_from_slice(&(self.positions.len() as u16).to_le_bytes());
-        let mut at = FIXED_HEADER;
+        let mut at = FIXED_HEADER_V1;
+        if self.version >= 2 {
+            block[64..72].copy_from_slice(&self.index_len.to_le_bytes());
+            block[72..76].copy_from_slice(&CHECK_BLOCK_LOG2.to_le_bytes());
+            at = FIXED_HEADER;
+        }
         block[at..at + self.operator.len()].copy_from_slice(self.operator.as_bytes());
         at += self.operator.len();
         for p in &self.positions {
@@ -144,18 +308,23 @@ impl SnapshotHeader {
             });
         }
         let version = u32_at(8);
-        if version != FORMAT_VERSION {
+        if !(1..=FORMAT_VERSION).contains(&version) {
             return Err(CheckpointError::UnsupportedVersion {
                 path: path.to_path_buf(),
                 found: version,
                 supported: FORMAT_VERSION,
             });
         }
+        let fixed = if version == 1 {
+            FIXED_HEADER_V1
+        } else {
+            FIXED_HEADER
+        };
         let len = u32_at(12) as usize;
-        if !(FIXED_HEADER..=HEADER_BLOCK).contains(&len) {
+        if !(fixed..=HEADER_BLOCK).contains(&len) {
             return Err(malformed(
                 "header length",
-                format!("{len} is outside {FIXED_HEADER}..={HEADER_BLOCK}"),
+                format!("{len} is outside {fixed}..={HEADER_BLOCK}"),
             ));
         }
         let stored = u64_at(16);
@@ -173,7 +342,7 @@ impl SnapshotHeader {
         }
         let name_len = u16_at(60) as usize;
         let n_pos = u16_at(62) as usize;
-        let expected = FIXED_HEADER + name_len + POSITION_BYTES * n_pos;
+        let expected = fixed + name_len + POSITION_BYTES * n_pos;
         if expected != len {
             return Err(malformed(
                 "header length",
@@ -187,10 +356,31 @@ impl SnapshotHeader {
                 format!("{payload_len} bytes do not fit in a file"),
             ));
         }
-        let operator = std::str::from_utf8(&block[FIXED_HEADER..FIXED_HEADER + name_len])
+        let index_len = if version >= 2 {
+            let log2 = u32_at(72);
+            if log2 != CHECK_BLOCK_LOG2 {
+                return Err(malformed(
+                    "block size",
+                    format!("2^{log2} bytes; this build checks blocks of 2^{CHECK_BLOCK_LOG2}"),
+                ));
+            }
+            let index_len = u64_at(64);
+            if Layout::of(payload_len, index_len).is_none() {
+                return Err(malformed(
+                    "index length",
+                    format!(
+                        "{index_len} bytes after a payload of {payload_len} do not fit in a file"
+                    ),
+                ));
+            }
+            index_len
+        } else {
+            0
+        };
+        let operator = std::str::from_utf8(&block[fixed..fixed + name_len])
             .map_err(|e| malformed("operator", e.to_string()))?
             .to_owned();
-        let positions = block[FIXED_HEADER + name_len..len]
+        let positions = block[fixed + name_len..len]
             .chunks_exact(POSITION_BYTES)
             .map(|c| Position {
                 partition: u32::from_le_bytes(c[0..4].try_into().unwrap()),
@@ -205,6 +395,8 @@ impl SnapshotHeader {
             created_at_ms: u64_at(48),
             payload_len,
             payload_checksum: u64_at(32),
+            index_len,
+            version,
         })
     }
 }
@@ -231,7 +423,14 @@ pub struct SnapshotBytes {
     /// `Some(c)`: the payload is a delta over this instance's state at
     /// checkpoint `c` ([`crate::state::delta`]); `None`: the whole state.
     delta_over: Option<u64>,
+    /// Builds the key index a checkpoint file carries after this payload
+    /// (a whole keyed state's: [`crate::state::index`]), on the snapshot
+    /// I/O thread, off the data path.
+    indexer: Option<Indexer>,
 }
+
+/// Builds a key index from a payload (see [`SnapshotBytes::set_indexer`]).
+pub type Indexer = fn(&[u8]) -> Result<Vec<u8>, CheckpointError>;
 
 impl SnapshotBytes {
     /// An empty payload.
@@ -246,7 +445,20 @@ impl SnapshotBytes {
         SnapshotBytes {
             buf,
             delta_over: None,
+            indexer: None,
         }
+    }
+
+    /// Has the snapshot store build a key index with `indexer` and write
+    /// it after the payload (a whole keyed state's archive; a lazy restore
+    /// looks keys up through it).
+    pub fn set_indexer(&mut self, indexer: Indexer) {
+        self.indexer = Some(indexer);
+    }
+
+    /// The index builder, if the payload has one.
+    pub fn indexer(&self) -> Option<Indexer> {
+        self.indexer
     }
 
     /// `Some(c)`: the payload is a delta over the state at checkpoint `c`
@@ -408,6 +620,8 @@ mod tests {
             created_at_ms: 1_700_000_000_000,
             payload_len: 12345,
             payload_checksum: 0xdead_beef_0123_4567,
+            index_len: 0,
+            version: FORMAT_VERSION,
         }
     }
 
@@ -418,7 +632,41 @@ mod tests {
         h.encode(&mut block).unwrap();
         assert_eq!(&block[..8], b"TNDMSNAP");
         assert_eq!(SnapshotHeader::decode(&block, Path::new("x")).unwrap(), h);
-        assert_eq!(h.file_len(), (HEADER_BLOCK + 4 * BLOCK) as u64);
+        // Header, 4 blocks of payload, one of block table.
+        assert_eq!(h.file_len(), (HEADER_BLOCK + 5 * BLOCK) as u64);
+        let v1 = SnapshotHeader { version: 1, ..h };
+        v1.encode(&mut block).unwrap();
+        assert_eq!(SnapshotHeader::decode(&block, Path::new("x")).unwrap(), v1);
+        assert_eq!(v1.file_len(), (HEADER_BLOCK + 4 * BLOCK) as u64);
+        let indexed = SnapshotHeader {
+            index_len: 70_000,
+            ..header()
+        };
+        indexed.encode(&mut block).unwrap();
+        assert_eq!(
+            SnapshotHeader::decode(&block, Path::new("x")).unwrap(),
+            indexed
+        );
+        let l = indexed.layout().unwrap();
+        assert_eq!(l.index_at, (HEADER_BLOCK + 4 * BLOCK) as u64);
+        assert_eq!(l.table_at, l.index_at + 72 * 1024);
+        assert_eq!(l.blocks, 2);
+        assert_eq!(l.file_len, l.table_at + BLOCK as u64);
+    }
+
+    #[test]
+    fn block_hashes_do_not_depend_on_how_the_body_is_cut() {
+        let body: Vec<u8> = (0..3 * CHECK_BLOCK + 5).map(|i| (i * 7) as u8).collect();
+        let mut whole = BlockHasher::new(body.len());
+        whole.update(&body);
+        let whole = whole.finish();
+        assert_eq!(whole.len(), 4);
+        assert_eq!(whole[3], checksum(&body[3 * CHECK_BLOCK..]));
+        let mut cut = BlockHasher::new(body.len());
+        for piece in body.chunks(999) {
+            cut.update(piece);
+        }
+        assert_eq!(cut.finish(), whole);
     }
 
     #[test]
@@ -452,6 +700,7 @@ mod tests {
         for payload_len in edges {
             let h = SnapshotHeader {
                 payload_len,
+                version: 1,
                 ..header()
             };
             assert_eq!(h.file_len(), u64::MAX, "{payload_len}");
@@ -481,6 +730,7 @@ mod tests {
         // The largest length that still fits decodes.
         let h = SnapshotHeader {
             payload_len: largest,
+            version: 1,
             ..header()
         };
         assert_eq!(h.file_len(), u64::MAX - BLOCK as u64 + 1);

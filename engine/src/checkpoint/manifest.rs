@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     format::{Position, SnapshotHeader},
+    lazy::LazySnapshot,
     restore::SnapshotFile,
     CheckpointError,
 };
@@ -163,6 +164,24 @@ impl Manifest {
         })
     }
 
+    /// As [`open_chain`](Self::open_chain), but the first link — the whole
+    /// archive — is opened for a lazy read when it has a key index
+    /// ([`open_lazy`](Self::open_lazy)).
+    pub fn open_chain_lazily(&self, entry: &FileEntry) -> Result<Vec<ChainFile>, CheckpointError> {
+        let mut first = true;
+        self.chain_links(entry, |path| {
+            if std::mem::take(&mut first) {
+                if let Some(f) = LazySnapshot::open(path)?.filter(|f| f.header().index_len > 0) {
+                    let h = f.header().clone();
+                    return Ok((ChainFile::Lazy(f), h));
+                }
+            }
+            let f = SnapshotFile::open(path)?;
+            let h = f.header().clone();
+            Ok((ChainFile::Eager(f), h))
+        })
+    }
+
     /// As [`open_chain`](Self::open_chain), reading the files through
     /// instead of mapping them.
     pub fn check_chain(&self, entry: &FileEntry) -> Result<(), CheckpointError> {
@@ -256,6 +275,22 @@ impl Manifest {
         let file = SnapshotFile::open(&path)?;
         self.agrees(entry, file.header(), path)?;
         Ok(file)
+    }
+
+    /// Opens one of its files for a lazy read ([`LazySnapshot`]): header,
+    /// length, block table and agreement with this manifest are checked
+    /// now, each block of the body when it is first read. `Ok(None)`: a
+    /// version 1 file, read only eagerly.
+    pub fn open_lazy(
+        &self,
+        entry: &FileEntry,
+    ) -> Result<Option<std::sync::Arc<LazySnapshot>>, CheckpointError> {
+        let path = self.inside(entry)?;
+        let Some(file) = LazySnapshot::open(&path)? else {
+            return Ok(None);
+        };
+        self.agrees(entry, file.header(), path)?;
+        Ok(Some(file))
     }
 
     /// Verifies one of its files as [`open`](Self::open) does, reading it
@@ -357,12 +392,37 @@ impl Manifest {
     }
 
     /// Verifies every file and every link of its chain; the first error
-    /// found, if any.
+    /// found, if any. A file with a key index — a keyed state's whole
+    /// archive, which a restore reads lazily — is checked up to its block
+    /// table here (and refused if it was found damaged earlier in this
+    /// process); its blocks are verified as the restore reads them.
     pub fn verify(&self) -> Result<(), CheckpointError> {
+        self.files.iter().try_for_each(|e| {
+            match self.open_lazy(e)? {
+                Some(f) if f.header().index_len > 0 => {}
+                _ => drop(self.open(e)?),
+            }
+            self.open_chain_lazily(e).map(drop)
+        })
+    }
+
+    /// Verifies every file and every link of its chain whole, whatever
+    /// a restore will read lazily (a restore point from outside the job's
+    /// own store: a damage found later could not fall back to anything).
+    pub fn verify_whole(&self) -> Result<(), CheckpointError> {
         self.files
             .iter()
             .try_for_each(|e| self.open(e).and_then(|_| self.open_chain(e)).map(drop))
     }
+}
+
+/// One file of a chain as a restore reads it.
+#[derive(Debug)]
+pub enum ChainFile {
+    /// Mapped and verified whole.
+    Eager(SnapshotFile),
+    /// A whole keyed archive with a key index, read lazily.
+    Lazy(std::sync::Arc<LazySnapshot>),
 }
 
 /// A checkpoint `latest_valid` passed over, and why.

@@ -36,26 +36,41 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "TNDMSNAP"
-//!      8     4  format version (1)
-//!     12     4  header length H = 64 + n + 12·m (bytes covered by the header checksum)
+//!      8     4  format version (2; 1 is still read)
+//!     12     4  header length H = 80 + n + 12·m (bytes covered by the header checksum)
 //!     16     8  header checksum: XXH3-64 of bytes [0, H) with this field zeroed
 //!     24     8  payload length L (unpadded)
-//!     32     8  payload checksum: XXH3-64 of bytes [4096, 4096 + L)
+//!     32     8  body checksum: XXH3-64 of the block table
 //!     40     8  checkpoint id
 //!     48     8  created at, ms since the Unix epoch
 //!     56     4  operator instance
 //!     60     2  n = operator name length
 //!     62     2  m = number of positions
-//!     64     n  operator name, UTF-8
-//!   64+n  12·m  positions: (source partition u32, next sequence u64) each
+//!     64     8  key index length X (0: none)
+//!     72     4  log2 of the checked block size (16: 64 KiB)
+//!     76     4  zero
+//!     80     n  operator name, UTF-8
+//!   80+n  12·m  positions: (source partition u32, next sequence u64) each
 //!      H     …  zeros up to 4096
-//!   4096     L  rkyv payload
-//! 4096+L     …  zeros up to the next multiple of 4096 (file length)
+//!   4096     L  rkyv payload, zeros up to a multiple of 4096
+//!      I     X  key index (a whole keyed archive's, `state::index`), zeros up to a multiple of 4096
+//!      T   8·B  block table: XXH3-64 of each 64 KiB block of the body [4096, T), zeros up to a multiple of 4096
 //! ```
+//!
+//! Version 1 files have a 64-byte fixed header (no index length, no block
+//! size), the payload checksum is XXH3-64 of the payload, and the file
+//! ends after the padded payload.
 //!
 //! The header block and the padding make every transfer 4096-aligned, as
 //! `O_DIRECT` requires, and put the payload on a page boundary when the file
 //! is mapped, which satisfies every alignment the archive needs.
+//!
+//! **The block table** lets a reader verify what it reads and nothing
+//! else: a lazy restore ([`LazySnapshot`]) checks the header and the
+//! table's checksum, then each 64 KiB block the first time it reads from
+//! it — a key's entry, a bucket of the key index — so that a 500 MB state
+//! restores without reading 500 MB first, and nothing it reads is
+//! unverified. An eager open verifies every block.
 //!
 //! **Checksum: XXH3-64** (`xxhash-rust`). It runs at memory speed on any
 //! x86-64 or ARM core without special instructions (SSE2/NEON), which keeps
@@ -111,8 +126,10 @@
 //! ## Restore
 //!
 //! [`SnapshotFile::open`] maps a file, checks header, length and payload
-//! checksum; [`SnapshotFile::access`] then validates the archive with rkyv's
-//! checked access (bytecheck). [`SnapshotFile::verify`] (and
+//! checksum (every block); [`SnapshotFile::access`] then validates the archive with rkyv's
+//! checked access (bytecheck). [`LazySnapshot::open`] checks the header,
+//! the length and the block table, and each block as it is read; a keyed
+//! state restores from one key by key (`crate::state`'s lazy restore). [`SnapshotFile::verify`] (and
 //! [`Manifest::check`]) make the same checks without a map, for readers of
 //! files another process owns. Every reader opens only regular files (a
 //! FIFO or a device in a store is an error, never a wait or an endless
@@ -122,6 +139,7 @@
 
 mod error;
 pub mod format;
+pub mod lazy;
 pub mod manifest;
 pub mod probe;
 pub mod replicate;
@@ -130,6 +148,7 @@ pub mod store;
 
 pub use error::CheckpointError;
 pub use format::{serialize, ArchiveSteps, Position, SnapshotBytes, SnapshotHeader, StateCapture};
+pub use lazy::LazySnapshot;
 pub use replicate::{ReplicationError, Replicator};
 pub use restore::SnapshotFile;
 
@@ -146,7 +165,7 @@ where
         .map_err(|source| CheckpointError::Access { source })
 }
 pub use manifest::{
-    list, open_savepoint, FileEntry, LatestValid, Listing, Manifest, Skipped, SnapshotKind,
-    MAX_MANIFEST,
+    list, open_savepoint, ChainFile, FileEntry, LatestValid, Listing, Manifest, Skipped,
+    SnapshotKind, MAX_MANIFEST,
 };
 pub use store::{OperatorSnapshot, Pending, Published, SnapshotStore, DEFAULT_RETAIN};

@@ -26,7 +26,7 @@ use rkyv::{api::high::HighValidator, bytecheck::CheckBytes, rancor, Archive, Por
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{
-    format::{checksum, SnapshotHeader, HEADER_BLOCK},
+    format::{checksum, BlockHasher, Layout, SnapshotHeader, HEADER_BLOCK},
     CheckpointError,
 };
 use crate::sys::file::{open_regular, shrank};
@@ -73,14 +73,24 @@ impl SnapshotFile {
                 found: len,
             });
         }
-        let payload = &map[HEADER_BLOCK..HEADER_BLOCK + header.payload_len as usize];
-        let computed = checksum(payload);
-        if computed != header.payload_checksum {
-            return Err(CheckpointError::PayloadChecksum {
-                path: path.to_path_buf(),
-                stored: header.payload_checksum,
-                computed,
-            });
+        match header.layout() {
+            None => {
+                let payload = &map[HEADER_BLOCK..HEADER_BLOCK + header.payload_len as usize];
+                let computed = checksum(payload);
+                if computed != header.payload_checksum {
+                    return Err(CheckpointError::PayloadChecksum {
+                        path: path.to_path_buf(),
+                        stored: header.payload_checksum,
+                        computed,
+                    });
+                }
+            }
+            Some(l) => {
+                let table = check_table(&map, &header, &l, path)?;
+                let mut hasher = BlockHasher::new(l.body_len as usize);
+                hasher.update(&map[HEADER_BLOCK..l.table_at as usize]);
+                compare_blocks(&table, &hasher.finish(), path)?;
+            }
         }
         Ok(SnapshotFile {
             path: path.to_path_buf(),
@@ -112,6 +122,22 @@ impl SnapshotFile {
         let header = SnapshotHeader::decode(&block, path)?;
         if header.file_len() != len {
             return Err(length(header.file_len(), len));
+        }
+        if let Some(l) = header.layout() {
+            let mut hasher = BlockHasher::new(l.body_len as usize);
+            let mut piece = vec![0; VERIFY_PIECE.min(l.body_len as usize)];
+            let mut left = l.body_len;
+            while left > 0 {
+                let n = (left as usize).min(piece.len());
+                read_measured(&mut file, &mut piece[..n], len, path)?;
+                hasher.update(&piece[..n]);
+                left -= n as u64;
+            }
+            let mut table = vec![0; (l.file_len - l.table_at) as usize];
+            read_measured(&mut file, &mut table, len, path)?;
+            let stored = check_table_bytes(&table[..8 * l.blocks as usize], &header, path)?;
+            compare_blocks(&stored, &hasher.finish(), path)?;
+            return Ok(header);
         }
         let mut hasher = Xxh3::new();
         let mut piece = vec![0; VERIFY_PIECE.min(header.payload_len as usize)];
@@ -178,6 +204,62 @@ impl SnapshotFile {
     }
 }
 
+/// Maps a snapshot file read-only without reading it in: pages are read
+/// when first touched (a lazy restore, [`super::lazy`]).
+pub(super) fn map_lazily(file: &std::fs::File, path: &Path) -> Result<Mmap, CheckpointError> {
+    // SAFETY: as in `SnapshotFile::open`: read-only, private, of a file
+    // written once before its manifest was published and never modified;
+    // retention's deletion leaves the mapping intact.
+    unsafe { MmapOptions::new().map(file) }.map_err(CheckpointError::io(path, "mmap"))
+}
+
+/// A version 2 file's block table, checked against the header's checksum
+/// of it (`map`: the whole file).
+fn check_table(
+    map: &[u8],
+    header: &SnapshotHeader,
+    l: &Layout,
+    path: &Path,
+) -> Result<Vec<u64>, CheckpointError> {
+    let at = l.table_at as usize;
+    check_table_bytes(&map[at..at + 8 * l.blocks as usize], header, path)
+}
+
+/// The block table in `bytes`, checked against the header's checksum of it.
+pub(super) fn check_table_bytes(
+    bytes: &[u8],
+    header: &SnapshotHeader,
+    path: &Path,
+) -> Result<Vec<u64>, CheckpointError> {
+    let computed = checksum(bytes);
+    if computed != header.payload_checksum {
+        return Err(CheckpointError::PayloadChecksum {
+            path: path.to_path_buf(),
+            stored: header.payload_checksum,
+            computed,
+        });
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect())
+}
+
+/// The first block whose hash is not the table's, as an error.
+fn compare_blocks(stored: &[u64], computed: &[u64], path: &Path) -> Result<(), CheckpointError> {
+    for (block, (&s, &c)) in stored.iter().zip(computed).enumerate() {
+        if s != c {
+            return Err(CheckpointError::BlockChecksum {
+                path: path.to_path_buf(),
+                block: block as u64,
+                stored: s,
+                computed: c,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Fills `buf` from `file` (measured at `len` bytes); a file that ends
 /// first shrank while it was read.
 fn read_measured(
@@ -210,8 +292,13 @@ mod tests {
     use crate::checkpoint::format::Position;
     use std::os::unix::fs::FileExt;
 
-    /// A snapshot file of `payload` at a fresh path.
+    /// A snapshot file of `payload` at a fresh path (version 2).
     fn file(tag: &str, payload: &[u8]) -> PathBuf {
+        file_of(tag, payload, crate::checkpoint::format::FORMAT_VERSION)
+    }
+
+    /// A snapshot file of `payload` in format `version`.
+    fn file_of(tag: &str, payload: &[u8], version: u32) -> PathBuf {
         let h = SnapshotHeader {
             checkpoint_id: 3,
             operator: "sum".into(),
@@ -223,12 +310,21 @@ mod tests {
             created_at_ms: 1,
             payload_len: payload.len() as u64,
             payload_checksum: checksum(payload),
+            index_len: 0,
+            version,
         };
-        let mut image = vec![0; h.file_len() as usize];
-        h.encode(&mut image[..HEADER_BLOCK]).unwrap();
-        image[HEADER_BLOCK..HEADER_BLOCK + payload.len()].copy_from_slice(payload);
-        let p =
-            std::env::temp_dir().join(format!("tandem-restore-{tag}-{}.snap", std::process::id()));
+        let image = if version == 1 {
+            let mut image = vec![0; h.file_len() as usize];
+            h.encode(&mut image[..HEADER_BLOCK]).unwrap();
+            image[HEADER_BLOCK..HEADER_BLOCK + payload.len()].copy_from_slice(payload);
+            image
+        } else {
+            crate::checkpoint::format::file_image(h, payload, &[])
+        };
+        let p = std::env::temp_dir().join(format!(
+            "tandem-restore-{tag}-v{version}-{}.snap",
+            std::process::id()
+        ));
         std::fs::write(&p, image).unwrap();
         p
     }
@@ -236,22 +332,32 @@ mod tests {
     #[test]
     fn verify_without_a_map_agrees_with_open() {
         // Payloads around the piece size: none, one byte, a piece and more.
-        for len in [0, 1, VERIFY_PIECE, VERIFY_PIECE + 5] {
-            let payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-            let p = file(&format!("agree-{len}"), &payload);
-            let h = SnapshotFile::verify(&p).unwrap();
-            assert_eq!(&h, SnapshotFile::open(&p).unwrap().header());
-            if len > 0 {
-                let f = OpenOptions::new().write(true).open(&p).unwrap();
-                f.write_all_at(&[!payload[len - 1]], (HEADER_BLOCK + len - 1) as u64)
-                    .unwrap();
-                let e = SnapshotFile::verify(&p).unwrap_err();
-                assert!(
-                    matches!(e, CheckpointError::PayloadChecksum { .. }),
-                    "{len}: {e}"
-                );
+        for version in [1, 2] {
+            for len in [0, 1, VERIFY_PIECE, VERIFY_PIECE + 5] {
+                let payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+                let p = file_of(&format!("agree-{len}"), &payload, version);
+                let h = SnapshotFile::verify(&p).unwrap();
+                assert_eq!(&h, SnapshotFile::open(&p).unwrap().header());
+                if len > 0 {
+                    let f = OpenOptions::new().write(true).open(&p).unwrap();
+                    f.write_all_at(&[!payload[len - 1]], (HEADER_BLOCK + len - 1) as u64)
+                        .unwrap();
+                    for e in [
+                        SnapshotFile::verify(&p).unwrap_err(),
+                        SnapshotFile::open(&p).unwrap_err(),
+                    ] {
+                        assert!(
+                            matches!(
+                                (version, &e),
+                                (1, CheckpointError::PayloadChecksum { .. })
+                                    | (2, CheckpointError::BlockChecksum { .. })
+                            ),
+                            "v{version} {len}: {e}"
+                        );
+                    }
+                }
+                std::fs::remove_file(p).unwrap();
             }
-            std::fs::remove_file(p).unwrap();
         }
     }
 

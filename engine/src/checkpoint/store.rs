@@ -13,15 +13,13 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use xxhash_rust::xxh3::Xxh3;
-
 use super::manifest::{
     list, FileEntry, LatestValid, Listing, Manifest, Skipped, SnapshotKind, SAVEPOINT_MANIFEST,
 };
 use super::probe::{StorageAction, StorageProbe};
 use super::replicate::Replicator;
 use super::{
-    format::{checksum, Position, SnapshotBytes, SnapshotHeader, FORMAT_VERSION, HEADER_BLOCK},
+    format::{self, Position, SnapshotBytes, SnapshotHeader, FORMAT_VERSION, HEADER_BLOCK},
     restore::SnapshotFile,
     CheckpointError,
 };
@@ -531,8 +529,24 @@ impl IoThread {
         s: OperatorSnapshot,
     ) -> Result<(FileEntry, File, Option<AlignedBuf>, Backend), CheckpointError> {
         let payload_len = s.bytes.len();
+        // A whole keyed state's key index, built here, off the data path.
+        let index = match s.bytes.indexer() {
+            Some(build) => build(s.bytes.payload())?,
+            None => Vec::new(),
+        };
         let mut image = s.bytes.into_image();
         image.pad_to_block();
+        image.extend_from_slice(&index);
+        image.pad_to_block();
+        let table_at = image.len();
+        let layout = format::Layout::of(payload_len as u64, index.len() as u64)
+            .filter(|l| l.table_at == table_at as u64)
+            .ok_or_else(|| {
+                CheckpointError::io(path, "lay out")(std::io::Error::other(
+                    "the payload and its index do not fit in a file",
+                ))
+            })?;
+        drop(index);
         let (file, backend) = self
             .writer
             .create(path)
@@ -545,33 +559,47 @@ impl IoThread {
             created_at_ms,
             payload_len: payload_len as u64,
             payload_checksum: 0,
+            index_len: layout.index_len,
+            version: FORMAT_VERSION,
         };
         if image.len() > BATCHED_IMAGE {
             if let Some(e) = self.probe.as_ref().and_then(|p| p.write(id, path)) {
                 return Err(CheckpointError::io(path, "write")(e));
             }
         }
-        let deferred = if image.len() <= BATCHED_IMAGE {
-            header.payload_checksum = checksum(&image[HEADER_BLOCK..HEADER_BLOCK + payload_len]);
+        // The block table goes after the body: the XXH3-64 of each
+        // checked block, and the header holds the table's own checksum.
+        let put_table = |image: &mut AlignedBuf, table: Vec<u64>| {
+            let (bytes, sum) = format::table_bytes(&table);
+            image.resize_zeroed(table_at);
+            image.extend_from_slice(&bytes);
+            image.pad_to_block();
+            sum
+        };
+        let deferred = if table_at <= BATCHED_IMAGE {
+            let mut hasher = format::BlockHasher::new(table_at - HEADER_BLOCK);
+            hasher.update(&image[HEADER_BLOCK..table_at]);
+            header.payload_checksum = put_table(&mut image, hasher.finish());
             header.encode(&mut image[..HEADER_BLOCK])?;
             Some(image)
         } else {
-            let mut hasher = Xxh3::new();
-            let mut left = payload_len;
+            let mut hasher = format::BlockHasher::new(table_at - HEADER_BLOCK);
             self.writer
-                .write_range(&file, &image, HEADER_BLOCK..image.len(), |piece| {
-                    let n = piece.len().min(left);
-                    hasher.update(&piece[..n]);
-                    left -= n;
+                .write_range(&file, &image, HEADER_BLOCK..table_at, |piece| {
+                    hasher.update(piece)
                 })
                 .map_err(CheckpointError::io(path, "write"))?;
-            header.payload_checksum = hasher.digest();
+            header.payload_checksum = put_table(&mut image, hasher.finish());
             header.encode(&mut image[..HEADER_BLOCK])?;
+            self.writer
+                .write_range(&file, &image, table_at..image.len(), |_| {})
+                .map_err(CheckpointError::io(path, "write"))?;
             self.writer
                 .write_range(&file, &image, 0..HEADER_BLOCK, |_| {})
                 .map_err(CheckpointError::io(path, "write"))?;
             None
         };
+
         let entry = FileEntry {
             path: String::new(),
             file_len: header.file_len(),

@@ -33,10 +33,18 @@ struct Pending {
     ack: Event,
 }
 
+/// A lazily restored state reading its base in order (see
+/// [`crate::state`]'s `lazy`): called with a number of places to read;
+/// `true` once it is done (or gone, or failed: it reports its own error).
+pub(crate) type RestoreJob = Box<dyn FnMut(usize) -> bool>;
+
 /// The background work of one worker (never crosses a thread).
 #[derive(Default)]
 pub(crate) struct Background {
     queue: RefCell<VecDeque<Pending>>,
+    /// Lazily restored states still reading their bases. They do not
+    /// keep the worker from ending, only from parking.
+    restores: RefCell<Vec<RestoreJob>>,
 }
 
 impl Background {
@@ -49,6 +57,35 @@ impl Background {
     /// Whether work is queued.
     pub(crate) fn busy(&self) -> bool {
         !self.queue.borrow().is_empty()
+    }
+
+    /// Adds a lazily restored state's reading of its base.
+    pub(crate) fn push_restore(&self, job: RestoreJob) {
+        self.restores.borrow_mut().push(job);
+    }
+
+    /// Whether a lazily restored state is still reading its base.
+    pub(crate) fn restoring(&self) -> bool {
+        !self.restores.borrow().is_empty()
+    }
+
+    /// Reads the bases of lazily restored states for one slice (until
+    /// [`SLICE`] past `now()`); whether any was read.
+    pub(crate) fn restore_slice(&self, now: impl Fn() -> Nanos) -> bool {
+        let until = now() + SLICE;
+        let mut jobs = self.restores.borrow_mut();
+        if jobs.is_empty() {
+            return false;
+        }
+        while let Some(job) = jobs.last_mut() {
+            if job(STEP_ENTRIES) {
+                jobs.pop();
+            }
+            if now() >= until {
+                break;
+            }
+        }
+        true
     }
 
     /// Runs one slice (until `until` on the engine clock `now`); whether

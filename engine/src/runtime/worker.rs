@@ -166,6 +166,15 @@ impl Loop<'_> {
             {
                 round.progress = true;
             }
+            // A lazily restored state reads its base between polls; one
+            // step may wait for the disk.
+            if self.bg.restoring()
+                && super::task::long_step(shared, self.index, &self.clock, || {
+                    self.bg.restore_slice(|| self.clock.now())
+                })
+            {
+                round.progress = true;
+            }
             if !self.owed_done.is_empty() && !self.bg.busy() {
                 for e in self.owed_done.drain(..) {
                     shared.send(e);

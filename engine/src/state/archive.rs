@@ -65,6 +65,8 @@ pub(crate) struct Steps<K: Archive, S: Archive> {
     places: Option<Vec<u32>>,
     /// A delta's base checkpoint, marked on the output.
     delta_over: Option<u64>,
+    /// The key index builder a whole archive's output gets.
+    indexer: Option<crate::checkpoint::format::Indexer>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -134,7 +136,17 @@ impl<K: Archive, S: Archive> Steps<K, S> {
             inline,
             places,
             delta_over,
+            indexer: None,
         }
+    }
+
+    /// A whole archive whose checkpoint file gets a key index built by
+    /// `indexer` (see `super::index`).
+    pub(crate) fn with_indexer(mut self, indexer: crate::checkpoint::format::Indexer) -> Self {
+        if self.places.is_none() {
+            self.indexer = Some(indexer);
+        }
+        self
     }
 
     /// The table place of the `i`-th entry archived.
@@ -338,6 +350,9 @@ where
                 let mut out = self.out.take();
                 if let (Some(f), Some(out)) = (frozen, &mut out) {
                     out.set_delta_over(self.delta_over);
+                    if let Some(i) = self.indexer {
+                        out.set_indexer(i);
+                    }
                     if let Ok(mut t) = f.table.try_borrow_mut() {
                         if self.delta_over.is_none() {
                             t.archived.set((out.len(), self.live));

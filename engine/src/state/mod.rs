@@ -77,8 +77,12 @@ use std::rc::Rc;
 mod archive;
 pub mod delta;
 mod grow;
+mod index;
+mod lazy;
 mod snapshot;
 pub mod ttl;
+
+use lazy::LazyTable;
 
 pub use snapshot::StateSnapshot;
 
@@ -114,6 +118,9 @@ pub struct Table<K, S> {
     /// whole archive so far at once, milliseconds of one slice for a
     /// large state.
     archived: std::cell::Cell<(usize, usize)>,
+    /// A lazily restored table's base, until every place of it is read
+    /// ([`lazy`]).
+    lazy: Option<Box<lazy::Lazy<K, S>>>,
 }
 
 /// A key's state, its insertion number, and the newest freeze its
@@ -174,6 +181,7 @@ impl<K, S> Default for Table<K, S> {
             next_epoch: 1,
             presolved: None,
             archived: std::cell::Cell::new((0, 0)),
+            lazy: None,
         }
     }
 }
@@ -227,10 +235,41 @@ impl<K: Hash + Eq, S> Table<K, S> {
 }
 
 impl<K: Hash + Eq + Clone, S> Table<K, S> {
+    /// Reads the rest of a lazily restored table's base now (see
+    /// [`lazy`]): for what needs every place.
+    ///
+    /// # Panics
+    ///
+    /// If the base cannot be read (a damaged file). The engine's keyed
+    /// operator settles with [`KeyedState::settle`] first, which returns
+    /// the error instead.
+    fn settle_now(&mut self) {
+        if self.lazy.is_some() {
+            if let Err(e) = self.advance(usize::MAX) {
+                panic!("a lazily restored keyed state could not read its checkpoint: {e}");
+            }
+        }
+    }
+
+    /// Puts `key` in the map of a lazily restored table: taken from the
+    /// base, or placed new.
+    #[cold]
+    fn lazy_slot(&mut self, key: &K)
+    where
+        S: Default,
+    {
+        match self.take_ahead(key) {
+            Ok(true) => {}
+            Ok(false) => self.place_new(key, S::default()),
+            Err(e) => panic!("a lazily restored keyed state could not read its checkpoint: {e}"),
+        }
+    }
+
     /// Numbers the live keys densely, in the same order (no freeze may be
     /// under way: its pre-images are by number), the journal with them;
     /// returns the new number of each old one (`u32::MAX`: dead).
     fn renumber_densely(&mut self) -> Vec<u32> {
+        self.settle_now();
         let Table {
             map,
             order,
@@ -338,6 +377,10 @@ where
         if let Some((pos, _)) = t.presolved {
             return Ok(VecResolver::from_pos(pos));
         }
+        if t.lazy.is_some() {
+            // Its base is not read yet: callers settle first.
+            return Err(<S::Error as rancor::Source>::new(BrokenOrder));
+        }
         // rkyv walks the entries twice (their out-of-line parts, then the
         // entries): an exact-size, cloneable iterator.
         let entries: Vec<(&K, &V)> = (0..t.order.len())
@@ -423,6 +466,14 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     pub(crate) fn get_or_default_numbered(&mut self, key: &K) -> (u32, RefMut<'_, S>) {
         let mut seq = 0;
         let state = RefMut::map(self.map.borrow_mut(), |t| {
+            if t.lazy.is_some() {
+                t.lazy_slot(key);
+                let Table { map, log, .. } = t;
+                let slot = map.get_mut(key).expect("placed");
+                touch(log, slot);
+                seq = slot.seq;
+                return &mut slot.state;
+            }
             let Table {
                 map, order, log, ..
             } = t;
@@ -449,6 +500,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&K, &mut S) -> R,
     ) -> Option<R> {
         let mut t = self.map.borrow_mut();
+        t.settle_now();
         let (key, slot, log) = t.at_mut(seq)?;
         touch(log, slot);
         Some(f(key, &mut slot.state))
@@ -459,6 +511,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// pre-image.
     pub(crate) fn remove_at(&mut self, seq: u32) -> bool {
         let mut t = self.map.borrow_mut();
+        t.settle_now();
         let Some((key, slot, log)) = t.at_mut(seq) else {
             return false;
         };
@@ -478,6 +531,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// many removals.
     pub(crate) fn compact(&mut self) -> Option<Vec<u32>> {
         let mut t = self.map.borrow_mut();
+        t.settle_now();
         if t.dead < 64 || 2 * t.dead < t.order.len() || !t.log.freezes.is_empty() {
             return None;
         }
@@ -487,7 +541,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// Places in the insertion order, live or dead: the range of key
     /// numbers.
     pub(crate) fn places(&self) -> usize {
-        self.map.borrow().order.len()
+        self.map.borrow().place_count()
     }
 
     /// Writes the state of key number `seq` with `f` if `check`, reading
@@ -501,6 +555,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&mut S) -> bool,
     ) -> Option<bool> {
         let mut t = self.map.borrow_mut();
+        t.settle_now();
         let (_, slot, log) = t.at_mut(seq)?;
         if !check(&slot.state) {
             return Some(false);
@@ -512,6 +567,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// Calls `f` with every key's insertion number and state, in insertion
     /// order, without marking anything written (`f` only reads).
     pub(crate) fn for_each_numbered(&self, mut f: impl FnMut(u32, &S)) {
+        self.map.borrow_mut().settle_now();
         let t = self.map.borrow();
         for i in 0..t.order.len() {
             if let Some(slot) = t.live_slot(i) {
@@ -523,6 +579,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// Calls `f` with every key and its state, in insertion order.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut S)) {
         let mut t = self.map.borrow_mut();
+        t.settle_now();
         let Table {
             map, order, log, ..
         } = &mut *t;
@@ -537,16 +594,29 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
 
 impl<K, S> KeyedState<K, S> {
     /// The state of `key`, if it has one.
+    ///
+    /// # Panics
+    ///
+    /// For a lazily restored state whose checkpoint cannot be read (see
+    /// [`KeyedState::prefetch`], which returns that error).
     pub fn get(&self, key: &K) -> Option<Ref<'_, S>>
     where
-        K: Hash + Eq,
+        K: Hash + Eq + Clone,
     {
+        {
+            let mut t = self.map.borrow_mut();
+            if t.lazy.is_some() {
+                if let Err(e) = t.take_ahead(key) {
+                    panic!("a lazily restored keyed state could not read its checkpoint: {e}");
+                }
+            }
+        }
         Ref::filter_map(self.map.borrow(), |t| t.map.get(key).map(|s| &s.state)).ok()
     }
 
     /// Number of keys with state.
     pub fn len(&self) -> usize {
-        self.map.borrow().map.len()
+        self.map.borrow().live()
     }
 
     /// Whether no key has state.
@@ -559,6 +629,10 @@ impl<K, S> KeyedState<K, S> {
     /// pre-image for it.
     fn freeze(&self) -> Frozen<K, S> {
         let mut t = self.map.borrow_mut();
+        assert!(
+            t.lazy.is_none(),
+            "a lazily restored keyed state frozen before its base was read (an engine bug)"
+        );
         if t.next_epoch == u32::MAX && t.log.freezes.is_empty() {
             // Once in 4 G freezes: numbering starts again, and no delta
             // can start from a freeze numbered before.

@@ -3,11 +3,18 @@
 //! chain a restore reads, and a standby's copy brought forward by a
 //! point (see the [module docs](super) for the layout).
 
-use rkyv::{api::high::HighDeserializer, rancor, Archive, Archived, Deserialize, Serialize};
+use rkyv::{
+    api::high::{HighDeserializer, HighValidator},
+    bytecheck::CheckBytes,
+    collections::util::Entry,
+    rancor, Archive, Archived, Deserialize, Serialize,
+};
 use std::hash::Hash;
+use std::sync::Arc;
 
+use super::lazy::LazyTable;
 use super::{delta, ArchivedKeyedState, KeyedState, Slot, Table};
-use crate::checkpoint::{self, CheckpointError, SnapshotBytes, StateCapture};
+use crate::checkpoint::{self, CheckpointError, LazySnapshot, SnapshotBytes, StateCapture};
 
 impl<K: Archive, S: Archive> KeyedState<K, S> {
     /// Archives every key and its state into a snapshot payload (entries in
@@ -62,6 +69,20 @@ pub trait StateSnapshot: Sized + 'static {
         *self = Self::restore(payload)?;
         Ok(())
     }
+    /// As [`restore_chain`](Self::restore_chain) with the chain's whole
+    /// archive read lazily from `base` (a file with a key index) and the
+    /// deltas after it in `deltas`. The default reads `base` whole.
+    fn restore_lazy(
+        base: Arc<LazySnapshot>,
+        deltas: &[&[u8]],
+        from: Option<u64>,
+    ) -> Result<Self, CheckpointError> {
+        base.verify_all()?;
+        let mut links = Vec::with_capacity(deltas.len() + 1);
+        links.push(base.payload_unverified());
+        links.extend_from_slice(deltas);
+        Self::restore_chain(&links, from)
+    }
     /// Rebuilds the state from a chain: a whole archive, then the deltas
     /// after it, oldest first, as checkpoint `from` holds them (`None`:
     /// not a checkpoint's). The default takes a chain of one.
@@ -87,18 +108,25 @@ where
     <Self as Archive>::Archived: Deserialize<Self, HighDeserializer<rancor::Error>>
         + rkyv::Portable
         + for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, rancor::Error>>,
+    <Self as Archive>::Archived: super::index::Entries<K, S>,
+    Entry<Archived<K>, Archived<S>>: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>,
+    Archived<K>: Deserialize<K, HighDeserializer<rancor::Error>>,
+    Archived<S>: Deserialize<S, HighDeserializer<rancor::Error>>,
 {
     fn snapshot(&self) -> Result<SnapshotBytes, CheckpointError> {
+        self.settle()?;
         self.to_snapshot_bytes()
     }
 
     fn capture(&self) -> Result<StateCapture, CheckpointError> {
-        Ok(StateCapture::Steps(Box::new(super::archive::Steps::new(
-            self.freeze(),
-        ))))
+        self.settle()?;
+        Ok(StateCapture::Steps(Box::new(
+            super::archive::Steps::new(self.freeze()).with_indexer(super::index::build::<K, S>),
+        )))
     }
 
     fn capture_for(&self, how: delta::CaptureFor) -> Result<StateCapture, CheckpointError> {
+        self.settle()?;
         if how.checkpoint == 0 {
             return self.capture();
         }
@@ -132,9 +160,9 @@ where
             // Deltas of this kind start from this capture or a later one.
             t.log.journal.retire(how.checkpoint, how.checkpoint);
             drop(t);
-            return Ok(StateCapture::Steps(Box::new(super::archive::Steps::new(
-                frozen,
-            ))));
+            return Ok(StateCapture::Steps(Box::new(
+                super::archive::Steps::new(frozen).with_indexer(super::index::build::<K, S>),
+            )));
         };
         let Some((places, removed)) = t.log.journal.between(base.epoch, epoch) else {
             return Err(CheckpointError::Delta(format!(
@@ -195,6 +223,7 @@ where
     }
 
     fn follow(&mut self, payload: &[u8]) -> Result<(), CheckpointError> {
+        self.settle()?;
         if !delta::is_delta(payload) {
             *self = Self::restore(payload)?;
             return Ok(());
@@ -232,10 +261,47 @@ where
         if !deltas.is_empty() {
             state.densify();
         }
+        state.mark_restored(from, chain, !deltas.is_empty());
+        Ok(state)
+    }
+
+    fn restore_lazy(
+        base: Arc<LazySnapshot>,
+        deltas: &[&[u8]],
+        from: Option<u64>,
+    ) -> Result<Self, CheckpointError> {
+        let whole_bytes = base.header().payload_len;
+        let state = Self::over_base(base)?;
+        let mut chain = delta::Chain {
+            deltas: deltas.len() as u32,
+            whole_bytes,
+            whole_entries: state.len() as u64,
+            delta_bytes: 0,
+        };
+        for (i, d) in deltas.iter().enumerate() {
+            let p = delta::parse(d).map_err(|e| {
+                CheckpointError::Delta(format!("link {} of {}: {e}", i + 2, deltas.len() + 1))
+            })?;
+            let removed = Self::restore(p.removed)?;
+            let entries = Self::restore(p.entries)?;
+            state.apply_lazily(&removed, entries)?;
+            chain.delta_bytes += d.len() as u64;
+        }
+        {
+            let t = state.map.borrow();
+            t.archived.set((whole_bytes as usize, t.live()));
+        }
+        state.mark_restored(from, chain, !deltas.is_empty());
+        Ok(state)
+    }
+}
+
+impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
+    /// After a restore of checkpoint `from` (if a checkpoint's): a delta
+    /// may apply over it, the state being that checkpoint's, as freeze 1.
+    fn mark_restored(&self, from: Option<u64>, chain: delta::Chain, delta: bool) {
         if let Some(checkpoint) = from {
-            // A delta may apply over the checkpoint restored: the state is
-            // that checkpoint's, as freeze 1.
-            let mut t = state.map.borrow_mut();
+            let mut t = self.map.borrow_mut();
             t.log.journal.enable();
             t.next_epoch = 2;
             t.log.now = 1;
@@ -244,10 +310,40 @@ where
                 checkpoint,
                 epoch: 1,
                 chain,
-                delta: !deltas.is_empty(),
+                delta,
             });
         }
-        Ok(state)
+    }
+
+    /// [`apply`](Self::apply) over a lazily restored state's base.
+    fn apply_lazily(&self, removed: &Self, entries: Self) -> Result<(), CheckpointError> {
+        let mut t = self.map.borrow_mut();
+        if t.lazy.is_none() {
+            drop(t);
+            self.apply(removed, entries);
+            return Ok(());
+        }
+        let gone = removed.map.borrow();
+        for key in &gone.order {
+            if t.map.remove(key).is_some() {
+                t.dead += 1;
+            } else {
+                t.remove_from_base(key)?;
+            }
+        }
+        let mut e = entries.map.borrow_mut();
+        let Table { map, order, .. } = &mut *e;
+        for key in std::mem::take(order) {
+            let Some(slot) = map.remove(&key) else {
+                continue;
+            };
+            if t.take_ahead(&key)? {
+                t.map.get_mut(&key).expect("taken").state = slot.state;
+            } else {
+                t.place_new(&key, slot.state);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -265,7 +361,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     }
 
     /// Applies a delta's removals, then its entries (see [`delta`]).
-    fn apply(&mut self, removed: &Self, entries: Self) {
+    fn apply(&self, removed: &Self, entries: Self) {
         let mut t = self.map.borrow_mut();
         let gone = removed.map.borrow();
         for key in &gone.order {

@@ -48,6 +48,8 @@ fn real() -> &'static Real {
             created_at_ms: 1_700_000_000_000,
             payload_len: payload.len() as u64,
             payload_checksum: checksum(payload),
+            index_len: 0,
+            version: 1,
         };
         let mut image = vec![0u8; HEADER_BLOCK];
         header.encode(&mut image).expect("encode");

@@ -66,6 +66,9 @@ fn build(input: &mut Input<'_>) -> Vec<u8> {
         created_at_ms: input.u64(),
         payload_len: payload.len() as u64,
         payload_checksum: checksum(&payload),
+        // Version 1 images (still read); version 2 adds the block table.
+        index_len: 0,
+        version: 1,
     };
     let mut image = vec![0u8; HEADER_BLOCK];
     header

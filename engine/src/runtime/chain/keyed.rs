@@ -21,10 +21,16 @@ use std::sync::Arc;
 pub(crate) struct StateCodec<K, S> {
     pub(crate) capture_for: CaptureForFn<K, S>,
     pub(crate) restore_chain: RestoreChainFn<K, S>,
+    pub(crate) restore_lazy: RestoreLazyFn<K, S>,
     pub(crate) follow: FollowFn<K, S>,
 }
 
 type RestoreChainFn<K, S> = fn(&[&[u8]], Option<u64>) -> Result<KeyedState<K, S>, CheckpointError>;
+type RestoreLazyFn<K, S> = fn(
+    Arc<crate::checkpoint::LazySnapshot>,
+    &[&[u8]],
+    Option<u64>,
+) -> Result<KeyedState<K, S>, CheckpointError>;
 type FollowFn<K, S> = fn(&mut KeyedState<K, S>, &[u8]) -> Result<(), CheckpointError>;
 type CaptureForFn<K, S> =
     fn(&KeyedState<K, S>, CaptureFor) -> Result<StateCapture, CheckpointError>;
@@ -37,6 +43,7 @@ where
         StateCodec {
             capture_for: <KeyedState<K, S> as StateSnapshot>::capture_for,
             restore_chain: <KeyedState<K, S> as StateSnapshot>::restore_chain,
+            restore_lazy: <KeyedState<K, S> as StateSnapshot>::restore_lazy,
             follow: <KeyedState<K, S> as StateSnapshot>::follow,
         }
     }
@@ -54,6 +61,8 @@ pub(crate) struct KeyedOp<K, T, O, P: KeyedProcess<K, T, O>> {
     seen: u64,
     emitted: u64,
     finished: bool,
+    name: Arc<str>,
+    instance: usize,
 }
 
 impl<K, T, O, P> KeyedOp<K, T, O, P>
@@ -71,10 +80,35 @@ where
         cx: BuildCx,
     ) -> Self {
         let mut state = KeyedState::default();
-        let finished = cx.restore_chain(|links, from| {
-            state = (codec.restore_chain)(links, from)?;
+        let finished = cx.restore_chain_lazily(|lazy, links, from| {
+            state = match lazy {
+                Some(base) => (codec.restore_lazy)(base, links, from)?,
+                None => (codec.restore_chain)(links, from)?,
+            };
             Ok(())
         });
+        if state.is_lazy() {
+            // The base is read in order between polls (and each record's
+            // key ahead of that, in `collect`).
+            let mut read = state.reader();
+            let ctx = Rc::downgrade(&cx.ctx);
+            let (name, instance) = (cx.info.name.to_string(), cx.info.instance);
+            cx.ctx
+                .background()
+                .push_restore(Box::new(move |n| match read(n) {
+                    Ok(done) => done,
+                    Err(source) => {
+                        if let Some(ctx) = ctx.upgrade() {
+                            ctx.fail(crate::error::JobError::Restore {
+                                operator: name.clone(),
+                                instance,
+                                source,
+                            });
+                        }
+                        true
+                    }
+                }));
+        }
         KeyedOp {
             op,
             key,
@@ -87,7 +121,26 @@ where
             seen: 0,
             emitted: 0,
             finished,
+            name: cx.info.name,
+            instance: cx.info.instance,
         }
+    }
+}
+
+impl<K, T, O, P> KeyedOp<K, T, O, P>
+where
+    K: Hash + Eq + Clone + 'static,
+    P: KeyedProcess<K, T, O>,
+{
+    /// The lazily restored state could not read its checkpoint: the
+    /// attempt fails with that error (the record is not processed).
+    #[cold]
+    fn fail_restore(&self, source: CheckpointError) {
+        self.ctx.fail(crate::error::JobError::Restore {
+            operator: self.name.to_string(),
+            instance: self.instance,
+            source,
+        });
     }
 }
 
@@ -105,6 +158,11 @@ where
             return;
         }
         let key = (self.key)(&rec.value);
+        if let Err(e) = self.state.prefetch(&key) {
+            self.fail_restore(e);
+            self.ctx.leave(prev);
+            return;
+        }
         let mut state = self.state.get_or_default(&key);
         let mut out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op)
             .with_envelope(&rec);
@@ -120,6 +178,10 @@ where
     fn end(&mut self) {
         // No record is being processed in the end-of-stream hooks.
         self.ctx.record.set(None);
+        if let Err(e) = self.state.settle() {
+            self.fail_restore(e);
+            return;
+        }
         if !self.finished {
             let prev = self.ctx.enter(self.slot.op);
             let mut out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op);

@@ -534,7 +534,7 @@ pub(in crate::runtime) fn load_restore_point(
     ids.sort_by_key(|l| std::cmp::Reverse(l.id));
     let mut skipped = Vec::new();
     for l in ids {
-        match l.load().and_then(|m| m.verify().map(|()| m)) {
+        match l.load().and_then(|m| m.verify_whole().map(|()| m)) {
             Ok(m) => return Ok((m, skipped)),
             Err(e) => skipped.push(format!("checkpoint {}: {e}", l.id)),
         }
@@ -598,6 +598,20 @@ pub(super) fn build_restore(
         Ok((node, e.instance as usize))
     };
     for e in &m.files {
+        if r.of_store && e.operator != JOB_META && !e.delta {
+            // A whole keyed archive with a key index, of the job's own
+            // store, is read lazily: a damage found as it is read
+            // condemns the checkpoint, and the next attempt restores an
+            // older one of the store.
+            if let Some(lazy) = m.open_lazy(e)?.filter(|f| f.header().index_len > 0) {
+                let k = locate(e)?;
+                let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
+                slot.position = e.positions.first().map(|p| p.next_seq);
+                lazy.verify_in_background();
+                slot.lazy = Some(lazy);
+                continue;
+            }
+        }
         let file = m.open(e)?;
         if e.operator == JOB_META {
             let list = checkpoint::access::<Vec<(String, u32)>>(file.payload())?;
@@ -616,7 +630,15 @@ pub(super) fn build_restore(
         let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
         slot.position = e.positions.first().map(|p| p.next_seq);
         if file.header().payload_len > 0 {
-            slot.chain = m.open_chain(e)?.into_iter().map(Arc::new).collect();
+            for link in m.open_chain_lazily(e)? {
+                match link {
+                    checkpoint::ChainFile::Eager(f) => slot.chain.push(Arc::new(f)),
+                    checkpoint::ChainFile::Lazy(f) => {
+                        f.verify_in_background();
+                        slot.lazy = Some(f);
+                    }
+                }
+            }
             slot.state = Some(Arc::new(file));
         }
     }
