@@ -1,0 +1,1023 @@
+//! Cold restore of a large keyed state under restart-all: fault → first
+//! output, measured on a job that holds `--state-mb` of keyed state.
+//!
+//! The bar it measures: *a job with 500 MB of keyed state, killed and
+//! restored from its checkpoint (restart-all), cold page cache: fault →
+//! first output ≤ 200 ms.*
+//!
+//! **The job** (built with the public embedding API, as a user would):
+//! one source partition → `key_by(key)` → `process("count")`, a
+//! [`KeyedProcess`] whose per-key state is `(count, sum)` — a
+//! `KeyedState<u64, (u64, u64)>`, about 24 bytes a key archived — → a
+//! sink that checks every output. Every operator runs with parallelism 1,
+//! so one instance of `count` holds the whole state and restores it alone.
+//! The source first emits each key `0..K` once (K = state bytes / 24) as
+//! fast as the job takes them, then *updates*: record `K + j` hits key
+//! `(a·(j mod K) + b) mod K` (an affine permutation: pseudo-random, and
+//! every key once per K updates), paced at `--rate` records a second on a
+//! fixed schedule (the engine's `rate_limit` would pace the inserts too).
+//! Each record emits `(seq, key, count, sum)`.
+//!
+//! **Exact output.** The count and sum of every output follow from its
+//! sequence number alone ([`Plan::expect`]), so the sink checks each one;
+//! it also checks that each attempt's outputs are consecutive, and that the
+//! restarted attempt starts at the restored checkpoint's source position. A
+//! wrong, lost or repeated output fails the run (exit status 1).
+//!
+//! **One run.** Checkpoints go to a fresh scratch directory under `--dir`
+//! every `--checkpoint-interval-ms` (incremental, the engine's default;
+//! `--whole-checkpoints` writes every one whole). Once a checkpoint whose
+//! `count` snapshot covers every key is published (its manifest read from
+//! the store directory), the main thread — with `--cold` — `sync`s and
+//! writes `3` to `/proc/sys/vm/drop_caches`, and only then arms the fault:
+//! the next record `count` takes panics (a probe, the engine's fault
+//! injection seam). Dropping the cache is thus not part of the measured
+//! recovery; the few milliseconds between the drop and the fault are spent
+//! running the job, which reads none of the checkpoint's files. After
+//! `--outputs-after-restart` outputs of the restarted attempt, the source
+//! ends, and the job's `JobReport` gives the restart-all recovery: detect
+//! (fault → the supervisor noticed), restore (detection → every worker
+//! built and restored) and first output (fault → the first record at a
+//! sink after the restart).
+//!
+//! `--runs` runs; the medians of first output and restore are printed
+//! with each run's line. Every flag is checked before any work (the error
+//! names the flag): the state must fit the memory this process may still
+//! take (about 6 times the state: the live hash table, a checkpoint's
+//! archive, the restore's mapping and the restored table) and the free
+//! space of `--dir` (3 times: the checkpoints a chain and retention keep).
+//! Everything is written in `tandem-restore_bench-<pid>-…` under `--dir`
+//! (default the system temp dir), removed at the end of each run — after
+//! an error or a signal too (`SIGINT`/`SIGTERM` cancel the job; exit
+//! 128 + the signal).
+//!
+//! ```text
+//! cargo run -p tandem-bench --release --bin restore -- --state-mb 500 --runs 5 --report restore.json
+//! ```
+
+use std::{
+    fs::OpenOptions,
+    io::Write,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex, OnceLock,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Parser;
+use serde::Serialize;
+use tandem::{
+    checkpoint::{self, FileEntry, Manifest},
+    runtime::probe::{ProbeAction, ProbeFactory, RecordProbe},
+    sys::{fs::human_bytes, scratch::ScratchDir},
+    CheckpointConfig, JobBuilder, JobHandle, JobReport, KeyedProcess, OperatorInfo, Output,
+    PanicOutput, Record, RecoveryKind, RecoveryRecord, RestartStrategy, RuntimeConfig, SeekError,
+    Sink, Source, SourcePoll, TupleId,
+};
+use tandem_bench::cli::interrupted;
+use tandem_bench::{cleanup, errln, outln};
+
+/// The largest state, in MB: one operator instance archives it in one
+/// rkyv payload, which holds at most 2 GiB.
+const MAX_STATE_MB: u64 = 2000;
+/// The most runs: each builds the whole state again.
+const MAX_RUNS: usize = 100;
+/// Archived bytes a key of `KeyedState<u64, (u64, u64)>` takes: the key
+/// and the two counters.
+const ENTRY_BYTES: u64 = 24;
+/// Memory the state takes, as a multiple of its archived bytes: the live
+/// hash table (up to twice its entries and more while it grows), a
+/// checkpoint's archive, the restore's mapping and the restored table.
+const MEMORY_PER_BYTE: u64 = 6;
+/// Disk the checkpoints take, as a multiple of the state: a chain reads at
+/// most about twice the state, and retention keeps the sets it reads.
+const DISK_PER_BYTE: u64 = 3;
+/// The bar this binary measures against: fault → first output.
+const BAR_MS: f64 = 200.0;
+/// The keyed operator's name (the probe's target, the manifest's entry).
+const KEYED: &str = "count";
+/// How often the main thread looks at the job and the store.
+const POLL: Duration = Duration::from_millis(2);
+/// Longest wait for the armed fault to fire (the keyed operator takes a
+/// record at least every 1/`--rate` seconds).
+const FIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait, after the fault, for the restarted attempt's outputs.
+const RESTART_TIMEOUT: Duration = Duration::from_secs(600);
+/// Where the page cache is dropped.
+const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
+
+/// Restart-all recovery of a large keyed state from a cold page cache:
+/// fault → first output, restore time, checkpoint size.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Keyed state in MB (10^6 bytes, 24 bytes a key), 1 to 2000, within
+    /// the memory this process may still take (about 6 times the state)
+    /// and the free space of --dir (3 times).
+    #[arg(long, default_value_t = 500)]
+    state_mb: u64,
+    /// Runs, 1 to 100; the medians are reported.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Directory to write the checkpoints in (default: the system temp
+    /// dir): in a fresh subdirectory, removed at the end of each run.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Time between two checkpoints' starts, in ms (10 to 600000).
+    #[arg(long, default_value_t = 2000)]
+    checkpoint_interval_ms: u64,
+    /// Write every checkpoint whole (default: incremental, the engine's
+    /// default: deltas over the last whole archive).
+    #[arg(long)]
+    whole_checkpoints: bool,
+    /// Drop the page cache (sync, then 3 > /proc/sys/vm/drop_caches)
+    /// right before the fault, so that the restore reads the checkpoint
+    /// from disk: `true`, `false`, or by default `true` exactly when that
+    /// file is writable (root). `--cold` alone is `--cold true`: an error
+    /// if the file is not writable.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    cold: Option<bool>,
+    /// Update records a second after the inserts (100 to 1000000): modest,
+    /// so that the job does not race ahead of the measurement.
+    #[arg(long, default_value_t = 20_000)]
+    rate: u64,
+    /// Outputs of the restarted attempt beyond those it replays (the
+    /// records after the restored checkpoint that the failed attempt had
+    /// output) to check before the source ends (1 to 10000000).
+    #[arg(long, default_value_t = 5_000)]
+    outputs_after_restart: u64,
+    /// A worker without a heartbeat for this long has stalled, in ms
+    /// (1 to 600000). Above the engine's default (100 ms): a poll of the
+    /// job's one task takes longer with a large state (134 ms seen at 100
+    /// MB as the inserts end), and a stall's restart would spoil the run.
+    /// The injected panic is detected at once, whatever this is.
+    #[arg(long, default_value_t = 2000)]
+    heartbeat_timeout_ms: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+/// The checked flags: where to write, whether to drop the cache.
+struct Setup {
+    base: PathBuf,
+    cold: bool,
+    keys: u64,
+}
+
+fn main() -> ExitCode {
+    // The injected fault is a panic: with `RUST_BACKTRACE` set, the engine
+    // captures its backtrace and a thread of its own resolves the symbols,
+    // reading the binary's debug info while the restore runs — from disk,
+    // right after the page cache was dropped. The fault's backtrace says
+    // nothing (it is this binary's probe), so it is not captured unless
+    // `RUST_LIB_BACKTRACE` asks for it. Set before any thread starts.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+    tandem_bench::cli::main(1, || {
+        let args: Args = tandem_bench::cli::parse();
+        let setup = check_args(&args)?;
+        real_main(&args, &setup)?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Checks every flag before any work starts (the error names the flag).
+fn check_args(args: &Args) -> Result<Setup> {
+    ensure!(
+        (1..=MAX_STATE_MB).contains(&args.state_mb),
+        "--state-mb {}: 1 to {MAX_STATE_MB} (one operator instance archives the state in one payload of at most 2 GiB)",
+        args.state_mb
+    );
+    ensure!(
+        (1..=MAX_RUNS).contains(&args.runs),
+        "--runs {}: 1 to {MAX_RUNS}",
+        args.runs
+    );
+    ensure!(
+        (10..=600_000).contains(&args.checkpoint_interval_ms),
+        "--checkpoint-interval-ms {}: 10 to 600000",
+        args.checkpoint_interval_ms
+    );
+    ensure!(
+        (100..=1_000_000).contains(&args.rate),
+        "--rate {}: 100 to 1000000 records a second",
+        args.rate
+    );
+    ensure!(
+        (1..=10_000_000).contains(&args.outputs_after_restart),
+        "--outputs-after-restart {}: 1 to 10000000",
+        args.outputs_after_restart
+    );
+    ensure!(
+        (1..=600_000).contains(&args.heartbeat_timeout_ms),
+        "--heartbeat-timeout-ms {}: 1 to 600000",
+        args.heartbeat_timeout_ms
+    );
+    let base = match &args.dir {
+        Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
+        Some(d) => d.clone(),
+        None => std::env::temp_dir(),
+    };
+    // At most 2·10^9 bytes: no overflow below.
+    let bytes = args.state_mb * 1_000_000;
+    if let Some(free) = tandem::sys::limits::available_memory() {
+        ensure!(
+            bytes * MEMORY_PER_BYTE <= free,
+            "--state-mb {}: a keyed state of {} MB takes about {} of memory, more than the {} this process may still take",
+            args.state_mb,
+            args.state_mb,
+            human_bytes(bytes * MEMORY_PER_BYTE),
+            human_bytes(free)
+        );
+    }
+    tandem_bench::paths::check_free(
+        &format!("--state-mb {}", args.state_mb),
+        bytes * DISK_PER_BYTE,
+        &base,
+        args.dir.is_some(),
+    )?;
+    let writable = drop_caches_writable();
+    let cold = match (args.cold, &writable) {
+        (Some(true), Err(why)) => bail!(
+            "--cold: cannot drop the page cache: {DROP_CACHES} is not writable ({why}); \
+             run as root, or pass --cold false"
+        ),
+        (Some(c), _) => c,
+        (None, w) => w.is_ok(),
+    };
+    if let Some(r) = &args.report {
+        tandem_bench::paths::output_file("--report", r)?;
+    }
+    Ok(Setup {
+        base,
+        cold,
+        keys: bytes / ENTRY_BYTES,
+    })
+}
+
+/// Whether this process may write `/proc/sys/vm/drop_caches` (opened for
+/// writing, nothing written).
+fn drop_caches_writable() -> std::io::Result<()> {
+    OpenOptions::new().write(true).open(DROP_CACHES).map(drop)
+}
+
+/// One run's figures.
+#[derive(Serialize, Debug, Clone)]
+struct RunResult {
+    run: usize,
+    /// Fault → first record at a sink after the restart.
+    first_output_ms: f64,
+    /// Detection → every worker of the new attempt built and restored.
+    restore_ms: f64,
+    /// Fault → the supervisor noticed.
+    detect_ms: f64,
+    /// Fault → every sink consumed as many records as before the fault.
+    caught_up_ms: Option<f64>,
+    restored_checkpoint: u64,
+    /// Payload bytes of `count`'s snapshot that the restore reads (its
+    /// file and its chain), from the manifest.
+    state_bytes: u64,
+    /// Of those, the last whole archive's.
+    whole_bytes: u64,
+    /// Files the restore of `count` reads (1 + deltas' chain).
+    state_files: usize,
+    /// Those files' sizes on disk.
+    file_bytes: u64,
+    /// Payload bytes of every file of the restored checkpoint.
+    checkpoint_bytes: u64,
+    /// Source records read again after the restart.
+    replayed: u64,
+    /// Keys (one insert each before the updates).
+    keys: u64,
+    /// Outputs checked after the restart.
+    outputs_after_restart: u64,
+    /// Whether the page cache was dropped before the fault.
+    cold: bool,
+    /// `sync` and the drop, in ms (not part of the recovery).
+    sync_ms: f64,
+    drop_ms: f64,
+    /// Start → every key inserted (every insert's output at the sink).
+    insert_s: f64,
+    /// The whole run, start to report.
+    run_s: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    state_mb: u64,
+    keys: u64,
+    runs: usize,
+    cold: bool,
+    checkpoint_interval_ms: u64,
+    incremental: bool,
+    rate: u64,
+    dir: String,
+    /// Medians over the runs.
+    first_output_ms: f64,
+    restore_ms: f64,
+    detect_ms: f64,
+    state_bytes: u64,
+    bar_ms: f64,
+    per_run: Vec<RunResult>,
+}
+
+fn real_main(args: &Args, setup: &Setup) -> Result<()> {
+    // Directories of killed runs (their lock free) go first.
+    tandem::sys::scratch::sweep(&setup.base);
+    outln!(
+        "restore: {} MB of keyed state ({} keys, one `{KEYED}` instance holds it all), checkpoints every {} ms ({}), updates at {} records/s; cold page cache: {}",
+        args.state_mb,
+        setup.keys,
+        args.checkpoint_interval_ms,
+        if args.whole_checkpoints { "whole" } else { "incremental" },
+        args.rate,
+        if setup.cold {
+            "yes (sync + drop_caches in the main thread, before the fault is armed: not counted)"
+        } else {
+            "no"
+        }
+    )?;
+    let mut runs = Vec::with_capacity(args.runs);
+    for n in 1..=args.runs {
+        ensure!(!interrupted(), "interrupted");
+        let r = {
+            let scratch = ScratchDir::unique(&setup.base, "restore_bench")
+                .with_context(|| format!("creating a directory in {}", setup.base.display()))?;
+            cleanup::add(scratch.path());
+            let r = one_run(args, setup, n, scratch.path())?;
+            scratch.remove()?;
+            r
+        };
+        outln!(
+            "run {n}: first output {:.1} ms (fault → first output), restore {:.1} ms, detect {:.2} ms, caught up {}; \
+             restored checkpoint {} — `{KEYED}` state {} in {} file{} ({} whole), {} on disk; \
+             {} replayed, {} outputs after the restart checked; inserts {:.1} s, run {:.1} s{}",
+            r.first_output_ms,
+            r.restore_ms,
+            r.detect_ms,
+            r.caught_up_ms.map_or("-".into(), |c| format!("{c:.1} ms")),
+            r.restored_checkpoint,
+            fmt_mb(r.state_bytes),
+            r.state_files,
+            if r.state_files == 1 { "" } else { "s" },
+            fmt_mb(r.whole_bytes),
+            fmt_mb(r.file_bytes),
+            r.replayed,
+            r.outputs_after_restart,
+            r.insert_s,
+            r.run_s,
+            if r.cold {
+                format!(
+                    "; page cache dropped (sync {:.0} ms, drop {:.0} ms)",
+                    r.sync_ms, r.drop_ms
+                )
+            } else {
+                String::new()
+            }
+        )?;
+        runs.push(r);
+    }
+    let med = |f: fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
+    let (first, restore, detect) = (
+        med(|r| r.first_output_ms),
+        med(|r| r.restore_ms),
+        med(|r| r.detect_ms),
+    );
+    let state = median(runs.iter().map(|r| r.state_bytes as f64).collect()) as u64;
+    let range = |f: fn(&RunResult) -> f64| {
+        let v: Vec<f64> = runs.iter().map(f).collect();
+        (
+            v.iter().copied().fold(f64::INFINITY, f64::min),
+            v.iter().copied().fold(0.0, f64::max),
+        )
+    };
+    let (fmin, fmax) = range(|r| r.first_output_ms);
+    let (rmin, rmax) = range(|r| r.restore_ms);
+    outln!(
+        "median of {}: first output {first:.1} ms (min {fmin:.1}, max {fmax:.1}), restore {restore:.1} ms (min {rmin:.1}, max {rmax:.1}), detect {detect:.2} ms; \
+         state {} read by the restore; {} page cache; bar: first output ≤ {BAR_MS:.0} ms — {}",
+        args.runs,
+        fmt_mb(state),
+        if setup.cold { "cold" } else { "warm" },
+        if first <= BAR_MS { "met" } else { "missed" }
+    )?;
+    if let Some(path) = &args.report {
+        let report = Report {
+            state_mb: args.state_mb,
+            keys: setup.keys,
+            runs: args.runs,
+            cold: setup.cold,
+            checkpoint_interval_ms: args.checkpoint_interval_ms,
+            incremental: !args.whole_checkpoints,
+            rate: args.rate,
+            dir: setup.base.display().to_string(),
+            first_output_ms: first,
+            restore_ms: restore,
+            detect_ms: detect,
+            state_bytes: state,
+            bar_ms: BAR_MS,
+            per_run: runs,
+        };
+        tandem_bench::report::write_json("--report", path, &report)?;
+    }
+    Ok(())
+}
+
+/// The records of a run, and the output each one must produce.
+///
+/// Record `seq < keys` inserts key `seq`; record `keys + j` updates key
+/// `(mul·r + add) mod keys` with `r = j mod keys` — `mul` is coprime to
+/// `keys`, so each pass of `keys` updates hits every key once.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    keys: u64,
+    mul: u64,
+    add: u64,
+}
+
+impl Plan {
+    fn new(keys: u64) -> Self {
+        fn gcd(a: u64, b: u64) -> u64 {
+            if b == 0 {
+                a
+            } else {
+                gcd(b, a % b)
+            }
+        }
+        let mut mul = 0x9E37_79B9_7F4A_7C15 % keys;
+        while gcd(mul, keys) != 1 {
+            mul = (mul + 1) % keys;
+        }
+        Plan {
+            keys,
+            mul,
+            add: 0x2545_F491_4F6C_DD1D % keys,
+        }
+    }
+
+    /// The key of record `seq`.
+    fn key(&self, seq: u64) -> u64 {
+        if seq < self.keys {
+            return seq;
+        }
+        let r = (seq - self.keys) % self.keys;
+        ((u128::from(self.mul) * u128::from(r) + u128::from(self.add)) % u128::from(self.keys))
+            as u64
+    }
+
+    /// The output of record `seq`: its key, the key's count and the sum of
+    /// the key's records' sequence numbers so far (wrapping).
+    fn expect(&self, seq: u64) -> (u64, u64, u64) {
+        let key = self.key(seq);
+        if seq < self.keys {
+            return (key, 1, seq);
+        }
+        // Update j = pass·keys + r: the key's updates so far are those of
+        // passes 0..=pass at offset r, sequence numbers keys·(p+1) + r.
+        let j = seq - self.keys;
+        let (pass, r) = (j / self.keys, j % self.keys);
+        let n = pass + 1;
+        let sum = key
+            .wrapping_add(n.wrapping_mul(self.keys.wrapping_add(r)))
+            .wrapping_add(self.keys.wrapping_mul(pass.wrapping_mul(n) / 2));
+        (key, 1 + n, sum)
+    }
+}
+
+/// The source's one partition (see the module docs): the inserts as fast
+/// as the job takes them, then the updates on a fixed schedule that
+/// starts with the first update and is shared by every attempt, so that a
+/// restarted attempt replays what it missed at once and then keeps pace.
+/// It ends when `stop` is raised (the same records, in the same order, in
+/// every attempt: only where it stops depends on the run).
+struct Feed {
+    plan: Plan,
+    next: u64,
+    per_record: Duration,
+    updates_from: Arc<OnceLock<Instant>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Source<(u64, u64)> for Feed {
+    fn poll_next(&mut self) -> SourcePoll<(u64, u64)> {
+        if self.next >= self.plan.keys {
+            if self.stop.load(Ordering::Acquire) {
+                return SourcePoll::End;
+            }
+            let from = *self.updates_from.get_or_init(Instant::now);
+            let j = (self.next - self.plan.keys).min(u64::from(u32::MAX)) as u32;
+            if from.elapsed() < self.per_record * j {
+                return SourcePoll::Pending;
+            }
+        }
+        let seq = self.next;
+        self.next += 1;
+        SourcePoll::Ready {
+            value: (seq, self.plan.key(seq)),
+            event_time: seq,
+        }
+    }
+
+    fn seek(&mut self, next_seq: u64) -> Result<(), SeekError> {
+        self.next = next_seq;
+        Ok(())
+    }
+
+    fn seeks_directly(&self) -> bool {
+        true
+    }
+}
+
+/// Per key: (records, sum of their sequence numbers).
+struct Count;
+
+impl KeyedProcess<u64, (u64, u64), (u64, u64, u64, u64)> for Count {
+    type State = (u64, u64);
+
+    fn process(
+        &mut self,
+        key: &u64,
+        s: &mut (u64, u64),
+        rec: Record<(u64, u64)>,
+        out: &mut Output<'_, (u64, u64, u64, u64)>,
+    ) {
+        let seq = rec.value.0;
+        s.0 += 1;
+        s.1 = s.1.wrapping_add(seq);
+        out.emit((seq, *key, s.0, s.1));
+    }
+}
+
+/// What the sink instances of every attempt saw.
+#[derive(Default)]
+struct Seen {
+    /// Outputs of the first attempt.
+    before: AtomicU64,
+    /// Outputs of the attempts after it.
+    after: AtomicU64,
+    /// The first sequence number a restarted attempt's sink received
+    /// (`u64::MAX`: none yet).
+    first_after: AtomicU64,
+    /// Wrong outputs, and what the first was.
+    wrong: AtomicU64,
+    first_wrong: Mutex<Option<String>>,
+}
+
+impl Seen {
+    fn wrong(&self, what: String) {
+        if self.wrong.fetch_add(1, Ordering::AcqRel) == 0 {
+            *self.first_wrong.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
+        }
+    }
+}
+
+/// The sink: checks each output against [`Plan::expect`], and that an
+/// attempt's outputs follow one another.
+struct Check {
+    plan: Plan,
+    attempt: u32,
+    next: Option<u64>,
+    seen: Arc<Seen>,
+}
+
+impl Sink<(u64, u64, u64, u64)> for Check {
+    fn write(&mut self, rec: Record<(u64, u64, u64, u64)>) -> std::io::Result<()> {
+        let (seq, key, count, sum) = rec.value;
+        match self.next {
+            None if self.attempt == 0 && seq != 0 => self.seen.wrong(format!(
+                "attempt 0's first output is of record {seq}, not 0"
+            )),
+            None if self.attempt > 0 => {
+                let _ = self.seen.first_after.compare_exchange(
+                    u64::MAX,
+                    seq,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+            Some(n) if n != seq => self.seen.wrong(format!(
+                "attempt {}: the output of record {seq} came after that of {}",
+                self.attempt,
+                n - 1
+            )),
+            _ => {}
+        }
+        self.next = Some(seq + 1);
+        let want = self.plan.expect(seq);
+        if (key, count, sum) != want {
+            self.seen.wrong(format!(
+                "attempt {}: record {seq} gave key {key} count {count} sum {sum}, \
+                 expected key {} count {} sum {}",
+                self.attempt, want.0, want.1, want.2
+            ));
+        }
+        let n = if self.attempt == 0 {
+            &self.seen.before
+        } else {
+            &self.seen.after
+        };
+        n.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The fault: once armed, the next record of `count` panics.
+struct Fault {
+    armed: Arc<AtomicBool>,
+    fired: Arc<Mutex<Option<TupleId>>>,
+}
+
+impl ProbeFactory for Fault {
+    fn probe(&self, operator: &str, _instance: usize) -> Option<Box<dyn RecordProbe>> {
+        (operator == KEYED).then(|| {
+            Box::new(FaultProbe {
+                armed: Arc::clone(&self.armed),
+                fired: Arc::clone(&self.fired),
+            }) as Box<dyn RecordProbe>
+        })
+    }
+}
+
+struct FaultProbe {
+    armed: Arc<AtomicBool>,
+    fired: Arc<Mutex<Option<TupleId>>>,
+}
+
+impl RecordProbe for FaultProbe {
+    fn before(&mut self, id: TupleId) -> ProbeAction {
+        if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::AcqRel) {
+            *self.fired.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+            return ProbeAction::Panic("restore bench: the injected fault".into());
+        }
+        ProbeAction::Continue
+    }
+}
+
+/// What a published checkpoint holds of `count`: its position and sizes.
+#[derive(Clone, Debug)]
+struct Covered {
+    /// The source position it covers (the source's snapshot holds it:
+    /// the checkpoint is one cut, `count`'s state is at that position).
+    position: u64,
+    /// Payload bytes the restore of `count` reads, and of the last whole
+    /// archive among them; files read, their bytes on disk.
+    restore_bytes: u64,
+    whole_bytes: u64,
+    files: usize,
+    file_bytes: u64,
+    /// Payload bytes of every file of the checkpoint.
+    checkpoint_bytes: u64,
+}
+
+impl Covered {
+    fn of(m: &Manifest) -> Option<Covered> {
+        let e: &FileEntry = m.files.iter().find(|f| f.operator == KEYED)?;
+        let whole_bytes = e.chain.first().map_or(e.payload_len, |l| l.payload_len);
+        Some(Covered {
+            position: m
+                .files
+                .iter()
+                .flat_map(|f| f.positions.iter().map(|p| p.next_seq))
+                .max()
+                .unwrap_or(0),
+            restore_bytes: e.restore_bytes(),
+            whole_bytes,
+            files: 1 + e.chain.len(),
+            file_bytes: e.chain.iter().map(|l| l.file_len).sum::<u64>() + e.file_len,
+            checkpoint_bytes: m.payload_bytes(),
+        })
+    }
+}
+
+/// The checkpoints published in a store directory, read once each.
+struct Store {
+    dir: PathBuf,
+    seen: std::collections::BTreeMap<u64, Covered>,
+}
+
+impl Store {
+    /// Reads the manifests published since the last look. One that
+    /// retention removed meanwhile is passed over.
+    fn look(&mut self) -> Result<()> {
+        let list = match checkpoint::list(&self.dir) {
+            Ok(l) => l,
+            // Not made yet: nothing published.
+            Err(_) if !self.dir.exists() => return Ok(()),
+            Err(e) => return Err(e).context("listing the checkpoints"),
+        };
+        for l in list {
+            if self.seen.contains_key(&l.id) || l.kind != checkpoint::SnapshotKind::Checkpoint {
+                continue;
+            }
+            if let Ok(m) = l.load() {
+                if let Some(c) = Covered::of(&m) {
+                    self.seen.insert(l.id, c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The newest checkpoint that covers every key's insert.
+    fn covering(&self, keys: u64) -> Option<(u64, &Covered)> {
+        self.seen
+            .iter()
+            .rev()
+            .find(|(_, c)| c.position >= keys)
+            .map(|(id, c)| (*id, c))
+    }
+}
+
+/// One run in `dir` (a fresh scratch directory).
+fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult> {
+    let started = Instant::now();
+    let plan = Plan::new(setup.keys);
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Seen {
+        first_after: AtomicU64::new(u64::MAX),
+        ..Seen::default()
+    });
+    let fault = Fault {
+        armed: Arc::new(AtomicBool::new(false)),
+        fired: Arc::default(),
+    };
+    let (armed, fired) = (Arc::clone(&fault.armed), Arc::clone(&fault.fired));
+
+    let job = JobBuilder::new("restore");
+    let (stop2, seen2) = (Arc::clone(&stop), Arc::clone(&seen));
+    let updates_from = Arc::new(OnceLock::new());
+    let per_record = Duration::from_secs_f64(1.0 / args.rate as f64);
+    job.source("feed", move |_: &OperatorInfo| Feed {
+        plan,
+        next: 0,
+        per_record,
+        updates_from: Arc::clone(&updates_from),
+        stop: Arc::clone(&stop2),
+    })
+    .key_by(|r: &(u64, u64)| r.1)
+    .process(KEYED, |_| Count)
+    .parallelism(1)
+    .sink("check", move |info: &OperatorInfo| Check {
+        plan,
+        attempt: info.attempt,
+        next: None,
+        seen: Arc::clone(&seen2),
+    });
+
+    let store_dir = dir.join("checkpoints");
+    let mut cp = CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
+    cp.dir = Some(store_dir.clone());
+    if args.whole_checkpoints {
+        cp.incremental = None;
+    }
+    let cfg = RuntimeConfig::default()
+        .run_dir(dir.join("run"))
+        .checkpoint(cp)
+        .restart(RestartStrategy::FixedDelay {
+            attempts: 3,
+            delay: Duration::ZERO,
+        })
+        .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms))
+        .panic_output(PanicOutput::Deferred)
+        .probes(Arc::new(fault));
+    let handle = job.build()?.start(&cfg)?;
+    let mut store = Store {
+        dir: store_dir,
+        seen: Default::default(),
+    };
+    let mut job = Running {
+        handle: Some(handle),
+    };
+
+    // 1. Every key inserted, then a checkpoint that covers them all (the
+    // next but one after the last insert at the latest).
+    let covering_timeout =
+        Duration::from_millis(args.checkpoint_interval_ms) * 10 + Duration::from_secs(120);
+    let mut insert_s = None;
+    let (covering, covered) = loop {
+        job.check()?;
+        if insert_s.is_none() && seen.before.load(Ordering::Acquire) >= setup.keys {
+            insert_s = Some(started.elapsed().as_secs_f64());
+            errln!(
+                "run {n}: {} keys inserted in {:.1} s; waiting for a checkpoint that covers them",
+                setup.keys,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        store.look()?;
+        if let Some((id, c)) = store.covering(setup.keys) {
+            break (id, c.clone());
+        }
+        if let Some(s) = insert_s {
+            let waited = started.elapsed().as_secs_f64() - s;
+            ensure!(
+                waited < covering_timeout.as_secs_f64(),
+                "run {n}: {waited:.0} s after the last insert, no checkpoint covers every key \
+                 (published: {:?})",
+                store.seen.keys().collect::<Vec<_>>()
+            );
+        }
+        std::thread::sleep(POLL);
+    };
+    let insert_s = insert_s.unwrap_or(started.elapsed().as_secs_f64());
+
+    // 2. Cold: sync and drop the page cache here, before the fault.
+    let (mut sync_ms, mut drop_ms) = (0.0, 0.0);
+    if setup.cold {
+        let t = Instant::now();
+        // SAFETY: `sync` takes no arguments and cannot fail.
+        unsafe { libc::sync() };
+        sync_ms = ms(t.elapsed());
+        let t = Instant::now();
+        OpenOptions::new()
+            .write(true)
+            .open(DROP_CACHES)
+            .and_then(|mut f| f.write_all(b"3\n"))
+            .with_context(|| format!("--cold: writing 3 to {DROP_CACHES}"))?;
+        drop_ms = ms(t.elapsed());
+    }
+
+    // 3. The fault: the next record of `count` panics.
+    armed.store(true, Ordering::Release);
+    let armed_at = Instant::now();
+    let tuple = loop {
+        job.check()?;
+        if let Some(t) = *fired.lock().unwrap_or_else(|p| p.into_inner()) {
+            break t;
+        }
+        ensure!(
+            armed_at.elapsed() < FIRE_TIMEOUT,
+            "the fault armed {} s ago has not fired: `{KEYED}` takes no records",
+            FIRE_TIMEOUT.as_secs()
+        );
+        std::thread::sleep(POLL);
+    };
+    let newest_at_fault = store.seen.keys().next_back().copied();
+
+    // 4. The restarted attempt's outputs — its replay, then as many new
+    // ones as asked — then the end of input.
+    let fault_at = Instant::now();
+    let done = || {
+        let first = seen.first_after.load(Ordering::Acquire);
+        let replay = seen.before.load(Ordering::Acquire).saturating_sub(first);
+        first != u64::MAX
+            && seen.after.load(Ordering::Acquire) >= replay + args.outputs_after_restart
+    };
+    while !done() {
+        job.check()?;
+        store.look()?;
+        ensure!(
+            fault_at.elapsed() < RESTART_TIMEOUT,
+            "{} s after the fault (on record {tuple}), the restarted job has produced {} outputs, \
+             not yet its replay and {} more",
+            RESTART_TIMEOUT.as_secs(),
+            seen.after.load(Ordering::Acquire),
+            args.outputs_after_restart
+        );
+        std::thread::sleep(POLL);
+    }
+    stop.store(true, Ordering::Release);
+    let report = job.join()?;
+    let run_s = started.elapsed().as_secs_f64();
+
+    // 5. Every output right, one restart-all, from a covering checkpoint.
+    let wrong = seen.wrong.load(Ordering::Acquire);
+    if wrong > 0 {
+        let first = seen
+            .first_wrong
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
+        bail!("run {n}: {wrong} wrong outputs; the first: {first}");
+    }
+    let rec = the_recovery(&report, n)?;
+    let id = rec
+        .restored_checkpoint
+        .with_context(|| format!("run {n}: the restart restored no checkpoint: {rec:?}"))?;
+    let c = match store.seen.get(&id) {
+        Some(c) => c.clone(),
+        None => bail!(
+            "run {n}: the restart restored checkpoint {id}, whose manifest this run never read \
+             (newest read at the fault: {newest_at_fault:?})"
+        ),
+    };
+    ensure!(
+        c.position >= setup.keys && id >= covering,
+        "run {n}: the restart restored checkpoint {id}, which covers records up to {} of {} keys \
+         (checkpoint {covering} covered them all: {covered:?})",
+        c.position,
+        setup.keys
+    );
+    let first_after = seen.first_after.load(Ordering::Acquire);
+    ensure!(
+        first_after == c.position,
+        "run {n}: the restarted job's first output is of record {first_after}, \
+         not of the restored checkpoint's position {}",
+        c.position
+    );
+    let first_output_us = rec.first_output_us.with_context(|| {
+        format!("run {n}: the report has no first output after the restart: {rec:?}")
+    })?;
+    let restore_us = rec
+        .restore_us
+        .with_context(|| format!("run {n}: the report has no restore time: {rec:?}"))?;
+    Ok(RunResult {
+        run: n,
+        first_output_ms: first_output_us as f64 / 1e3,
+        restore_ms: restore_us as f64 / 1e3,
+        detect_ms: rec.detect_us as f64 / 1e3,
+        caught_up_ms: rec.caught_up_us.map(|u| u as f64 / 1e3),
+        restored_checkpoint: id,
+        state_bytes: c.restore_bytes,
+        whole_bytes: c.whole_bytes,
+        state_files: c.files,
+        file_bytes: c.file_bytes,
+        checkpoint_bytes: c.checkpoint_bytes,
+        replayed: rec.replayed_tuples,
+        keys: setup.keys,
+        outputs_after_restart: seen.after.load(Ordering::Acquire),
+        cold: setup.cold,
+        sync_ms,
+        drop_ms,
+        insert_s,
+        run_s,
+    })
+}
+
+/// The run's one recovery, a restart-all; an error for anything else.
+fn the_recovery(report: &JobReport, n: usize) -> Result<&RecoveryRecord> {
+    match report.recovery.as_slice() {
+        [r] if r.kind == RecoveryKind::RestartAll => Ok(r),
+        rs => bail!(
+            "run {n}: expected one restart-all recovery (the injected fault), the report has {}{}: {rs:?}",
+            rs.len(),
+            if rs.iter().any(|r| r.unprovoked) {
+                " (a stall among them: a larger --heartbeat-timeout-ms avoids it)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// The running job: cancelled and joined if the run ends early (an error,
+/// a signal).
+struct Running {
+    handle: Option<JobHandle>,
+}
+
+impl Running {
+    /// An error if the job ended before its time, or a signal came.
+    fn check(&mut self) -> Result<()> {
+        if interrupted() {
+            self.cancel();
+            bail!("interrupted");
+        }
+        if self.handle.as_ref().is_some_and(JobHandle::is_finished) {
+            let h = self.handle.take().expect("checked");
+            return match h.join() {
+                Ok(_) => bail!("the job ended before the measurement was done"),
+                Err(e) => Err(e).context("the job failed"),
+            };
+        }
+        Ok(())
+    }
+
+    fn join(mut self) -> Result<JobReport> {
+        let h = self.handle.take().context("the job was joined already")?;
+        Ok(h.join()?)
+    }
+
+    fn cancel(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.cancel();
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn fmt_mb(b: u64) -> String {
+    format!("{:.1} MB", b as f64 / 1e6)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
