@@ -199,7 +199,7 @@ impl<K: Hash + Eq, S> Table<K, S> {
     /// now (`f` = `None`).
     /// `None`: no such place, or a dead one.
     fn entry_at<'a>(&'a self, i: usize, f: Option<&'a Freeze<S>>) -> Option<(&'a K, &'a S)> {
-        let key = self.order.get(i)?;
+        let key = lazy::key_at(&self.order, &self.lazy, i)?;
         let pre = f.and_then(|f| f.undo.get(i as u32));
         let state = match pre {
             Some(s) => s,
@@ -213,9 +213,13 @@ impl<K: Hash + Eq, S> Table<K, S> {
     #[inline]
     fn at_mut(&mut self, seq: u32) -> Option<SlotAt<'_, K, S>> {
         let Table {
-            map, order, log, ..
+            map,
+            order,
+            log,
+            lazy,
+            ..
         } = self;
-        let key = order.get(seq as usize)?;
+        let key = lazy::key_at(order, lazy, seq as usize)?;
         let slot = map.get_mut(key).filter(|s| s.seq == seq)?;
         Some((key, slot, log))
     }
@@ -225,7 +229,7 @@ impl<K: Hash + Eq, S> Table<K, S> {
     #[inline]
     fn live_slot(&self, i: usize) -> Option<&Slot<S>> {
         self.map
-            .get(self.order.get(i)?)
+            .get(lazy::key_at(&self.order, &self.lazy, i)?)
             .filter(|s| s.seq as usize == i)
     }
 
@@ -246,6 +250,20 @@ impl<K: Hash + Eq + Clone, S> Table<K, S> {
     fn settle_now(&mut self) {
         if self.lazy.is_some() {
             if let Err(e) = self.advance(usize::MAX) {
+                panic!("a lazily restored keyed state could not read its checkpoint: {e}");
+            }
+        }
+    }
+
+    /// Takes place `seq` of a lazily restored table's base into the map
+    /// if it is still only there (for an access by number).
+    ///
+    /// # Panics
+    ///
+    /// As [`settle_now`](Self::settle_now).
+    fn take_place_now(&mut self, seq: u32) {
+        if self.lazy.is_some() {
+            if let Err(e) = self.take_place(seq as usize) {
                 panic!("a lazily restored keyed state could not read its checkpoint: {e}");
             }
         }
@@ -500,7 +518,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&K, &mut S) -> R,
     ) -> Option<R> {
         let mut t = self.map.borrow_mut();
-        t.settle_now();
+        t.take_place_now(seq);
         let (key, slot, log) = t.at_mut(seq)?;
         touch(log, slot);
         Some(f(key, &mut slot.state))
@@ -511,7 +529,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// pre-image.
     pub(crate) fn remove_at(&mut self, seq: u32) -> bool {
         let mut t = self.map.borrow_mut();
-        t.settle_now();
+        t.take_place_now(seq);
         let Some((key, slot, log)) = t.at_mut(seq) else {
             return false;
         };
@@ -531,8 +549,13 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
     /// many removals.
     pub(crate) fn compact(&mut self) -> Option<Vec<u32>> {
         let mut t = self.map.borrow_mut();
-        t.settle_now();
-        if t.dead < 64 || 2 * t.dead < t.order.len() || !t.log.freezes.is_empty() {
+        // Not while a lazily restored state reads its base (its dead
+        // places wait).
+        if t.lazy.is_some()
+            || t.dead < 64
+            || 2 * t.dead < t.order.len()
+            || !t.log.freezes.is_empty()
+        {
             return None;
         }
         Some(t.renumber_densely())
@@ -555,7 +578,7 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         f: impl FnOnce(&mut S) -> bool,
     ) -> Option<bool> {
         let mut t = self.map.borrow_mut();
-        t.settle_now();
+        t.take_place_now(seq);
         let (_, slot, log) = t.at_mut(seq)?;
         if !check(&slot.state) {
             return Some(false);
@@ -627,12 +650,12 @@ impl<K, S> KeyedState<K, S> {
     /// Freezes the state as it is now, in O(1) (see the module docs): until
     /// the returned handle is dropped, the first write to an entry saves its
     /// pre-image for it.
+    ///
+    /// A lazily restored state may be frozen before its base is read
+    /// (the places still only in the base are not entries of the freeze:
+    /// a whole archive settles first, a delta's places are all read).
     fn freeze(&self) -> Frozen<K, S> {
         let mut t = self.map.borrow_mut();
-        assert!(
-            t.lazy.is_none(),
-            "a lazily restored keyed state frozen before its base was read (an engine bug)"
-        );
         if t.next_epoch == u32::MAX && t.log.freezes.is_empty() {
             // Once in 4 G freezes: numbering starts again, and no delta
             // can start from a freeze numbered before.
@@ -643,7 +666,7 @@ impl<K, S> KeyedState<K, S> {
         let epoch = t.next_epoch;
         t.next_epoch = t.next_epoch.saturating_add(1);
         t.log.now = epoch;
-        let (len, live) = (t.order.len(), t.map.len());
+        let (len, live) = (t.place_count(), t.map.len());
         t.log.freezes.push(Freeze {
             epoch,
             len,

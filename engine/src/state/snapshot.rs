@@ -126,7 +126,6 @@ where
     }
 
     fn capture_for(&self, how: delta::CaptureFor) -> Result<StateCapture, CheckpointError> {
-        self.settle()?;
         if how.checkpoint == 0 {
             return self.capture();
         }
@@ -144,6 +143,11 @@ where
                     && (c.delta_bytes as f64) < how.policy.max_delta_ratio * c.whole_bytes as f64
             })
         };
+        if base.is_none() {
+            // A whole archive of a lazily restored state reads the rest
+            // of its base first; a delta's places are all read already.
+            self.settle()?;
+        }
         let frozen = self.freeze();
         let mut t = self.map.borrow_mut();
         let epoch = frozen.epoch;
