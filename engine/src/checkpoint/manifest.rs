@@ -164,17 +164,13 @@ impl Manifest {
         })
     }
 
-    /// As [`open_chain`](Self::open_chain), but the first link — the whole
-    /// archive — is opened for a lazy read when it has a key index
-    /// ([`open_lazy`](Self::open_lazy)).
+    /// As [`open_chain`](Self::open_chain), but a link with a key index
+    /// is opened for a lazy read ([`open_lazy`](Self::open_lazy)).
     pub fn open_chain_lazily(&self, entry: &FileEntry) -> Result<Vec<ChainFile>, CheckpointError> {
-        let mut first = true;
         self.chain_links(entry, |path| {
-            if std::mem::take(&mut first) {
-                if let Some(f) = LazySnapshot::open(path)?.filter(|f| f.header().index_len > 0) {
-                    let h = f.header().clone();
-                    return Ok((ChainFile::Lazy(f), h));
-                }
+            if let Some(f) = LazySnapshot::open(path)?.filter(|f| f.header().index_len > 0) {
+                let h = f.header().clone();
+                return Ok((ChainFile::Lazy(f), h));
             }
             let f = SnapshotFile::open(path)?;
             let h = f.header().clone();
@@ -421,7 +417,7 @@ impl Manifest {
 pub enum ChainFile {
     /// Mapped and verified whole.
     Eager(SnapshotFile),
-    /// A whole keyed archive with a key index, read lazily.
+    /// A keyed archive with a key index, read lazily.
     Lazy(std::sync::Arc<LazySnapshot>),
 }
 

@@ -97,10 +97,10 @@ pub(crate) struct InstanceRestore {
     /// For an incremental snapshot: the files a restore reads before
     /// `state`, oldest first (the last whole one, then deltas).
     pub(crate) chain: Vec<Arc<SnapshotFile>>,
-    /// A whole keyed archive with a key index, read lazily: the first link
-    /// of the chain (then `chain` holds the deltas after it), or the
-    /// snapshot itself (then `state` is `None`).
-    pub(crate) lazy: Option<Arc<crate::checkpoint::LazySnapshot>>,
+    /// A keyed state's chain read lazily (every link has a key index):
+    /// the whole archive, then the deltas after it, the snapshot itself
+    /// last; `state` and `chain` are then empty.
+    pub(crate) lazy: Vec<Arc<crate::checkpoint::LazySnapshot>>,
     /// It had finished.
     pub(crate) finished: bool,
     /// Its next sequence number (sources).

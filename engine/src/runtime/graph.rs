@@ -80,28 +80,29 @@ impl BuildCx {
         &self,
         restore: impl FnOnce(&[&[u8]], Option<u64>) -> Result<(), crate::checkpoint::CheckpointError>,
     ) -> bool {
-        self.restore_chain_lazily(|lazy, links, from| match lazy {
-            None => restore(links, from),
-            Some(f) => {
-                // Read eagerly after all: every block verified first.
-                f.verify_all()?;
-                let mut all = Vec::with_capacity(links.len() + 1);
-                all.push(f.payload_unverified());
-                all.extend_from_slice(links);
-                restore(&all, from)
+        self.restore_chain_lazily(|lazy, links, from| {
+            if lazy.is_empty() {
+                return restore(links, from);
             }
+            // Read eagerly after all: every block verified first.
+            let mut all = Vec::with_capacity(lazy.len());
+            for f in lazy {
+                f.verify_all()?;
+                all.push(f.payload_unverified());
+            }
+            restore(&all, from)
         })
     }
 
     /// As [`restore_chain`](Self::restore_chain) for a state that can
-    /// restore lazily: `restore` gets the chain's whole archive as a
-    /// [`LazySnapshot`](crate::checkpoint::LazySnapshot) when the
-    /// checkpoint has it so (a keyed state's archive with a key index),
-    /// and the rest of the chain as bytes.
+    /// restore lazily: `restore` gets the chain as
+    /// [`LazySnapshot`](crate::checkpoint::LazySnapshot)s when the
+    /// checkpoint has it so (a keyed state's archives with key indexes;
+    /// the bytes are then empty), else as bytes.
     pub(crate) fn restore_chain_lazily(
         &self,
         restore: impl FnOnce(
-            Option<Arc<crate::checkpoint::LazySnapshot>>,
+            &[Arc<crate::checkpoint::LazySnapshot>],
             &[&[u8]],
             Option<u64>,
         ) -> Result<(), crate::checkpoint::CheckpointError>,
@@ -114,7 +115,7 @@ impl BuildCx {
             })
         };
         if let Some(state) = &self.standby_state {
-            if let Err(e) = restore(None, &[state], None) {
+            if let Err(e) = restore(&[], &[state], None) {
                 fail(e);
             }
             return self.restore.as_ref().is_some_and(|r| r.finished);
@@ -125,7 +126,7 @@ impl BuildCx {
         let Some(r) = &self.restore else {
             return false;
         };
-        if r.state.is_some() || r.lazy.is_some() {
+        if r.state.is_some() || !r.lazy.is_empty() {
             let mut links: Vec<&[u8]> = r.chain.iter().map(|f| f.payload()).collect();
             links.extend(r.state.iter().map(|f| f.payload()));
             let from = self
@@ -135,7 +136,7 @@ impl BuildCx {
                 .as_ref()
                 .filter(|x| x.of_store)
                 .map(|x| x.checkpoint);
-            if let Err(e) = restore(r.lazy.clone(), &links, from) {
+            if let Err(e) = restore(&r.lazy, &links, from) {
                 fail(e);
             }
         }

@@ -140,12 +140,10 @@ impl<K: Archive, S: Archive> Steps<K, S> {
         }
     }
 
-    /// A whole archive whose checkpoint file gets a key index built by
+    /// An archive whose checkpoint file gets a key index built by
     /// `indexer` (see `super::index`).
     pub(crate) fn with_indexer(mut self, indexer: crate::checkpoint::format::Indexer) -> Self {
-        if self.places.is_none() {
-            self.indexer = Some(indexer);
-        }
+        self.indexer = Some(indexer);
         self
     }
 

@@ -225,7 +225,37 @@ where
     Archived<super::KeyedState<K, S>>:
         rkyv::Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>> + Entries<K, S>,
 {
-    let archived = checkpoint::access::<super::KeyedState<K, S>>(payload)?;
+    build_over::<K, S>(payload, 0)
+}
+
+/// Builds the index of a delta's entries (`payload`: the whole delta, see
+/// [`super::delta`]); the places are the entries' order in the delta.
+pub(crate) fn build_delta<K, S>(payload: &[u8]) -> Result<Vec<u8>, CheckpointError>
+where
+    K: Archive + Hash,
+    S: Archive,
+    Archived<K>: Deserialize<K, HighDeserializer<rancor::Error>>,
+    super::KeyedState<K, S>: Archive,
+    Archived<super::KeyedState<K, S>>:
+        rkyv::Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>> + Entries<K, S>,
+{
+    let p = super::delta::parse(payload)?;
+    let at = p.entries.as_ptr() as usize - payload.as_ptr() as usize;
+    build_over::<K, S>(payload, at)
+}
+
+/// The index of the keyed archive at `payload[at..]`, its array's offset
+/// given from the start of `payload`.
+fn build_over<K, S>(payload: &[u8], at: usize) -> Result<Vec<u8>, CheckpointError>
+where
+    K: Archive + Hash,
+    S: Archive,
+    Archived<K>: Deserialize<K, HighDeserializer<rancor::Error>>,
+    super::KeyedState<K, S>: Archive,
+    Archived<super::KeyedState<K, S>>:
+        rkyv::Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>> + Entries<K, S>,
+{
+    let archived = checkpoint::access::<super::KeyedState<K, S>>(&payload[at..])?;
     let entries = archived.entries();
     let n = entries.len();
     let entry = std::mem::size_of::<Entry<Archived<K>, Archived<S>>>() as u64;

@@ -48,7 +48,7 @@ use rkyv::{
     validation::{archive::ArchiveValidator, shared::SharedValidator, Validator},
     Archive, Archived, Deserialize,
 };
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -117,13 +117,6 @@ where
             source,
         })
     }
-
-    /// The key of entry `p`.
-    fn key(&self, p: usize) -> Result<K, CheckpointError> {
-        let e = self.entry(p)?;
-        rkyv::deserialize::<K, rancor::Error>(&e.key)
-            .map_err(|source| CheckpointError::Deserialize { source })
-    }
 }
 
 /// Reading a base, for a table whose own bounds know nothing of rkyv.
@@ -132,6 +125,8 @@ pub(crate) trait BaseRead<K, S> {
     fn len(&self) -> usize;
     /// Entry `p`, decoded.
     fn read(&self, p: usize) -> Result<(K, S), CheckpointError>;
+    /// The key of entry `p`.
+    fn key(&self, p: usize) -> Result<K, CheckpointError>;
     /// The place of `key` in the base, if it has one.
     fn find(&self, key: &K) -> Result<Option<usize>, CheckpointError>;
     /// An error naming the file: `why` is wrong with its index.
@@ -157,6 +152,12 @@ where
         let state = rkyv::deserialize::<S, rancor::Error>(&e.value)
             .map_err(|source| CheckpointError::Deserialize { source })?;
         Ok((key, state))
+    }
+
+    fn key(&self, p: usize) -> Result<K, CheckpointError> {
+        let e = self.entry(p)?;
+        rkyv::deserialize::<K, rancor::Error>(&e.key)
+            .map_err(|source| CheckpointError::Deserialize { source })
     }
 
     fn find(&self, key: &K) -> Result<Option<usize>, CheckpointError> {
@@ -191,43 +192,158 @@ where
     }
 }
 
-/// A table still reading its base (see the module docs).
+/// One link of a lazily read chain: the whole archive, or a delta's
+/// entries and the keys it removed (before them).
+pub(crate) struct Layer<K, S> {
+    entries: Box<dyn BaseRead<K, S>>,
+    removed: FxHashSet<K>,
+    /// Place of its first entry.
+    at: usize,
+}
+
+/// The keys the deltas of a chain name (removed or written), gathered in
+/// steps before the walk: a key of the whole archive outside it is read
+/// without a look into any delta.
+enum Touched<K> {
+    /// Gathering: the next layer and entry.
+    Gathering(usize, usize, FxHashSet<K>),
+    Done(FxHashSet<K>),
+}
+
+/// A table still reading its chain (see the module docs).
 pub(crate) struct Lazy<K, S> {
-    base: Box<dyn BaseRead<K, S>>,
-    /// Base places below `next` are in the insertion order.
+    layers: Vec<Layer<K, S>>,
+    /// Places the chain spans: every entry of every layer has one (the
+    /// whole archive's first, then each delta's).
+    places: usize,
+    /// The walk: places below it are in the insertion order.
     next: usize,
-    /// Base places at or above `next` taken out of the base ahead of
-    /// `next`, with their keys: materialized (in the map, with the place
-    /// as number) or, since, removed (dead).
+    /// Places at or above `next` decided ahead of the walk that hold a
+    /// key's place in the end (live, or removed since), with the key.
     ahead: FxHashMap<u32, K>,
-    /// Keys placed since the restore, numbered `base.len() + i`.
+    /// Places at or above `next` decided ahead of the walk as dead (a key
+    /// whose place is elsewhere, or that a delta removed).
+    dead: FxHashSet<u32>,
+    /// Keys placed since the restore, numbered `places + i`.
     tail: Vec<K>,
-    /// Base places at or above `next` not taken: live keys still only in
-    /// the base.
-    pending: usize,
+    /// Live keys still only in the chain, when known (a chain of one
+    /// archive: its entries not taken yet).
+    pending: Option<usize>,
+    touched: Touched<K>,
+    /// Called every [`PROGRESS_EVERY`] places read in order: a long read
+    /// (settling a large chain) is work, not a stall.
+    progress: Option<Box<dyn Fn()>>,
+}
+
+/// Places read in order between two calls of the progress hook.
+const PROGRESS_EVERY: usize = 16;
+
+/// Where a key stands in a chain: its final place and which layer's
+/// entry holds its state (`None`: no key, removed by a delta).
+type Final = Option<(usize, usize, usize)>;
+
+impl<K: Hash + Eq + Clone, S> Lazy<K, S> {
+    /// The layer and entry of place `q`.
+    fn locate(&self, q: usize) -> (usize, usize) {
+        let j = self.layers.partition_point(|l| l.at <= q) - 1;
+        (j, q - self.layers[j].at)
+    }
+
+    /// Whether place `q` was decided already (by the walk or ahead of it).
+    fn decided(&self, q: usize) -> bool {
+        q < self.next || self.ahead.contains_key(&(q as u32)) || self.dead.contains(&(q as u32))
+    }
+
+    /// Replays `key`'s history through the chain: every place it has, and
+    /// where it stands in the end. As a restore that applies each delta in
+    /// turn: a removal kills the key's place; an entry writes the state in
+    /// place if the key is there, else places the key anew (at the
+    /// entry's own place).
+    fn history(&self, key: &K) -> Result<(Vec<usize>, Final), CheckpointError> {
+        let untouched = matches!(&self.touched, Touched::Done(t) if !t.contains(key));
+        let mut places = Vec::new();
+        let mut at: Final = None;
+        for (j, layer) in self.layers.iter().enumerate() {
+            if j > 0 && untouched {
+                break;
+            }
+            if layer.removed.contains(key) {
+                at = None;
+            }
+            if let Some(i) = layer.entries.find(key)? {
+                let q = layer.at + i;
+                places.push(q);
+                at = Some(match at {
+                    Some((p, _, _)) => (p, j, i),
+                    None => (q, j, i),
+                });
+            }
+        }
+        Ok((places, at))
+    }
+}
+
+impl<K, S> KeyedState<K, S> {
+    /// Entries of the whole archive a lazily restored state reads (0 for
+    /// another).
+    pub(crate) fn whole_entries(&self) -> usize {
+        let t = self.map.borrow();
+        t.lazy
+            .as_deref()
+            .and_then(|l| l.layers.first())
+            .map_or(0, |l| l.entries.len())
+    }
 }
 
 impl<K, S> Table<K, S> {
-    /// A table over `base`, nothing materialized yet.
-    pub(crate) fn over(base: Box<dyn BaseRead<K, S>>) -> Self {
-        let n = base.len();
+    /// A table over the chain `layers`, nothing read yet.
+    pub(crate) fn over(layers: Vec<Layer<K, S>>) -> Self {
+        let places = layers.last().map_or(0, |l| l.at + l.entries.len());
+        let n = layers.first().map_or(0, |l| l.entries.len());
+        let single = layers.len() == 1;
         Table {
             map: GrowMap::with_capacity(n),
-            order: Vec::with_capacity(n),
+            order: Vec::with_capacity(places),
             lazy: Some(Box::new(Lazy {
-                base,
+                layers,
+                places,
                 next: 0,
                 ahead: FxHashMap::default(),
+                dead: FxHashSet::default(),
                 tail: Vec::new(),
-                pending: n,
+                pending: single.then_some(n),
+                touched: if single {
+                    Touched::Done(FxHashSet::default())
+                } else {
+                    Touched::Gathering(1, 0, FxHashSet::default())
+                },
+                progress: None,
             })),
             ..Table::default()
+        }
+    }
+
+    /// Live keys, with those still only in the chain (`None`: not known
+    /// before the chain is read).
+    pub(crate) fn live_known(&self) -> Option<usize> {
+        match &self.lazy {
+            None => Some(self.map.len()),
+            Some(l) => l.pending.map(|p| self.map.len() + p),
+        }
+    }
+
+    /// Places, live or dead, with the chain's.
+    pub(crate) fn place_count(&self) -> usize {
+        match &self.lazy {
+            Some(l) => l.places + l.tail.len(),
+            None => self.order.len(),
         }
     }
 }
 
 /// The key at place `i` of a table with insertion order `order` and
-/// lazy part `lazy`; `None` for a place still only in the base (or none).
+/// lazy part `lazy`; `None` for a place not decided yet, or a dead one
+/// decided ahead of the walk (or none).
 #[inline]
 pub(crate) fn key_at<'a, K, S>(
     order: &'a [K],
@@ -237,63 +353,54 @@ pub(crate) fn key_at<'a, K, S>(
     match lazy.as_deref() {
         None => order.get(i),
         Some(l) if i < l.next => order.get(i),
-        Some(l) if i < l.base.len() => l.ahead.get(&(i as u32)),
-        Some(l) => l.tail.get(i - l.base.len()),
+        Some(l) if i < l.places => l.ahead.get(&(i as u32)),
+        Some(l) => l.tail.get(i - l.places),
     }
 }
 
-impl<K, S> Table<K, S> {
-    /// Live keys, with those still only in the base.
-    pub(crate) fn live(&self) -> usize {
-        self.map.len() + self.lazy.as_ref().map_or(0, |l| l.pending)
-    }
-
-    /// Places, live or dead, with the base's.
-    pub(crate) fn place_count(&self) -> usize {
-        match &self.lazy {
-            Some(l) => l.base.len() + l.tail.len(),
-            None => self.order.len(),
-        }
-    }
-}
-
-/// The operations on a lazy table, for the key and state types that can
-/// read a base (see [`Base`]).
+/// The operations on a lazy table.
 pub(crate) trait LazyTable<K, S> {
-    /// Takes `key` out of the base into the map if it is there and not
-    /// taken; whether it is in the map now.
+    /// Takes `key` out of the chain into the map if the chain has it and
+    /// it was not taken before; whether it is in the map now.
     fn take_ahead(&mut self, key: &K) -> Result<bool, CheckpointError>;
-    /// Materializes up to `n` more base places in order; whether the base
-    /// is done with (the table is an ordinary one).
+    /// Reads up to `n` more places of the chain in order (first the keys
+    /// the deltas name); whether the chain is done with (the table is an
+    /// ordinary one).
     fn advance(&mut self, n: usize) -> Result<bool, CheckpointError>;
-    /// Places `key` (in neither map nor base) after every place, with
+    /// Places `key` (in neither map nor chain) after every place, with
     /// state `state`.
     fn place_new(&mut self, key: &K, state: S);
-    /// Marks `key`'s place dead, if it is still only in the base (a
-    /// delta's removal); whether it was.
-    fn remove_from_base(&mut self, key: &K) -> Result<bool, CheckpointError>;
-    /// Takes base place `p` into the map if it is still only in the base.
+    /// Takes the key at place `p` into the map if the place is not
+    /// decided yet.
     fn take_place(&mut self, p: usize) -> Result<(), CheckpointError>;
 }
 
-impl<K: Hash + Eq + Clone, S> LazyTable<K, S> for Table<K, S> {
-    fn take_ahead(&mut self, key: &K) -> Result<bool, CheckpointError> {
-        if self.map.get(key).is_some() {
-            return Ok(true);
-        }
+impl<K: Hash + Eq + Clone, S> Table<K, S> {
+    /// Decides every place of `key` from its history; whether it is live
+    /// (then it is in the map at its place). `false` if a place of it was
+    /// decided before (taken, and removed since: a new key now).
+    fn decide(&mut self, key: &K) -> Result<bool, CheckpointError> {
         let Some(l) = self.lazy.as_deref_mut() else {
             return Ok(false);
         };
-        let Some(p) = l.base.find(key)? else {
-            return Ok(false);
-        };
-        if p < l.next || l.ahead.contains_key(&(p as u32)) {
-            // Taken before and removed since: a new key now.
+        let (places, at) = l.history(key)?;
+        if places.iter().any(|&q| l.decided(q)) {
             return Ok(false);
         }
-        let (_, state) = l.base.read(p)?;
-        l.ahead.insert(p as u32, key.clone());
-        l.pending -= 1;
+        for &q in &places {
+            if at.is_some_and(|(p, _, _)| p == q) {
+                l.ahead.insert(q as u32, key.clone());
+            } else {
+                l.dead.insert(q as u32);
+            }
+        }
+        let Some((p, j, i)) = at else {
+            return Ok(false);
+        };
+        let (_, state) = l.layers[j].entries.read(i)?;
+        if let Some(n) = l.pending.as_mut() {
+            *n -= 1;
+        }
         self.map.insert(
             key.clone(),
             Slot {
@@ -304,55 +411,121 @@ impl<K: Hash + Eq + Clone, S> LazyTable<K, S> for Table<K, S> {
         );
         Ok(true)
     }
+}
 
-    fn advance(&mut self, n: usize) -> Result<bool, CheckpointError> {
-        let Table {
-            map, order, lazy, ..
-        } = self;
-        let Some(l) = lazy.as_deref_mut() else {
+impl<K: Hash + Eq + Clone, S> LazyTable<K, S> for Table<K, S> {
+    fn take_ahead(&mut self, key: &K) -> Result<bool, CheckpointError> {
+        if self.map.get(key).is_some() {
             return Ok(true);
-        };
-        let end = l.base.len().min(l.next.saturating_add(n));
-        while l.next < end {
-            let p = l.next;
-            if let Some(key) = l.ahead.remove(&(p as u32)) {
-                order.push(key);
-            } else {
-                let (key, state) = l.base.read(p)?;
-                if let Some(s) = map.get(&key) {
-                    return Err(l.base.broken(format!(
-                        "the key of place {p} was not found through the index (it was placed at {} instead): the index does not match this build's hashing",
-                        s.seq
-                    )));
-                }
-                map.insert(
-                    key.clone(),
-                    Slot {
-                        seq: p as u32,
-                        touched: 0,
-                        state,
-                    },
-                );
-                order.push(key);
-                l.pending -= 1;
-            }
-            l.next += 1;
         }
-        if l.next < l.base.len() {
+        if self.lazy.is_none() {
             return Ok(false);
         }
-        let tail = std::mem::take(&mut l.tail);
-        order.extend(tail);
-        *lazy = None;
-        Ok(true)
+        self.decide(key)
+    }
+
+    fn advance(&mut self, n: usize) -> Result<bool, CheckpointError> {
+        let mut budget = n;
+        // First the keys the deltas name.
+        while budget > 0 {
+            let Some(l) = self.lazy.as_deref_mut() else {
+                return Ok(true);
+            };
+            let Touched::Gathering(j, i, set) = &mut l.touched else {
+                break;
+            };
+            if *j == l.layers.len() {
+                l.touched = Touched::Done(std::mem::take(set));
+                break;
+            }
+            let layer = &l.layers[*j];
+            if *i == 0 {
+                set.extend(layer.removed.iter().cloned());
+            }
+            if *i < layer.entries.len() {
+                set.insert(layer.entries.key(*i)?);
+                *i += 1;
+                budget -= 1;
+            } else {
+                *j += 1;
+                *i = 0;
+            }
+        }
+        while budget > 0 {
+            let Some(l) = self.lazy.as_deref_mut() else {
+                return Ok(true);
+            };
+            if !matches!(l.touched, Touched::Done(_)) {
+                return Ok(false);
+            }
+            if l.next == l.places {
+                let tail = std::mem::take(&mut l.tail);
+                self.order.extend(tail);
+                self.lazy = None;
+                return Ok(true);
+            }
+            let q = l.next;
+            if let Some(key) = l.ahead.remove(&(q as u32)) {
+                self.order.push(key);
+            } else {
+                let (j, i) = l.locate(q);
+                let key = l.layers[j].entries.key(i)?;
+                if !l.dead.remove(&(q as u32)) {
+                    let Touched::Done(touched) = &l.touched else {
+                        unreachable!("gathered above");
+                    };
+                    if j == 0 && !touched.contains(&key) {
+                        // Only the whole archive has it: its place and
+                        // state are the archive's.
+                        let (_, state) = l.layers[0].entries.read(i)?;
+                        if let Some(s) = self.map.get(&key) {
+                            return Err(l.layers[0].entries.broken(format!(
+                                "the key of place {q} was not found through the index (it was placed at {} instead): the index does not match this build's hashing",
+                                s.seq
+                            )));
+                        }
+                        if let Some(n) = l.pending.as_mut() {
+                            *n -= 1;
+                        }
+                        self.map.insert(
+                            key.clone(),
+                            Slot {
+                                seq: q as u32,
+                                touched: 0,
+                                state,
+                            },
+                        );
+                    } else if self.map.get(&key).is_some() {
+                        return Err(l.layers[j].entries.broken(format!(
+                            "the key of place {q} was not found through the index: the index does not match this build's hashing"
+                        )));
+                    } else {
+                        self.decide(&key)?;
+                        let l = self.lazy.as_deref_mut().expect("still lazy");
+                        l.ahead.remove(&(q as u32));
+                        l.dead.remove(&(q as u32));
+                    }
+                }
+                self.order.push(key);
+            }
+            let l = self.lazy.as_deref_mut().expect("still lazy");
+            l.next += 1;
+            budget -= 1;
+            if l.next.is_multiple_of(PROGRESS_EVERY) {
+                if let Some(p) = &l.progress {
+                    p();
+                }
+            }
+        }
+        Ok(self.lazy.is_none())
     }
 
     fn place_new(&mut self, key: &K, state: S) {
         let Some(l) = self.lazy.as_deref_mut() else {
-            unreachable!("placing a new key beside a base that is done with");
+            unreachable!("placing a new key beside a chain that is done with");
         };
         let seq =
-            u32::try_from(l.base.len() + l.tail.len()).expect("at most 2^32 keys per keyed state");
+            u32::try_from(l.places + l.tail.len()).expect("at most 2^32 keys per keyed state");
         l.tail.push(key.clone());
         self.map.insert(
             key.clone(),
@@ -368,51 +541,20 @@ impl<K: Hash + Eq + Clone, S> LazyTable<K, S> for Table<K, S> {
         let Some(l) = self.lazy.as_deref_mut() else {
             return Ok(());
         };
-        if p < l.next || p >= l.base.len() || l.ahead.contains_key(&(p as u32)) {
+        if p >= l.places || l.decided(p) {
             return Ok(());
         }
-        let (key, state) = l.base.read(p)?;
-        if let Some(s) = self.map.get(&key) {
-            return Err(l.base.broken(format!(
-                "the key of place {p} was not found through the index (it was placed at {} instead): the index does not match this build's hashing",
-                s.seq
-            )));
+        let (j, i) = l.locate(p);
+        let key = l.layers[j].entries.key(i)?;
+        if self.map.get(&key).is_none() {
+            self.decide(&key)?;
         }
-        l.ahead.insert(p as u32, key.clone());
-        l.pending -= 1;
-        self.map.insert(
-            key,
-            Slot {
-                seq: p as u32,
-                touched: 0,
-                state,
-            },
-        );
         Ok(())
-    }
-
-    fn remove_from_base(&mut self, key: &K) -> Result<bool, CheckpointError> {
-        let Some(l) = self.lazy.as_deref_mut() else {
-            return Ok(false);
-        };
-        if self.map.get(key).is_some() {
-            return Ok(false);
-        }
-        let Some(p) = l.base.find(key)? else {
-            return Ok(false);
-        };
-        if p < l.next || l.ahead.contains_key(&(p as u32)) {
-            return Ok(false);
-        }
-        l.ahead.insert(p as u32, key.clone());
-        l.pending -= 1;
-        self.dead += 1;
-        Ok(true)
     }
 }
 
 impl<K, S> KeyedState<K, S> {
-    /// Whether the state is still reading its base (restored lazily).
+    /// Whether the state is still reading its chain (restored lazily).
     pub fn is_lazy(&self) -> bool {
         self.map.borrow().lazy.is_some()
     }
@@ -426,21 +568,58 @@ where
     Archived<K>: Deserialize<K, HighDeserializer<rancor::Error>>,
     Archived<S>: Deserialize<S, HighDeserializer<rancor::Error>>,
 {
-    /// A state over the whole archive `file` (with a key index), nothing
-    /// read yet but its index header and the parts before its entries.
-    pub fn over_base(file: Arc<LazySnapshot>) -> Result<Self, CheckpointError> {
-        let base = Base::<K, S>::open(file)?;
+    /// A state over a chain of archives with key indexes (a whole one,
+    /// then the deltas after it, oldest first), nothing read yet but the
+    /// index headers, the deltas' removed keys and the parts before each
+    /// archive's entries. `removed` restores a delta's removed keys.
+    pub(crate) fn over_chain(
+        links: &[Arc<LazySnapshot>],
+        removed: impl Fn(&[u8]) -> Result<Vec<K>, CheckpointError>,
+    ) -> Result<Self, CheckpointError> {
+        let mut layers: Vec<Layer<K, S>> = Vec::with_capacity(links.len());
+        let mut at = 0;
+        for (j, file) in links.iter().enumerate() {
+            let base = Base::<K, S>::open(Arc::clone(file))?;
+            let head = file.payload(0..base.g.array_at as usize)?;
+            let delta = super::delta::is_delta(
+                file.payload(0..16.min(file.header().payload_len as usize))?,
+            );
+            if delta != (j > 0) {
+                return Err(CheckpointError::Delta(format!(
+                    "{}: link {} of {} is {} (a chain is a whole archive, then deltas)",
+                    file.path().display(),
+                    j + 1,
+                    links.len(),
+                    if delta { "a delta" } else { "whole" }
+                )));
+            }
+            let removed = if delta {
+                // The delta's header and removed keys lie before its
+                // entries: verified with them.
+                let p = super::delta::parse(head)?;
+                removed(p.removed)?.into_iter().collect()
+            } else {
+                FxHashSet::default()
+            };
+            let n = base.g.n as usize;
+            layers.push(Layer {
+                entries: Box::new(base),
+                removed,
+                at,
+            });
+            at += n;
+        }
         Ok(KeyedState {
-            map: std::rc::Rc::new(std::cell::RefCell::new(Table::over(Box::new(base)))),
+            map: std::rc::Rc::new(std::cell::RefCell::new(Table::over(layers))),
         })
     }
 }
 
 impl<K: Hash + Eq + Clone, S: Default> KeyedState<K, S> {
-    /// Brings `key`'s state into the table from the base, or places the
+    /// Brings `key`'s state into the table from the chain, or places the
     /// key new there with `S::default()` (a lazily restored state;
-    /// nothing otherwise): `get_or_default` then reads no base. The
-    /// base's errors come here.
+    /// nothing otherwise): `get_or_default` then reads no chain. The
+    /// chain's errors come here.
     #[inline]
     pub fn prefetch(&self, key: &K) -> Result<(), CheckpointError> {
         let mut t = self.map.borrow_mut();
@@ -455,13 +634,21 @@ impl<K: Hash + Eq + Clone, S: Default> KeyedState<K, S> {
 }
 
 impl<K: Hash + Eq + Clone, S> KeyedState<K, S> {
-    /// Materializes up to `n` more places of the base in order; whether
-    /// the base is done with.
+    /// Has `f` called as the chain is read in order (every few places):
+    /// for the owner's liveness, when the rest is read at once.
+    pub fn on_restore_progress(&self, f: Box<dyn Fn()>) {
+        if let Some(l) = self.map.borrow_mut().lazy.as_deref_mut() {
+            l.progress = Some(f);
+        }
+    }
+
+    /// Reads up to `n` more places of the chain in order; whether the
+    /// chain is done with.
     pub fn restore_steps(&self, n: usize) -> Result<bool, CheckpointError> {
         self.map.borrow_mut().advance(n)
     }
 
-    /// Materializes the rest of the base at once.
+    /// Reads the rest of the chain at once.
     pub fn settle(&self) -> Result<(), CheckpointError> {
         self.restore_steps(usize::MAX).map(drop)
     }
@@ -469,7 +656,7 @@ impl<K: Hash + Eq + Clone, S> KeyedState<K, S> {
     /// [`restore_steps`](Self::restore_steps) for whoever drives the
     /// reading between records (the worker's background): it does not
     /// keep the state alive, and skips a turn while the state is in use.
-    /// `Ok(true)` once the base is read or the state gone.
+    /// `Ok(true)` once the chain is read or the state gone.
     pub(crate) fn reader(&self) -> impl FnMut(usize) -> Result<bool, CheckpointError> {
         let table = std::rc::Rc::downgrade(&self.map);
         move |n| {
@@ -593,18 +780,25 @@ mod tests {
             chain.reverse();
             let links: Vec<&[u8]> = chain.iter().map(|&i| done[i].2.payload()).collect();
             let mut eager = S::restore_chain(&links, Some(id)).unwrap();
-            let whole = &done[chain[0]].2;
-            prop_assert!(whole.indexer().is_some(), "a whole archive carries its indexer");
-            let path = write_file("same", done[chain[0]].0, whole);
-            let file = LazySnapshot::open(&path).unwrap().unwrap();
-            let mut lazy = S::restore_lazy(file, &links[1..], Some(id)).unwrap();
-            std::fs::remove_file(&path).unwrap();
-            prop_assert_eq!(lazy.len(), eager.len());
+            let mut files = Vec::new();
+            let mut paths = Vec::new();
+            for &i in &chain {
+                let bytes = &done[i].2;
+                prop_assert!(bytes.indexer().is_some(), "an archive carries its indexer");
+                let path = write_file("same", done[i].0, bytes);
+                files.push(LazySnapshot::open(&path).unwrap().unwrap());
+                paths.push(path);
+            }
+            let mut lazy = S::restore_lazy(&files, Some(id)).unwrap();
+            for p in paths {
+                std::fs::remove_file(p).unwrap();
+            }
+            // (`len` of a chain with deltas reads the chain: compared at
+            // the end.)
             for &(op, key, steps) in &after {
                 apply_op(&mut eager, op, key);
                 apply_op(&mut lazy, op, key);
                 lazy.restore_steps(steps.saturating_sub(1)).unwrap();
-                prop_assert_eq!(lazy.len(), eager.len());
             }
             // Two checkpoints more, the base still being read at the first
             // (a delta needs only what was written: no settling).
@@ -625,6 +819,7 @@ mod tests {
             }
             prop_assert_eq!(listed(&mut lazy), listed(&mut eager));
             prop_assert!(!lazy.is_lazy());
+            prop_assert_eq!(lazy.len(), eager.len());
         }
     }
 
@@ -643,7 +838,7 @@ mod tests {
     fn a_key_is_read_without_reading_the_rest() {
         let (_, path) = whole_file("touch", 50_000);
         let file = LazySnapshot::open(&path).unwrap().unwrap();
-        let s = S::restore_lazy(Arc::clone(&file), &[], None).unwrap();
+        let s = S::restore_lazy(&[Arc::clone(&file)], None).unwrap();
         s.prefetch(&31_337).unwrap();
         assert_eq!(s.get(&31_337).as_deref(), Some(&vec![31_337]));
         assert_eq!(s.len(), 50_000);
@@ -660,7 +855,7 @@ mod tests {
     fn a_damaged_block_is_an_error_naming_the_file_and_condemns_it() {
         let (_, path) = whole_file("damaged", 20_000);
         let file = LazySnapshot::open(&path).unwrap().unwrap();
-        let s = S::restore_lazy(Arc::clone(&file), &[], None).unwrap();
+        let s = S::restore_lazy(&[Arc::clone(&file)], None).unwrap();
         // Flip a byte of an entry in a block not read yet (block 3: the
         // entries span blocks 1 to 6), on disk, under the map.
         let at = crate::checkpoint::format::HEADER_BLOCK as u64 + 3 * 65_536 + 100;
@@ -713,7 +908,7 @@ mod tests {
         };
         std::fs::write(&path, file_image(header, mine.payload(), &index)).unwrap();
         let file = LazySnapshot::open(&path).unwrap().unwrap();
-        let mut s = S::restore_lazy(file, &[], None).unwrap();
+        let mut s = S::restore_lazy(&[file], None).unwrap();
         s.prefetch(&7).unwrap();
         s.get_or_default(&7).push(1);
         let e = s.settle().unwrap_err().to_string();

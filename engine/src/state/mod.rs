@@ -638,12 +638,28 @@ impl<K, S> KeyedState<K, S> {
     }
 
     /// Number of keys with state.
-    pub fn len(&self) -> usize {
-        self.map.borrow().live()
+    ///
+    /// # Panics
+    ///
+    /// For a state restored lazily from a chain with deltas whose
+    /// checkpoint cannot be read (its live keys are known once the chain
+    /// is read; see [`KeyedState::settle`], which returns that error).
+    pub fn len(&self) -> usize
+    where
+        K: Hash + Eq + Clone,
+    {
+        if let Some(n) = self.map.borrow().live_known() {
+            return n;
+        }
+        self.map.borrow_mut().settle_now();
+        self.map.borrow().map.len()
     }
 
     /// Whether no key has state.
-    pub fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool
+    where
+        K: Hash + Eq + Clone,
+    {
         self.len() == 0
     }
 

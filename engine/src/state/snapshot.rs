@@ -12,7 +12,6 @@ use rkyv::{
 use std::hash::Hash;
 use std::sync::Arc;
 
-use super::lazy::LazyTable;
 use super::{delta, ArchivedKeyedState, KeyedState, Slot, Table};
 use crate::checkpoint::{self, CheckpointError, LazySnapshot, SnapshotBytes, StateCapture};
 
@@ -24,7 +23,7 @@ impl<K: Archive, S: Archive> KeyedState<K, S> {
         Self: for<'a> Serialize<checkpoint::format::SnapshotSerializer<'a>>,
     {
         let entry = std::mem::size_of::<rkyv::collections::util::Entry<Archived<K>, Archived<S>>>();
-        checkpoint::serialize(self, 64 + self.len() * entry)
+        checkpoint::serialize(self, 64 + self.map.borrow().map.len() * entry)
     }
 
     /// Rebuilds the state from its archive.
@@ -69,19 +68,19 @@ pub trait StateSnapshot: Sized + 'static {
         *self = Self::restore(payload)?;
         Ok(())
     }
-    /// As [`restore_chain`](Self::restore_chain) with the chain's whole
-    /// archive read lazily from `base` (a file with a key index) and the
-    /// deltas after it in `deltas`. The default reads `base` whole.
+    /// As [`restore_chain`](Self::restore_chain) with the chain read
+    /// lazily from `links` (files with key indexes: the whole archive,
+    /// then the deltas after it). The default reads them whole.
     fn restore_lazy(
-        base: Arc<LazySnapshot>,
-        deltas: &[&[u8]],
+        links: &[Arc<LazySnapshot>],
         from: Option<u64>,
     ) -> Result<Self, CheckpointError> {
-        base.verify_all()?;
-        let mut links = Vec::with_capacity(deltas.len() + 1);
-        links.push(base.payload_unverified());
-        links.extend_from_slice(deltas);
-        Self::restore_chain(&links, from)
+        let mut bytes = Vec::with_capacity(links.len());
+        for l in links {
+            l.verify_all()?;
+            bytes.push(l.payload_unverified());
+        }
+        Self::restore_chain(&bytes, from)
     }
     /// Rebuilds the state from a chain: a whole archive, then the deltas
     /// after it, oldest first, as checkpoint `from` holds them (`None`:
@@ -200,12 +199,10 @@ where
         drop(t);
         let removed = gone.to_snapshot_bytes()?;
         let prefix = delta::prefix(base.checkpoint, removed.payload());
-        Ok(StateCapture::Steps(Box::new(super::archive::Steps::delta(
-            frozen,
-            places,
-            &prefix,
-            base.checkpoint,
-        ))))
+        Ok(StateCapture::Steps(Box::new(
+            super::archive::Steps::delta(frozen, places, &prefix, base.checkpoint)
+                .with_indexer(super::index::build_delta::<K, S>),
+        )))
     }
 
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError> {
@@ -270,32 +267,30 @@ where
     }
 
     fn restore_lazy(
-        base: Arc<LazySnapshot>,
-        deltas: &[&[u8]],
+        links: &[Arc<LazySnapshot>],
         from: Option<u64>,
     ) -> Result<Self, CheckpointError> {
-        let whole_bytes = base.header().payload_len;
-        let state = Self::over_base(base)?;
-        let mut chain = delta::Chain {
-            deltas: deltas.len() as u32,
-            whole_bytes,
-            whole_entries: state.len() as u64,
-            delta_bytes: 0,
+        let Some(whole) = links.first() else {
+            return Err(CheckpointError::Delta("an empty chain".into()));
         };
-        for (i, d) in deltas.iter().enumerate() {
-            let p = delta::parse(d).map_err(|e| {
-                CheckpointError::Delta(format!("link {} of {}: {e}", i + 2, deltas.len() + 1))
-            })?;
-            let removed = Self::restore(p.removed)?;
-            let entries = Self::restore(p.entries)?;
-            state.apply_lazily(&removed, entries)?;
-            chain.delta_bytes += d.len() as u64;
-        }
+        let whole_bytes = whole.header().payload_len;
+        let state = Self::over_chain(links, |removed| {
+            let gone = Self::restore(removed)?;
+            let keys = gone.map.borrow().order.clone();
+            Ok(keys)
+        })?;
+        let chain = delta::Chain {
+            deltas: links.len() as u32 - 1,
+            whole_bytes,
+            whole_entries: state.whole_entries() as u64,
+            delta_bytes: links[1..].iter().map(|l| l.header().payload_len).sum(),
+        };
         {
             let t = state.map.borrow();
-            t.archived.set((whole_bytes as usize, t.live()));
+            let live = t.live_known().unwrap_or(chain.whole_entries as usize);
+            t.archived.set((whole_bytes as usize, live));
         }
-        state.mark_restored(from, chain, !deltas.is_empty());
+        state.mark_restored(from, chain, links.len() > 1);
         Ok(state)
     }
 }
@@ -317,37 +312,6 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
                 delta,
             });
         }
-    }
-
-    /// [`apply`](Self::apply) over a lazily restored state's base.
-    fn apply_lazily(&self, removed: &Self, entries: Self) -> Result<(), CheckpointError> {
-        let mut t = self.map.borrow_mut();
-        if t.lazy.is_none() {
-            drop(t);
-            self.apply(removed, entries);
-            return Ok(());
-        }
-        let gone = removed.map.borrow();
-        for key in &gone.order {
-            if t.map.remove(key).is_some() {
-                t.dead += 1;
-            } else {
-                t.remove_from_base(key)?;
-            }
-        }
-        let mut e = entries.map.borrow_mut();
-        let Table { map, order, .. } = &mut *e;
-        for key in std::mem::take(order) {
-            let Some(slot) = map.remove(&key) else {
-                continue;
-            };
-            if t.take_ahead(&key)? {
-                t.map.get_mut(&key).expect("taken").state = slot.state;
-            } else {
-                t.place_new(&key, slot.state);
-            }
-        }
-        Ok(())
     }
 }
 

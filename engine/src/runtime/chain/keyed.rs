@@ -27,8 +27,7 @@ pub(crate) struct StateCodec<K, S> {
 
 type RestoreChainFn<K, S> = fn(&[&[u8]], Option<u64>) -> Result<KeyedState<K, S>, CheckpointError>;
 type RestoreLazyFn<K, S> = fn(
-    Arc<crate::checkpoint::LazySnapshot>,
-    &[&[u8]],
+    &[Arc<crate::checkpoint::LazySnapshot>],
     Option<u64>,
 ) -> Result<KeyedState<K, S>, CheckpointError>;
 type FollowFn<K, S> = fn(&mut KeyedState<K, S>, &[u8]) -> Result<(), CheckpointError>;
@@ -81,9 +80,10 @@ where
     ) -> Self {
         let mut state = KeyedState::default();
         let finished = cx.restore_chain_lazily(|lazy, links, from| {
-            state = match lazy {
-                Some(base) => (codec.restore_lazy)(base, links, from)?,
-                None => (codec.restore_chain)(links, from)?,
+            state = if lazy.is_empty() {
+                (codec.restore_chain)(links, from)?
+            } else {
+                (codec.restore_lazy)(lazy, from)?
             };
             Ok(())
         });
@@ -92,6 +92,12 @@ where
             // key ahead of that, in `collect`).
             let mut read = state.reader();
             let ctx = Rc::downgrade(&cx.ctx);
+            let tick = ctx.clone();
+            state.on_restore_progress(Box::new(move || {
+                if let Some(c) = tick.upgrade() {
+                    c.tick();
+                }
+            }));
             let (name, instance) = (cx.info.name.to_string(), cx.info.instance);
             cx.ctx
                 .background()

@@ -598,18 +598,31 @@ pub(super) fn build_restore(
         Ok((node, e.instance as usize))
     };
     for e in &m.files {
-        if r.of_store && e.operator != JOB_META && !e.delta {
-            // A whole keyed archive with a key index, of the job's own
-            // store, is read lazily: a damage found as it is read
-            // condemns the checkpoint, and the next attempt restores an
-            // older one of the store.
-            if let Some(lazy) = m.open_lazy(e)?.filter(|f| f.header().index_len > 0) {
-                let k = locate(e)?;
-                let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
-                slot.position = e.positions.first().map(|p| p.next_seq);
-                lazy.verify_in_background();
-                slot.lazy = Some(lazy);
-                continue;
+        if r.of_store && e.operator != JOB_META {
+            // A keyed state's chain whose every link has a key index, of
+            // the job's own store, is read lazily: a damage found as it
+            // is read condemns the checkpoint, and the next attempt
+            // restores an older one of the store.
+            if let Some(head) = m.open_lazy(e)?.filter(|f| f.header().index_len > 0) {
+                let links: Option<Vec<_>> = m
+                    .open_chain_lazily(e)?
+                    .into_iter()
+                    .map(|l| match l {
+                        checkpoint::ChainFile::Lazy(f) => Some(f),
+                        checkpoint::ChainFile::Eager(_) => None,
+                    })
+                    .collect();
+                if let Some(mut links) = links {
+                    links.push(head);
+                    let k = locate(e)?;
+                    let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
+                    slot.position = e.positions.first().map(|p| p.next_seq);
+                    for f in &links {
+                        f.verify_in_background();
+                    }
+                    slot.lazy = links;
+                    continue;
+                }
             }
         }
         let file = m.open(e)?;
@@ -630,15 +643,7 @@ pub(super) fn build_restore(
         let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
         slot.position = e.positions.first().map(|p| p.next_seq);
         if file.header().payload_len > 0 {
-            for link in m.open_chain_lazily(e)? {
-                match link {
-                    checkpoint::ChainFile::Eager(f) => slot.chain.push(Arc::new(f)),
-                    checkpoint::ChainFile::Lazy(f) => {
-                        f.verify_in_background();
-                        slot.lazy = Some(f);
-                    }
-                }
-            }
+            slot.chain = m.open_chain(e)?.into_iter().map(Arc::new).collect();
             slot.state = Some(Arc::new(file));
         }
     }
