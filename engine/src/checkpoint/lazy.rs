@@ -27,10 +27,9 @@ use memmap2::Mmap;
 
 use super::{
     format::{checksum, Layout, SnapshotHeader, CHECK_BLOCK, HEADER_BLOCK},
-    restore::{check_table_bytes, map_lazily},
+    restore::{check_table_bytes, map_lazily, open_file},
     CheckpointError,
 };
-use crate::sys::file::open_regular;
 
 /// A version 2 snapshot file, mapped, whose blocks are verified when read.
 pub struct LazySnapshot {
@@ -52,16 +51,7 @@ impl LazySnapshot {
     /// this process is refused with what was found wrong with it.
     pub fn open(path: impl AsRef<Path>) -> Result<Option<Arc<Self>>, CheckpointError> {
         let path = path.as_ref();
-        let (file, len) = open_regular(path, std::fs::OpenOptions::new().read(true))
-            .map_err(CheckpointError::io(path, "open"))?;
-        if len < HEADER_BLOCK as u64 {
-            return Err(CheckpointError::Length {
-                path: path.to_path_buf(),
-                expected: HEADER_BLOCK as u64,
-                found: len,
-            });
-        }
-        let map = map_lazily(&file, path)?;
+        let map = map_lazily(&open_file(path)?, path)?;
         // Random access: a fault reads its page, not the read-around
         // window (8 MiB on some hosts: milliseconds per key looked up);
         // each block is asked for whole before it is hashed.

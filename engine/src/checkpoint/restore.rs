@@ -45,15 +45,7 @@ impl SnapshotFile {
     /// Maps `path` and verifies header, length and payload checksum.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let path = path.as_ref();
-        let (file, len) = open_regular(path, OpenOptions::new().read(true))
-            .map_err(CheckpointError::io(path, "open"))?;
-        if len < HEADER_BLOCK as u64 {
-            return Err(CheckpointError::Length {
-                path: path.to_path_buf(),
-                expected: HEADER_BLOCK as u64,
-                found: len,
-            });
-        }
+        let file = open_file(path)?;
         // SAFETY: the map is read-only and private to this process. Snapshot
         // files are written once, before their manifest is published, and
         // never modified afterwards; only retention deletes them, which
@@ -202,6 +194,21 @@ impl SnapshotFile {
         // alignment; the caller vouches that they archive a `T`.
         unsafe { rkyv::access_unchecked::<T::Archived>(self.payload()) }
     }
+}
+
+/// Opens the snapshot file at `path` for reading: a regular file at least
+/// a header block long.
+pub(super) fn open_file(path: &Path) -> Result<std::fs::File, CheckpointError> {
+    let (file, len) = open_regular(path, OpenOptions::new().read(true))
+        .map_err(CheckpointError::io(path, "open"))?;
+    if len < HEADER_BLOCK as u64 {
+        return Err(CheckpointError::Length {
+            path: path.to_path_buf(),
+            expected: HEADER_BLOCK as u64,
+            found: len,
+        });
+    }
+    Ok(file)
 }
 
 /// Maps a snapshot file read-only without reading it in: pages are read

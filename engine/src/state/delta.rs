@@ -395,14 +395,15 @@ mod tests {
 }
 
 #[cfg(test)]
-mod chain_tests {
+pub(crate) mod chain_tests {
     use super::*;
     use crate::state::{KeyedState, StateSnapshot};
     use proptest::prelude::*;
 
     type S = KeyedState<u64, Vec<u32>>;
 
-    fn listed(s: &mut S) -> Vec<(u64, Vec<u32>)> {
+    /// Every key and its state, in order.
+    pub(crate) fn listed(s: &mut S) -> Vec<(u64, Vec<u32>)> {
         let mut v = Vec::new();
         s.for_each_mut(|k, st| v.push((*k, st.clone())));
         v

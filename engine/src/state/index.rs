@@ -214,8 +214,11 @@ impl<K: Archive, S: Archive> Entries<K, S> for super::ArchivedKeyedState<K, S> {
     }
 }
 
-/// Builds the index of a whole keyed archive (`payload`): an
+/// Builds the index of a keyed archive (`payload`): an
 /// [`Indexer`](crate::checkpoint::format::Indexer) for `KeyedState<K, S>`.
+/// Of a whole archive, its entries; of a delta ([`super::delta`]), the
+/// entries it writes, in its order (the array's offset is always given
+/// from the start of `payload`).
 pub(crate) fn build<K, S>(payload: &[u8]) -> Result<Vec<u8>, CheckpointError>
 where
     K: Archive + Hash,
@@ -225,36 +228,12 @@ where
     Archived<super::KeyedState<K, S>>:
         rkyv::Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>> + Entries<K, S>,
 {
-    build_over::<K, S>(payload, 0)
-}
-
-/// Builds the index of a delta's entries (`payload`: the whole delta, see
-/// [`super::delta`]); the places are the entries' order in the delta.
-pub(crate) fn build_delta<K, S>(payload: &[u8]) -> Result<Vec<u8>, CheckpointError>
-where
-    K: Archive + Hash,
-    S: Archive,
-    Archived<K>: Deserialize<K, HighDeserializer<rancor::Error>>,
-    super::KeyedState<K, S>: Archive,
-    Archived<super::KeyedState<K, S>>:
-        rkyv::Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>> + Entries<K, S>,
-{
-    let p = super::delta::parse(payload)?;
-    let at = p.entries.as_ptr() as usize - payload.as_ptr() as usize;
-    build_over::<K, S>(payload, at)
-}
-
-/// The index of the keyed archive at `payload[at..]`, its array's offset
-/// given from the start of `payload`.
-fn build_over<K, S>(payload: &[u8], at: usize) -> Result<Vec<u8>, CheckpointError>
-where
-    K: Archive + Hash,
-    S: Archive,
-    Archived<K>: Deserialize<K, HighDeserializer<rancor::Error>>,
-    super::KeyedState<K, S>: Archive,
-    Archived<super::KeyedState<K, S>>:
-        rkyv::Portable + for<'a> CheckBytes<HighValidator<'a, rancor::Error>> + Entries<K, S>,
-{
+    let at = if super::delta::is_delta(payload) {
+        let p = super::delta::parse(payload)?;
+        p.entries.as_ptr() as usize - payload.as_ptr() as usize
+    } else {
+        0
+    };
     let archived = checkpoint::access::<super::KeyedState<K, S>>(&payload[at..])?;
     let entries = archived.entries();
     let n = entries.len();

@@ -676,18 +676,13 @@ mod tests {
     use super::*;
     use crate::checkpoint::format::{file_image, Position, SnapshotHeader, FORMAT_VERSION};
     use crate::checkpoint::SnapshotBytes;
+    use crate::state::delta::chain_tests::listed;
     use crate::state::delta::{CaptureFor, Incremental};
     use crate::state::StateSnapshot;
     use proptest::prelude::*;
     use std::path::PathBuf;
 
     type S = KeyedState<u64, Vec<u32>>;
-
-    fn listed(s: &mut S) -> Vec<(u64, Vec<u32>)> {
-        let mut v = Vec::new();
-        s.for_each_mut(|k, st| v.push((*k, st.clone())));
-        v
-    }
 
     /// `(op, key)`: 0–5 write, 6–7 remove, 8 compact; an even key is
     /// looked up through `prefetch` first, as the engine's keyed operator

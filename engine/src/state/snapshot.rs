@@ -201,7 +201,7 @@ where
         let prefix = delta::prefix(base.checkpoint, removed.payload());
         Ok(StateCapture::Steps(Box::new(
             super::archive::Steps::delta(frozen, places, &prefix, base.checkpoint)
-                .with_indexer(super::index::build_delta::<K, S>),
+                .with_indexer(super::index::build::<K, S>),
         )))
     }
 

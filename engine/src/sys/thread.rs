@@ -116,6 +116,20 @@ fn parse(stat: &str, sched: &str, at: u64) -> Option<ThreadSample> {
     })
 }
 
+/// Puts the calling thread's disk reads in the idle I/O class: a
+/// scheduler that honours classes (mq-deadline, BFQ) serves them only
+/// when nothing else waits (a restore's background verification behind
+/// the restore's own reads). Where it cannot be set, nothing changes.
+pub fn io_priority_idle() {
+    /// `IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT`.
+    const IDLE: libc::c_long = 3 << 13;
+    /// `IOPRIO_WHO_PROCESS`: with id 0, the calling thread.
+    const WHO_THREAD: libc::c_long = 1;
+    // SAFETY: `ioprio_set` takes three integers and touches no memory of
+    // ours; an error (an old kernel, a seccomp filter) is ignored.
+    let _ = unsafe { libc::syscall(libc::SYS_ioprio_set, WHO_THREAD, 0 as libc::c_long, IDLE) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,18 +173,4 @@ mod tests {
             assert_ne!(s.cpu, u32::MAX, "the CPU it runs on is known");
         }
     }
-}
-
-/// Puts the calling thread's disk reads in the idle I/O class: a
-/// scheduler that honours classes (mq-deadline, BFQ) serves them only
-/// when nothing else waits (a restore's background verification behind
-/// the restore's own reads). Where it cannot be set, nothing changes.
-pub fn io_priority_idle() {
-    /// `IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT`.
-    const IDLE: libc::c_long = 3 << 13;
-    /// `IOPRIO_WHO_PROCESS`: with id 0, the calling thread.
-    const WHO_THREAD: libc::c_long = 1;
-    // SAFETY: `ioprio_set` takes three integers and touches no memory of
-    // ours; an error (an old kernel, a seccomp filter) is ignored.
-    let _ = unsafe { libc::syscall(libc::SYS_ioprio_set, WHO_THREAD, 0 as libc::c_long, IDLE) };
 }
