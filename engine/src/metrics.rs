@@ -463,12 +463,14 @@ pub struct CheckpointStats {
     /// Each completed checkpoint's duration, trigger → durable manifest,
     /// in microseconds, in the order they completed.
     pub durations_us: Vec<u64>,
-    /// Payload bytes written.
+    /// Bytes written: payloads and their key indexes (a `key_by`
+    /// operator's archives carry one, ~4 bytes a key: see
+    /// `crate::state`'s lazy restore).
     pub bytes: u64,
-    /// Payload bytes written by the first completed checkpoint.
+    /// Bytes written by the first completed checkpoint.
     pub first_bytes: u64,
-    /// Payload bytes written by every completed checkpoint but the first
-    /// (with incremental checkpoints, mostly deltas).
+    /// Bytes written by every completed checkpoint but the first (with
+    /// incremental checkpoints, mostly deltas).
     pub bytes_after_first: u64,
     /// Payload bytes the newest completed checkpoint's whole archives
     /// hold: the last full materialization of every state it restores.

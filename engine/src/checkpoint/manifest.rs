@@ -46,8 +46,12 @@ pub struct FileEntry {
     pub file_len: u64,
     /// Payload bytes.
     pub payload_len: u64,
-    /// XXH3-64 of the payload.
+    /// XXH3-64 of the payload (version 2: of its block table).
     pub payload_checksum: u64,
+    /// Bytes of the key index after the payload (a keyed state's archive
+    /// that a restore reads lazily; 0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub index_len: u64,
     /// Whether the payload is a delta over the last link of `chain`
     /// ([`crate::state::delta`]); else the whole state.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -57,6 +61,10 @@ pub struct FileEntry {
     /// written by an earlier checkpoint of the same store.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<Link>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A file an incremental snapshot's restore reads before it (see
@@ -227,6 +235,7 @@ impl Manifest {
                 file_len: l.file_len,
                 payload_len: l.payload_len,
                 payload_checksum: l.payload_checksum,
+                index_len: 0,
                 delta: l.delta,
                 chain: Vec::new(),
             };
@@ -262,6 +271,13 @@ impl Manifest {
         self.files
             .iter()
             .fold(0, |a, f| a.saturating_add(f.payload_len))
+    }
+
+    /// Total key index bytes written with the payloads.
+    pub fn index_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .fold(0, |a, f| a.saturating_add(f.index_len))
     }
 
     /// Maps and verifies one of its files (header, length, checksum, and

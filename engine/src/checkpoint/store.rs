@@ -608,6 +608,7 @@ impl IoThread {
             positions: header.positions,
             payload_len: header.payload_len,
             payload_checksum: header.payload_checksum,
+            index_len: header.index_len,
             delta: false,
             chain: Vec::new(),
         };

@@ -757,6 +757,7 @@ mod tests {
             after in proptest::collection::vec((0u8..9, 0u64..260, 0usize..3), 0..120),
         ) {
             let mut s = S::default();
+            s.index_archives();
             let mut done: Vec<(u64, Option<u64>, SnapshotBytes)> = Vec::new();
             for (i, ops) in rounds.iter().enumerate() {
                 for &(op, key) in ops {
@@ -821,6 +822,7 @@ mod tests {
     /// A whole archive of `n` keys `k → [k]` as a checkpoint file.
     fn whole_file(tag: &str, n: u64) -> (S, PathBuf) {
         let mut s = S::default();
+        s.index_archives();
         for k in 0..n {
             s.get_or_default(&k).push(k as u32);
         }
@@ -880,11 +882,13 @@ mod tests {
         // places are not where this one has them.
         let (_, path) = whole_file("index-a", 3_000);
         let mut other = S::default();
+        other.index_archives();
         for k in 0..3_000u64 {
             other.get_or_default(&(k + 1_000_000)).push(0);
         }
         let other = other.capture().unwrap().archive().unwrap();
         let mut mine = S::default();
+        mine.index_archives();
         for k in 0..3_000u64 {
             mine.get_or_default(&k).push(k as u32);
         }

@@ -121,6 +121,9 @@ pub struct Table<K, S> {
     /// A lazily restored table's base, until every place of it is read
     /// ([`lazy`]).
     lazy: Option<Box<lazy::Lazy<K, S>>>,
+    /// Its checkpoint files carry a key index ([`index`]): a restore
+    /// reads it lazily (a `key_by` operator's state).
+    indexed: bool,
 }
 
 /// A key's state, its insertion number, and the newest freeze its
@@ -182,6 +185,7 @@ impl<K, S> Default for Table<K, S> {
             presolved: None,
             archived: std::cell::Cell::new((0, 0)),
             lazy: None,
+            indexed: false,
         }
     }
 }

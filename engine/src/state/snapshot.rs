@@ -120,7 +120,7 @@ where
     fn capture(&self) -> Result<StateCapture, CheckpointError> {
         self.settle()?;
         Ok(StateCapture::Steps(Box::new(
-            super::archive::Steps::new(self.freeze()).with_indexer(super::index::build::<K, S>),
+            self.indexing(super::archive::Steps::new(self.freeze())),
         )))
     }
 
@@ -164,7 +164,7 @@ where
             t.log.journal.retire(how.checkpoint, how.checkpoint);
             drop(t);
             return Ok(StateCapture::Steps(Box::new(
-                super::archive::Steps::new(frozen).with_indexer(super::index::build::<K, S>),
+                self.indexing(super::archive::Steps::new(frozen)),
             )));
         };
         let Some((places, removed)) = t.log.journal.between(base.epoch, epoch) else {
@@ -199,10 +199,9 @@ where
         drop(t);
         let removed = gone.to_snapshot_bytes()?;
         let prefix = delta::prefix(base.checkpoint, removed.payload());
-        Ok(StateCapture::Steps(Box::new(
-            super::archive::Steps::delta(frozen, places, &prefix, base.checkpoint)
-                .with_indexer(super::index::build::<K, S>),
-        )))
+        Ok(StateCapture::Steps(Box::new(self.indexing(
+            super::archive::Steps::delta(frozen, places, &prefix, base.checkpoint),
+        ))))
     }
 
     fn restore(payload: &[u8]) -> Result<Self, CheckpointError> {
@@ -292,6 +291,36 @@ where
         }
         state.mark_restored(from, chain, links.len() > 1);
         Ok(state)
+    }
+}
+
+impl<K, S> KeyedState<K, S>
+where
+    K: Archive + Hash + Eq + Clone + 'static,
+    S: Archive + 'static,
+    KeyedState<K, S>: Archive,
+    Archived<K>: Deserialize<K, HighDeserializer<rancor::Error>>,
+    Archived<KeyedState<K, S>>: rkyv::Portable
+        + for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+        + super::index::Entries<K, S>,
+{
+    /// `steps`, with a key index for its checkpoint file if this state's
+    /// files carry one.
+    fn indexing(&self, steps: super::archive::Steps<K, S>) -> super::archive::Steps<K, S> {
+        if self.map.borrow().indexed {
+            steps.with_indexer(super::index::build::<K, S>)
+        } else {
+            steps
+        }
+    }
+}
+
+impl<K, S> KeyedState<K, S> {
+    /// Has this state's checkpoint files carry a key index, so that a
+    /// restart restores it lazily (a `key_by` operator's state; the
+    /// others restore whole, and an index would only cost bytes).
+    pub(crate) fn index_archives(&self) {
+        self.map.borrow_mut().indexed = true;
     }
 }
 

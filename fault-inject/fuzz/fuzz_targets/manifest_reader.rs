@@ -138,6 +138,9 @@ fn built(real: &Real, input: &mut Input<'_>) -> Vec<u8> {
                 } else {
                     input.u64()
                 },
+                index_len: 0,
+                delta: false,
+                chain: Vec::new(),
             }
         })
         .collect();

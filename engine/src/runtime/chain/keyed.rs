@@ -87,6 +87,7 @@ where
             };
             Ok(())
         });
+        state.index_archives();
         if state.is_lazy() {
             // The base is read in order between polls (and each record's
             // key ahead of that, in `collect`).

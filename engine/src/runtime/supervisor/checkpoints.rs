@@ -535,7 +535,11 @@ impl Coordinator {
         if took > self.interval {
             self.stats.late += 1;
         }
-        let bytes = p.manifest.payload_bytes();
+        // What the checkpoint wrote: the payloads and their key indexes.
+        let bytes = p
+            .manifest
+            .payload_bytes()
+            .saturating_add(p.manifest.index_bytes());
         self.stats.bytes += bytes;
         if self.stats.completed == 1 {
             self.stats.first_bytes = bytes;
