@@ -3,12 +3,13 @@
 //! and no run — refused, finished or failed — leaves a file behind in the
 //! directory it writes in (`TMPDIR` for `standby`, `--dir` for `snapshot`).
 //!
-//! And for `ring`, `standby` and `snapshot` alike: a full standard output
-//! is one error line, not a panic; a `--report` into a missing directory is
-//! refused before any measurement, and a report is written whole, nothing
-//! left beside it; `SIGINT` and `SIGTERM` stop a long run at once with
-//! 128 + the signal, its directory as it was. (Every numeric flag at any
-//! value: `bench_numbers.rs`.)
+//! And for `ring`, `standby`, `snapshot` and `restore` alike: a full
+//! standard output is one error line, not a panic; a `--report` into a
+//! missing directory is refused before any measurement, and a report is
+//! written whole, nothing left beside it; `SIGINT` and `SIGTERM` stop a
+//! long run at once with 128 + the signal, its directory as it was.
+//! (Every numeric flag at any value: `bench_numbers.rs`; `restore`'s own
+//! refusals and a whole run: `restore.rs`.)
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -209,6 +210,22 @@ const SNAPSHOT_SMALL: [&str; 8] = [
 /// The flags of a short `ring` run.
 const RING_SMALL: [&str; 4] = ["--messages", "1000", "--runs", "1"];
 
+/// The flags of a short `restore` run (a fraction of a second). The page
+/// cache is left alone: the test may run as root, and must not disturb
+/// the machine's other work.
+const RESTORE_SMALL: [&str; 10] = [
+    "--state-mb",
+    "1",
+    "--runs",
+    "1",
+    "--cold",
+    "false",
+    "--checkpoint-interval-ms",
+    "100",
+    "--outputs-after-restart",
+    "100",
+];
+
 /// `exe` with `args`, in (and `--dir`, `TMPDIR` at) `dir` where it takes
 /// one.
 fn command(exe: &str, args: &[&str], dir: &Dir, dir_flag: bool) -> Command {
@@ -223,13 +240,14 @@ fn command(exe: &str, args: &[&str], dir: &Dir, dir_flag: bool) -> Command {
     c
 }
 
-/// The three benchmarks, each with the flags of a short run and whether
+/// The four benchmarks, each with the flags of a short run and whether
 /// it takes `--dir`.
-fn benches() -> [(&'static str, &'static [&'static str], bool); 3] {
+fn benches() -> [(&'static str, &'static [&'static str], bool); 4] {
     [
         (env!("CARGO_BIN_EXE_ring"), &RING_SMALL, false),
         (env!("CARGO_BIN_EXE_standby"), &STANDBY_SMALL, true),
         (env!("CARGO_BIN_EXE_snapshot"), &SNAPSHOT_SMALL, true),
+        (env!("CARGO_BIN_EXE_restore"), &RESTORE_SMALL, true),
     ]
 }
 
@@ -331,7 +349,7 @@ fn signal_when(
 #[test]
 fn sigint_and_sigterm_stop_a_running_bench_with_128_plus_the_signal_leaving_its_dir_as_it_was() {
     // Long runs: each would take minutes.
-    let long: [(&str, &[&str], bool); 3] = [
+    let long: [(&str, &[&str], bool); 4] = [
         (
             env!("CARGO_BIN_EXE_ring"),
             &["--messages", "100000000000"],
@@ -345,6 +363,13 @@ fn sigint_and_sigterm_stop_a_running_bench_with_128_plus_the_signal_leaving_its_
         (
             env!("CARGO_BIN_EXE_snapshot"),
             &["--sizes-mb", "1", "--runs", "100", "--small-sets", "0"],
+            true,
+        ),
+        (
+            // About 2 s a run (the first checkpoint after the inserts
+            // comes after the default 2 s interval).
+            env!("CARGO_BIN_EXE_restore"),
+            &["--state-mb", "1", "--runs", "100", "--cold", "false"],
             true,
         ),
     ];

@@ -1,7 +1,7 @@
-//! Every numeric flag of the `ring`, `standby` and `snapshot` benchmarks,
-//! at 0, 1, its documented maximum, one past it, its type's maximum and
-//! seeded random values spread log-uniformly over the whole `u64` range,
-//! the other flags small:
+//! Every numeric flag of the `ring`, `standby`, `snapshot` and `restore`
+//! benchmarks, at 0, 1, its documented maximum, one past it, its type's
+//! maximum and seeded random values spread log-uniformly over the whole
+//! `u64` range, the other flags small:
 //!
 //! - no run dies by a signal or exits 101, 134, 135 or 139 (a panic, an
 //!   abort, `SIGBUS`, `SIGSEGV`), and every run ends within 10 s;
@@ -86,6 +86,8 @@ impl Flag {
 struct Bench {
     exe: &'static str,
     base: Vec<(&'static str, u64)>,
+    /// Flags other than numbers every run gets.
+    fixed: &'static [&'static str],
     /// Whether it takes `--dir` (else it runs in that directory).
     dir_flag: bool,
     flags: Vec<Flag>,
@@ -184,6 +186,7 @@ fn start(bench: &Bench, flag: &Flag, value: u64) -> Run {
             cmd.arg(name).arg(v.to_string());
         }
     }
+    cmd.args(bench.fixed);
     cmd.arg(flag.name).arg(value.to_string());
     if bench.dir_flag {
         cmd.arg("--dir").arg(place.dir());
@@ -336,6 +339,7 @@ fn ring_takes_any_number_in_every_flag_without_crashing_or_hanging() {
             ("--capacity", 4096),
             ("--runs", 1),
         ],
+        fixed: &[],
         dir_flag: false,
         flags: vec![
             Flag::new("--messages", 1, 100_000_000_000, U64, 100_000),
@@ -361,6 +365,7 @@ fn standby_takes_any_number_in_every_flag_without_crashing_or_hanging() {
             ("--timeout-ms", 1),
             ("--log-entries", 1000),
         ],
+        fixed: &[],
         dir_flag: true,
         flags: vec![
             Flag::new("--tuples", 1, 100_000_000_000, U64, 100_000),
@@ -387,6 +392,7 @@ fn snapshot_takes_any_number_in_every_flag_without_crashing_or_hanging() {
             ("--small-sets", 1),
             ("--small-files", 1),
         ],
+        fixed: &[],
         dir_flag: true,
         flags: vec![
             Flag::new("--sizes-mb", 1, 100_000, U64, 16)
@@ -395,6 +401,37 @@ fn snapshot_takes_any_number_in_every_flag_without_crashing_or_hanging() {
             Flag::new("--runs", 1, 100, USIZE, 2),
             Flag::new("--small-sets", 0, 1000, USIZE, 5),
             Flag::new("--small-files", 1, 1000, u64::from(u32::MAX), 100),
+        ],
+    });
+}
+
+#[test]
+fn restore_takes_any_number_in_every_flag_without_crashing_or_hanging() {
+    check(&Bench {
+        exe: env!("CARGO_BIN_EXE_restore"),
+        base: vec![
+            ("--state-mb", 1),
+            ("--runs", 1),
+            ("--checkpoint-interval-ms", 100),
+            ("--rate", 20_000),
+            ("--outputs-after-restart", 100),
+            ("--heartbeat-timeout-ms", 2000),
+        ],
+        // The page cache is left alone (the test may run as root).
+        fixed: &["--cold", "false"],
+        dir_flag: true,
+        flags: vec![
+            // Within the memory (6 times) and the disk (3 times) left.
+            Flag::new("--state-mb", 1, 2000, U64, 16)
+                .machine_bound()
+                .one_at_a_time(),
+            Flag::new("--runs", 1, 100, USIZE, 2),
+            // A run waits for a checkpoint after its inserts.
+            Flag::new("--checkpoint-interval-ms", 10, 600_000, U64, 1000),
+            Flag::new("--rate", 100, 1_000_000, U64, U64),
+            // 20 000 a second by default.
+            Flag::new("--outputs-after-restart", 1, 10_000_000, U64, 20_000),
+            Flag::new("--heartbeat-timeout-ms", 1, 600_000, U64, U64),
         ],
     });
 }

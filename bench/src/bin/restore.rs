@@ -31,7 +31,8 @@
 //! the store directory), the main thread — with `--cold` — `sync`s and
 //! writes `3` to `/proc/sys/vm/drop_caches`, and only then arms the fault:
 //! the next record `count` takes panics (a probe, the engine's fault
-//! injection seam). Dropping the cache is thus not part of the measured
+//! injection seam; said in one line on standard error, `thread
+//! 'tandem-w0': injected fault in `count` …`, no backtrace). Dropping the cache is thus not part of the measured
 //! recovery; the few milliseconds between the drop and the fault are spent
 //! running the job, which reads none of the checkpoint's files. After
 //! `--outputs-after-restart` outputs of the restarted attempt, the source
@@ -170,15 +171,6 @@ struct Setup {
 }
 
 fn main() -> ExitCode {
-    // The injected fault is a panic: with `RUST_BACKTRACE` set, the engine
-    // captures its backtrace and a thread of its own resolves the symbols,
-    // reading the binary's debug info while the restore runs — from disk,
-    // right after the page cache was dropped. The fault's backtrace says
-    // nothing (it is this binary's probe), so it is not captured unless
-    // `RUST_LIB_BACKTRACE` asks for it. Set before any thread starts.
-    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
-        std::env::set_var("RUST_LIB_BACKTRACE", "0");
-    }
     tandem_bench::cli::main(1, || {
         let args: Args = tandem_bench::cli::parse();
         let setup = check_args(&args)?;
@@ -328,6 +320,15 @@ struct Report {
 }
 
 fn real_main(args: &Args, setup: &Setup) -> Result<()> {
+    // The injected fault is a panic. Before the first job starts (the
+    // engine's hook chains to the one installed before it): a hook that
+    // says it in one line on the worker — `thread 'tandem-w0': injected
+    // fault …` — without a backtrace, whatever `RUST_BACKTRACE` says. The
+    // fault's backtrace says nothing (it is this binary's probe), and
+    // resolving its symbols would read the binary's debug info while the
+    // restore runs — from disk, right after the page cache was dropped.
+    // Nor is a successful run's standard error to read as a crash.
+    tandem_fault_inject::quiet_injected_panics();
     // Directories of killed runs (their lock free) go first.
     tandem::sys::scratch::sweep(&setup.base);
     outln!(
@@ -653,7 +654,8 @@ impl RecordProbe for FaultProbe {
     fn before(&mut self, id: TupleId) -> ProbeAction {
         if self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::AcqRel) {
             *self.fired.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
-            return ProbeAction::Panic("restore bench: the injected fault".into());
+            // `injected fault` first: the panic hook knows it by that.
+            return ProbeAction::Panic(format!("injected fault in `{KEYED}` (restore bench)"));
         }
         ProbeAction::Continue
     }
@@ -784,7 +786,9 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
             delay: Duration::ZERO,
         })
         .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms))
-        .panic_output(PanicOutput::Deferred)
+        // The hook installed before the engine's prints the fault (see
+        // `real_main`): at once, in one line.
+        .panic_output(PanicOutput::Chained)
         .probes(Arc::new(fault));
     let handle = job.build()?.start(&cfg)?;
     let mut store = Store {
