@@ -15,6 +15,15 @@ pub enum CheckpointError {
     /// a chain of snapshots that does not fit together.
     #[error("incremental snapshot: {0}")]
     Delta(String),
+    /// A file a lazy restore reads ([`crate::checkpoint::LazySnapshot`])
+    /// that does not fit what it should hold: its key index, or where an
+    /// archive says its parts are.
+    #[error("{path}: {reason}", path = path.display())]
+    Lazy { path: PathBuf, reason: String },
+    /// A file found damaged earlier in this process (a block that did not
+    /// verify as a lazy restore read it): passed over from then on.
+    #[error("{path}: found damaged earlier in this run: {why}", path = path.display())]
+    Condemned { path: PathBuf, why: String },
     /// A link of a checkpoint's chain of incremental snapshots is missing
     /// or does not verify.
     #[error("checkpoint {id}: {operator}#{instance}: its chain is broken at checkpoint {link}: {reason}")]

@@ -69,10 +69,10 @@ impl LazySnapshot {
             return Ok(None);
         };
         if let Some(why) = condemned(path, header.payload_checksum) {
-            return Err(CheckpointError::Delta(format!(
-                "{}: found damaged earlier in this run: {why}",
-                path.display()
-            )));
+            return Err(CheckpointError::Condemned {
+                path: path.to_path_buf(),
+                why,
+            });
         }
         let at = layout.table_at as usize;
         let table = check_table_bytes(&map[at..at + 8 * layout.blocks as usize], &header, path)?;
@@ -231,12 +231,13 @@ impl LazySnapshot {
     }
 
     fn outside(&self, part: &str, range: std::ops::Range<usize>) -> CheckpointError {
-        CheckpointError::Delta(format!(
-            "{}: bytes {}..{} are outside its {part} (a damaged archive or an engine bug)",
-            self.path.display(),
-            range.start,
-            range.end
-        ))
+        CheckpointError::Lazy {
+            path: self.path.clone(),
+            reason: format!(
+                "bytes {}..{} are outside its {part} (a damaged archive or an engine bug)",
+                range.start, range.end
+            ),
+        }
     }
 }
 

@@ -136,8 +136,16 @@ impl BuildCx {
                 .as_ref()
                 .filter(|x| x.of_store)
                 .map(|x| x.checkpoint);
-            if let Err(e) = restore(&r.lazy, &links, from) {
-                fail(e);
+            if let Err(source) = restore(&r.lazy, &links, from) {
+                // A checkpoint that does not restore fails the attempt,
+                // not only this task: a standby's copy of the operator
+                // would read the same bytes (a lazily read file found
+                // damaged here is passed over by the next attempt).
+                self.ctx.shared.fail(crate::error::JobError::Restore {
+                    operator: self.info.name.to_string(),
+                    instance: self.info.instance,
+                    source,
+                });
             }
         }
         r.finished

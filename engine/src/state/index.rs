@@ -164,13 +164,17 @@ impl Geometry {
         HEADER as u64 + 4 * (self.buckets + 1)
     }
 
-    /// Decodes and checks a header (`what` names the file in errors).
+    /// Decodes and checks a header (of the file at `path`, named in
+    /// errors).
     pub(crate) fn decode(
         bytes: &[u8],
         index_len: u64,
-        what: &str,
+        path: &std::path::Path,
     ) -> Result<Self, CheckpointError> {
-        let bad = |why: String| CheckpointError::Delta(format!("{what}: key index: {why}"));
+        let bad = |why: String| CheckpointError::Lazy {
+            path: path.to_path_buf(),
+            reason: format!("key index: {why}"),
+        };
         if bytes.len() < HEADER || bytes[..8] != MAGIC {
             return Err(bad("no index header".into()));
         }
@@ -306,7 +310,7 @@ mod tests {
         }
         let bytes = s.to_snapshot_bytes().unwrap();
         let index = build::<u64, u64>(bytes.payload()).unwrap();
-        let g = Geometry::decode(&index, index.len() as u64, "test").unwrap();
+        let g = Geometry::decode(&index, index.len() as u64, std::path::Path::new("test")).unwrap();
         assert_eq!(g.n, 10_000);
         assert_eq!(g.buckets, 4096);
         let u32_at = |o: usize| u32::from_le_bytes(index[o..o + 4].try_into().unwrap());

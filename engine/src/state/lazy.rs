@@ -74,10 +74,9 @@ where
 {
     /// The base of `file` (a whole keyed archive with a key index).
     pub(crate) fn open(file: Arc<LazySnapshot>) -> Result<Self, CheckpointError> {
-        let what = file.path().display().to_string();
         let index_len = file.header().index_len;
         let head = file.index(0..index::HEADER.min(index_len as usize))?;
-        let g = Geometry::decode(head, index_len, &what)?;
+        let g = Geometry::decode(head, index_len, file.path())?;
         let entry = std::mem::size_of::<Entry<Archived<K>, Archived<S>>>() as u64;
         let payload = file.header().payload_len;
         let fits =
@@ -86,10 +85,13 @@ where
                 .is_some_and(|end| end <= payload);
         let align = std::mem::align_of::<Entry<Archived<K>, Archived<S>>>() as u64;
         if g.entry != entry || !fits || g.array_at % align != 0 {
-            return Err(CheckpointError::Delta(format!(
-                "{what}: key index: {} entries of {} bytes at {} do not fit this state's type ({entry} bytes an entry) in {payload} bytes",
-                g.n, g.entry, g.array_at
-            )));
+            return Err(CheckpointError::Lazy {
+                path: file.path().to_path_buf(),
+                reason: format!(
+                    "key index: {} entries of {} bytes at {} do not fit this state's type ({entry} bytes an entry) in {payload} bytes",
+                    g.n, g.entry, g.array_at
+                ),
+            });
         }
         // The entries' out-of-line parts (strings, vectors) lie before
         // the array: verified now, so that an entry read later points only
@@ -185,10 +187,10 @@ where
     }
 
     fn broken(&self, why: String) -> CheckpointError {
-        CheckpointError::Delta(format!(
-            "{}: key index: {why} (a damaged index or an engine bug)",
-            self.file.path().display()
-        ))
+        CheckpointError::Lazy {
+            path: self.file.path().to_path_buf(),
+            reason: format!("key index: {why} (a damaged index or an engine bug)"),
+        }
     }
 }
 

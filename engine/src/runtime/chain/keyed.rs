@@ -106,7 +106,11 @@ where
                     Ok(done) => done,
                     Err(source) => {
                         if let Some(ctx) = ctx.upgrade() {
-                            ctx.fail(crate::error::JobError::Restore {
+                            // The checkpoint is damaged: every copy of
+                            // this state (a standby's too) would read the
+                            // same bytes. The attempt fails, and the next
+                            // one restores an older checkpoint.
+                            ctx.shared.fail(crate::error::JobError::Restore {
                                 operator: name.clone(),
                                 instance,
                                 source,
@@ -140,10 +144,12 @@ where
     P: KeyedProcess<K, T, O>,
 {
     /// The lazily restored state could not read its checkpoint: the
-    /// attempt fails with that error (the record is not processed).
+    /// attempt fails with that error (the record is not processed) — the
+    /// attempt, not only this task: a standby's copy would read the same
+    /// damaged bytes.
     #[cold]
     fn fail_restore(&self, source: CheckpointError) {
-        self.ctx.fail(crate::error::JobError::Restore {
+        self.ctx.shared.fail(crate::error::JobError::Restore {
             operator: self.name.to_string(),
             instance: self.instance,
             source,
