@@ -75,7 +75,7 @@ pub struct SnapshotHeader {
     /// every [`CHECK_BLOCK`] of the body); version 1: of the payload.
     pub payload_checksum: u64,
     /// Bytes of the key index after the padded payload (0: none; see
-    /// [`crate::state::index`]). Always 0 in version 1.
+    /// `state::index`). Always 0 in version 1.
     pub index_len: u64,
     /// The format version the file was written in.
     pub version: u32,
@@ -424,7 +424,7 @@ pub struct SnapshotBytes {
     /// checkpoint `c` ([`crate::state::delta`]); `None`: the whole state.
     delta_over: Option<u64>,
     /// Builds the key index a checkpoint file carries after this payload
-    /// (a whole keyed state's: [`crate::state::index`]), on the snapshot
+    /// (a whole keyed state's: `state::index`), on the snapshot
     /// I/O thread, off the data path.
     indexer: Option<Indexer>,
 }
