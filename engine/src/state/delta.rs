@@ -410,7 +410,7 @@ pub(crate) mod chain_tests {
     }
 
     /// One step of a job: `(op, key)`: 0–5 write, 6–7 remove, 8 compact.
-    fn apply_op(s: &mut S, op: u8, key: u64) {
+    pub(crate) fn apply_op(s: &mut S, op: u8, key: u64) {
         match op {
             0..=5 => s.get_or_default(&key).push(op as u32),
             6 | 7 => {

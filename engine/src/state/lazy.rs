@@ -693,16 +693,7 @@ mod tests {
         if op < 8 && key.is_multiple_of(2) {
             s.prefetch(&key).unwrap();
         }
-        match op {
-            0..=5 => s.get_or_default(&key).push(op as u32),
-            6 | 7 => {
-                let (seq, _) = s.get_or_default_numbered(&key);
-                s.remove_at(seq);
-            }
-            _ => {
-                s.compact();
-            }
-        }
+        crate::state::delta::chain_tests::apply_op(s, op, key);
     }
 
     /// A checkpoint file of `bytes` (with its key index, if it has one).
