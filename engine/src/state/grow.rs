@@ -15,7 +15,12 @@
 //! cannot arrive before the `n` old ones have moved. (Should it ever not,
 //! the rest moves at once — the old pause, never a wrong answer.)
 
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use crate::sys::huge::HugePages;
+use rustc_hash::FxBuildHasher;
+
+/// A table of the map: hashbrown's, in huge pages once large
+/// ([`crate::sys::huge`]).
+type Table<K, V> = hashbrown::HashMap<K, V, FxBuildHasher, HugePages>;
 use std::hash::Hash;
 
 /// Entries moved per access while a retired table empties.
@@ -25,9 +30,9 @@ pub(super) const STEP: usize = 4;
 /// removed key's place is still in the order, so every key of the retired
 /// table is among the places it walks).
 pub(crate) struct GrowMap<K, V> {
-    live: FxHashMap<K, V>,
+    live: Table<K, V>,
     /// The table `live` outgrew, emptying into it.
-    retired: FxHashMap<K, V>,
+    retired: Table<K, V>,
     /// The next key, by insertion number, to move out of `retired`.
     cursor: usize,
 }
@@ -35,8 +40,8 @@ pub(crate) struct GrowMap<K, V> {
 impl<K, V> Default for GrowMap<K, V> {
     fn default() -> Self {
         GrowMap {
-            live: FxHashMap::default(),
-            retired: FxHashMap::default(),
+            live: Table::with_hasher_in(FxBuildHasher, HugePages),
+            retired: Table::with_hasher_in(FxBuildHasher, HugePages),
             cursor: 0,
         }
     }
@@ -46,7 +51,7 @@ impl<K, V> GrowMap<K, V> {
     /// A map with room for `n` entries.
     pub(crate) fn with_capacity(n: usize) -> Self {
         GrowMap {
-            live: FxHashMap::with_capacity_and_hasher(n, FxBuildHasher),
+            live: Table::with_capacity_and_hasher_in(n, FxBuildHasher, HugePages),
             ..GrowMap::default()
         }
     }
@@ -131,7 +136,7 @@ impl<K: Hash + Eq + Clone, V> GrowMap<K, V> {
         // Never two retired tables (see the module docs: cannot happen).
         self.settle(order);
         let n = self.live.len().max(8);
-        let fresh = FxHashMap::with_capacity_and_hasher(2 * n, FxBuildHasher);
+        let fresh = Table::with_capacity_and_hasher_in(2 * n, FxBuildHasher, HugePages);
         self.retired = std::mem::replace(&mut self.live, fresh);
         self.cursor = 0;
         self.step(order);
