@@ -15,12 +15,7 @@
 //! cannot arrive before the `n` old ones have moved. (Should it ever not,
 //! the rest moves at once — the old pause, never a wrong answer.)
 
-use crate::sys::huge::HugePages;
-use rustc_hash::FxBuildHasher;
-
-/// A table of the map: hashbrown's, in huge pages once large
-/// ([`crate::sys::huge`]).
-type Table<K, V> = hashbrown::HashMap<K, V, FxBuildHasher, HugePages>;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::hash::Hash;
 
 /// Entries moved per access while a retired table empties.
@@ -30,9 +25,9 @@ pub(super) const STEP: usize = 4;
 /// removed key's place is still in the order, so every key of the retired
 /// table is among the places it walks).
 pub(crate) struct GrowMap<K, V> {
-    live: Table<K, V>,
+    live: FxHashMap<K, V>,
     /// The table `live` outgrew, emptying into it.
-    retired: Table<K, V>,
+    retired: FxHashMap<K, V>,
     /// The next key, by insertion number, to move out of `retired`.
     cursor: usize,
 }
@@ -40,8 +35,8 @@ pub(crate) struct GrowMap<K, V> {
 impl<K, V> Default for GrowMap<K, V> {
     fn default() -> Self {
         GrowMap {
-            live: Table::with_hasher_in(FxBuildHasher, HugePages),
-            retired: Table::with_hasher_in(FxBuildHasher, HugePages),
+            live: FxHashMap::default(),
+            retired: FxHashMap::default(),
             cursor: 0,
         }
     }
@@ -51,7 +46,7 @@ impl<K, V> GrowMap<K, V> {
     /// A map with room for `n` entries.
     pub(crate) fn with_capacity(n: usize) -> Self {
         GrowMap {
-            live: Table::with_capacity_and_hasher_in(n, FxBuildHasher, HugePages),
+            live: FxHashMap::with_capacity_and_hasher(n, FxBuildHasher),
             ..GrowMap::default()
         }
     }
@@ -136,7 +131,7 @@ impl<K: Hash + Eq + Clone, V> GrowMap<K, V> {
         // Never two retired tables (see the module docs: cannot happen).
         self.settle(order);
         let n = self.live.len().max(8);
-        let fresh = Table::with_capacity_and_hasher_in(2 * n, FxBuildHasher, HugePages);
+        let fresh = FxHashMap::with_capacity_and_hasher(2 * n, FxBuildHasher);
         self.retired = std::mem::replace(&mut self.live, fresh);
         self.cursor = 0;
         self.step(order);

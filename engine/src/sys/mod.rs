@@ -13,7 +13,6 @@ pub mod affinity;
 pub mod clock;
 pub mod file;
 pub mod fs;
-pub mod huge;
 pub mod limits;
 pub mod output;
 pub mod process;
