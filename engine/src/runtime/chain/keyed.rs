@@ -62,6 +62,9 @@ pub(crate) struct KeyedOp<K, T, O, P: KeyedProcess<K, T, O>> {
     finished: bool,
     name: Arc<str>,
     instance: usize,
+    /// The state may still be reading its checkpoint lazily: a record's
+    /// key is looked up there first.
+    restoring: bool,
 }
 
 impl<K, T, O, P> KeyedOp<K, T, O, P>
@@ -88,7 +91,8 @@ where
             Ok(())
         });
         state.index_archives();
-        if state.is_lazy() {
+        let state_lazy = state.is_lazy();
+        if state_lazy {
             // The base is read in order between polls (and each record's
             // key ahead of that, in `collect`).
             let mut read = state.reader();
@@ -134,6 +138,7 @@ where
             finished,
             name: cx.info.name,
             instance: cx.info.instance,
+            restoring: state_lazy,
         }
     }
 }
@@ -171,10 +176,14 @@ where
             return;
         }
         let key = (self.key)(&rec.value);
-        if let Err(e) = self.state.prefetch(&key) {
-            self.fail_restore(e);
-            self.ctx.leave(prev);
-            return;
+        if self.restoring {
+            // Read lazily (one look at the state per record until then).
+            self.restoring = self.state.is_lazy();
+            if let Err(e) = self.state.prefetch(&key) {
+                self.fail_restore(e);
+                self.ctx.leave(prev);
+                return;
+            }
         }
         let mut state = self.state.get_or_default(&key);
         let mut out = Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op)
