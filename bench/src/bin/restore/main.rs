@@ -7,7 +7,7 @@
 //!
 //! **The job** (built with the public embedding API, as a user would):
 //! one source partition → `key_by(key)` → `process("count")`, a
-//! [`KeyedProcess`] whose per-key state is `(count, sum)` — a
+//! [`KeyedProcess`](tandem::KeyedProcess) whose per-key state is `(count, sum)` — a
 //! `KeyedState<u64, (u64, u64)>`, about 24 bytes a key archived — → a
 //! sink that checks every output. Every operator runs with parallelism 1,
 //! so one instance of `count` holds the whole state and restores it alone.
