@@ -24,6 +24,13 @@ pub enum CheckpointError {
     /// verify as a lazy restore read it): passed over from then on.
     #[error("{path}: found damaged earlier in this run: {why}", path = path.display())]
     Condemned { path: PathBuf, why: String },
+    /// The disk state backend's store ([`crate::state::disk`]) failed.
+    #[error("disk state backend: {what}: {source}")]
+    Disk {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A link of a checkpoint's chain of incremental snapshots is missing
     /// or does not verify.
     #[error("checkpoint {id}: {operator}#{instance}: its chain is broken at checkpoint {link}: {reason}")]

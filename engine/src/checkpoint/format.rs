@@ -449,6 +449,36 @@ impl SnapshotBytes {
         }
     }
 
+    /// An empty payload whose bytes live in an unlinked file in `dir`
+    /// rather than the heap (see [`AlignedBuf::in_file`]): an archive
+    /// larger than the memory the process may use.
+    pub fn in_file(dir: &std::path::Path) -> std::io::Result<Self> {
+        let mut buf = AlignedBuf::in_file(dir)?;
+        buf.resize_zeroed(HEADER_BLOCK);
+        Ok(SnapshotBytes {
+            buf,
+            delta_over: None,
+            indexer: None,
+        })
+    }
+
+    /// Appends `bytes` to the payload.
+    pub fn extend(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The payload bytes, to patch what was written.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[HEADER_BLOCK..]
+    }
+
+    /// Empties the payload (keeps the room it had).
+    pub(crate) fn clear(&mut self) {
+        self.buf.resize_zeroed(HEADER_BLOCK);
+        self.delta_over = None;
+        self.indexer = None;
+    }
+
     /// Has the snapshot store build a key index with `indexer` and write
     /// it after the payload (a whole keyed state's archive; a lazy restore
     /// looks keys up through it).

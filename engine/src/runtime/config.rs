@@ -138,6 +138,10 @@ pub struct RuntimeConfig {
     pub standby: Option<crate::standby::StandbyConfig>,
     /// Who prints an operator's panic, and on which thread.
     pub panic_output: panic::PanicOutput,
+    /// Where the keyed operators' state lives: in memory (the default), or
+    /// on local disk behind a bounded cache, for state larger than memory
+    /// ([`crate::state::disk`]).
+    pub state_backend: crate::state::StateBackend,
 }
 
 impl std::fmt::Debug for dyn probe::ProbeFactory {
@@ -166,6 +170,7 @@ impl Default for RuntimeConfig {
             restore_from: None,
             standby: None,
             panic_output: panic::PanicOutput::Chained,
+            state_backend: crate::state::StateBackend::Memory,
         }
     }
 }
@@ -189,6 +194,11 @@ impl RuntimeConfig {
     /// Sets the sender batch size.
     pub fn batch(mut self, n: usize) -> Self {
         self.batch = n.max(1);
+        self
+    }
+    /// Keeps keyed state in `backend` (see [`RuntimeConfig::state_backend`]).
+    pub fn state_backend(mut self, backend: crate::state::StateBackend) -> Self {
+        self.state_backend = backend;
         self
     }
     /// Pins (or not) worker threads.

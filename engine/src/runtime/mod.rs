@@ -105,6 +105,8 @@ pub(crate) struct JobShared {
     pub(crate) names: Vec<Arc<str>>,
     pub(crate) metrics: Arc<JobMetrics>,
     pub(crate) dead_letters: Arc<dead_letter::DeadLetters>,
+    /// Where keyed state lives on disk (`None`: in memory).
+    pub(crate) disk: Option<Arc<crate::state::disk::DiskPlace>>,
     /// 0 for the first run, one more per restart.
     pub(crate) attempt: u32,
     cancel: AtomicBool,
@@ -362,6 +364,7 @@ pub(crate) fn placeholder_shared(
         names: Vec::new(),
         metrics: Arc::new(JobMetrics::new(&[])),
         dead_letters: Arc::new(dead_letter::DeadLetters::new("", None)),
+        disk: None,
         attempt: 0,
         cancel: AtomicBool::new(true),
         error: Mutex::new(None),

@@ -53,6 +53,8 @@ pub(crate) struct Supervisor {
     names: Vec<Arc<str>>,
     metrics: Arc<JobMetrics>,
     dead_letters: Arc<DeadLetters>,
+    /// The disk state backend's place, when the job chose it.
+    disk: Option<Arc<crate::state::disk::DiskPlace>>,
     pacing_start: Arc<OnceLock<u64>>,
     tx: mpsc::Sender<Event>,
     rx: mpsc::Receiver<Event>,
@@ -135,6 +137,12 @@ impl Supervisor {
             .map(|t| t.members.iter().map(|&m| (m, t.instance)).collect())
             .collect();
         validate_standby(&graph, &plan, &config)?;
+        let disk = match &config.state_backend {
+            crate::state::StateBackend::Disk(d) => Some(Arc::new(
+                crate::state::disk::DiskPlace::open(d, config.run_dir.as_deref())?,
+            )),
+            crate::state::StateBackend::Memory => None,
+        };
         let coord = match &config.checkpoint {
             Some(c) => Some(Coordinator::open(c, &config)?),
             None => None,
@@ -149,6 +157,7 @@ impl Supervisor {
         let mut sup = Supervisor {
             names: graph.nodes.iter().map(|n| Arc::clone(&n.name)).collect(),
             dead_letters: Arc::new(DeadLetters::new(&graph.name, config.run_dir.clone())),
+            disk,
             heartbeats: !matches!(
                 config.restart,
                 crate::recovery::restart::RestartStrategy::None

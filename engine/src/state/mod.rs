@@ -69,6 +69,7 @@ use std::rc::Rc;
 
 mod archive;
 pub mod delta;
+pub mod disk;
 mod grow;
 mod index;
 mod lazy;
@@ -78,6 +79,7 @@ pub mod ttl;
 
 use lazy::LazyTable;
 
+pub use disk::{DiskBackend, StateBackend};
 pub use snapshot::StateSnapshot;
 
 use grow::GrowMap;

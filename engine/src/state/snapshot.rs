@@ -82,6 +82,19 @@ pub trait StateSnapshot: Sized + 'static {
         }
         Self::restore_chain(&bytes, from)
     }
+    /// A store of this state on the disk backend ([`super::disk`]), in a
+    /// directory of its own under `base`, as the keyed hop takes it (a
+    /// boxed `Box<dyn DiskOps<K, S>>`). The default: this state has none.
+    #[doc(hidden)]
+    fn open_disk(
+        base: &std::path::Path,
+        cache_bytes: usize,
+    ) -> Result<Box<dyn std::any::Any>, CheckpointError> {
+        let _ = (base, cache_bytes);
+        Err(CheckpointError::Delta(
+            "this state has no disk backend".into(),
+        ))
+    }
     /// Rebuilds the state from a chain: a whole archive, then the deltas
     /// after it, oldest first, as checkpoint `from` holds them (`None`:
     /// not a checkpoint's). The default takes a chain of one.
@@ -238,10 +251,26 @@ where
         Ok(())
     }
 
+    fn open_disk(
+        base: &std::path::Path,
+        cache_bytes: usize,
+    ) -> Result<Box<dyn std::any::Any>, CheckpointError> {
+        let store = super::disk::DiskState::<K, S>::open(base, cache_bytes)?;
+        let ops: Box<dyn super::disk::DiskOps<K, S>> = Box::new(store);
+        Ok(Box::new(ops))
+    }
+
     fn restore_chain(links: &[&[u8]], from: Option<u64>) -> Result<Self, CheckpointError> {
         let Some((whole, deltas)) = links.split_first() else {
             return Err(CheckpointError::Delta("an empty chain".into()));
         };
+        if super::disk::is_run(whole) {
+            return Err(CheckpointError::Delta(
+                "a checkpoint of the disk state backend restores only into it \
+                 (run the job with StateBackend::Disk)"
+                    .into(),
+            ));
+        }
         let mut state = Self::restore(whole)?;
         let mut chain = delta::Chain {
             deltas: deltas.len() as u32,

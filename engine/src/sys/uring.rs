@@ -75,6 +75,9 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
+    /// `Some`: the bytes live in this (unlinked) file, mapped shared, not
+    /// in the heap ([`AlignedBuf::in_file`]).
+    file: Option<File>,
 }
 
 // SAFETY: `AlignedBuf` owns its allocation exclusively, like `Vec<u8>`.
@@ -89,7 +92,50 @@ impl AlignedBuf {
             ptr: NonNull::<[u8; BLOCK]>::dangling().cast(),
             len: 0,
             cap: 0,
+            file: None,
         }
+    }
+
+    /// An empty buffer whose bytes live in an unlinked file in `dir`,
+    /// mapped shared, instead of the heap: the kernel writes its pages back
+    /// and drops them under memory pressure, so an archive larger than the
+    /// memory the process may use (a disk-backed state's, see
+    /// `crate::state::disk`) can still be built whole. Page-aligned, like
+    /// every mapping.
+    pub fn in_file(dir: &Path) -> io::Result<Self> {
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir)
+        {
+            Ok(f) => f,
+            // A filesystem without O_TMPFILE: a named file, unlinked at once.
+            Err(_) => {
+                let path = dir.join(format!(
+                    ".tandem-buf-{}-{:x}",
+                    std::process::id(),
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos())
+                ));
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)?;
+                std::fs::remove_file(&path)?;
+                f
+            }
+        };
+        let mut b = Self::new();
+        b.file = Some(file);
+        Ok(b)
+    }
+
+    /// Whether the bytes live in a file ([`in_file`](Self::in_file)).
+    pub fn is_in_file(&self) -> bool {
+        self.file.is_some()
     }
 
     /// An empty buffer with room for at least `cap` bytes.
@@ -135,6 +181,9 @@ impl AlignedBuf {
             return;
         }
         let new_cap = round_up(need.max(self.cap.saturating_mul(2)).max(BLOCK));
+        if let Some(file) = &self.file {
+            return self.grow_file(file.as_raw_fd(), new_cap);
+        }
         let new_layout = Self::layout(new_cap);
         let p = if self.cap == 0 {
             // SAFETY: `new_layout` has a non-zero size (at least BLOCK).
@@ -147,6 +196,55 @@ impl AlignedBuf {
             unsafe { alloc::realloc(self.ptr.as_ptr(), Self::layout(self.cap), new_cap) }
         };
         self.ptr = NonNull::new(p).unwrap_or_else(|| alloc::handle_alloc_error(new_layout));
+        self.cap = new_cap;
+    }
+
+    /// Grows a file-backed buffer to `new_cap` bytes: the file first, then
+    /// the mapping (moved if it must; the file keeps the bytes).
+    #[cold]
+    fn grow_file(&mut self, fd: i32, new_cap: usize) {
+        let fail = |what: &str| -> ! {
+            // As the heap allocator does when it runs out: a buffer that
+            // cannot grow cannot hold what its caller writes next.
+            panic!(
+                "a file-backed buffer could not grow to {new_cap} bytes ({what}: {})",
+                io::Error::last_os_error()
+            )
+        };
+        // SAFETY: `fd` is the buffer's own open file.
+        if unsafe { libc::ftruncate(fd, new_cap as libc::off_t) } != 0 {
+            fail("ftruncate");
+        }
+        let p = if self.cap == 0 {
+            // SAFETY: a fresh shared mapping of `new_cap` bytes of the file,
+            // which now has that length; the kernel picks the address.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    new_cap,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            }
+        } else {
+            // SAFETY: `ptr..ptr + cap` is this buffer's own mapping of the
+            // file (made above, or by an earlier call); no reference into
+            // it outlives this `&mut self` call.
+            unsafe {
+                libc::mremap(
+                    self.ptr.as_ptr().cast(),
+                    self.cap,
+                    new_cap,
+                    libc::MREMAP_MAYMOVE,
+                )
+            }
+        };
+        if p == libc::MAP_FAILED {
+            fail("mmap");
+        }
+        self.ptr = NonNull::new(p.cast()).unwrap_or_else(|| fail("mmap"));
         self.cap = new_cap;
     }
 
@@ -214,6 +312,12 @@ const FREE_ELSEWHERE: usize = 4 << 20;
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if self.cap == 0 {
+            return;
+        }
+        if self.file.is_some() {
+            // SAFETY: the buffer's own mapping, made by `grow_file`, which
+            // nothing refers to any more; the file closes after this.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
             return;
         }
         let a = Allocation {

@@ -11,6 +11,7 @@ use crate::runtime::graph::{BuildCx, Probe};
 use crate::runtime::probe::run_probe;
 use crate::runtime::task::{OpSlot, TaskCtx};
 use crate::state::delta::CaptureFor;
+use crate::state::disk::DiskOps;
 use crate::state::{KeyedState, StateSnapshot};
 use std::hash::Hash;
 use std::rc::Rc;
@@ -23,7 +24,10 @@ pub(crate) struct StateCodec<K, S> {
     pub(crate) restore_chain: RestoreChainFn<K, S>,
     pub(crate) restore_lazy: RestoreLazyFn<K, S>,
     pub(crate) follow: FollowFn<K, S>,
+    pub(crate) open_disk: OpenDiskFn,
 }
+
+type OpenDiskFn = fn(&std::path::Path, usize) -> Result<Box<dyn std::any::Any>, CheckpointError>;
 
 type RestoreChainFn<K, S> = fn(&[&[u8]], Option<u64>) -> Result<KeyedState<K, S>, CheckpointError>;
 type RestoreLazyFn<K, S> = fn(
@@ -44,6 +48,7 @@ where
             restore_chain: <KeyedState<K, S> as StateSnapshot>::restore_chain,
             restore_lazy: <KeyedState<K, S> as StateSnapshot>::restore_lazy,
             follow: <KeyedState<K, S> as StateSnapshot>::follow,
+            open_disk: <KeyedState<K, S> as StateSnapshot>::open_disk,
         }
     }
 }
@@ -52,6 +57,9 @@ pub(crate) struct KeyedOp<K, T, O, P: KeyedProcess<K, T, O>> {
     op: P,
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
     state: KeyedState<K, P::State>,
+    /// The state on the disk backend, when the job chose it (`state` is
+    /// then unused).
+    disk: Option<Box<dyn DiskOps<K, P::State>>>,
     codec: StateCodec<K, P::State>,
     down: Box<dyn Collector<O>>,
     ctx: Rc<TaskCtx>,
@@ -81,6 +89,9 @@ where
         down: Box<dyn Collector<O>>,
         cx: BuildCx,
     ) -> Self {
+        if let Some(place) = cx.ctx.shared.disk.clone() {
+            return Self::on_disk(op, key, codec, down, cx, &place);
+        }
         let mut state = KeyedState::default();
         let finished = cx.restore_chain_lazily(|lazy, links, from| {
             state = if lazy.is_empty() {
@@ -128,6 +139,7 @@ where
             op,
             key,
             state,
+            disk: None,
             codec,
             down,
             ctx: cx.ctx,
@@ -148,6 +160,68 @@ where
     K: Hash + Eq + Clone + 'static,
     P: KeyedProcess<K, T, O>,
 {
+    /// The hop with its state on the disk backend: a fresh store, loaded
+    /// from the checkpoint the instance restores (a failure fails the
+    /// attempt, as a restore does).
+    fn on_disk(
+        op: P,
+        key: Arc<dyn Fn(&T) -> K + Send + Sync>,
+        codec: StateCodec<K, P::State>,
+        down: Box<dyn Collector<O>>,
+        cx: BuildCx,
+        place: &crate::state::disk::DiskPlace,
+    ) -> Self {
+        let mut disk: Option<Box<dyn DiskOps<K, P::State>>> = None;
+        let opened = (codec.open_disk)(&place.base, place.backend.cache_bytes).and_then(|any| {
+            any.downcast::<Box<dyn DiskOps<K, P::State>>>()
+                .map(|b| *b)
+                .map_err(|_| CheckpointError::Delta("a disk store of another type".into()))
+        });
+        let finished = match opened {
+            Ok(mut store) => {
+                let finished = cx.restore_chain_lazily(|lazy, links, from| {
+                    if !lazy.is_empty() {
+                        // Files with key indexes are the in-memory
+                        // backend's; the disk backend writes none.
+                        return Err(CheckpointError::Delta(
+                            "a checkpoint of the in-memory state backend restores only into it \
+                             (run the job with StateBackend::Memory)"
+                                .into(),
+                        ));
+                    }
+                    store.restore(links, from)
+                });
+                disk = Some(store);
+                finished
+            }
+            Err(source) => {
+                cx.ctx.fail(crate::error::JobError::Restore {
+                    operator: cx.info.name.to_string(),
+                    instance: cx.info.instance,
+                    source,
+                });
+                true
+            }
+        };
+        KeyedOp {
+            op,
+            key,
+            state: KeyedState::default(),
+            disk,
+            codec,
+            down,
+            ctx: cx.ctx,
+            slot: cx.slot,
+            probe: cx.probe,
+            seen: 0,
+            emitted: 0,
+            finished,
+            name: cx.info.name,
+            instance: cx.info.instance,
+            restoring: false,
+        }
+    }
+
     /// The lazily restored state could not read its checkpoint: the
     /// attempt fails with that error (the record is not processed) — the
     /// attempt, not only this task: a standby's copy would read the same
@@ -176,6 +250,23 @@ where
             return;
         }
         let key = (self.key)(&rec.value);
+        if let Some(disk) = &mut self.disk {
+            match disk.state(&key) {
+                Ok(state) => {
+                    let mut out =
+                        Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op)
+                            .with_envelope(&rec);
+                    self.op.process(&key, state, rec, &mut out);
+                }
+                Err(e) => {
+                    self.ctx.leave(prev);
+                    self.fail_restore(e);
+                    return;
+                }
+            }
+            self.ctx.leave(prev);
+            return;
+        }
         if self.restoring {
             // Read lazily (one look at the state per record until then).
             self.restoring = self.state.is_lazy();
@@ -200,6 +291,26 @@ where
     fn end(&mut self) {
         // No record is being processed in the end-of-stream hooks.
         self.ctx.record.set(None);
+        if let Some(disk) = &mut self.disk {
+            if !self.finished {
+                let prev = self.ctx.enter(self.slot.op);
+                let mut out =
+                    Output::new(&mut *self.down, &mut self.emitted, &*self.ctx, self.slot.op);
+                let (op, ctx) = (&mut self.op, &self.ctx);
+                let ended = disk.for_each(&mut |k, s| {
+                    op.on_end(k, s, &mut out);
+                    ctx.tick();
+                });
+                self.ctx.leave(prev);
+                if let Err(e) = ended {
+                    self.fail_restore(e);
+                    return;
+                }
+            }
+            self.slot.publish(self.seen, self.emitted);
+            self.down.end();
+            return;
+        }
         if let Err(e) = self.state.settle() {
             self.fail_restore(e);
             return;
@@ -240,10 +351,11 @@ where
         parts: &mut crate::operator::ChainParts,
     ) -> Result<(), CheckpointError> {
         let how = self.ctx.point_capture.get();
-        parts.push((
-            self.slot.op,
-            Some((self.codec.capture_for)(&self.state, how)?),
-        ));
+        let capture = match &mut self.disk {
+            Some(disk) => disk.capture_for(how)?,
+            None => (self.codec.capture_for)(&self.state, how)?,
+        };
+        parts.push((self.slot.op, Some(capture)));
         self.down.snapshot_chain(parts)
     }
 
@@ -266,9 +378,12 @@ where
         // notes the key count and an epoch); this worker archives the
         // frozen view between its polls and acknowledges then
         // (`runtime::background`), the snapshot I/O thread writes it.
-        let (codec, state) = (&self.codec, &self.state);
+        let (codec, state, disk) = (&self.codec, &self.state, &mut self.disk);
         let how = self.ctx.capture_for(id);
-        let capture = || (codec.capture_for)(state, how).map(Some);
+        let capture = || match disk {
+            Some(d) => d.capture_for(how).map(Some),
+            None => (codec.capture_for)(state, how).map(Some),
+        };
         super::pass_barrier(&self.ctx, self.slot.op, id, capture, &mut *self.down);
     }
 }

@@ -76,6 +76,7 @@ impl Supervisor {
             names: self.names.clone(),
             metrics: Arc::clone(&self.metrics),
             dead_letters: Arc::clone(&self.dead_letters),
+            disk: self.disk.clone(),
             attempt: number,
             cancel: AtomicBool::new(false),
             error: Mutex::new(None),

@@ -260,6 +260,15 @@ pub(super) fn validate_standby(
         if node.standby.is_none() {
             continue;
         }
+        if matches!(config.state_backend, crate::state::StateBackend::Disk(_)) {
+            // A standby's copy of a state larger than memory is a second
+            // store, brought forward by its deltas: not built yet.
+            return Err(err(
+                n,
+                "the disk state backend does not take standbys yet \
+                 (run the job with StateBackend::Memory, or without .standby())",
+            ));
+        }
         if !matches!(node.kind, NodeKind::Unary(_)) {
             return Err(err(n, "only one-input operators can have a standby"));
         }
