@@ -55,6 +55,28 @@ fn reaper() -> Option<&'static Thread> {
         .as_ref()
 }
 
+/// Gives the heap's free memory back to the kernel, on the reaper thread
+/// after what it was given before (glibc's `malloc_trim`; elsewhere
+/// nothing). A restarted attempt's threads allocate in malloc arenas the
+/// failed attempt's threads had filled and freed; without a trim that
+/// freed memory stays with the process, and a job under a memory limit
+/// (the disk state backend's) grew by ~80 MiB a restart.
+pub fn trim_heap_later() {
+    struct Trim;
+    impl Drop for Trim {
+        fn drop(&mut self) {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: `malloc_trim` only returns free heap pages to the
+            // kernel; it takes the arenas' locks itself and touches no
+            // memory a caller holds.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    }
+    later(Trim);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,6 +161,14 @@ pub struct Args {
     /// archive's size).
     #[arg(long)]
     pub whole_checkpoints: bool,
+    /// Where the keyed stage keeps its state: `memory` (the default) or
+    /// `disk` (an LSM store behind a bounded cache, for state larger than
+    /// memory; no standby: refused with --strategy bqbs).
+    #[arg(long, default_value = "memory", value_parser = ["memory", "disk"])]
+    pub state_backend: String,
+    /// The disk backend's cache per keyed instance, in MiB (1 to 65536).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub state_cache_mb: u64,
     /// Checkpoint directory (default: RUN_DIR/checkpoints or a temp dir
     /// removed at the end).
     #[arg(long)]

@@ -52,6 +52,14 @@ fn run(
     if let Some(d) = &args.run_dir {
         cfg = cfg.run_dir(d);
     }
+    if args.state_backend == "disk" {
+        cfg = cfg.state_backend(tandem::state::StateBackend::Disk(
+            tandem::state::DiskBackend {
+                cache_bytes: (args.state_cache_mb as usize) << 20,
+                dir: None,
+            },
+        ));
+    }
     if checkpointing {
         cfg = cfg.restart(args.restart.clone());
         if checkpoints {

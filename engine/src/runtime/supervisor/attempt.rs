@@ -254,6 +254,11 @@ impl Supervisor {
                 let _ = t.join();
             }
         }
+        if self.disk.is_some() {
+            // The failed attempt's stores and caches are freed: their
+            // memory goes back before the next attempt fills its own.
+            crate::sys::reap::trim_heap_later();
+        }
     }
 
     /// Waits until no worker of a stopped attempt is building operators

@@ -116,9 +116,10 @@ impl StateBackend {
 #[derive(Clone, Debug, PartialEq)]
 pub struct DiskBackend {
     /// Memory each keyed operator instance may use for its state: half
-    /// for its cache of decoded entries, half for the store's block cache
-    /// (the store's write buffers, 24 MiB, and its pinned filters and
-    /// indexes — ~2.5 bytes a key — come on top).
+    /// for its cache of decoded entries, half for the store's block cache.
+    /// The store's write buffers (14 MiB of entries, and up to four sealed
+    /// ones being written out, each taking two to three times its bytes)
+    /// and its pinned bloom filters (~1.3 bytes a key) come on top.
     pub cache_bytes: usize,
     /// Directory for the stores (`None`: `state/` in the run directory,
     /// else a fresh temporary directory). Each instance's store is a
@@ -178,8 +179,8 @@ impl DiskPlace {
 pub(crate) const FLUSH_AT: usize = 1024;
 
 /// Bytes of the store's write buffer (its memtable) for the entries; the
-/// change index gets half.
-const MEMTABLE: u64 = 16 << 20;
+/// change index gets half, the pre-images a quarter.
+const MEMTABLE: u64 = 8 << 20;
 
 /// A keyed state on the disk backend, for the keyed hop, whose own bounds
 /// know nothing of rkyv.
@@ -208,9 +209,9 @@ pub(crate) fn store_error(
 /// A cached entry.
 struct Cached<S> {
     state: S,
-    /// The epoch its copy in the store was written in (0: none, or
-    /// loaded by a restore).
-    on_disk: u32,
+    /// The epoch its copy in the store was written in (`None`: it has
+    /// none; 0: loaded by a restore).
+    on_disk: Option<u32>,
     dirty: bool,
     /// Used since the clock last passed it.
     used: bool,
@@ -230,6 +231,11 @@ pub(crate) struct DiskState<K, S> {
     db: fjall::Database,
     data: fjall::Keyspace,
     changed: fjall::Keyspace,
+    /// Pre-images of entries overwritten while an archive needs them.
+    undo: fjall::Keyspace,
+    /// The archives under way (and finished ones whose pre-images are
+    /// still to remove).
+    archives: Vec<Rc<run::Archiving>>,
     cache: FxHashMap<K, Cached<S>>,
     /// Keys made dirty since the last write-back.
     dirty: Vec<K>,
@@ -274,30 +280,39 @@ where
             // The checkpoints are what survives a crash, not the store:
             // its journal is never synced.
             .manual_journal_persist(true)
-            .worker_threads(1)
+            .worker_threads(2)
             .temporary(true)
             .open()
             .map_err(|e| store_error("opening the store", e))?;
-        // Every key's filter and index blocks stay in memory (~2.5 bytes
-        // a key): a lookup of a new key then reads nothing from disk.
-        let pinned = |memtable: u64| {
-            move || {
-                fjall::KeyspaceCreateOptions::default()
-                    .filter_block_pinning_policy(fjall::config::PinningPolicy::all(true))
-                    .index_block_pinning_policy(fjall::config::PinningPolicy::all(true))
-                    .max_memtable_size(memtable)
-            }
+        let options = |memtable: u64| {
+            move || fjall::KeyspaceCreateOptions::default().max_memtable_size(memtable)
         };
+        // The entries' filter blocks stay in memory at every level (~1.3
+        // bytes a key): a lookup of a new key then reads nothing from
+        // disk. The change index is only ever read in ranges: nothing of
+        // it is pinned.
         let data = db
-            .keyspace("state", pinned(MEMTABLE))
+            .keyspace("state", move || {
+                options(MEMTABLE)()
+                    .filter_block_pinning_policy(fjall::config::PinningPolicy::all(true))
+            })
             .map_err(|e| store_error("opening the store", e))?;
         let changed = db
-            .keyspace("changed", pinned(MEMTABLE / 2))
+            .keyspace("changed", move || {
+                options(MEMTABLE / 2)()
+                    .filter_block_pinning_policy(fjall::config::PinningPolicy::all(false))
+                    .index_block_pinning_policy(fjall::config::PinningPolicy::all(false))
+            })
+            .map_err(|e| store_error("opening the store", e))?;
+        let undo = db
+            .keyspace("undo", options(MEMTABLE / 4))
             .map_err(|e| store_error("opening the store", e))?;
         let mut s = DiskState {
             db,
             data,
             changed,
+            undo,
+            archives: Vec::new(),
             cache: FxHashMap::default(),
             dirty: Vec::new(),
             cap: 0,
@@ -337,7 +352,7 @@ where
     }
 
     /// `key`'s state and epoch in the store, if it is there.
-    fn load(&mut self, key: &K) -> Result<Option<(S, u32)>, CheckpointError> {
+    fn load(&mut self, key: &K) -> Result<Option<(S, Option<u32>)>, CheckpointError> {
         let dk = disk_key(&mut self.scratch, key)?;
         let Some(v) = self
             .data
@@ -353,12 +368,12 @@ where
                 "the disk store holds another key under a key's place".into(),
             ));
         }
-        Ok(Some((s, epoch)))
+        Ok(Some((s, Some(epoch))))
     }
 
     /// Writes the dirty entries back, in one batch.
     fn flush(&mut self) -> Result<(), CheckpointError> {
-        if self.dirty.is_empty() {
+        if self.dirty.is_empty() && !self.archives.iter().any(|a| a.done.get()) {
             return Ok(());
         }
         let mut batch = self.db.batch();
@@ -371,6 +386,29 @@ where
                 continue;
             };
             let dk = disk_key(scratch, key)?;
+            if let Some(was) = c.on_disk.filter(|&w| w != epoch) {
+                // The first overwrite since `was`: an archive under way
+                // that still needs the entry as it is gets a copy first.
+                let mut old = None;
+                for a in self.archives.iter().filter(|a| a.needs(was, &dk)) {
+                    if old.is_none() {
+                        old = self
+                            .data
+                            .get(&dk)
+                            .map_err(|e| store_error("reading a key", e))?;
+                    }
+                    let v = old.as_ref().ok_or_else(|| {
+                        CheckpointError::Delta("the disk store lost a key it wrote".into())
+                    })?;
+                    batch.insert(&self.undo, a.undo_key(&dk), v.clone());
+                }
+                if was != 0 {
+                    batch.remove(&self.changed, changed_key(was, &dk));
+                }
+            }
+            if c.on_disk != Some(epoch) {
+                batch.insert(&self.changed, changed_key(epoch, &dk), Vec::<u8>::new());
+            }
             let mut value = Vec::with_capacity(64);
             value.extend_from_slice(&epoch.to_le_bytes());
             encode(
@@ -379,16 +417,18 @@ where
                 &mut value,
             )?;
             bytes += value.len() as u64;
-            if c.on_disk != epoch {
-                if c.on_disk != 0 {
-                    batch.remove(&self.changed, changed_key(c.on_disk, &dk));
-                }
-                batch.insert(&self.changed, changed_key(epoch, &dk), Vec::<u8>::new());
-            }
             batch.insert(&self.data, dk, value);
-            c.on_disk = epoch;
+            c.on_disk = Some(epoch);
             c.dirty = false;
         }
+        // Pre-images of archives that ended go in the same batch.
+        for a in self.archives.iter().filter(|a| a.done.get()) {
+            for k in self.undo.prefix(a.epoch.to_be_bytes()) {
+                let k = k.key().map_err(|e| store_error("removing pre-images", e))?;
+                batch.remove(&self.undo, k);
+            }
+        }
+        self.archives.retain(|a| !a.done.get());
         batch
             .commit()
             .map_err(|e| store_error("writing entries back", e))?;
@@ -510,7 +550,6 @@ where
 
     fn capture_for(&mut self, how: CaptureFor) -> Result<StateCapture, CheckpointError> {
         self.flush()?;
-        let snapshot = self.db.snapshot();
         let epoch = self.epoch;
         self.epoch += 1;
         let base = how
@@ -534,7 +573,6 @@ where
                     run::Kind::Delta {
                         over: checkpoint,
                         from_epoch: base_epoch + 1,
-                        to_epoch: epoch,
                     },
                     chain,
                 )
@@ -556,11 +594,11 @@ where
                 chain,
             });
         }
+        let at = run::Archiving::new(epoch, kind);
+        self.archives.push(Rc::clone(&at));
         let steps = run::Steps::new(
-            snapshot,
-            self.data.clone(),
-            self.changed.clone(),
-            kind,
+            [&self.data, &self.changed, &self.undo],
+            at,
             bytes,
             Arc::clone(&self.dir),
         )?;

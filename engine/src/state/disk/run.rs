@@ -15,11 +15,9 @@
 //! entries are each key once, in the order of the epochs they were last
 //! written in.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-
-use fjall::Readable;
 
 use super::store_error;
 use crate::checkpoint::{ArchiveSteps, CheckpointError, SnapshotBytes};
@@ -34,20 +32,84 @@ const HEADER: usize = 32;
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Kind {
     Whole,
-    /// The entries written in epochs `from_epoch..=to_epoch`.
+    /// The entries written in epochs `from_epoch..=` the capture's.
     Delta {
         over: u64,
         from_epoch: u32,
-        to_epoch: u32,
     },
 }
 
-/// A capture archived a slice at a time from the store's snapshot.
+/// An archive under way, as the store's write-back sees it: what it must
+/// save a pre-image for before it overwrites an entry (see the
+/// [module docs](super)).
+pub(super) struct Archiving {
+    /// The capture's epoch: entries written in it or before are the
+    /// capture's.
+    pub(super) epoch: u32,
+    pub(super) kind: Kind,
+    /// The last key the archive has passed: of the store (whole), or of
+    /// the change index (delta); `None`: none yet.
+    cursor: RefCell<Option<Vec<u8>>>,
+    /// A delta has read its range of the change index: every key is
+    /// passed.
+    ranged: Cell<bool>,
+    /// Finished or dropped: its pre-images can go.
+    pub(super) done: Cell<bool>,
+}
+
+impl Archiving {
+    pub(super) fn new(epoch: u32, kind: Kind) -> Rc<Self> {
+        Rc::new(Archiving {
+            epoch,
+            kind,
+            cursor: RefCell::new(None),
+            ranged: Cell::new(false),
+            done: Cell::new(false),
+        })
+    }
+
+    /// Whether the entry `dk`, stored in epoch `was`, must be saved before
+    /// it is overwritten: the archive still needs it as it was.
+    pub(super) fn needs(&self, was: u32, dk: &[u8]) -> bool {
+        if self.done.get() || self.ranged.get() {
+            return false;
+        }
+        let cursor = self.cursor.borrow();
+        let passed = |key: &[u8]| cursor.as_deref().is_some_and(|c| key <= c);
+        match self.kind {
+            Kind::Whole => was <= self.epoch && !passed(dk),
+            Kind::Delta { from_epoch, .. } => {
+                (from_epoch..=self.epoch).contains(&was) && !passed(&super::changed_key(was, dk))
+            }
+        }
+    }
+
+    /// Where this archive's pre-images are kept: its epoch, then the disk
+    /// key.
+    pub(super) fn undo_key(&self, dk: &[u8]) -> Vec<u8> {
+        super::changed_key(self.epoch, dk)
+    }
+}
+
+/// A capture archived a slice at a time from the live store, while the
+/// operator goes on writing to it.
+///
+/// No snapshot of the store is held: a snapshot keeps every memtable
+/// written while it is open in memory (the store's versions are kept for
+/// it), which for a state of gigabytes archived over seconds is more memory
+/// than the backend may use. Instead, an entry of the capture that the
+/// write-back overwrites before the archive has passed it is first copied
+/// to the pre-image keyspace (see [`Archiving::needs`]); the archive reads
+/// an entry stored after its epoch from there. Each step opens its own
+/// iterator and drops it.
 pub(super) struct Steps {
-    snapshot: fjall::Snapshot,
     data: fjall::Keyspace,
-    iter: fjall::Iter,
-    kind: Kind,
+    changed: fjall::Keyspace,
+    undo: fjall::Keyspace,
+    at: Rc<Archiving>,
+    /// A delta's second part: the pre-images, after this key (`Some(None)`:
+    /// from the start).
+    undo_after: Option<Option<Vec<u8>>>,
     out: Option<SnapshotBytes>,
     entries: u64,
     /// Where the payload's size goes once it is done.
@@ -58,29 +120,12 @@ pub(super) struct Steps {
 
 impl Steps {
     pub(super) fn new(
-        snapshot: fjall::Snapshot,
-        data: fjall::Keyspace,
-        changed: fjall::Keyspace,
-        kind: Kind,
+        store: [&fjall::Keyspace; 3],
+        at: Rc<Archiving>,
         bytes: Rc<Cell<u64>>,
         dir: Arc<ScratchDir>,
     ) -> Result<Self, CheckpointError> {
-        let iter = match kind {
-            Kind::Whole => snapshot.iter(&data),
-            Kind::Delta {
-                from_epoch,
-                to_epoch,
-                ..
-            } => {
-                let lo = from_epoch.to_be_bytes().to_vec();
-                let hi = (u64::from(to_epoch) + 1).to_be_bytes()[4..].to_vec();
-                if to_epoch == u32::MAX {
-                    snapshot.range(&changed, lo..)
-                } else {
-                    snapshot.range(&changed, lo..hi)
-                }
-            }
-        };
+        let [data, changed, undo] = store;
         // The archive may be larger than the memory the process may use:
         // its bytes live in a file beside the store.
         let mut out = SnapshotBytes::in_file(dir.path()).map_err(|source| CheckpointError::Io {
@@ -88,7 +133,7 @@ impl Steps {
             op: "creating a checkpoint's buffer file",
             source,
         })?;
-        let (kind_word, over) = match kind {
+        let (kind_word, over) = match at.kind {
             Kind::Whole => (0u64, 0u64),
             Kind::Delta { over, .. } => (1, over),
         };
@@ -97,10 +142,11 @@ impl Steps {
         out.extend(&over.to_le_bytes());
         out.extend(&0u64.to_le_bytes());
         Ok(Steps {
-            snapshot,
-            data,
-            iter,
-            kind,
+            data: data.clone(),
+            changed: changed.clone(),
+            undo: undo.clone(),
+            at,
+            undo_after: None,
             out: Some(out),
             entries: 0,
             bytes,
@@ -122,6 +168,162 @@ impl Steps {
         self.entries += 1;
         Ok(())
     }
+
+    /// The archive, complete.
+    fn finish(&mut self) -> Result<SnapshotBytes, CheckpointError> {
+        let mut out = self.out.take().ok_or(CheckpointError::WriterGone)?;
+        out.payload_mut()[24..32].copy_from_slice(&self.entries.to_le_bytes());
+        if let Kind::Delta { over, .. } = self.at.kind {
+            out.set_delta_over(Some(over));
+        }
+        self.bytes.set(out.len() as u64);
+        self.at.done.set(true);
+        Ok(out)
+    }
+
+    /// A pre-image this archive saved of `dk`, if any.
+    fn saved(&self, dk: &[u8]) -> Result<Option<fjall::UserValue>, CheckpointError> {
+        self.undo
+            .get(self.at.undo_key(dk))
+            .map_err(|e| store_error("reading a pre-image", e))
+    }
+
+    /// Up to `n` entries of the store, from the cursor on; `false` once
+    /// past the last.
+    fn whole_step(&mut self, n: usize) -> Result<bool, CheckpointError> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let after = self.at.cursor.borrow().clone();
+        let iter = match &after {
+            None => self.data.iter(),
+            Some(k) => self
+                .data
+                .range::<&[u8], _>((Excluded(k.as_slice()), Unbounded)),
+        };
+        let mut last = None;
+        let mut seen = 0;
+        let mut more = false;
+        for kv in iter {
+            let (k, v) = kv
+                .into_inner()
+                .map_err(|e| store_error("reading the store in order", e))?;
+            let (epoch, entry) = super::split_value(&v)?;
+            if epoch <= self.at.epoch {
+                self.push(&k, entry)?;
+            } else if let Some(u) = self.saved(&k)? {
+                // Overwritten since the capture: as it was then.
+                let (_, entry) = super::split_value(&u)?;
+                self.push(&k, entry)?;
+            }
+            // (Else placed since the capture: not in it.)
+            last = Some(k);
+            seen += 1;
+            if seen >= n.max(1) {
+                more = true;
+                break;
+            }
+        }
+        if let Some(k) = last {
+            *self.at.cursor.borrow_mut() = Some(k.to_vec());
+        }
+        Ok(more)
+    }
+
+    /// Up to `n` keys of the delta's range of the change index; `false`
+    /// once past its end.
+    fn delta_step(&mut self, n: usize) -> Result<bool, CheckpointError> {
+        use std::ops::Bound::{Excluded, Included};
+        let Kind::Delta { from_epoch, .. } = self.at.kind else {
+            return Ok(false);
+        };
+        let lo = from_epoch.to_be_bytes();
+        let hi = (u64::from(self.at.epoch) + 1).to_be_bytes();
+        let after = self.at.cursor.borrow().clone();
+        let start = match &after {
+            None => Included(&lo[..]),
+            Some(k) => Excluded(k.as_slice()),
+        };
+        let end = if self.at.epoch == u32::MAX {
+            std::ops::Bound::Unbounded
+        } else {
+            Excluded(&hi[4..])
+        };
+        let iter = self.changed.range::<&[u8], _>((start, end));
+        let mut last = None;
+        let mut seen = 0;
+        let mut more = false;
+        for kv in iter {
+            let ck = kv
+                .key()
+                .map_err(|e| store_error("reading the change index", e))?;
+            let (was, dk) = ck.split_at(4);
+            let v = self
+                .data
+                .get(dk)
+                .map_err(|e| store_error("reading the store", e))?
+                .ok_or_else(|| {
+                    CheckpointError::Delta(
+                        "the disk store's change index names a key it does not hold".into(),
+                    )
+                })?;
+            let (epoch, entry) = super::split_value(&v)?;
+            if epoch.to_be_bytes() != was {
+                return Err(CheckpointError::Delta(
+                    "the disk store's change index disagrees with the store".into(),
+                ));
+            }
+            self.push(dk, entry)?;
+            last = Some(ck);
+            seen += 1;
+            if seen >= n.max(1) {
+                more = true;
+                break;
+            }
+        }
+        if let Some(k) = last {
+            *self.at.cursor.borrow_mut() = Some(k.to_vec());
+        }
+        Ok(more)
+    }
+
+    /// Up to `n` of the delta's pre-images (the keys overwritten since
+    /// the capture, whose change index entry left the range); `false` once
+    /// past the last.
+    fn undo_step(&mut self, n: usize) -> Result<bool, CheckpointError> {
+        use std::ops::Bound::{Excluded, Included};
+        let prefix = self.at.epoch.to_be_bytes();
+        let hi = (u64::from(self.at.epoch) + 1).to_be_bytes();
+        let after = self.undo_after.clone().flatten();
+        let start = match &after {
+            None => Included(&prefix[..]),
+            Some(k) => Excluded(k.as_slice()),
+        };
+        let end = if self.at.epoch == u32::MAX {
+            std::ops::Bound::Unbounded
+        } else {
+            Excluded(&hi[4..])
+        };
+        let iter = self.undo.range::<&[u8], _>((start, end));
+        let mut last = None;
+        let mut seen = 0;
+        let mut more = false;
+        for kv in iter {
+            let (k, v) = kv
+                .into_inner()
+                .map_err(|e| store_error("reading a pre-image", e))?;
+            let (_, entry) = super::split_value(&v)?;
+            self.push(&k[4..], entry)?;
+            last = Some(k);
+            seen += 1;
+            if seen >= n.max(1) {
+                more = true;
+                break;
+            }
+        }
+        if let Some(k) = last {
+            self.undo_after = Some(Some(k.to_vec()));
+        }
+        Ok(more)
+    }
 }
 
 impl ArchiveSteps for Steps {
@@ -129,41 +331,31 @@ impl ArchiveSteps for Steps {
         if self.out.is_none() {
             return Ok(None);
         }
-        for _ in 0..entries.max(1) {
-            let Some(kv) = self.iter.next() else {
-                let mut out = self.out.take().ok_or(CheckpointError::WriterGone)?;
-                out.payload_mut()[24..32].copy_from_slice(&self.entries.to_le_bytes());
-                if let Kind::Delta { over, .. } = self.kind {
-                    out.set_delta_over(Some(over));
+        let more = match self.at.kind {
+            Kind::Whole => self.whole_step(entries)?,
+            Kind::Delta { .. } if !self.at.ranged.get() => {
+                if !self.delta_step(entries)? {
+                    // Every key of the range is passed: what the
+                    // write-back overwrites from now on is not saved.
+                    self.at.ranged.set(true);
+                    self.undo_after = Some(None);
                 }
-                self.bytes.set(out.len() as u64);
-                return Ok(Some(out));
-            };
-            let (k, v) = kv
-                .into_inner()
-                .map_err(|e| store_error("reading a snapshot of the store", e))?;
-            match self.kind {
-                Kind::Whole => {
-                    let (_, entry) = super::split_value(&v)?;
-                    self.push(&k, entry)?;
-                }
-                Kind::Delta { .. } => {
-                    let dk = &k[4..];
-                    let v = self
-                        .snapshot
-                        .get(&self.data, dk)
-                        .map_err(|e| store_error("reading a snapshot of the store", e))?
-                        .ok_or_else(|| {
-                            CheckpointError::Delta(
-                                "the disk store's change index names a key it does not hold".into(),
-                            )
-                        })?;
-                    let (_, entry) = super::split_value(&v)?;
-                    self.push(dk, entry)?;
-                }
+                true
             }
+            Kind::Delta { .. } => self.undo_step(entries)?,
+        };
+        if more {
+            return Ok(None);
         }
-        Ok(None)
+        self.finish().map(Some)
+    }
+}
+
+impl Drop for Steps {
+    fn drop(&mut self) {
+        // Finished or abandoned (a checkpoint that failed): its pre-images
+        // can go (the store removes them at its next write-back).
+        self.at.done.set(true);
     }
 }
 

@@ -240,6 +240,85 @@ fn a_damaged_run_is_an_error_not_a_panic() {
     assert!(err.to_string().contains("ascending"), "{err}");
 }
 
+/// Archives `capture` a few entries at a time while `between` writes to
+/// the store after each slice.
+fn archive_while(capture: StateCapture, mut between: impl FnMut(usize)) -> SnapshotBytes {
+    let StateCapture::Steps(mut steps) = capture else {
+        panic!("a disk capture is made in steps");
+    };
+    for i in 0.. {
+        if let Some(b) = steps.step(37).expect("step") {
+            return b;
+        }
+        between(i);
+    }
+    unreachable!()
+}
+
+#[test]
+fn an_archive_made_while_the_store_is_written_holds_the_state_at_its_capture() {
+    let dir = base();
+    let mut store = Store::open(dir.path(), TINY).unwrap();
+    let mut model = HashMap::new();
+    for k in 0..3_000 {
+        touch(&mut store, &mut model, k);
+    }
+    let at_1 = model.clone();
+    let how = |checkpoint, base| CaptureFor {
+        checkpoint,
+        base,
+        policy: Incremental::default(),
+    };
+    let c1 = store.capture_for(how(1, None)).unwrap();
+    // Between slices: old keys rewritten (some already archived, some
+    // not), new keys placed; every write goes to the store at once.
+    let store = std::cell::RefCell::new(store);
+    let model = std::cell::RefCell::new(model);
+    let whole = archive_while(c1, |i| {
+        let (mut s, mut m) = (store.borrow_mut(), model.borrow_mut());
+        for k in (i as u32 * 97 % 3_000..3_000)
+            .step_by(211)
+            .chain([10_000 + i as u32])
+        {
+            touch(&mut s, &mut m, k);
+        }
+        s.flush().unwrap();
+    });
+    let (mut store, model) = (store.into_inner(), model.into_inner());
+    let mut restored = Store::open(dir.path(), TINY).unwrap();
+    restored.restore(&[whole.payload()], Some(1)).unwrap();
+    assert_eq!(everything(&mut restored), at_1);
+    // A delta over it, archived while the same keys are written again.
+    let at_2 = model.clone();
+    let c2 = store.capture_for(how(2, Some(1))).unwrap();
+    let store = std::cell::RefCell::new(store);
+    let model = std::cell::RefCell::new(model);
+    let delta = archive_while(c2, |i| {
+        let (mut s, mut m) = (store.borrow_mut(), model.borrow_mut());
+        for k in (i as u32 * 89 % 3_000..3_000)
+            .step_by(173)
+            .chain([10_000 + i as u32])
+        {
+            touch(&mut s, &mut m, k);
+        }
+        s.flush().unwrap();
+    });
+    assert_eq!(delta.delta_over(), Some(1));
+    let mut restored = Store::open(dir.path(), TINY).unwrap();
+    restored
+        .restore(&[whole.payload(), delta.payload()], Some(2))
+        .unwrap();
+    assert_eq!(everything(&mut restored), at_2);
+    // The pre-images went once the archives ended.
+    let mut store = store.into_inner();
+    store.flush().unwrap();
+    let mut m = model.into_inner();
+    touch(&mut store, &mut m, 0);
+    store.flush().unwrap();
+    assert!(store.archives.is_empty());
+    assert_eq!(store.undo.iter().count(), 0, "pre-images left behind");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
