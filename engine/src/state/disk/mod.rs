@@ -24,7 +24,7 @@
 //!   A record's key is looked up there first, then in the store (the
 //!   tree's bloom filters answer for a new key without a read). An entry
 //!   handed to the operator is *dirty*; dirty entries are written back in
-//!   batches of [`FLUSH_AT`], and the cache evicts clean entries it has
+//!   batches of `FLUSH_AT` (1,024), and the cache evicts clean entries it has
 //!   not used since the last sweep (a clock) when it is full.
 //! - **The change index.** A second tree holds, for each key, its disk key
 //!   behind the epoch it was last written in: what a delta since an epoch
@@ -46,7 +46,7 @@
 //!   as the job), so a delta holds no removals.
 //!
 //! When a checkpoint is a delta follows the job's `Incremental` bounds,
-//! as for the in-memory backend. The payload is a *run* ([`run`]), not
+//! as for the in-memory backend. The payload is a *run* (`run.rs`), not
 //! the in-memory backend's archive: a checkpoint of one backend restores
 //! only into that backend, and saying so is the error a restore gives.
 //!
