@@ -10,6 +10,7 @@
 //! report, never a panic, when the machine lacks what the engine asks for.
 
 pub mod affinity;
+pub mod aligned;
 pub mod clock;
 pub mod file;
 pub mod fs;

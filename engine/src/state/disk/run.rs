@@ -231,23 +231,11 @@ impl Steps {
     /// Up to `n` keys of the delta's range of the change index; `false`
     /// once past its end.
     fn delta_step(&mut self, n: usize) -> Result<bool, CheckpointError> {
-        use std::ops::Bound::{Excluded, Included};
         let Kind::Delta { from_epoch, .. } = self.at.kind else {
             return Ok(false);
         };
-        let lo = from_epoch.to_be_bytes();
-        let hi = (u64::from(self.at.epoch) + 1).to_be_bytes();
         let after = self.at.cursor.borrow().clone();
-        let start = match &after {
-            None => Included(&lo[..]),
-            Some(k) => Excluded(k.as_slice()),
-        };
-        let end = if self.at.epoch == u32::MAX {
-            std::ops::Bound::Unbounded
-        } else {
-            Excluded(&hi[4..])
-        };
-        let iter = self.changed.range::<&[u8], _>((start, end));
+        let iter = epoch_range(&self.changed, from_epoch, self.at.epoch, after.as_deref());
         let mut last = None;
         let mut seen = 0;
         let mut more = false;
@@ -289,20 +277,8 @@ impl Steps {
     /// the capture, whose change index entry left the range); `false` once
     /// past the last.
     fn undo_step(&mut self, n: usize) -> Result<bool, CheckpointError> {
-        use std::ops::Bound::{Excluded, Included};
-        let prefix = self.at.epoch.to_be_bytes();
-        let hi = (u64::from(self.at.epoch) + 1).to_be_bytes();
         let after = self.undo_after.clone().flatten();
-        let start = match &after {
-            None => Included(&prefix[..]),
-            Some(k) => Excluded(k.as_slice()),
-        };
-        let end = if self.at.epoch == u32::MAX {
-            std::ops::Bound::Unbounded
-        } else {
-            Excluded(&hi[4..])
-        };
-        let iter = self.undo.range::<&[u8], _>((start, end));
+        let iter = epoch_range(&self.undo, self.at.epoch, self.at.epoch, after.as_deref());
         let mut last = None;
         let mut seen = 0;
         let mut more = false;
@@ -324,6 +300,24 @@ impl Steps {
         }
         Ok(more)
     }
+}
+
+/// The keys of `ks` (epoch-prefixed) from epoch `from` to epoch `to`
+/// inclusive, after `after` if given.
+fn epoch_range(ks: &fjall::Keyspace, from: u32, to: u32, after: Option<&[u8]>) -> fjall::Iter {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let lo = from.to_be_bytes();
+    let hi = (u64::from(to) + 1).to_be_bytes();
+    let start = match after {
+        None => Included(&lo[..]),
+        Some(k) => Excluded(k),
+    };
+    let end = if to == u32::MAX {
+        Unbounded
+    } else {
+        Excluded(&hi[4..])
+    };
+    ks.range::<&[u8], _>((start, end))
 }
 
 impl ArchiveSteps for Steps {
