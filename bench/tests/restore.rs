@@ -1,6 +1,7 @@
 //! `restore`: a small run recovers with every output checked, reports its
-//! first output, and leaves nothing under `--dir`; absurd flags are
-//! refused before any work, naming the flag.
+//! first output, and leaves nothing under `--dir` — by restart-all and by
+//! a standby's takeover; absurd flags are refused before any work, naming
+//! the flag.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -81,6 +82,54 @@ fn a_small_run_recovers_reports_its_first_output_and_leaves_dir_empty() {
 }
 
 #[test]
+fn a_following_standby_takes_over_with_every_output_checked() {
+    let dir = fresh_dir("bqbs");
+    let out = fresh_dir("bqbs-report");
+    let report = out.join("restore.json");
+    let o = restore(&[
+        "--state-mb",
+        "2",
+        "--runs",
+        "1",
+        "--cold",
+        "false",
+        "--strategy",
+        "bqbs",
+        "--standby-follow",
+        "--outputs-after-restart",
+        "2000",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("taken over by the standby"), "{stdout}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in --dir: {left:?}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&out).unwrap();
+    assert_eq!(r["strategy"], "bqbs");
+    assert_eq!(r["standby_follow"], true);
+    let run = &r["per_run"][0];
+    // A takeover: no checkpoint restored, the outputs after the fault
+    // checked in the same attempt.
+    assert!(run["restored_checkpoint"].is_null(), "{r}");
+    assert!(run["first_output_ms"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        run["outputs_after_restart"].as_u64().unwrap() >= 2000,
+        "{r}"
+    );
+}
+
+#[test]
 fn absurd_flags_are_refused_naming_the_flag() {
     let dir = fresh_dir("flags");
     let d = dir.to_str().unwrap();
@@ -99,6 +148,12 @@ fn absurd_flags_are_refused_naming_the_flag() {
         ),
         (vec!["--dir", "/nonexistent/restore"], "--dir"),
         (vec!["--cold", "maybe"], "--cold"),
+        (vec!["--standby-follow"], "--standby-follow"),
+        (
+            vec!["--strategy", "bqbs", "--whole-checkpoints"],
+            "--whole-checkpoints",
+        ),
+        (vec!["--strategy", "region"], "--strategy"),
     ] {
         let mut all = args.clone();
         if !args.contains(&"--dir") {

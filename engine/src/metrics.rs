@@ -168,6 +168,12 @@ pub struct JobStatus {
     /// Inputs the buffer queues hold now, over every group: what the
     /// standbys would replay were every primary to fail now (their lag).
     pub standby_queue_entries: u64,
+    /// Recovery points the primaries published so far, whole and deltas,
+    /// over every group.
+    pub standby_points_published: u64,
+    /// Recovery points following standbys applied to their copies so far
+    /// (`StandbyConfig::follow`), over every group.
+    pub standby_points_followed: u64,
 }
 
 impl JobMetrics {

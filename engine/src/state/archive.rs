@@ -87,9 +87,11 @@ impl<K: Archive, S: Archive> Steps<K, S> {
         Self::with(frozen, None)
     }
 
-    /// A delta's entries (see `super::delta`): the live `places` of the
-    /// freeze (sorted), after the delta's `prefix` (its header and
-    /// removed keys), the output marked a delta over `base`.
+    /// A delta's entries (see `super::delta`): the `places` of the freeze
+    /// (sorted; those dead at the freeze are passed over, as a whole
+    /// archive passes over every dead place), after the delta's `prefix`
+    /// (its header and removed keys), the output marked a delta over
+    /// `base`.
     pub(crate) fn delta(frozen: Frozen<K, S>, places: Vec<u32>, prefix: &[u8], base: u64) -> Self {
         Self::with(frozen, Some((places, prefix, base)))
     }
@@ -315,7 +317,11 @@ where
                 let start = start.unwrap_or(at);
                 self.next = end;
                 self.written += n;
-                if end == len && self.written != self.live {
+                if end == len && self.places.is_some() {
+                    // A delta's places were not looked up before: its
+                    // entries are the live ones among them.
+                    self.live = self.written;
+                } else if end == len && self.written != self.live {
                     // Not the entries the freeze saw: refused, not written
                     // wrong.
                     return Err(CheckpointError::Serialize {

@@ -186,12 +186,9 @@ where
                 base.checkpoint
             )));
         };
-        // The places live at the freeze (one dead since was written first,
-        // or removed after being placed since the base: not an entry).
-        let places: Vec<u32> = places
-            .into_iter()
-            .filter(|&p| t.live_slot(p as usize).is_some())
-            .collect();
+        // Places dead at the freeze (a key removed, or placed since the
+        // base and removed) are passed over by the archive, as a whole
+        // one passes over every dead place: no lookup of each place now.
         let mut seen = std::collections::HashSet::with_capacity(removed.len());
         let gone = KeyedState::<K, S>::default();
         for k in removed {

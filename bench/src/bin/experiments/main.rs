@@ -1,7 +1,8 @@
 //! The paper's experiments by one command: criticality of each operator
 //! (table 5), latency at 100 k, 500 k and 1 M records (table 6), recovery
 //! over successive failures (table 7) and resources (table 8) — each a set
-//! of `paper` runs — written as a Markdown report beside the JSON behind
+//! of `paper` runs — and recovery against the size of the keyed state
+//! (`restore` runs), written as a Markdown report beside the JSON behind
 //! it and the plots, in `--out DIR`.
 //!
 //! ```text
@@ -41,6 +42,10 @@ struct Args {
     /// The `paper` binary (default: the one beside this binary).
     #[arg(long)]
     paper_bin: Option<PathBuf>,
+    /// The `restore` binary, which the state-size runs use (default: the
+    /// one beside this binary).
+    #[arg(long)]
+    restore_bin: Option<PathBuf>,
     /// The operator the standby backs up in the latency and failure
     /// experiments (flatmap, filter or keyed); default: the one the
     /// criticality ranking picks (the paper's rule).
@@ -65,7 +70,9 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> anyhow::Result<()> {
     let profile = Profile::named(&args.profile);
-    let bin = runs::paper_binary(args.paper_bin.as_deref())?;
+    let bin = runs::sibling_binary("paper", "--paper-bin", args.paper_bin.as_deref())?;
+    let restore_bin =
+        runs::sibling_binary("restore", "--restore-bin", args.restore_bin.as_deref())?;
     if let Some(c) = args.cores {
         let have = tandem::sys::affinity::available_cores().len();
         if c == 0 || c > have {
@@ -95,7 +102,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
 
     // Table 5 first: its ranking picks the operator the rest back up.
     let crit_specs = plan::criticality(&profile);
-    let later_estimate: f64 = plan::estimate_rest(&profile);
+    let state_specs = plan::state_sizes(&profile);
+    let later_estimate: f64 =
+        plan::estimate_rest(&profile) + state_specs.iter().map(|s| s.run.estimate_s).sum::<f64>();
     let total: f64 = crit_specs.iter().map(|s| s.run.estimate_s).sum::<f64>() + later_estimate;
     let bar = progress(total);
     let crit_done = execute(&runner, &crit_specs, &bar)?;
@@ -120,11 +129,21 @@ fn run(args: &Args) -> anyhow::Result<()> {
 
     let rest = plan::rest(&profile, &target);
     let done = execute(&runner, &rest, &bar)?;
+    let mut state_done = Vec::with_capacity(state_specs.len());
+    for s in &state_specs {
+        bar.set_message(s.run.name.clone());
+        let (r, _wall) = runner
+            .run_restore(&restore_bin, &s.run)
+            .with_context(|| format!("experiment run {}", s.run.name))?;
+        bar.inc((s.run.estimate_s * 1000.0) as u64);
+        state_done.push((s.clone(), r));
+    }
     bar.finish_and_clear();
 
     let latency = tables::latency(&profile, &done);
     let failures = tables::failures(&done);
     let resources = tables::resources(&done);
+    let state_sizes = tables::state_sizes(&state_done);
     let results = tables::Results {
         profile: profile.name.to_string(),
         machine,
@@ -133,6 +152,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         latency,
         failures,
         resources,
+        state_sizes,
         runs: crit_done
             .iter()
             .chain(&done)

@@ -23,6 +23,9 @@ pub struct Profile {
     /// Table 8: the failure runs again with idle workers parking at once,
     /// so that CPU time is work, not spinning; repeated.
     pub resource_reps: usize,
+    /// The state-size axis: keyed state in MB, and runs of `restore` at
+    /// that size per strategy (a run at 1 GB takes minutes).
+    pub state: Vec<(u64, usize)>,
 }
 
 /// The failures of table 7.
@@ -52,6 +55,7 @@ impl Profile {
             failure_rate: 250_000.0,
             failure_reps: 1,
             resource_reps: 1,
+            state: vec![(10, 1), (100, 1)],
         };
         match name {
             "full" => Profile {
@@ -64,6 +68,7 @@ impl Profile {
                 failure_records: 4_000_000,
                 failure_reps: 3,
                 resource_reps: 2,
+                state: vec![(10, 3), (100, 3), (1000, 1)],
                 ..quick
             },
             _ => quick,
@@ -176,6 +181,70 @@ pub fn resource_configs(target: &str) -> Vec<Config> {
             .extend(["--idle-spin-us", "0", "--idle-yield-us", "0"].map(String::from));
     }
     v
+}
+
+/// The state-size axis's strategies, as `restore` flags: restart-all
+/// (incremental checkpoints every 2 s, lazily restored), a warm standby
+/// that restores the newest recovery point, and one that follows the
+/// points' deltas (a takeover restores nothing).
+pub fn state_configs() -> Vec<Config> {
+    vec![
+        config(
+            "restart-all",
+            &[
+                "--strategy",
+                "restart-all",
+                "--checkpoint-interval-ms",
+                "2000",
+            ],
+        ),
+        config("bqbs-warm", &["--strategy", "bqbs"]),
+        config(
+            "bqbs-warm-follow",
+            &["--strategy", "bqbs", "--standby-follow"],
+        ),
+    ]
+}
+
+/// A state-size run: `restore` with `mb` of keyed state under `config`.
+#[derive(Clone, Debug)]
+pub struct StateSpec {
+    pub mb: u64,
+    pub config: Config,
+    pub run: Run,
+}
+
+/// The state-size axis's runs: each size under each strategy, one panic in
+/// the keyed operator once the state is built (`restore` checks every
+/// output and reports fault → first output and caught up).
+pub fn state_sizes(p: &Profile) -> Vec<StateSpec> {
+    let mut out = Vec::new();
+    for &(mb, runs) in &p.state {
+        for c in state_configs() {
+            let mut flags = vec![
+                "--state-mb".to_string(),
+                mb.to_string(),
+                "--runs".into(),
+                runs.to_string(),
+            ];
+            flags.extend(c.flags.iter().cloned());
+            // Inserts at ~1 M keys/s at 1 GB (faster when smaller), the
+            // points or checkpoints after them, and the replay.
+            let keys_s = mb as f64 * 1e6 / 24.0 / 1e6;
+            let per_run = 3.0 + keys_s * 3.0;
+            out.push(StateSpec {
+                mb,
+                run: Run {
+                    name: format!("state-{mb}mb-{}", c.key),
+                    flags,
+                    estimate_s: per_run * runs as f64,
+                    timeline: false,
+                },
+                config: c,
+            });
+        }
+    }
+    out
 }
 
 /// What a run is for.

@@ -349,6 +349,7 @@ pub fn markdown(r: &Results, plots: &[String]) -> String {
             f(row.memory_pct, 2)
         );
     }
+    state_table(r, &mut s);
     let _ = writeln!(s, "\n## Plots\n");
     for p in plots {
         let _ = writeln!(s, "![{p}]({p}.svg)\n");
@@ -358,6 +359,36 @@ pub fn markdown(r: &Results, plots: &[String]) -> String {
         "Each run's report, log, interval log (`.hlog`) and timeline are in `runs/`; `results.json` holds every figure above."
     );
     s
+}
+
+/// The state-size axis: recovery of each strategy at each size.
+fn state_table(r: &Results, s: &mut String) {
+    let st = &r.state_sizes;
+    if st.rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## State size — recovery against the keyed state\n");
+    let _ = writeln!(
+        s,
+        "The `restore` benchmark's job (one `count` instance holds every key, 24 bytes a key archived): each key inserted once, then updates at 20 k records/s; once the state is built and covered (a checkpoint, or a recovery point the standby has — for a following standby, applied), the page cache is dropped (as root) and one panic goes into `count`. Every output is checked. restart-all: incremental checkpoints every 2 s, restored lazily from the mapped files; `bqbs-warm`: the standby restores the newest recovery point whole; `bqbs-warm-follow`: the standby has applied the points' deltas to its own copy and restores nothing. Each figure is the median of the row's runs; the range is theirs.\n"
+    );
+    let _ = writeln!(s, "| state | strategy | runs | first output | (range) | caught up | restore | replayed | restore read |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for row in &st.rows {
+        let _ = writeln!(
+            s,
+            "| {} MB | {} | {} | {} | {}–{} | {} | {} | {} | {} |",
+            row.state_mb,
+            row.config,
+            row.runs,
+            ms_or_s(Some(row.first_output_ms)),
+            ms_or_s(Some(row.first_output_range_ms[0])),
+            ms_or_s(Some(row.first_output_range_ms[1])),
+            ms_or_s(row.caught_up_ms),
+            ms_or_s(Some(row.restore_ms)),
+            row.replayed,
+            row.restored_mb.map_or("–".into(), |m| format!("{m:.1} MB"))
+        );
+    }
 }
 
 /// What `experiments` prints when done.
@@ -376,6 +407,16 @@ pub fn summary(r: &Results) -> String {
             "recovery per failure, {:<16} {}",
             row.config,
             v.join("  ")
+        );
+    }
+    for row in &r.state_sizes.rows {
+        let _ = writeln!(
+            s,
+            "state {:>5} MB, {:<16} first output {}, caught up {}",
+            row.state_mb,
+            row.config,
+            ms_or_s(Some(row.first_output_ms)),
+            ms_or_s(row.caught_up_ms)
         );
     }
     for b in bars(r) {

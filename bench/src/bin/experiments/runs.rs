@@ -1,6 +1,7 @@
 //! Running `paper` once per configuration, as a child process (each run its
 //! own process: its peak RSS and CPU are its own, and a run that fails or
-//! hangs is one run lost, not the campaign), and reading its JSON report.
+//! hangs is one run lost, not the campaign), and reading its JSON report;
+//! the state-size runs likewise run the `restore` benchmark.
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -80,6 +81,33 @@ impl Recovery {
     }
 }
 
+/// What `experiments` reads of a `restore` report: medians over its runs,
+/// and each run.
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+pub struct RestoreReport {
+    pub state_mb: u64,
+    pub keys: u64,
+    pub runs: usize,
+    pub first_output_ms: f64,
+    pub restore_ms: f64,
+    pub detect_ms: f64,
+    pub caught_up_ms: Option<f64>,
+    /// What a restart-all's restore read (`None` under bqbs).
+    pub state_bytes: Option<u64>,
+    pub per_run: Vec<RestoreRun>,
+}
+
+/// One `restore` run.
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
+pub struct RestoreRun {
+    pub first_output_ms: f64,
+    pub restore_ms: f64,
+    pub caught_up_ms: Option<f64>,
+    pub replayed: u64,
+    pub insert_s: f64,
+    pub run_s: f64,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct Standby {
     pub takeovers: u64,
@@ -124,7 +152,6 @@ impl Runner {
         let runs = self.dir.join("runs");
         std::fs::create_dir_all(&runs)?;
         let report = runs.join(format!("{}.json", r.name));
-        let log = runs.join(format!("{}.log", r.name));
         let hlog = runs.join(format!("{}.hlog", r.name));
         let timeline = r
             .timeline
@@ -138,6 +165,36 @@ impl Runner {
         if let Some(t) = &timeline {
             cmd.arg("--timeline").arg(t);
         }
+        let (report, wall_s) = self.child(cmd, r, &report)?;
+        Ok(Done {
+            report,
+            hlog: Some(hlog),
+            timeline,
+            wall_s,
+        })
+    }
+
+    /// Runs `restore` (the binary at `bin`) with run `r`'s flags; its report
+    /// and the run's wall time.
+    pub fn run_restore(&self, bin: &Path, r: &Run) -> anyhow::Result<(RestoreReport, f64)> {
+        let runs = self.dir.join("runs");
+        std::fs::create_dir_all(&runs)?;
+        let report = runs.join(format!("{}.json", r.name));
+        let mut cmd = Command::new(bin);
+        cmd.args(&r.flags).arg("--report").arg(&report);
+        self.child(cmd, r, &report)
+    }
+
+    /// Runs `cmd` for run `r` (its output to `runs/<name>.log`), then reads
+    /// the JSON report it wrote at `report`.
+    fn child<R: serde::de::DeserializeOwned>(
+        &self,
+        mut cmd: Command,
+        r: &Run,
+        report: &Path,
+    ) -> anyhow::Result<(R, f64)> {
+        let log = self.dir.join("runs").join(format!("{}.log", r.name));
+        let bin = cmd.get_program().to_owned();
         let stderr = std::fs::File::create(&log)?;
         cmd.stdin(Stdio::null())
             .stdout(stderr.try_clone()?)
@@ -145,7 +202,7 @@ impl Runner {
         let started = Instant::now();
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("starting {}", self.bin.display()))?;
+            .with_context(|| format!("starting {}", Path::new(&bin).display()))?;
         // A signal that ends this process the hard way waits for the run
         // to clean up first (`tandem_bench::cleanup`).
         tandem_bench::cleanup::child(child.id());
@@ -156,15 +213,10 @@ impl Runner {
             bail!("run {} failed ({status}): {}", r.name, tail(&log));
         }
         let text =
-            std::fs::read(&report).with_context(|| format!("reading {}", report.display()))?;
-        let parsed: PaperReport = serde_json::from_slice(&text)
+            std::fs::read(report).with_context(|| format!("reading {}", report.display()))?;
+        let parsed: R = serde_json::from_slice(&text)
             .with_context(|| format!("parsing {}", report.display()))?;
-        Ok(Done {
-            report: parsed,
-            hlog: Some(hlog),
-            timeline,
-            wall_s: started.elapsed().as_secs_f64(),
-        })
+        Ok((parsed, started.elapsed().as_secs_f64()))
     }
 
     /// Waits for run `r`'s process: its exit status, or an error once it
@@ -215,22 +267,22 @@ fn tail(log: &Path) -> String {
     tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
 }
 
-/// The `paper` binary beside this one (cargo builds a package's binaries
-/// into one directory), or `explicit`.
-pub fn paper_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+/// The binary `name` beside this one (cargo builds a package's binaries
+/// into one directory), or `explicit` (given with the flag `flag`).
+pub fn sibling_binary(name: &str, flag: &str, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = explicit {
         if !p.is_file() {
-            bail!("--paper-bin {}: no such file", p.display());
+            bail!("{flag} {}: no such file", p.display());
         }
         return Ok(p.to_path_buf());
     }
     let me = std::env::current_exe().context("finding this binary")?;
-    let beside = me.with_file_name("paper");
+    let beside = me.with_file_name(name);
     if beside.is_file() {
         return Ok(beside);
     }
     bail!(
-        "`paper` is not beside {} — build both: `cargo build --release -p tandem-bench` (or name it with --paper-bin)",
+        "`{name}` is not beside {} — build them all: `cargo build --release -p tandem-bench` (or name it with {flag})",
         me.display()
     )
 }

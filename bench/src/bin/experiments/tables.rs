@@ -15,6 +15,7 @@ pub struct Results {
     pub latency: LatencyTable,
     pub failures: Failures,
     pub resources: Resources,
+    pub state_sizes: StateSizes,
     pub runs: Vec<RunSummary>,
 }
 
@@ -572,6 +573,65 @@ pub fn resources(done: &[(Spec, Done)]) -> Resources {
     }
 }
 
+// ---------------------------------------------------------- state sizes
+
+/// Recovery against the size of the keyed state (`restore` runs).
+#[derive(Serialize)]
+pub struct StateSizes {
+    pub rows: Vec<StateRow>,
+}
+
+#[derive(Serialize)]
+pub struct StateRow {
+    pub state_mb: u64,
+    /// `restore` runs (each figure their median).
+    pub runs: usize,
+    pub keys: u64,
+    pub config: String,
+    /// Fault → first output (median, and the runs' range).
+    pub first_output_ms: f64,
+    pub first_output_range_ms: [f64; 2],
+    /// Fault → the sink back where it was (median of the runs that
+    /// measured it).
+    pub caught_up_ms: Option<f64>,
+    /// The restore (restart-all: detection → every worker restored; a
+    /// takeover: the standby's restore of the point, or of nothing).
+    pub restore_ms: f64,
+    /// Records replayed after the fault (median).
+    pub replayed: u64,
+    /// What a restart-all's restore read, MB.
+    pub restored_mb: Option<f64>,
+    /// The whole `restore` report.
+    pub report: crate::runs::RestoreReport,
+}
+
+pub fn state_sizes(done: &[(plan::StateSpec, crate::runs::RestoreReport)]) -> StateSizes {
+    let rows = done
+        .iter()
+        .map(|(s, r)| {
+            let firsts: Vec<f64> = r.per_run.iter().map(|x| x.first_output_ms).collect();
+            let lo = firsts.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = firsts.iter().copied().fold(0.0, f64::max);
+            let replayed =
+                median(r.per_run.iter().map(|x| x.replayed as f64).collect()).unwrap_or(0.0) as u64;
+            StateRow {
+                state_mb: s.mb,
+                runs: r.runs,
+                keys: r.keys,
+                config: s.config.key.clone(),
+                first_output_ms: r.first_output_ms,
+                first_output_range_ms: [lo, hi],
+                caught_up_ms: r.caught_up_ms,
+                restore_ms: r.restore_ms,
+                replayed,
+                restored_mb: r.state_bytes.map(|b| b as f64 / 1e6),
+                report: r.clone(),
+            }
+        })
+        .collect();
+    StateSizes { rows }
+}
+
 // ---------------------------------------------------------------- runs
 
 #[derive(Serialize)]
@@ -753,12 +813,40 @@ mod tests {
                 rows: Vec::new(),
                 window_ms: WINDOW,
             },
+            state_sizes: state_sizes(&state_done()),
             runs: Vec::new(),
         };
         let b = bars(&results);
         assert!(b[0].met, "100× at the closest failure meets ≥ 100×");
         assert!(b[1].met, "flat");
-        assert!(markdown(&results, &[]).contains("| failure 4 |"));
+        let md = markdown(&results, &[]);
+        assert!(md.contains("| failure 4 |"));
+        // The state-size axis: each cell's median, and the runs' range.
+        assert!(
+            md.contains("| 100 MB | bqbs-warm-follow | 3 | 0.50 ms | 0.40 ms–9.00 ms |"),
+            "{md}"
+        );
+    }
+
+    /// `restore` reports of three runs for each size and strategy of the
+    /// quick profile (first outputs 0.4, 0.5 and 9 ms).
+    fn state_done() -> Vec<(plan::StateSpec, crate::runs::RestoreReport)> {
+        plan::state_sizes(&plan::Profile::named("quick"))
+            .into_iter()
+            .map(|s| {
+                let runs: Vec<serde_json::Value> = [0.4, 0.5, 9.0]
+                    .iter()
+                    .map(|f| {
+                        serde_json::json!({"first_output_ms": f, "restore_ms": 0.01,
+                            "caught_up_ms": f, "replayed": 100, "insert_s": 1.0, "run_s": 3.0})
+                    })
+                    .collect();
+                let r = serde_json::json!({"state_mb": s.mb, "keys": s.mb * 1_000_000 / 24,
+                    "runs": 3, "first_output_ms": 0.5, "restore_ms": 0.01, "detect_ms": 0.1,
+                    "caught_up_ms": 0.5, "state_bytes": null, "per_run": runs});
+                (s, serde_json::from_value(r).unwrap())
+            })
+            .collect()
     }
 
     #[test]

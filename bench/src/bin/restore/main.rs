@@ -74,7 +74,7 @@ use serde::Serialize;
 use tandem::{
     sys::{fs::human_bytes, scratch::ScratchDir},
     CheckpointConfig, JobBuilder, JobHandle, JobReport, OperatorInfo, PanicOutput, RecoveryKind,
-    RecoveryRecord, RestartStrategy, RuntimeConfig,
+    RecoveryRecord, RestartStrategy, RuntimeConfig, StandbyConfig,
 };
 
 mod job;
@@ -112,8 +112,21 @@ const RESTART_TIMEOUT: Duration = Duration::from_secs(600);
 /// Where the page cache is dropped.
 const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
 
-/// Restart-all recovery of a large keyed state from a cold page cache:
-/// fault → first output, restore time, checkpoint size.
+/// How the job recovers from the fault.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Strategy {
+    /// Checkpoints every `--checkpoint-interval-ms`; the fault restarts
+    /// every worker from the newest one.
+    RestartAll,
+    /// A warm standby of `count` on the other core (no checkpoints): the
+    /// fault is a takeover from the newest recovery point.
+    Bqbs,
+}
+
+/// Recovery of a large keyed state: fault → first output, restore time,
+/// checkpoint size — under restart-all from a cold page cache, or by a
+/// warm standby's takeover.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -136,6 +149,15 @@ struct Args {
     /// default: deltas over the last whole archive).
     #[arg(long)]
     whole_checkpoints: bool,
+    /// How the job recovers: `restart-all` (checkpoints) or `bqbs` (a warm
+    /// standby of `count`, no checkpoints; the fault arms once a recovery
+    /// point published after the last insert is there).
+    #[arg(long, value_enum, default_value_t = Strategy::RestartAll)]
+    strategy: Strategy,
+    /// With `--strategy bqbs`: the standby follows the recovery points'
+    /// deltas, so a takeover restores nothing (`StandbyConfig::follow`).
+    #[arg(long)]
+    standby_follow: bool,
     /// Drop the page cache (sync, then 3 > /proc/sys/vm/drop_caches)
     /// right before the fault, so that the restore reads the checkpoint
     /// from disk: `true`, `false`, or by default `true` exactly when that
@@ -156,7 +178,8 @@ struct Args {
     /// (1 to 600000). Above the engine's default (100 ms): a poll of the
     /// job's one task takes longer with a large state (134 ms seen at 100
     /// MB as the inserts end), and a stall's restart would spoil the run.
-    /// The injected panic is detected at once, whatever this is.
+    /// The injected panic is detected at once, whatever this is. Under
+    /// `--strategy bqbs` it is the standby's heartbeat timeout too.
     #[arg(long, default_value_t = 2000)]
     heartbeat_timeout_ms: u64,
     /// Write the results as JSON to this file.
@@ -211,6 +234,14 @@ fn check_args(args: &Args) -> Result<Setup> {
         (1..=600_000).contains(&args.heartbeat_timeout_ms),
         "--heartbeat-timeout-ms {}: 1 to 600000",
         args.heartbeat_timeout_ms
+    );
+    ensure!(
+        !args.standby_follow || args.strategy == Strategy::Bqbs,
+        "--standby-follow: only with --strategy bqbs (a standby follows the recovery points)"
+    );
+    ensure!(
+        !args.whole_checkpoints || args.strategy == Strategy::RestartAll,
+        "--whole-checkpoints: only with --strategy restart-all (bqbs takes no checkpoints)"
     );
     let base = match &args.dir {
         Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
@@ -272,19 +303,22 @@ struct RunResult {
     detect_ms: f64,
     /// Fault → every sink consumed as many records as before the fault.
     caught_up_ms: Option<f64>,
-    restored_checkpoint: u64,
+    /// The restart-all's checkpoint (`None` under bqbs, which restores
+    /// the standby's recovery point, or nothing when it follows).
+    restored_checkpoint: Option<u64>,
     /// Payload bytes of `count`'s snapshot that the restore reads (its
     /// file and its chain), from the manifest.
-    state_bytes: u64,
+    state_bytes: Option<u64>,
     /// Of those, the last whole archive's.
-    whole_bytes: u64,
+    whole_bytes: Option<u64>,
     /// Files the restore of `count` reads (1 + deltas' chain).
-    state_files: usize,
+    state_files: Option<usize>,
     /// Those files' sizes on disk.
-    file_bytes: u64,
+    file_bytes: Option<u64>,
     /// Payload bytes of every file of the restored checkpoint.
-    checkpoint_bytes: u64,
-    /// Source records read again after the restart.
+    checkpoint_bytes: Option<u64>,
+    /// Records read again after the fault: the source's (restart-all),
+    /// the buffer queue's (a takeover).
     replayed: u64,
     /// Keys (one insert each before the updates).
     keys: u64,
@@ -305,6 +339,8 @@ struct RunResult {
 struct Report {
     state_mb: u64,
     keys: u64,
+    strategy: Strategy,
+    standby_follow: bool,
     runs: usize,
     cold: bool,
     checkpoint_interval_ms: u64,
@@ -315,7 +351,9 @@ struct Report {
     first_output_ms: f64,
     restore_ms: f64,
     detect_ms: f64,
-    state_bytes: u64,
+    /// Median fault → caught up, over the runs that measured it.
+    caught_up_ms: Option<f64>,
+    state_bytes: Option<u64>,
     bar_ms: f64,
     per_run: Vec<RunResult>,
 }
@@ -332,12 +370,25 @@ fn real_main(args: &Args, setup: &Setup) -> Result<()> {
     tandem_fault_inject::quiet_injected_panics();
     // Directories of killed runs (their lock free) go first.
     tandem::sys::scratch::sweep(&setup.base);
+    let recovery = match args.strategy {
+        Strategy::RestartAll => format!(
+            "restart-all, checkpoints every {} ms ({})",
+            args.checkpoint_interval_ms,
+            if args.whole_checkpoints {
+                "whole"
+            } else {
+                "incremental"
+            }
+        ),
+        Strategy::Bqbs if args.standby_follow => {
+            "a warm standby of `count` that follows the recovery points' deltas".to_string()
+        }
+        Strategy::Bqbs => "a warm standby of `count` (restores the newest recovery point)".into(),
+    };
     outln!(
-        "restore: {} MB of keyed state ({} keys, one `{KEYED}` instance holds it all), checkpoints every {} ms ({}), updates at {} records/s; cold page cache: {}",
+        "restore: {} MB of keyed state ({} keys, one `{KEYED}` instance holds it all), {recovery}, updates at {} records/s; cold page cache: {}",
         args.state_mb,
         setup.keys,
-        args.checkpoint_interval_ms,
-        if args.whole_checkpoints { "whole" } else { "incremental" },
         args.rate,
         if setup.cold {
             "yes (sync + drop_caches in the main thread, before the fault is armed: not counted)"
@@ -356,20 +407,29 @@ fn real_main(args: &Args, setup: &Setup) -> Result<()> {
             scratch.remove()?;
             r
         };
+        let restored = match (
+            r.restored_checkpoint,
+            r.state_bytes,
+            r.state_files,
+            r.whole_bytes,
+            r.file_bytes,
+        ) {
+            (Some(id), Some(state), Some(files), Some(whole), Some(disk)) => format!(
+                "restored checkpoint {id} — `{KEYED}` state {} in {files} file{} ({} whole), {} on disk",
+                fmt_mb(state),
+                if files == 1 { "" } else { "s" },
+                fmt_mb(whole),
+                fmt_mb(disk),
+            ),
+            _ => "taken over by the standby".to_string(),
+        };
         outln!(
             "run {n}: first output {:.1} ms (fault → first output), restore {:.1} ms, detect {:.2} ms, caught up {}; \
-             restored checkpoint {} — `{KEYED}` state {} in {} file{} ({} whole), {} on disk; \
-             {} replayed, {} outputs after the restart checked; inserts {:.1} s, run {:.1} s{}",
+             {restored}; {} replayed, {} outputs after the fault checked; inserts {:.1} s, run {:.1} s{}",
             r.first_output_ms,
             r.restore_ms,
             r.detect_ms,
             r.caught_up_ms.map_or("-".into(), |c| format!("{c:.1} ms")),
-            r.restored_checkpoint,
-            fmt_mb(r.state_bytes),
-            r.state_files,
-            if r.state_files == 1 { "" } else { "s" },
-            fmt_mb(r.whole_bytes),
-            fmt_mb(r.file_bytes),
             r.replayed,
             r.outputs_after_restart,
             r.insert_s,
@@ -391,7 +451,13 @@ fn real_main(args: &Args, setup: &Setup) -> Result<()> {
         med(|r| r.restore_ms),
         med(|r| r.detect_ms),
     );
-    let state = median(runs.iter().map(|r| r.state_bytes as f64).collect()) as u64;
+    let states: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.state_bytes.map(|b| b as f64))
+        .collect();
+    let state = (!states.is_empty()).then(|| median(states) as u64);
+    let caught: Vec<f64> = runs.iter().filter_map(|r| r.caught_up_ms).collect();
+    let caught_up = (!caught.is_empty()).then(|| median(caught));
     let range = |f: fn(&RunResult) -> f64| {
         let v: Vec<f64> = runs.iter().map(f).collect();
         (
@@ -402,10 +468,14 @@ fn real_main(args: &Args, setup: &Setup) -> Result<()> {
     let (fmin, fmax) = range(|r| r.first_output_ms);
     let (rmin, rmax) = range(|r| r.restore_ms);
     outln!(
-        "median of {}: first output {first:.1} ms (min {fmin:.1}, max {fmax:.1}), restore {restore:.1} ms (min {rmin:.1}, max {rmax:.1}), detect {detect:.2} ms; \
-         state {} read by the restore; {} page cache; bar: first output ≤ {BAR_MS:.0} ms — {}",
+        "median of {}: first output {first:.1} ms (min {fmin:.1}, max {fmax:.1}), restore {restore:.1} ms (min {rmin:.1}, max {rmax:.1}), detect {detect:.2} ms, caught up {}; \
+         {}; {} page cache; bar: first output ≤ {BAR_MS:.0} ms — {}",
         args.runs,
-        fmt_mb(state),
+        caught_up.map_or("-".into(), |c| format!("{c:.1} ms")),
+        state.map_or("taken over by the standby".into(), |s| format!(
+            "state {} read by the restore",
+            fmt_mb(s)
+        )),
         if setup.cold { "cold" } else { "warm" },
         if first <= BAR_MS { "met" } else { "missed" }
     )?;
@@ -413,6 +483,8 @@ fn real_main(args: &Args, setup: &Setup) -> Result<()> {
         let report = Report {
             state_mb: args.state_mb,
             keys: setup.keys,
+            strategy: args.strategy,
+            standby_follow: args.standby_follow,
             runs: args.runs,
             cold: setup.cold,
             checkpoint_interval_ms: args.checkpoint_interval_ms,
@@ -422,6 +494,7 @@ fn real_main(args: &Args, setup: &Setup) -> Result<()> {
             first_output_ms: first,
             restore_ms: restore,
             detect_ms: detect,
+            caught_up_ms: caught_up,
             state_bytes: state,
             bar_ms: BAR_MS,
             per_run: runs,
@@ -450,22 +523,25 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
     let (stop2, seen2) = (Arc::clone(&stop), Arc::clone(&seen));
     let updates_from = Arc::new(OnceLock::new());
     let per_record = Duration::from_secs_f64(1.0 / args.rate as f64);
-    job.source("feed", move |_: &OperatorInfo| Feed {
+    let bqbs = args.strategy == Strategy::Bqbs;
+    let feed = job.source("feed", move |_: &OperatorInfo| Feed {
         plan,
         next: 0,
         per_record,
         updates_from: Arc::clone(&updates_from),
         stop: Arc::clone(&stop2),
-    })
-    .key_by(|r: &(u64, u64)| r.1)
-    .process(KEYED, |_| Count)
-    .parallelism(1)
-    .sink("check", move |info: &OperatorInfo| Check {
-        plan,
-        attempt: info.attempt,
-        next: None,
-        seen: Arc::clone(&seen2),
     });
+    // Under bqbs, `count` (the operator after this stream) has a standby.
+    let feed = if bqbs { feed.standby() } else { feed };
+    feed.key_by(|r: &(u64, u64)| r.1)
+        .process(KEYED, |_| Count)
+        .parallelism(1)
+        .sink("check", move |info: &OperatorInfo| Check {
+            plan,
+            attempt: info.attempt,
+            next: None,
+            seen: Arc::clone(&seen2),
+        });
 
     let store_dir = dir.join("checkpoints");
     let mut cp = CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
@@ -473,9 +549,19 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
     if args.whole_checkpoints {
         cp.incremental = None;
     }
-    let cfg = RuntimeConfig::default()
-        .run_dir(dir.join("run"))
-        .checkpoint(cp)
+    let cfg = RuntimeConfig::default().run_dir(dir.join("run"));
+    let cfg = if bqbs {
+        cfg.standby(StandbyConfig {
+            follow: args.standby_follow,
+            // A takeover for a stall would spoil the run as a restart
+            // would (see --heartbeat-timeout-ms); the panic is seen at once.
+            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
+            ..StandbyConfig::default()
+        })
+    } else {
+        cfg.checkpoint(cp)
+    };
+    let cfg = cfg
         .restart(RestartStrategy::FixedDelay {
             attempts: 3,
             delay: Duration::ZERO,
@@ -495,31 +581,54 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
     };
 
     // 1. Every key inserted, then a checkpoint that covers them all (the
-    // next but one after the last insert at the latest).
+    // next but one after the last insert at the latest) — under bqbs, two
+    // more recovery points after the last insert (the second begun after
+    // it), and with --standby-follow three more applied by the standby:
+    // it applies what the inserts wrote at about the rate they were made,
+    // in deltas that each take as long to apply as the inserts they hold
+    // took to make, and the primary takes no point while one is applied;
+    // the third is small, and comes once the copy has caught up (a fault
+    // before that would apply the rest at the takeover, or replay the
+    // records since a point taken long before).
     let covering_timeout =
         Duration::from_millis(args.checkpoint_interval_ms) * 10 + Duration::from_secs(120);
     let mut insert_s = None;
-    let (covering, covered) = loop {
+    let mut points_then = None;
+    let covering = loop {
         job.check()?;
         if insert_s.is_none() && seen.before.load(Ordering::Acquire) >= setup.keys {
             insert_s = Some(started.elapsed().as_secs_f64());
+            points_then = job.points();
             errln!(
-                "run {n}: {} keys inserted in {:.1} s; waiting for a checkpoint that covers them",
+                "run {n}: {} keys inserted in {:.1} s; waiting for a {} that covers them",
                 setup.keys,
-                started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64(),
+                if bqbs { "recovery point" } else { "checkpoint" }
             );
         }
-        store.look()?;
-        if let Some((id, c)) = store.covering(setup.keys) {
-            break (id, c.clone());
+        if bqbs {
+            if let (Some(then), Some(now)) = (points_then, job.points()) {
+                let (published, followed) = (now.0 >= then.0 + 2, now.1 >= then.1 + 3);
+                if published && (followed || !args.standby_follow) {
+                    break None;
+                }
+            }
+        } else {
+            store.look()?;
+            if let Some((id, c)) = store.covering(setup.keys) {
+                break Some((id, c.clone()));
+            }
         }
         if let Some(s) = insert_s {
             let waited = started.elapsed().as_secs_f64() - s;
             ensure!(
                 waited < covering_timeout.as_secs_f64(),
-                "run {n}: {waited:.0} s after the last insert, no checkpoint covers every key \
-                 (published: {:?})",
-                store.seen.keys().collect::<Vec<_>>()
+                "run {n}: {waited:.0} s after the last insert, no {} covers every key \
+                 (checkpoints published: {:?}; recovery points: {:?} then, {:?} now)",
+                if bqbs { "recovery point" } else { "checkpoint" },
+                store.seen.keys().collect::<Vec<_>>(),
+                points_then,
+                job.points()
             );
         }
         std::thread::sleep(POLL);
@@ -558,11 +667,18 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
         std::thread::sleep(POLL);
     };
     let newest_at_fault = store.seen.keys().next_back().copied();
+    // Under bqbs the attempt goes on: outputs after the fault's are counted
+    // from here (the takeover's replay is deduplicated, not output again).
+    let before_fault = seen.before.load(Ordering::Acquire);
 
     // 4. The restarted attempt's outputs — its replay, then as many new
     // ones as asked — then the end of input.
     let fault_at = Instant::now();
     let done = || {
+        if bqbs {
+            return seen.before.load(Ordering::Acquire)
+                >= before_fault.saturating_add(args.outputs_after_restart);
+        }
         let first = seen.first_after.load(Ordering::Acquire);
         let replay = seen.before.load(Ordering::Acquire).saturating_sub(first);
         first != u64::MAX
@@ -596,31 +712,49 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
             .unwrap_or_default();
         bail!("run {n}: {wrong} wrong outputs; the first: {first}");
     }
-    let rec = the_recovery(&report, n)?;
-    let id = rec
-        .restored_checkpoint
-        .with_context(|| format!("run {n}: the restart restored no checkpoint: {rec:?}"))?;
-    let c = match store.seen.get(&id) {
-        Some(c) => c.clone(),
-        None => bail!(
-            "run {n}: the restart restored checkpoint {id}, whose manifest this run never read \
-             (newest read at the fault: {newest_at_fault:?})"
-        ),
+    let kind = if bqbs {
+        RecoveryKind::Takeover
+    } else {
+        RecoveryKind::RestartAll
     };
-    ensure!(
-        c.position >= setup.keys && id >= covering,
-        "run {n}: the restart restored checkpoint {id}, which covers records up to {} of {} keys \
-         (checkpoint {covering} covered them all: {covered:?})",
-        c.position,
-        setup.keys
-    );
-    let first_after = seen.first_after.load(Ordering::Acquire);
-    ensure!(
-        first_after == c.position,
-        "run {n}: the restarted job's first output is of record {first_after}, \
-         not of the restored checkpoint's position {}",
-        c.position
-    );
+    let rec = the_recovery(&report, n, kind)?;
+    let restored = match covering {
+        None => None,
+        Some((covering, covered)) => {
+            let id = rec
+                .restored_checkpoint
+                .with_context(|| format!("run {n}: the restart restored no checkpoint: {rec:?}"))?;
+            let c = match store.seen.get(&id) {
+                Some(c) => c.clone(),
+                None => bail!(
+                    "run {n}: the restart restored checkpoint {id}, whose manifest this run never read \
+                     (newest read at the fault: {newest_at_fault:?})"
+                ),
+            };
+            ensure!(
+                c.position >= setup.keys && id >= covering,
+                "run {n}: the restart restored checkpoint {id}, which covers records up to {} of {} keys \
+                 (checkpoint {covering} covered them all: {covered:?})",
+                c.position,
+                setup.keys
+            );
+            let first_after = seen.first_after.load(Ordering::Acquire);
+            ensure!(
+                first_after == c.position,
+                "run {n}: the restarted job's first output is of record {first_after}, \
+                 not of the restored checkpoint's position {}",
+                c.position
+            );
+            Some((id, c))
+        }
+    };
+    if bqbs {
+        ensure!(
+            seen.after.load(Ordering::Acquire) == 0,
+            "run {n}: the takeover restarted the job ({} outputs of a later attempt)",
+            seen.after.load(Ordering::Acquire)
+        );
+    }
     let first_output_us = rec.first_output_us.with_context(|| {
         format!("run {n}: the report has no first output after the restart: {rec:?}")
     })?;
@@ -633,15 +767,19 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
         restore_ms: restore_us as f64 / 1e3,
         detect_ms: rec.detect_us as f64 / 1e3,
         caught_up_ms: rec.caught_up_us.map(|u| u as f64 / 1e3),
-        restored_checkpoint: id,
-        state_bytes: c.restore_bytes,
-        whole_bytes: c.whole_bytes,
-        state_files: c.files,
-        file_bytes: c.file_bytes,
-        checkpoint_bytes: c.checkpoint_bytes,
+        restored_checkpoint: restored.as_ref().map(|(id, _)| *id),
+        state_bytes: restored.as_ref().map(|(_, c)| c.restore_bytes),
+        whole_bytes: restored.as_ref().map(|(_, c)| c.whole_bytes),
+        state_files: restored.as_ref().map(|(_, c)| c.files),
+        file_bytes: restored.as_ref().map(|(_, c)| c.file_bytes),
+        checkpoint_bytes: restored.as_ref().map(|(_, c)| c.checkpoint_bytes),
         replayed: rec.replayed_tuples,
         keys: setup.keys,
-        outputs_after_restart: seen.after.load(Ordering::Acquire),
+        outputs_after_restart: if bqbs {
+            seen.before.load(Ordering::Acquire) - before_fault
+        } else {
+            seen.after.load(Ordering::Acquire)
+        },
         cold: setup.cold,
         sync_ms,
         drop_ms,
@@ -650,12 +788,13 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
     })
 }
 
-/// The run's one recovery, a restart-all; an error for anything else.
-fn the_recovery(report: &JobReport, n: usize) -> Result<&RecoveryRecord> {
+/// The run's one recovery, of `kind`; an error for anything else.
+fn the_recovery(report: &JobReport, n: usize, kind: RecoveryKind) -> Result<&RecoveryRecord> {
     match report.recovery.as_slice() {
-        [r] if r.kind == RecoveryKind::RestartAll => Ok(r),
+        [r] if r.kind == kind => Ok(r),
         rs => bail!(
-            "run {n}: expected one restart-all recovery (the injected fault), the report has {}{}: {rs:?}",
+            "run {n}: expected one {} recovery (the injected fault), the report has {}{}: {rs:?}",
+            kind.name(),
             rs.len(),
             if rs.iter().any(|r| r.unprovoked) {
                 " (a stall among them: a larger --heartbeat-timeout-ms avoids it)"
@@ -687,6 +826,15 @@ impl Running {
             };
         }
         Ok(())
+    }
+
+    /// Recovery points the standbys' primaries published so far, and
+    /// those following standbys applied.
+    fn points(&self) -> Option<(u64, u64)> {
+        self.handle.as_ref().map(|h| {
+            let s = h.status();
+            (s.standby_points_published, s.standby_points_followed)
+        })
     }
 
     fn join(mut self) -> Result<JobReport> {

@@ -270,7 +270,11 @@ where
         if self.restoring {
             // Read lazily (one look at the state per record until then).
             self.restoring = self.state.is_lazy();
-            if let Err(e) = self.state.prefetch(&key) {
+            // A key read from a cold file waits for the disk (milliseconds
+            // each on a slow one, a chunk of records at a time): work, not
+            // a stall, and the heartbeat beats after each.
+            let state = &self.state;
+            if let Err(e) = self.ctx.long(|| state.prefetch(&key)) {
                 self.fail_restore(e);
                 self.ctx.leave(prev);
                 return;

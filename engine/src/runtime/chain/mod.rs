@@ -39,7 +39,9 @@ pub(crate) fn pass_barrier<O>(
     down: &mut dyn Collector<O>,
 ) {
     if ctx.wants_snapshot(id) {
-        match capture() {
+        // A delta gathers the places written since its base now (tens of
+        // milliseconds at tens of millions): work, not a stall.
+        match ctx.long(capture) {
             Ok(state) => ctx.ack(op, id, state, None, None),
             Err(e) => ctx.decline(op, id, e.to_string()),
         }

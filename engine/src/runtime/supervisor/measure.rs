@@ -183,6 +183,8 @@ impl Supervisor {
             for g in sb.groups.values() {
                 s.standby_queue_bytes += g.queue_bytes();
                 s.standby_queue_entries += g.queue_entries();
+                s.standby_points_published += g.snapshots.load(Ordering::Relaxed);
+                s.standby_points_followed += g.followed.load(Ordering::Relaxed);
             }
         }
         s.last_recovery_first_output_us = newest.map(|(_, f)| f);
