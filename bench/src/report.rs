@@ -57,6 +57,54 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
+/// One completed checkpoint's size, as the benchmarks' JSON reports give it.
+#[derive(serde::Serialize, Clone, Copy, Debug)]
+pub struct CheckpointSize {
+    pub id: u64,
+    /// Bytes written: payloads and key indexes.
+    pub bytes: u64,
+    /// Whether its files include a delta (else it is whole).
+    pub delta: bool,
+}
+
+/// The completed checkpoints' sizes, for a JSON report.
+pub fn checkpoint_sizes(s: &[tandem::metrics::CheckpointSize]) -> Vec<CheckpointSize> {
+    s.iter()
+        .map(|c| CheckpointSize {
+            id: c.id,
+            bytes: c.bytes,
+            delta: c.delta,
+        })
+        .collect()
+}
+
+/// The completed checkpoints' sizes in a line: `whole` or `Δ` each, the
+/// first `shown` of them, then how many more and the largest delta.
+pub fn checkpoint_sizes_line(s: &[CheckpointSize], shown: usize) -> String {
+    let mut parts: Vec<String> = s
+        .iter()
+        .take(shown)
+        .map(|c| {
+            format!(
+                "{} {}",
+                fmt_bytes(c.bytes),
+                if c.delta { "Δ" } else { "whole" }
+            )
+        })
+        .collect();
+    if s.len() > shown {
+        let rest = &s[shown..];
+        let deltas = rest.iter().filter(|c| c.delta).count();
+        let max = rest.iter().filter(|c| c.delta).map(|c| c.bytes).max();
+        parts.push(format!(
+            "… {} more ({deltas} Δ{})",
+            rest.len(),
+            max.map_or(String::new(), |m| format!(", the largest {}", fmt_bytes(m)))
+        ));
+    }
+    parts.join(", ")
+}
+
 /// Writes `value` as pretty JSON to `path` (flag `flag` names it in
 /// errors) by the output discipline ([`crate::paths`]): checked, written
 /// into a file beside it (removed again if the run fails or is interrupted

@@ -486,6 +486,10 @@ pub struct CheckpointStats {
     pub restore_bytes_final: u64,
     /// Completed checkpoints whose files include a delta.
     pub incremental: u64,
+    /// Each completed checkpoint's bytes written (payloads and key
+    /// indexes), and whether its files include a delta, in the order they
+    /// completed.
+    pub sizes: Vec<CheckpointSize>,
     /// Payload bytes over the time the I/O thread spent writing them.
     pub write_mbps: f64,
     /// The newest complete checkpoint.
@@ -495,6 +499,17 @@ pub struct CheckpointStats {
     /// Where they are (`None` when they were in a temporary directory,
     /// removed at the end).
     pub dir: Option<std::path::PathBuf>,
+}
+
+/// What one completed checkpoint wrote ([`CheckpointStats::sizes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointSize {
+    /// The checkpoint.
+    pub id: u64,
+    /// Bytes written: payloads and key indexes.
+    pub bytes: u64,
+    /// Whether its files include a delta (else every state is whole).
+    pub delta: bool,
 }
 
 impl CheckpointStats {

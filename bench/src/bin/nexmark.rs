@@ -183,6 +183,8 @@ struct Report {
     /// and what a restore of it reads.
     state_bytes_final: u64,
     restore_bytes_final: u64,
+    /// Each completed checkpoint's bytes, whole or a delta.
+    checkpoint_sizes: Vec<tandem_bench::report::CheckpointSize>,
     recovery: Vec<RecoveryJson>,
 }
 
@@ -497,6 +499,13 @@ fn run_in(
             fmt_bytes(cp.state_bytes_final),
             fmt_bytes(cp.restore_bytes_final),
         )?;
+        outln!(
+            "checkpoint sizes: {}",
+            tandem_bench::report::checkpoint_sizes_line(
+                &tandem_bench::report::checkpoint_sizes(&cp.sizes),
+                12
+            )
+        )?;
     }
     if let Some(sb) = &report.standby {
         outln!(
@@ -581,6 +590,7 @@ fn run_in(
                 checkpoint_bytes_after_first: cp.bytes_after_first,
                 state_bytes_final: cp.state_bytes_final,
                 restore_bytes_final: cp.restore_bytes_final,
+                checkpoint_sizes: tandem_bench::report::checkpoint_sizes(&cp.sizes),
                 recovery: report
                     .recovery
                     .iter()

@@ -93,6 +93,8 @@ pub struct Report {
     pub state_bytes_final: u64,
     /// What a restore of the newest checkpoint reads.
     pub restore_bytes_final: u64,
+    /// Each completed checkpoint's bytes, whole or a delta.
+    pub checkpoint_sizes: Vec<tandem_bench::report::CheckpointSize>,
     pub checkpoint_write_mbps: f64,
     pub checkpoint_dir: Option<PathBuf>,
     pub savepoint: Option<PathBuf>,
@@ -318,6 +320,12 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
             rep.state_bytes_final as f64 / 1e6,
             rep.restore_bytes_final as f64 / 1e6,
         )?;
+        if !rep.checkpoint_sizes.is_empty() {
+            outln!(
+                "  checkpoint sizes  {}",
+                tandem_bench::report::checkpoint_sizes_line(&rep.checkpoint_sizes, 12)
+            )?;
+        }
         if let (Some(p50), Some(p99), Some(max)) = (
             rep.checkpoint_duration_p50_ms,
             rep.checkpoint_duration_p99_ms,

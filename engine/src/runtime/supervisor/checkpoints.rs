@@ -553,9 +553,13 @@ impl Coordinator {
             .map(|f| f.chain.first().map_or(f.payload_len, |l| l.payload_len))
             .sum();
         self.stats.restore_bytes_final = m.restore_bytes();
-        if m.files.iter().any(|f| f.delta) {
+        let delta = m.files.iter().any(|f| f.delta);
+        if delta {
             self.stats.incremental += 1;
         }
+        self.stats
+            .sizes
+            .push(crate::metrics::CheckpointSize { id, bytes, delta });
         self.write_secs += p.write_time.as_secs_f64();
         self.stats.write_mbps = self.stats.bytes as f64 / 1e6 / self.write_secs.max(1e-9);
         self.stats.last_completed = Some(id);
