@@ -641,6 +641,17 @@ fn restarts_from_chains_of_incremental_checkpoints_recover_to_exactly_the_clean_
         cp.restore_bytes_final >= cp.state_bytes_final,
         "a restore reads at least the whole archive: {cp:?}"
     );
+    // Each completed checkpoint's size, in order: the first whole, the
+    // deltas counted, the bytes adding up to what was written.
+    assert_eq!(cp.sizes.len() as u64, cp.completed, "{cp:?}");
+    assert!(!cp.sizes[0].delta, "the first checkpoint is whole: {cp:?}");
+    assert_eq!(cp.sizes[0].bytes, cp.first_bytes);
+    assert_eq!(
+        cp.sizes.iter().filter(|s| s.delta).count() as u64,
+        cp.incremental
+    );
+    assert_eq!(cp.sizes.iter().map(|s| s.bytes).sum::<u64>(), cp.bytes);
+    assert!(cp.sizes.windows(2).all(|w| w[0].id < w[1].id), "{cp:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
