@@ -20,30 +20,31 @@ fn fresh_dir(tag: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn a_small_run_recovers_reports_its_first_output_and_leaves_dir_empty() {
-    let dir = fresh_dir("run");
-    let out = fresh_dir("report");
+/// A small run (2 MB of state, one run, no page cache drop: the test may
+/// not run as root, and must not disturb the machine's other work if it
+/// does) with `extra` flags: it succeeds, says its first output, and
+/// leaves nothing in `--dir`; its stdout and JSON report.
+fn small_run(tag: &str, extra: &[&str]) -> (String, serde_json::Value) {
+    let dir = fresh_dir(tag);
+    let out = fresh_dir(&format!("{tag}-report"));
     let report = out.join("restore.json");
-    let o = restore(&[
+    let mut args = vec![
         "--state-mb",
         "2",
         "--runs",
         "1",
-        // No page cache drop: the test may not run as root, and must not
-        // disturb the machine's other work if it does.
         "--cold",
         "false",
-        "--checkpoint-interval-ms",
-        "200",
         "--outputs-after-restart",
         "2000",
         "--dir",
         dir.to_str().unwrap(),
         "--report",
         report.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    ];
+    args.extend(extra);
+    let o = restore(&args);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
         o.status.success(),
         "{stdout}{}",
@@ -60,6 +61,12 @@ fn a_small_run_recovers_reports_its_first_output_and_leaves_dir_empty() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&out).unwrap();
+    (stdout, r)
+}
+
+#[test]
+fn a_small_run_recovers_reports_its_first_output_and_leaves_dir_empty() {
+    let (_, r) = small_run("run", &["--checkpoint-interval-ms", "200"]);
     let first = r["first_output_ms"].as_f64().unwrap();
     let restore = r["restore_ms"].as_f64().unwrap();
     assert!(first > 0.0 && restore > 0.0, "{r}");
@@ -83,39 +90,8 @@ fn a_small_run_recovers_reports_its_first_output_and_leaves_dir_empty() {
 
 #[test]
 fn a_following_standby_takes_over_with_every_output_checked() {
-    let dir = fresh_dir("bqbs");
-    let out = fresh_dir("bqbs-report");
-    let report = out.join("restore.json");
-    let o = restore(&[
-        "--state-mb",
-        "2",
-        "--runs",
-        "1",
-        "--cold",
-        "false",
-        "--strategy",
-        "bqbs",
-        "--standby-follow",
-        "--outputs-after-restart",
-        "2000",
-        "--dir",
-        dir.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (stdout, r) = small_run("bqbs", &["--strategy", "bqbs", "--standby-follow"]);
     assert!(stdout.contains("taken over by the standby"), "{stdout}");
-    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
-    assert!(left.is_empty(), "left in --dir: {left:?}");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::remove_dir_all(&out).unwrap();
     assert_eq!(r["strategy"], "bqbs");
     assert_eq!(r["standby_follow"], true);
     let run = &r["per_run"][0];
