@@ -130,6 +130,14 @@ fn absurd_flags_are_refused_naming_the_flag() {
             "--whole-checkpoints",
         ),
         (vec!["--strategy", "region"], "--strategy"),
+        (
+            vec!["--standby-heartbeat-ms", "5"],
+            "--standby-heartbeat-ms",
+        ),
+        (
+            vec!["--strategy", "bqbs", "--standby-heartbeat-ms", "0"],
+            "--standby-heartbeat-ms",
+        ),
     ] {
         let mut all = args.clone();
         if !args.contains(&"--dir") {

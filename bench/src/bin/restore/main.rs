@@ -178,10 +178,15 @@ struct Args {
     /// (1 to 600000). Above the engine's default (100 ms): a poll of the
     /// job's one task takes longer with a large state (134 ms seen at 100
     /// MB as the inserts end), and a stall's restart would spoil the run.
-    /// The injected panic is detected at once, whatever this is. Under
-    /// `--strategy bqbs` it is the standby's heartbeat timeout too.
+    /// The injected panic is detected at once, whatever this is.
     #[arg(long, default_value_t = 2000)]
     heartbeat_timeout_ms: u64,
+    /// Under `--strategy bqbs`: how long the primary may show no sign of
+    /// life before its standby takes over, in ms (1 to 600000; the
+    /// engine's default is 5). As --heartbeat-timeout-ms by default: a
+    /// takeover for a stall would spoil the run as a restart would.
+    #[arg(long)]
+    standby_heartbeat_ms: Option<u64>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -235,6 +240,16 @@ fn check_args(args: &Args) -> Result<Setup> {
         "--heartbeat-timeout-ms {}: 1 to 600000",
         args.heartbeat_timeout_ms
     );
+    if let Some(ms) = args.standby_heartbeat_ms {
+        ensure!(
+            (1..=600_000).contains(&ms),
+            "--standby-heartbeat-ms {ms}: 1 to 600000"
+        );
+        ensure!(
+            args.strategy == Strategy::Bqbs,
+            "--standby-heartbeat-ms: only with --strategy bqbs"
+        );
+    }
     ensure!(
         !args.standby_follow || args.strategy == Strategy::Bqbs,
         "--standby-follow: only with --strategy bqbs (a standby follows the recovery points)"
@@ -555,7 +570,10 @@ fn one_run(args: &Args, setup: &Setup, n: usize, dir: &Path) -> Result<RunResult
             follow: args.standby_follow,
             // A takeover for a stall would spoil the run as a restart
             // would (see --heartbeat-timeout-ms); the panic is seen at once.
-            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
+            heartbeat_timeout: Duration::from_millis(
+                args.standby_heartbeat_ms
+                    .unwrap_or(args.heartbeat_timeout_ms),
+            ),
             ..StandbyConfig::default()
         })
     } else {
