@@ -199,10 +199,7 @@ impl Steps {
                 .data
                 .range::<&[u8], _>((Excluded(k.as_slice()), Unbounded)),
         };
-        let mut last = None;
-        let mut seen = 0;
-        let mut more = false;
-        for kv in iter {
+        let (last, more) = bounded(iter, n, |kv| {
             let (k, v) = kv
                 .into_inner()
                 .map_err(|e| store_error("reading the store in order", e))?;
@@ -215,13 +212,8 @@ impl Steps {
                 self.push(&k, entry)?;
             }
             // (Else placed since the capture: not in it.)
-            last = Some(k);
-            seen += 1;
-            if seen >= n.max(1) {
-                more = true;
-                break;
-            }
-        }
+            Ok(k)
+        })?;
         if let Some(k) = last {
             *self.at.cursor.borrow_mut() = Some(k.to_vec());
         }
@@ -236,10 +228,7 @@ impl Steps {
         };
         let after = self.at.cursor.borrow().clone();
         let iter = epoch_range(&self.changed, from_epoch, self.at.epoch, after.as_deref());
-        let mut last = None;
-        let mut seen = 0;
-        let mut more = false;
-        for kv in iter {
+        let (last, more) = bounded(iter, n, |kv| {
             let ck = kv
                 .key()
                 .map_err(|e| store_error("reading the change index", e))?;
@@ -260,13 +249,8 @@ impl Steps {
                 ));
             }
             self.push(dk, entry)?;
-            last = Some(ck);
-            seen += 1;
-            if seen >= n.max(1) {
-                more = true;
-                break;
-            }
-        }
+            Ok(ck)
+        })?;
         if let Some(k) = last {
             *self.at.cursor.borrow_mut() = Some(k.to_vec());
         }
@@ -279,27 +263,37 @@ impl Steps {
     fn undo_step(&mut self, n: usize) -> Result<bool, CheckpointError> {
         let after = self.undo_after.clone().flatten();
         let iter = epoch_range(&self.undo, self.at.epoch, self.at.epoch, after.as_deref());
-        let mut last = None;
-        let mut seen = 0;
-        let mut more = false;
-        for kv in iter {
+        let (last, more) = bounded(iter, n, |kv| {
             let (k, v) = kv
                 .into_inner()
                 .map_err(|e| store_error("reading a pre-image", e))?;
             let (_, entry) = super::split_value(&v)?;
             self.push(&k[4..], entry)?;
-            last = Some(k);
-            seen += 1;
-            if seen >= n.max(1) {
-                more = true;
-                break;
-            }
-        }
+            Ok(k)
+        })?;
         if let Some(k) = last {
             self.undo_after = Some(Some(k.to_vec()));
         }
         Ok(more)
     }
+}
+
+/// Takes up to `n` (at least one) items of `iter` through `each`, which
+/// returns the key a later step goes on after: the last of those keys,
+/// and whether `iter` had more.
+fn bounded<I: Iterator, K>(
+    iter: I,
+    n: usize,
+    mut each: impl FnMut(I::Item) -> Result<K, CheckpointError>,
+) -> Result<(Option<K>, bool), CheckpointError> {
+    let mut last = None;
+    for (seen, item) in iter.enumerate() {
+        if seen >= n.max(1) {
+            return Ok((last, true));
+        }
+        last = Some(each(item)?);
+    }
+    Ok((last, false))
 }
 
 /// The keys of `ks` (epoch-prefixed) from epoch `from` to epoch `to`
