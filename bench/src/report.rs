@@ -57,30 +57,9 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
-/// One completed checkpoint's size, as the benchmarks' JSON reports give it.
-#[derive(serde::Serialize, Clone, Copy, Debug)]
-pub struct CheckpointSize {
-    pub id: u64,
-    /// Bytes written: payloads and key indexes.
-    pub bytes: u64,
-    /// Whether its files include a delta (else it is whole).
-    pub delta: bool,
-}
-
-/// The completed checkpoints' sizes, for a JSON report.
-pub fn checkpoint_sizes(s: &[tandem::metrics::CheckpointSize]) -> Vec<CheckpointSize> {
-    s.iter()
-        .map(|c| CheckpointSize {
-            id: c.id,
-            bytes: c.bytes,
-            delta: c.delta,
-        })
-        .collect()
-}
-
 /// The completed checkpoints' sizes in a line: `whole` or `Δ` each, the
 /// first `shown` of them, then how many more and the largest delta.
-pub fn checkpoint_sizes_line(s: &[CheckpointSize], shown: usize) -> String {
+pub fn checkpoint_sizes_line(s: &[tandem::metrics::CheckpointSize], shown: usize) -> String {
     let mut parts: Vec<String> = s
         .iter()
         .take(shown)

@@ -501,8 +501,9 @@ pub struct CheckpointStats {
     pub dir: Option<std::path::PathBuf>,
 }
 
-/// What one completed checkpoint wrote ([`CheckpointStats::sizes`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What one completed checkpoint wrote ([`CheckpointStats::sizes`]); a
+/// benchmark's JSON report gives it as is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CheckpointSize {
     /// The checkpoint.
     pub id: u64,

@@ -184,7 +184,7 @@ struct Report {
     state_bytes_final: u64,
     restore_bytes_final: u64,
     /// Each completed checkpoint's bytes, whole or a delta.
-    checkpoint_sizes: Vec<tandem_bench::report::CheckpointSize>,
+    checkpoint_sizes: Vec<tandem::metrics::CheckpointSize>,
     recovery: Vec<RecoveryJson>,
 }
 
@@ -501,10 +501,7 @@ fn run_in(
         )?;
         outln!(
             "checkpoint sizes: {}",
-            tandem_bench::report::checkpoint_sizes_line(
-                &tandem_bench::report::checkpoint_sizes(&cp.sizes),
-                12
-            )
+            tandem_bench::report::checkpoint_sizes_line(&cp.sizes, 12)
         )?;
     }
     if let Some(sb) = &report.standby {
@@ -590,7 +587,7 @@ fn run_in(
                 checkpoint_bytes_after_first: cp.bytes_after_first,
                 state_bytes_final: cp.state_bytes_final,
                 restore_bytes_final: cp.restore_bytes_final,
-                checkpoint_sizes: tandem_bench::report::checkpoint_sizes(&cp.sizes),
+                checkpoint_sizes: cp.sizes.clone(),
                 recovery: report
                     .recovery
                     .iter()

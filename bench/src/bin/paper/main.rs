@@ -309,7 +309,7 @@ fn run(
         checkpoint_bytes_after_first: report.checkpoints.bytes_after_first,
         state_bytes_final: report.checkpoints.state_bytes_final,
         restore_bytes_final: report.checkpoints.restore_bytes_final,
-        checkpoint_sizes: tandem_bench::report::checkpoint_sizes(&report.checkpoints.sizes),
+        checkpoint_sizes: report.checkpoints.sizes.clone(),
         checkpoint_write_mbps: report.checkpoints.write_mbps,
         checkpoint_dir: report.checkpoints.dir.clone(),
         savepoint,

@@ -94,7 +94,7 @@ pub struct Report {
     /// What a restore of the newest checkpoint reads.
     pub restore_bytes_final: u64,
     /// Each completed checkpoint's bytes, whole or a delta.
-    pub checkpoint_sizes: Vec<tandem_bench::report::CheckpointSize>,
+    pub checkpoint_sizes: Vec<tandem::metrics::CheckpointSize>,
     pub checkpoint_write_mbps: f64,
     pub checkpoint_dir: Option<PathBuf>,
     pub savepoint: Option<PathBuf>,
