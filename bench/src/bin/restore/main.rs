@@ -19,7 +19,7 @@
 //! Each record emits `(seq, key, count, sum)`.
 //!
 //! **Exact output.** The count and sum of every output follow from its
-//! sequence number alone ([`Plan::expect`]), so the sink checks each one;
+//! sequence number alone ([`job::Plan::expect`]), so the sink checks each one;
 //! it also checks that each attempt's outputs are consecutive, and that the
 //! restarted attempt starts at the restored checkpoint's source position. A
 //! wrong, lost or repeated output fails the run (exit status 1).
