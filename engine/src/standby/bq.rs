@@ -268,6 +268,25 @@ impl Entry<'_> {
     }
 }
 
+/// Positions of a queue found held at once ([`BufferQueue::run`]); they
+/// stay held while the reader's cursor is at or below the first.
+pub struct Run<'a> {
+    q: &'a BufferQueue,
+    first: u64,
+    end: u64,
+}
+
+impl<'a> Run<'a> {
+    /// The entry at `position` (`None`: outside the run, or its slot holds
+    /// another position).
+    pub fn get(&self, position: u64) -> Option<Entry<'a>> {
+        (self.first..self.end)
+            .contains(&position)
+            .then(|| self.q.held(position))
+            .flatten()
+    }
+}
+
 /// A buffer queue over its mapped file.
 ///
 /// Sharing: the writer methods (`push`, `evict`) must be called from one
@@ -485,6 +504,23 @@ impl BufferQueue {
         if position >= tail || position < self.head() {
             return None;
         }
+        self.held(position)
+    }
+
+    /// Reader: positions `first..first + n`, if all of them are held (in
+    /// `[head, tail)`), looked at once: a chunk's worth of entries costs
+    /// one load of the line the writer stores at every push, not one each.
+    pub fn run(&self, first: u64, n: u64) -> Option<Run<'_>> {
+        (first + n <= self.tail() && first >= self.head()).then_some(Run {
+            q: self,
+            first,
+            end: first + n,
+        })
+    }
+
+    /// The entry at `position`, known to be in `[head, tail)` (`None`: its
+    /// slot holds another position — only a damaged queue does that).
+    fn held(&self, position: u64) -> Option<Entry<'_>> {
         let (p, tuple_id, off, len) = self.slot(position);
         if p != position {
             return None; // evicted and reused meanwhile

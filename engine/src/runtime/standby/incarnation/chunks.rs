@@ -83,8 +83,9 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         let mut barrier = 0;
         let typed = self.typed.get(l).and_then(|t| t.as_deref());
         let copied = self.reading(l, epoch, |q| {
+            let run = q.run(first, n);
             for p in first..first + n {
-                let Some(e) = q.get(p) else {
+                let Some(e) = run.as_ref().and_then(|r| r.get(p)) else {
                     return Err((false, format!(
                         "determinant log entry {seq} takes positions {first}..{} of {}, which holds {}..{}",
                         first + n,

@@ -189,23 +189,31 @@ impl Link {
 
     /// Hands every reply received to the tail.
     pub(super) fn pump(&mut self, ctx: &TaskCtx) -> Result<(), IncarnationError> {
-        loop {
+        let mut got_any = false;
+        let r = loop {
             let got = match self.rep.recv(&mut self.msg) {
                 Ok(g) => g,
-                Err(e) => return Err(self.protocol(format!("reply pipe: {e}"))),
+                Err(e) => break Err(self.protocol(format!("reply pipe: {e}"))),
             };
             if !got {
-                return Ok(());
+                break Ok(());
             }
-            self.started = true;
+            got_any = true;
             // The child works: a sign of life of the primary.
             ctx.tick();
-            self.progress_at = ctx.clock.now();
             let msg = std::mem::take(&mut self.msg);
             let r = self.take_reply(&msg);
             self.msg = msg;
-            r?;
+            if r.is_err() {
+                break r;
+            }
+        };
+        if got_any {
+            // One reading of the clock for what this look found.
+            self.started = true;
+            self.progress_at = ctx.clock.now();
         }
+        r
     }
 
     pub(super) fn take_reply(&mut self, msg: &[u8]) -> Result<(), IncarnationError> {
