@@ -350,9 +350,19 @@ impl Loop<'_> {
 
     /// TANDEM_DEBUG: a worker idle for 3 s says what it waits for.
     fn dump(&self) {
-        for (_, t) in &self.tasks {
+        for (tid, t) in &self.tasks {
+            let what = tid
+                .and_then(|t| self.w.plan.tasks.get(t))
+                .map_or("a role's task".to_string(), |t| {
+                    let names: Vec<&str> = t
+                        .members
+                        .iter()
+                        .map(|&m| &*self.w.shared.names[m])
+                        .collect();
+                    format!("{} (instance {})", names.join("+"), t.instance)
+                });
             for p in &t.ports {
-                eprintln!("tandem debug: worker {}: {}", self.index, p.debug());
+                eprintln!("tandem debug: worker {}: {what}: {}", self.index, p.debug());
             }
         }
         if let Some(r) = &self.w.roles {
