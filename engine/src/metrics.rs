@@ -318,6 +318,13 @@ pub struct StandbyStats {
     pub points_followed: u64,
     /// Of those, rebuilt from a whole point.
     pub points_followed_whole: u64,
+    /// Times a hot standby fell behind its primary and let go of its state,
+    /// running warm until it started again: it computes only while its
+    /// worker's own tasks rest, so on a saturated worker it is warm.
+    pub hot_fell_behind: u64,
+    /// Groups whose first standby ran on a worker the job's own tasks left
+    /// idle (hot standbys go there first).
+    pub standbys_on_idle_workers: usize,
     /// Process isolation: every incarnation's child process, with how it
     /// ended and what it cost, in the order they ended.
     pub children: Vec<crate::ChildRecord>,

@@ -45,9 +45,25 @@ pub(crate) struct Background {
     /// Lazily restored states still reading their bases. They do not
     /// keep the worker from ending, only from parking.
     restores: RefCell<Vec<RestoreJob>>,
+    /// The last round of the worker's loop moved something of its tasks
+    /// other than hot standbys' computing.
+    others_busy: std::cell::Cell<bool>,
 }
 
 impl Background {
+    /// Whether the worker's own tasks moved in its last round: a hot
+    /// standby here computes only when they did not
+    /// (`runtime/standby/incarnation/standby.rs`).
+    pub(crate) fn others_busy(&self) -> bool {
+        self.others_busy.get()
+    }
+
+    /// The worker's last round moved (`true`) or did not move its own
+    /// tasks.
+    pub(crate) fn set_others_busy(&self, busy: bool) {
+        self.others_busy.set(busy);
+    }
+
     /// Queues `ack` (an [`Event::Ack`] without its state) to be sent once
     /// `steps` have archived the state.
     pub(crate) fn push(&self, steps: Box<dyn ArchiveSteps>, ack: Event) {

@@ -150,6 +150,10 @@ pub(crate) struct TaskCtx {
     ticks: Cell<u64>,
     /// The worker's background work (archiving checkpointed state).
     background: Rc<Background>,
+    /// A hot standby's computing: what the task moves is not the worker's
+    /// own work (the worker tells such a task whether the others moved,
+    /// [`Background::others_busy`]).
+    pub(crate) lowly: Cell<bool>,
 }
 
 impl TaskCtx {
@@ -184,6 +188,7 @@ impl TaskCtx {
             incarnation: Cell::new(0),
             epoch: Cell::new(0),
             point_capture: Cell::new(crate::state::delta::CaptureFor::whole()),
+            lowly: Cell::new(false),
         }
     }
 

@@ -129,6 +129,8 @@ struct Loop<'a> {
 #[derive(Default)]
 struct Round {
     progress: bool,
+    /// Progress of tasks other than hot standbys computing.
+    own: bool,
     wake_at: Option<u64>,
 }
 
@@ -156,6 +158,7 @@ impl Loop<'_> {
                 self.tasks.extend(new.into_iter().map(|t| (None, t)));
             }
             let mut round = self.round(live)?;
+            self.bg.set_others_busy(round.own);
             // A slice is the engine's own work, meant to be short; but one
             // step of it may grow or finish a large archive (tens of
             // milliseconds on a busy host): a long step, not a stall.
@@ -212,10 +215,12 @@ impl Loop<'_> {
             let started = now_ns;
             let r = self.poll_one(i, live, started);
             now_ns = self.clock.now();
+            let lowly = self.tasks.get(i).is_some_and(|(_, t)| t.ctx.lowly.get());
             match self.after_poll(i, r, now_ns)? {
                 None => i += 1,
                 Some(Poll::Progress) => {
                     round.progress = true;
+                    round.own |= !lowly;
                     i += 1;
                 }
                 Some(Poll::Idle { wake_at: Some(t) }) => {
@@ -226,6 +231,7 @@ impl Loop<'_> {
                 // The task is gone: the next one is at `i` now.
                 Some(Poll::Done) => {
                     round.progress = true;
+                    round.own = true;
                     now_ns = self.clock.now();
                 }
             }
@@ -351,16 +357,17 @@ impl Loop<'_> {
     /// TANDEM_DEBUG: a worker idle for 3 s says what it waits for.
     fn dump(&self) {
         for (tid, t) in &self.tasks {
-            let what = tid
-                .and_then(|t| self.w.plan.tasks.get(t))
-                .map_or("a role's task".to_string(), |t| {
+            let what = tid.and_then(|t| self.w.plan.tasks.get(t)).map_or(
+                "a role's task".to_string(),
+                |t| {
                     let names: Vec<&str> = t
                         .members
                         .iter()
                         .map(|&m| &*self.w.shared.names[m])
                         .collect();
                     format!("{} (instance {})", names.join("+"), t.instance)
-                });
+                },
+            );
             for p in &t.ports {
                 eprintln!("tandem debug: worker {}: {what}: {}", self.index, p.debug());
             }

@@ -355,6 +355,8 @@ fn run(
                 delta_snapshots_published: s.delta_snapshots_published,
                 points_followed: s.points_followed,
                 points_followed_whole: s.points_followed_whole,
+                hot_fell_behind: s.hot_fell_behind,
+                standbys_on_idle_workers: s.standbys_on_idle_workers,
                 detect_us: col(&|r| Some(r.detect_us)),
                 first_output_us: col(&|r| r.first_output_us),
                 caught_up_us: col(&|r| r.caught_up_us),

@@ -133,6 +133,11 @@ pub struct StandbyReport {
     /// ones it built its copy from.
     pub points_followed: u64,
     pub points_followed_whole: u64,
+    /// Hot mode: times a hot standby fell behind and ran warm until it
+    /// started again (it computes only while its worker's own tasks rest),
+    /// and the groups whose standby ran on a worker the job left idle.
+    pub hot_fell_behind: u64,
+    pub standbys_on_idle_workers: usize,
     /// Over the takeovers: p50 / p99 / max, microseconds.
     pub detect_us: [u64; 3],
     pub first_output_us: [u64; 3],
@@ -375,6 +380,14 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
                 s.delta_snapshots_published,
                 s.points_followed,
                 s.points_followed_whole
+            )?;
+        }
+        if s.mode == "hot" {
+            outln!(
+                "  hot standbys      {} of {} on a core the job leaves idle; fell behind {} times, warm until they started again (a hot standby computes only while its worker's own tasks rest)",
+                s.standbys_on_idle_workers,
+                s.groups,
+                s.hot_fell_behind
             )?;
         }
         for c in &s.children {

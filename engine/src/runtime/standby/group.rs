@@ -336,6 +336,11 @@ pub(crate) struct Group {
     /// the whole ones it rebuilt it from.
     pub(crate) followed: AtomicU64,
     pub(crate) followed_whole: AtomicU64,
+    /// Times a hot standby of the group fell behind its primary and let
+    /// go of its state (warm until it starts again).
+    pub(crate) hot_fell_behind: AtomicU64,
+    /// Its first standby runs on a worker the job's own tasks leave idle.
+    pub(crate) standby_on_idle: AtomicBool,
     /// The primary's end marker is in every ring: nothing is owed.
     pub(crate) done: AtomicBool,
     /// A new primary is replaying what its predecessor had processed (set
@@ -556,6 +561,8 @@ impl Group {
             delta_snapshots: AtomicU64::new(0),
             followed: AtomicU64::new(0),
             followed_whole: AtomicU64::new(0),
+            hot_fell_behind: AtomicU64::new(0),
+            standby_on_idle: AtomicBool::new(false),
             name,
         })
     }

@@ -104,6 +104,13 @@ pub(crate) struct StandbyRun {
     pub(crate) dir: crate::sys::scratch::ScratchDir,
     /// Process isolation: every incarnation's child, as it ended.
     pub(crate) children: Arc<Mutex<Vec<super::remote::ChildRecord>>>,
+    /// Process isolation: cores the process may use that no worker is
+    /// pinned to (empty when workers are not pinned): children are pinned
+    /// to them in turn, so that an operator's child does not take its
+    /// time from a worker's core.
+    pub(crate) child_cores: Vec<usize>,
+    /// The next of `child_cores` to give a child.
+    pub(crate) next_child_core: AtomicUsize,
 }
 
 impl StandbyRun {

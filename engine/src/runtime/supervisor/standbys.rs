@@ -52,6 +52,15 @@ impl Supervisor {
         check_space(&dir, cfg, &members)?;
         let mut groups = HashMap::new();
         let now = now_ns(self.origin);
+        // Hot standbys compute along: on a worker the job's tasks leave
+        // idle (a core of its own) they cost the job nothing, so they go
+        // there first, in turn; else beside the next primary, where they
+        // compute only while that worker rests (`incarnation/standby.rs`).
+        let idle: Vec<usize> = (0..workers)
+            .filter(|w| !self.plan.worker_of_task.contains(w))
+            .collect();
+        let hot = cfg.mode == crate::standby::config::StandbyMode::Hot;
+        let mut next_idle = 0;
         for (n, i, upstream, source) in members {
             let chain = self.plan.chain(n);
             // The consumers of every ring that leaves the chain.
@@ -67,6 +76,13 @@ impl Supervisor {
                 }
             }
             let pw = worker_of(n, i);
+            let sw = match idle.get(next_idle % idle.len().max(1)) {
+                Some(&w) if hot => {
+                    next_idle += 1;
+                    w
+                }
+                _ => (pw + 1) % workers,
+            };
             let mut g = Group::create(
                 n,
                 i,
@@ -74,7 +90,7 @@ impl Supervisor {
                 upstream,
                 consumers,
                 pw,
-                (pw + 1) % workers,
+                sw,
                 workers,
                 cfg,
                 &dir,
@@ -88,6 +104,8 @@ impl Supervisor {
                 path: Some(dir.clone()),
                 source: std::io::Error::other(e.to_string()),
             })?;
+            g.standby_on_idle
+                .store(idle.contains(&sw), std::sync::atomic::Ordering::Relaxed);
             g.chain_names = chain.iter().map(|&m| Arc::clone(&self.names[m])).collect();
             g.chain = chain;
             if let Some(p) = &self.config.probes {
@@ -108,6 +126,16 @@ impl Supervisor {
             pending: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             dir: scratch,
             children: Default::default(),
+            child_cores: if self.config.pin {
+                let workers_cores = &self.cores[..workers.min(self.cores.len())];
+                crate::sys::affinity::available_cores()
+                    .into_iter()
+                    .filter(|c| !workers_cores.contains(c))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            next_child_core: AtomicUsize::new(0),
         })))
     }
 

@@ -111,6 +111,15 @@ fn spawn_incarnation(
             None => cmd.args(args),
         };
     }
+    if !sb.child_cores.is_empty() {
+        let k = sb
+            .next_child_core
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cmd.env(
+            child::CORE,
+            sb.child_cores[k % sb.child_cores.len()].to_string(),
+        );
+    }
     cmd.env(child::ROLE, role.env())
         .env(child::PIPES, &req)
         .env(child::PARENT, std::process::id().to_string())

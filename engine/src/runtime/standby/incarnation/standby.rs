@@ -62,6 +62,8 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         }
         let mut moved = false;
         if g.mode == StandbyMode::Hot && !g.stateless.load(Ordering::Acquire) {
+            // Its computing is not the worker's own work (see `follow`).
+            self.ctx.lowly.set(true);
             moved = self.follow(budget);
         } else if g.follows && !self.unfollowable && !g.stateless.load(Ordering::Acquire) {
             moved = self.follow_points();
@@ -99,16 +101,41 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     /// A hot standby follows the log into its own state, up to what every
     /// consumer acknowledged (so that its state is never ahead of a
     /// replay's start).
+    ///
+    /// It computes only while its worker's own tasks rest (the last round
+    /// of the worker's loop moved nothing else): on a worker the job
+    /// saturates it costs the job nothing, falls behind, and is warm until
+    /// the worker has time again ([`HotBackoff`]); on a worker the job
+    /// leaves idle — where the group places it when there is one — it
+    /// keeps up.
     fn follow(&mut self, budget: usize) -> bool {
+        if self.ctx.background().others_busy() {
+            // Still let go when behind: its cursor must not hold the
+            // queues back.
+            if self.chain.is_some() && self.behind() {
+                self.let_go_hot();
+            }
+            return false;
+        }
         if self.chain.is_none() && !self.start_hot() {
             return false;
         }
         let limit = self.group.acked_min_seq();
         let moved = matches!(self.process(budget as u64, None, limit), Ok(n) if n > 0);
+        if self.behind() {
+            self.let_go_hot();
+            // (A replayed source's instance stays where it is: it keeps up
+            // with the points from there.)
+        }
+        moved
+    }
+
+    /// Whether a hot standby is too far behind its primary to hold on.
+    fn behind(&self) -> bool {
         // Half a queue behind would soon hold the primary back (the queue
         // cannot evict past this cursor): let go, and wait — warm — for a
         // newer point.
-        let behind = self
+        self
             .group
             .queues
             .iter()
@@ -118,13 +145,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             // newest point (the log keeps entries from there on).
             || self.src.is_some()
                 && self.group.point_seq.load(Ordering::Acquire)
-                    > self.seq + self.group.log.capacity() / 2;
-        if behind {
-            self.let_go_hot();
-            // (A replayed source's instance stays where it is: it keeps up
-            // with the points from there.)
-        }
-        moved
+                    > self.seq + self.group.log.capacity() / 2
     }
 
     /// A warm standby follows the recovery points (see
@@ -302,6 +323,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
     /// state, and doing that again and again would starve the primaries it
     /// shares cores with.
     fn let_go_hot(&mut self) {
+        self.group.hot_fell_behind.fetch_add(1, Ordering::Relaxed);
         let now = self.ctx.clock.now();
         self.hot_after = Some(self.group.point_seq.load(Ordering::Acquire));
         self.hot_backoff.fell_behind(now, self.group.point_every);
@@ -367,6 +389,8 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         // primary's (another takeover), not a standby's: the group has no
         // other primary.
         self.ctx.epoch.set(epoch);
+        // Its work is the job's now.
+        self.ctx.lowly.set(false);
         // Every other writer is fenced by the claim: the point read under the
         // lock is the exchange's newest publication.
         let (p, x) = point;

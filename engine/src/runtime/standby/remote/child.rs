@@ -35,6 +35,9 @@ pub(crate) const ROLE: &str = "TANDEM_INCARNATION";
 pub(crate) const PIPES: &str = "TANDEM_INCARNATION_PIPES";
 /// The driver's PID: the child dies with it.
 pub(crate) const PARENT: &str = "TANDEM_INCARNATION_PARENT";
+/// The core the child pins itself to: one no worker of its driver is
+/// pinned to (absent: the child runs where the scheduler puts it).
+pub(crate) const CORE: &str = "TANDEM_INCARNATION_CORE";
 
 /// A child's role, as the driver wrote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +151,10 @@ pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>) -> ! {
     {
         eprintln!("tandem: incarnation process {}: {e}", std::process::id());
         std::process::exit(70);
+    }
+    if let Some(core) = std::env::var(CORE).ok().and_then(|c| c.parse().ok()) {
+        // Best effort, as a worker's pin: refused, it runs unpinned.
+        let _ = crate::sys::affinity::pin_current_thread(core);
     }
     // The driver reports the chain's panics; the child stays quiet.
     std::panic::set_hook(Box::new(|_| {}));
