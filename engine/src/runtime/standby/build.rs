@@ -195,7 +195,11 @@ impl WireRoles for StandbyRun {
             for (node, inst) in mine {
                 add_standby(w, index, bg, node, inst, 1, &mut tasks);
             }
-        } else if self.pending[index].swap(false, Ordering::AcqRel) {
+        } else if self.pending[index].load(Ordering::Acquire)
+            && self.pending[index].swap(false, Ordering::AcqRel)
+        {
+            // (Looked at once per turn of the worker's loop: a load, not a
+            // read-modify-write, while nothing is pending.)
             let reqs =
                 std::mem::take(&mut *self.inbox[index].lock().unwrap_or_else(|p| p.into_inner()));
             for (node, inst, inc) in reqs {

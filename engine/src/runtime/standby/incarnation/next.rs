@@ -31,6 +31,11 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
                 continue;
             }
             let first = self.pos[l];
+            if self.group.queues[l].tail() <= first {
+                // Nothing new: no need to mark the reading (a fenced
+                // primary finds its fencing at its next poll).
+                continue;
+            }
             let peek = self.reading(l, Some(epoch), |q| {
                 let avail = q.tail().saturating_sub(first).min(max.min(CHUNK));
                 let mut n = 0;
