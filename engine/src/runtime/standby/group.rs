@@ -197,6 +197,25 @@ pub(crate) struct Point {
     pub(crate) clock: crate::runtime::lanes::LaneClock,
 }
 
+/// The worker a standby of a group whose primary runs on `primary` goes
+/// to, among `workers`: a hot one (`hot`) on one of the `idle` workers
+/// (those the job's own tasks leave idle) other than the primary's, the
+/// `turn`-th in turn, when there is one; otherwise the worker after the
+/// primary's.
+pub(crate) fn standby_worker(
+    primary: usize,
+    workers: usize,
+    idle: &[usize],
+    hot: bool,
+    turn: usize,
+) -> usize {
+    let free: Vec<usize> = idle.iter().copied().filter(|&w| w != primary).collect();
+    match free.len() {
+        n if hot && n > 0 => free[turn % n],
+        _ => (primary + 1) % workers.max(1),
+    }
+}
+
 /// The standby incarnation of a group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StandbyRole {
@@ -341,6 +360,9 @@ pub(crate) struct Group {
     pub(crate) hot_fell_behind: AtomicU64,
     /// Its first standby runs on a worker the job's own tasks leave idle.
     pub(crate) standby_on_idle: AtomicBool,
+    /// The workers the job's own tasks leave idle (where hot standbys go,
+    /// [`standby_worker`]).
+    pub(crate) idle_workers: Vec<usize>,
     /// The primary's end marker is in every ring: nothing is owed.
     pub(crate) done: AtomicBool,
     /// A new primary is replaying what its predecessor had processed (set
@@ -563,6 +585,7 @@ impl Group {
             followed_whole: AtomicU64::new(0),
             hot_fell_behind: AtomicU64::new(0),
             standby_on_idle: AtomicBool::new(false),
+            idle_workers: Vec::new(),
             name,
         })
     }
@@ -623,7 +646,13 @@ impl Group {
         if self.follows && had_copy {
             self.point_wanted.store(true, Ordering::Release);
         }
-        let w = (g.primary_worker + 1) % self.workers.max(1);
+        let w = standby_worker(
+            g.primary_worker,
+            self.workers,
+            &self.idle_workers,
+            self.mode == StandbyMode::Hot,
+            self.instance + inc as usize,
+        );
         g.standby = Some(StandbyRole {
             inc,
             worker: w,

@@ -60,7 +60,7 @@ impl Supervisor {
             .filter(|w| !self.plan.worker_of_task.contains(w))
             .collect();
         let hot = cfg.mode == crate::standby::config::StandbyMode::Hot;
-        let mut next_idle = 0;
+        let mut turn = 0;
         for (n, i, upstream, source) in members {
             let chain = self.plan.chain(n);
             // The consumers of every ring that leaves the chain.
@@ -76,13 +76,8 @@ impl Supervisor {
                 }
             }
             let pw = worker_of(n, i);
-            let sw = match idle.get(next_idle % idle.len().max(1)) {
-                Some(&w) if hot => {
-                    next_idle += 1;
-                    w
-                }
-                _ => (pw + 1) % workers,
-            };
+            let sw = crate::runtime::standby::group::standby_worker(pw, workers, &idle, hot, turn);
+            turn += 1;
             let mut g = Group::create(
                 n,
                 i,
@@ -106,6 +101,7 @@ impl Supervisor {
             })?;
             g.standby_on_idle
                 .store(idle.contains(&sw), std::sync::atomic::Ordering::Relaxed);
+            g.idle_workers = idle.clone();
             g.chain_names = chain.iter().map(|&m| Arc::clone(&self.names[m])).collect();
             g.chain = chain;
             if let Some(p) = &self.config.probes {

@@ -1,5 +1,5 @@
 //! A group's unit tests: the end-of-run check, what consumers forget,
-//! point fencing.
+//! point fencing, where standbys go.
 
 use super::*;
 use crate::runtime::lanes::LaneClock;
@@ -109,4 +109,23 @@ fn point(seq: u64, pos: &[u64], a: &Alignment) -> Point {
         align: a.clone(),
         clock: LaneClock::new(pos.len()),
     }
+}
+
+#[test]
+fn hot_standbys_go_to_idle_workers_in_turn_and_others_beside_the_next_primary() {
+    // Workers 2 and 3 run none of the job's tasks.
+    let idle = [2, 3];
+    let placed: Vec<usize> = (0..4)
+        .map(|turn| standby_worker(turn % 2, 4, &idle, true, turn))
+        .collect();
+    assert_eq!(placed, [2, 3, 2, 3]);
+    // Warm standbys, and hot ones without an idle worker, go beside.
+    assert_eq!(standby_worker(1, 4, &idle, false, 0), 2);
+    assert_eq!(standby_worker(3, 4, &[], true, 0), 0);
+    // Never on the primary's own worker (a primary that took over on an
+    // idle one): the other idle worker, else beside.
+    assert_eq!(standby_worker(2, 4, &idle, true, 0), 3);
+    assert_eq!(standby_worker(2, 4, &[2], true, 5), 3);
+    // One worker: the standby shares it.
+    assert_eq!(standby_worker(0, 1, &[], true, 0), 0);
 }
