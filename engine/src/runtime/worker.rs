@@ -158,7 +158,10 @@ impl Loop<'_> {
                 self.tasks.extend(new.into_iter().map(|t| (None, t)));
             }
             let mut round = self.round(live)?;
-            self.bg.set_others_busy(round.own);
+            // The worker's own work: its tasks, and archiving or restoring
+            // their states between polls.
+            self.bg
+                .set_others_busy(round.own || self.bg.busy() || self.bg.restoring());
             // A slice is the engine's own work, meant to be short; but one
             // step of it may grow or finish a large archive (tens of
             // milliseconds on a busy host): a long step, not a stall.

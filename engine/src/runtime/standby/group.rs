@@ -342,7 +342,7 @@ pub(crate) struct Group {
     /// go of its state (warm until it starts again).
     pub(crate) hot_fell_behind: AtomicU64,
     /// Its first standby runs on a worker the job's own tasks leave idle.
-    pub(crate) standby_on_idle: AtomicBool,
+    pub(crate) standby_on_idle: bool,
     /// The workers the job's own tasks leave idle (where hot standbys go,
     /// [`standby_worker`]).
     pub(crate) idle_workers: Vec<usize>,
@@ -567,7 +567,7 @@ impl Group {
             followed: AtomicU64::new(0),
             followed_whole: AtomicU64::new(0),
             hot_fell_behind: AtomicU64::new(0),
-            standby_on_idle: AtomicBool::new(false),
+            standby_on_idle: false,
             idle_workers: Vec::new(),
             name,
         })

@@ -218,11 +218,7 @@ impl Supervisor {
             stats.points_followed_whole += g.followed_whole.load(Ordering::Relaxed);
             stats.hot_fell_behind += g.hot_fell_behind.load(Ordering::Relaxed);
         }
-        stats.standbys_on_idle_workers = sb
-            .groups
-            .values()
-            .filter(|g| g.standby_on_idle.load(Ordering::Relaxed))
-            .count();
+        stats.standbys_on_idle_workers = sb.groups.values().filter(|g| g.standby_on_idle).count();
         stats.children.extend(
             sb.children
                 .lock()

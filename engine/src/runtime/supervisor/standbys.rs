@@ -99,8 +99,7 @@ impl Supervisor {
                 path: Some(dir.clone()),
                 source: std::io::Error::other(e.to_string()),
             })?;
-            g.standby_on_idle
-                .store(idle.contains(&sw), std::sync::atomic::Ordering::Relaxed);
+            g.standby_on_idle = idle.contains(&sw);
             g.idle_workers = idle.clone();
             g.chain_names = chain.iter().map(|&m| Arc::clone(&self.names[m])).collect();
             g.chain = chain;
