@@ -45,6 +45,9 @@ static CREATED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// Child processes running now, by pid: a signal's hard exit waits for
 /// them.
 static CHILDREN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// Every leftover removed so far, by whichever thread: the signal
+/// thread's last line reports those the main thread removed too.
+static REMOVED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 fn leftovers() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     LEFTOVERS.lock().unwrap_or_else(|p| p.into_inner())
@@ -165,8 +168,14 @@ fn stop_children(sig: i32, grace: Duration) -> Vec<i32> {
 }
 
 /// Removes every registered leftover that exists; returns those removed.
+///
+/// The registry stays locked until the last one is gone: a second call
+/// (the signal thread's hard exit beside the main thread's cleanup) waits
+/// for the first to finish rather than finding the list empty and ending
+/// the process while a directory is half removed.
 pub fn remove_all() -> Vec<PathBuf> {
-    let list = std::mem::take(&mut *leftovers());
+    let mut registry = leftovers();
+    let list = std::mem::take(&mut *registry);
     let mut removed = Vec::new();
     for p in list {
         let Ok(m) = std::fs::symlink_metadata(&p) else {
@@ -181,6 +190,11 @@ pub fn remove_all() -> Vec<PathBuf> {
             removed.push(p);
         }
     }
+    REMOVED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(removed.iter().cloned());
+    drop(registry);
     removed
 }
 
@@ -301,7 +315,10 @@ fn watch(set: libc::sigset_t, grace: Duration) {
     // Children clean up after themselves: they get the signal too, and
     // their grace (a second is added for their exit).
     let waited = stop_children(first, grace + Duration::from_secs(2));
-    let mut removed = remove_all();
+    remove_all();
+    // Those the main thread removed count too (it may have been removing
+    // them while this thread waited above).
+    let mut removed = REMOVED.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for dir in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
         removed.extend(remove_own_scratch(&dir));
     }
