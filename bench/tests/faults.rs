@@ -108,17 +108,30 @@ fn run_recovering(
     faults: &[&str],
     dir: &std::path::Path,
 ) -> (Vec<String>, tandem::JobReport) {
+    let (lines, report, _) = run_recovering_counted(input, faults, dir, true);
+    (lines, report)
+}
+
+/// As [`run_recovering`], writing the output (`write`) or only counting
+/// it; also the sinks' counts of record and summary lines.
+fn run_recovering_counted(
+    input: &Arc<Input>,
+    faults: &[&str],
+    dir: &std::path::Path,
+    write: bool,
+) -> (Vec<String>, tandem::JobReport, (u64, u64)) {
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
     let specs: Vec<FaultSpec> = faults.iter().map(|f| f.parse().unwrap()).collect();
     let out = dir.join("out.jsonl");
     let opts = PaperOptions {
         parallelism: P,
         rate: Some(100_000.0),
-        output: Some(out.clone()),
+        output: write.then(|| out.clone()),
         output_mode: paper::OutputMode::Transactional,
         standby: Vec::new(),
     };
-    let (job, _) = paper::build_job(Arc::clone(input), &opts).unwrap();
+    let (job, counts) = paper::build_job(Arc::clone(input), &opts).unwrap();
     let injector = FaultInjector::new(&specs, |n| paper::tuple_of(P, n)).unwrap();
     let cores = tandem::sys::affinity::available_cores().len().min(2);
     let mut cp = tandem::CheckpointConfig::every(Duration::from_millis(10));
@@ -135,8 +148,50 @@ fn run_recovering(
         .probes(Arc::new(injector.clone()));
     let report = job.run(&cfg).unwrap();
     assert!(injector.status().iter().all(|(_, fired)| *fired > 0));
+    let counted = (
+        counts.records.load(Ordering::Relaxed),
+        counts.summaries.load(Ordering::Relaxed),
+    );
+    if !write {
+        return (Vec::new(), report, counted);
+    }
     paper::merge_output(&out, P, paper::OutputMode::Transactional).unwrap();
-    (sorted_lines(&out), report)
+    (sorted_lines(&out), report, counted)
+}
+
+#[test]
+fn the_lines_counted_are_the_committed_output_with_or_without_an_output_file() {
+    let dir = std::env::temp_dir().join(format!("tandem-counted-{}", std::process::id()));
+    let input = Arc::new(Input::generate(RECORDS, 9, 0, 1));
+    let _ = std::fs::remove_dir_all(&dir);
+    let faults = ["panic@keyed:9001", "panic@flatmap:15000"];
+    let mut seen = Vec::new();
+    for (tag, faults, write) in [
+        ("clean", &[][..], true),
+        ("written", &faults[..], true),
+        ("counted", &faults[..], false),
+    ] {
+        let d = dir.join(tag);
+        std::fs::create_dir_all(&d).unwrap();
+        let (lines, report, counted) = run_recovering_counted(&input, faults, &d, write);
+        assert!(report.restarts as usize >= faults.len(), "{tag}");
+        if write {
+            let records = lines
+                .iter()
+                .filter(|l| l.starts_with("{\"type\":\"record\""))
+                .count() as u64;
+            assert_eq!(
+                counted,
+                (records, lines.len() as u64 - records),
+                "{tag}: the counts are the file's lines"
+            );
+        }
+        seen.push(counted);
+    }
+    // What an attempt wrote after its last completed checkpoint is not
+    // output: it is never counted, file or no file.
+    assert!(seen.iter().all(|&c| c == seen[0]), "{seen:?}");
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

@@ -7,9 +7,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use tandem::sinks::transactional::TransactionalFile;
-use tandem::{Committer, Record, Sink};
+use std::sync::{Arc, Mutex};
+use tandem::sinks::transactional::{FileCommitter, TransactionalFile};
+use tandem::{Committer, Record, Sink, FINAL_EPOCH};
 
 /// Appends the JSONL line of `o` (stable field order) to `buf`.
 pub fn write_line(buf: &mut Vec<u8>, o: &PaperOut) {
@@ -53,13 +53,77 @@ pub fn write_line(buf: &mut Vec<u8>, o: &PaperOut) {
     buf.extend_from_slice(b"}\n");
 }
 
-/// Counts the sinks publish when they finish.
+/// The lines of the job's output, counted as they are committed: without
+/// an output file or with a transactional one, a sink instance's counts
+/// since its last checkpoint barrier are staged under that checkpoint and
+/// added here when it completes (or the job does) — what an attempt wrote
+/// after its last completed checkpoint is never counted, as it is never
+/// output. A direct sink (output visible at once) adds its counts when it
+/// finishes; after restarts its file is what counts.
 #[derive(Default, Debug)]
 pub struct SinkCounts {
     /// Record lines.
     pub records: AtomicU64,
     /// Summary lines.
     pub summaries: AtomicU64,
+}
+
+/// One sink instance's counts staged per epoch, in epoch order:
+/// `(epoch, records, summaries)`.
+type StagedCounts = Arc<Mutex<Vec<(u64, u64, u64)>>>;
+
+/// Phase two of a counted sink: commits the file's epochs (if it writes
+/// one), then the counts staged under them.
+struct CountCommitter {
+    file: Option<FileCommitter>,
+    staged: StagedCounts,
+    counts: Arc<SinkCounts>,
+}
+
+impl CountCommitter {
+    /// Adds the counts staged under epochs up to `upto`.
+    fn commit_counts(&self, upto: u64) {
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        let n = staged.iter().take_while(|e| e.0 <= upto).count();
+        for (_, records, summaries) in staged.drain(..n) {
+            self.counts.records.fetch_add(records, Ordering::Relaxed);
+            self.counts.summaries.fetch_add(summaries, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Committer for CountCommitter {
+    fn prepared(&mut self, checkpoint: u64) -> std::io::Result<bool> {
+        match &mut self.file {
+            Some(f) => f.prepared(checkpoint),
+            None => Ok(true),
+        }
+    }
+
+    /// Every epoch this instance staged up to `checkpoint`, as the file's
+    /// committer does (those of abandoned checkpoints before it included).
+    fn commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        if let Some(f) = &mut self.file {
+            f.commit(checkpoint)?;
+        }
+        self.commit_counts(checkpoint);
+        Ok(())
+    }
+
+    fn commit_final(&mut self) -> std::io::Result<()> {
+        if let Some(f) = &mut self.file {
+            f.commit_final()?;
+        }
+        self.commit_counts(FINAL_EPOCH);
+        Ok(())
+    }
+
+    fn settle(&mut self) -> std::io::Result<()> {
+        match &mut self.file {
+            Some(f) => f.settle(),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Where the sink's JSONL goes.
@@ -79,8 +143,10 @@ pub(super) enum SinkOut {
 pub(super) struct PaperSink {
     out: SinkOut,
     buf: Vec<u8>,
+    /// Lines since the last barrier.
     records: u64,
     summaries: u64,
+    staged: StagedCounts,
     counts: Arc<SinkCounts>,
 }
 
@@ -93,6 +159,7 @@ impl PaperSink {
             buf: Vec::with_capacity(FLUSH_AT + 4096),
             records: 0,
             summaries: 0,
+            staged: StagedCounts::default(),
             counts,
         }
     }
@@ -128,13 +195,15 @@ impl Sink<PaperOut> for PaperSink {
         self.drain()?;
         if let SinkOut::Direct(f) = &mut self.out {
             f.sync_data()?;
+            // Not transactional: what it wrote is output now. (The
+            // others stage their last lines at the final barrier.)
+            self.counts
+                .records
+                .fetch_add(std::mem::take(&mut self.records), Ordering::Relaxed);
+            self.counts
+                .summaries
+                .fetch_add(std::mem::take(&mut self.summaries), Ordering::Relaxed);
         }
-        self.counts
-            .records
-            .fetch_add(self.records, Ordering::Relaxed);
-        self.counts
-            .summaries
-            .fetch_add(self.summaries, Ordering::Relaxed);
         Ok(())
     }
 
@@ -144,6 +213,18 @@ impl Sink<PaperOut> for PaperSink {
         // restart from this checkpoint does not produce it again, so a
         // direct sink that kept it buffered would lose it with the attempt.
         self.drain()?;
+        if !matches!(self.out, SinkOut::Direct(_)) {
+            let (records, summaries) = (
+                std::mem::take(&mut self.records),
+                std::mem::take(&mut self.summaries),
+            );
+            if records + summaries > 0 {
+                self.staged
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((checkpoint, records, summaries));
+            }
+        }
         match &mut self.out {
             SinkOut::Transactional(t) => t.pre_commit(checkpoint),
             _ => Ok(()),
@@ -151,10 +232,17 @@ impl Sink<PaperOut> for PaperSink {
     }
 
     fn committer(&self) -> Option<Box<dyn Committer>> {
-        match &self.out {
-            SinkOut::Transactional(t) => Some(Box::new(t.committer())),
-            _ => None,
-        }
+        let file = match &self.out {
+            // Visible at once: nothing to commit.
+            SinkOut::Direct(_) => return None,
+            SinkOut::None => None,
+            SinkOut::Transactional(t) => Some(t.committer()),
+        };
+        Some(Box::new(CountCommitter {
+            file,
+            staged: Arc::clone(&self.staged),
+            counts: Arc::clone(&self.counts),
+        }))
     }
 }
 
