@@ -1,6 +1,7 @@
 //! What a benchmark run shows while it runs, shared by `paper` and
-//! `nexmark`: `--metrics-addr` (a Prometheus endpoint), `--hlog` (an
-//! HdrHistogram interval log, one interval a second) and `--timeline`
+//! `nexmark`: `--metrics-addr` (a Prometheus endpoint, up before the input
+//! is made and, with `--metrics-linger-s`, after the job ended), `--hlog`
+//! (an HdrHistogram interval log, one interval a second) and `--timeline`
 //! (throughput and p99 in 10 ms buckets, the faults marked: the data of a
 //! recovery plot).
 
@@ -17,7 +18,6 @@ use tandem::{JobWatch, LatencyHistogram};
 /// The flags, as each binary has them.
 #[derive(Clone, Debug, Default)]
 pub struct LiveFlags {
-    pub metrics_addr: Option<SocketAddr>,
     pub hlog: Option<PathBuf>,
     pub timeline: Option<PathBuf>,
     /// The operator whose received records the timeline counts (the sink).
@@ -51,35 +51,60 @@ pub struct Timeline {
     pub faults: Vec<(f64, String)>,
 }
 
+/// `--metrics-addr`'s endpoint for job `job`, started before the input is
+/// made (a busy port is an error before any work; a scraper finds it at
+/// once); [`Live::start`] attaches the job to it.
+pub fn serve_metrics(addr: Option<SocketAddr>, job: &str) -> anyhow::Result<Option<MetricsServer>> {
+    let Some(a) = addr else { return Ok(None) };
+    let s = MetricsServer::start(a, job)
+        .with_context(|| format!("serving metrics on {a} (--metrics-addr)"))?;
+    crate::errln!("metrics at http://{}/metrics", s.addr());
+    Ok(Some(s))
+}
+
+/// Keeps `server` answering for `secs` after the job ended (a final
+/// scrape: `--metrics-linger-s`), or until a signal.
+pub fn linger(server: Option<&MetricsServer>, secs: u64) {
+    let Some(s) = server else { return };
+    if secs == 0 {
+        return;
+    }
+    crate::errln!(
+        "metrics stay at http://{}/metrics for {secs} s (--metrics-linger-s)",
+        s.addr()
+    );
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until && !crate::cli::interrupted() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// What runs beside a job; [`Live::finish`] once it has ended.
 pub struct Live {
-    server: Option<MetricsServer>,
     hlog: Option<(IntervalLog, PathBuf)>,
     timeline: Option<(JoinHandle<Vec<Bucket>>, mpsc::Sender<()>, PathBuf)>,
 }
 
 impl Live {
-    /// Starts what `flags` ask for beside the job `handle` runs. Without
-    /// any, nothing watches the job (its sinks then publish their latency
-    /// only when they end).
-    pub fn start(flags: &LiveFlags, handle: &tandem::JobHandle) -> anyhow::Result<Live> {
-        if flags.metrics_addr.is_none() && flags.hlog.is_none() && flags.timeline.is_none() {
+    /// Starts what `flags` ask for beside the job `handle` runs, and
+    /// attaches it to `server` ([`serve_metrics`]). Without any, nothing
+    /// watches the job (its sinks then publish their latency only when
+    /// they end).
+    pub fn start(
+        flags: &LiveFlags,
+        handle: &tandem::JobHandle,
+        server: Option<&MetricsServer>,
+    ) -> anyhow::Result<Live> {
+        if server.is_none() && flags.hlog.is_none() && flags.timeline.is_none() {
             return Ok(Live {
-                server: None,
                 hlog: None,
                 timeline: None,
             });
         }
         let watch = &handle.watch();
-        let server = match flags.metrics_addr {
-            Some(a) => {
-                let s = MetricsServer::serve(a, watch.clone())
-                    .with_context(|| format!("serving metrics on {a} (--metrics-addr)"))?;
-                crate::errln!("metrics at http://{}/metrics", s.addr());
-                Some(s)
-            }
-            None => None,
-        };
+        if let Some(s) = server {
+            s.attach(watch.clone());
+        }
         let hlog = match &flags.hlog {
             Some(p) => {
                 let log = IntervalLog::start(p, watch.clone(), Duration::from_secs(1))
@@ -102,17 +127,12 @@ impl Live {
             }
             None => None,
         };
-        Ok(Live {
-            server,
-            hlog,
-            timeline,
-        })
+        Ok(Live { hlog, timeline })
     }
 
     /// Ends what runs beside the job: the interval log's last interval, the
     /// timeline (with `report`'s faults) written.
     pub fn finish(mut self, report: Option<&tandem::JobReport>) -> anyhow::Result<()> {
-        drop(self.server.take());
         if let Some((log, path)) = self.hlog.take() {
             let staging = log.staging_path().to_path_buf();
             let n = log.finish();

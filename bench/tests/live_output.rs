@@ -103,3 +103,119 @@ fn experiments_without_its_paper_binary_says_how_to_build_it() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "a usage error");
 }
+
+/// One `GET /metrics`; the body (`None`: nobody answers there any more).
+fn scrape(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    Some(resp.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// The sum of every sample of metric `name` (any labels).
+fn total(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter_map(|l| {
+            let (metric, value) = l.rsplit_once(' ')?;
+            (metric.split('{').next() == Some(name)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+#[test]
+fn scrapes_of_a_faulted_paper_run_pass_promtool_and_show_the_takeover_and_checkpoints() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "400000", "--rate", "200000", "--cores", "2"])
+        .args(["--strategy", "bqbs", "--standby", "keyed"])
+        .args(["--checkpoint-interval-ms", "100"])
+        .args(["--fault", "panic@keyed:150000"])
+        .args(["--metrics-addr", "127.0.0.1:0", "--metrics-linger-s", "30"])
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The address comes first, before the input is made.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("metrics at http://")
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("first line: {line}"))
+        .to_string();
+    // The rest of stderr, drained meanwhile (the linger line says the job
+    // is over).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in err.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut bodies = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut ended = false;
+    while !ended {
+        assert!(std::time::Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        while let Ok(l) = rx.try_recv() {
+            ended |= l.starts_with("metrics stay at");
+        }
+        if let Some(b) = scrape(&addr) {
+            bodies.push(b);
+        }
+    }
+    // The final figures, after the job.
+    let last = scrape(&addr).expect("the endpoint lingers after the job");
+    let _ = child.kill();
+    let _ = child.wait();
+    let attached: Vec<&String> = bodies
+        .iter()
+        .filter(|b| total(b, "tandem_job_attached") == 1.0)
+        .collect();
+    assert!(
+        attached.len() >= 2,
+        "{} scrapes while the job ran",
+        attached.len()
+    );
+    for b in bodies.iter().chain([&last]) {
+        let Ok(mut p) = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            assert!(
+                std::env::var_os("TANDEM_REQUIRE_PROMTOOL").is_none(),
+                "promtool is missing (TANDEM_REQUIRE_PROMTOOL is set)"
+            );
+            break;
+        };
+        p.stdin.take().unwrap().write_all(b.as_bytes()).unwrap();
+        let o = p.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "promtool check metrics: {}{}\n{b}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let count = |b: &str| total(b, "tandem_latency_seconds_count");
+    assert!(count(&last) > count(attached[0]), "the histogram grows");
+    assert!(total(&last, "tandem_takeovers_total") >= 1.0, "{last}");
+    assert!(total(&last, "tandem_recoveries_total") >= 1.0, "{last}");
+    assert!(
+        total(&last, "tandem_checkpoints_completed_total") >= 1.0,
+        "{last}"
+    );
+    assert_eq!(total(&last, "tandem_source_records_total") as u64, 400_007);
+}

@@ -178,6 +178,11 @@ fn every_numeric_flag_of_paper_is_refused_or_runs_briefly_never_a_crash() {
         case("--retain", U64, RESTART),
         case("--heartbeat-timeout-ms", U64, RESTART),
         case("--savepoint-after-ms", U64, RESTART),
+        case(
+            "--metrics-linger-s",
+            U64,
+            &["--records", "2000", "--metrics-addr", "127.0.0.1:0"],
+        ),
     ];
     drive(env!("CARGO_BIN_EXE_paper"), &cases, "paper");
 }

@@ -21,237 +21,529 @@ use crate::runtime::JobWatch;
 use crate::sys::output::{OutputFile, Staged};
 use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, IntervalLogWriterError};
 use hdrhistogram::serialization::V2DeflateSerializer;
-use prometheus::{Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType, Quantile,
+    Summary,
+};
+use prometheus::Encoder;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufWriter, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-/// The latency quantiles exported as gauges.
-const QUANTILES: [(f64, &str); 5] = [
-    (0.5, "0.5"),
-    (0.9, "0.9"),
-    (0.99, "0.99"),
-    (0.999, "0.999"),
-    (1.0, "1"),
+/// Upper bounds of the latency histogram's buckets, in seconds: 1 µs to
+/// 60 s, 1–2.5–5 per decade (HdrHistogram's own plots use such a log
+/// axis).
+const LATENCY_BOUNDS_S: [f64; 24] = [
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+    5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// The job's metrics, registered once and brought up to date from the
-/// watch at each scrape.
-struct JobMetricsExport {
-    registry: Registry,
-    watch: JobWatch,
-    records_in: IntCounterVec,
-    records_out: IntCounterVec,
-    dead_letters: IntCounter,
-    latency: GaugeVec,
-    latency_samples: IntCounter,
-    cp_started: IntCounter,
-    cp_completed: IntCounter,
-    cp_failed: IntCounter,
-    cp_late: IntCounter,
-    cp_last: Gauge,
-    restarts: IntCounter,
-    takeovers: IntCounter,
-    first_output: Gauge,
-    groups: IntGauge,
-    queue_bytes: IntGauge,
-    queue_entries: IntGauge,
+/// The quantiles of the recent-latency summary.
+const RECENT_QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 1.0];
+
+/// The window of the recent-latency summary.
+const RECENT: Duration = Duration::from_secs(10);
+
+/// How often the window's baseline is sampled.
+const RECENT_STEP: Duration = Duration::from_secs(1);
+
+/// What a scrape reads: the job once attached ([`MetricsServer::attach`]),
+/// and the process.
+struct Exporter {
+    job: String,
+    watch: Mutex<Option<JobWatch>>,
+    /// Per source instance, the highest position seen (a position moves
+    /// back when a restart restores the source; its counter does not).
+    positions: Mutex<HashMap<(String, usize), u64>>,
+    /// Copies of the cumulative latency histogram, one per
+    /// [`RECENT_STEP`], the oldest first: the recent summary is the
+    /// difference with the oldest within [`RECENT`].
+    history: Mutex<VecDeque<(Instant, LatencyHistogram)>>,
 }
 
-fn counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
-    let c = IntCounter::new(name, help)?;
-    r.register(Box::new(c.clone()))?;
-    Ok(c)
+/// A metric family of `kind` with its samples.
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_string());
+    f.set_help(help.to_string());
+    f.set_field_type(kind);
+    f.set_metric(metrics);
+    f
 }
 
-fn gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<Gauge> {
-    let g = Gauge::new(name, help)?;
-    r.register(Box::new(g.clone()))?;
-    Ok(g)
-}
-
-fn int_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
-    let g = IntGauge::new(name, help)?;
-    r.register(Box::new(g.clone()))?;
-    Ok(g)
-}
-
-/// Raises a counter to `to` (a counter never goes down: a source's position
-/// that moves back on a restart leaves it where it was).
-fn raise(c: &IntCounter, to: u64) {
-    c.inc_by(to.saturating_sub(c.get()));
-}
-
-impl JobMetricsExport {
-    fn new(watch: JobWatch) -> prometheus::Result<Self> {
-        let job = watch.job_name().to_string();
-        let registry = Registry::new_custom(
-            Some("tandem".into()),
-            Some([("job_name".to_string(), job)].into_iter().collect()),
-        )?;
-        let r = &registry;
-        let records_in = IntCounterVec::new(
-            Opts::new(
-                "records_in_total",
-                "Records an operator received, over its instances and every attempt (a source: records it produced)",
-            ),
-            &["operator"],
-        )?;
-        r.register(Box::new(records_in.clone()))?;
-        let records_out = IntCounterVec::new(
-            Opts::new(
-                "records_out_total",
-                "Records an operator emitted downstream, over its instances and every attempt",
-            ),
-            &["operator"],
-        )?;
-        r.register(Box::new(records_out.clone()))?;
-        let latency = GaugeVec::new(
-            Opts::new(
-                "latency_seconds",
-                "End-to-end latency (source release to sink) since the job started, at a quantile",
-            ),
-            &["quantile"],
-        )?;
-        r.register(Box::new(latency.clone()))?;
-        Ok(JobMetricsExport {
-            dead_letters: counter(
-                r,
-                "dead_letters_total",
-                "Records sent to the dead-letter file",
-            )?,
-            latency_samples: counter(
-                r,
-                "latency_samples_total",
-                "Records whose latency was measured",
-            )?,
-            cp_started: counter(r, "checkpoints_started_total", "Checkpoints triggered")?,
-            cp_completed: counter(r, "checkpoints_completed_total", "Checkpoints made durable")?,
-            cp_failed: counter(
-                r,
-                "checkpoints_failed_total",
-                "Checkpoints abandoned (timeout, declined, write error)",
-            )?,
-            cp_late: counter(
-                r,
-                "checkpoints_late_total",
-                "Completed checkpoints that took longer than the interval",
-            )?,
-            cp_last: gauge(
-                r,
-                "checkpoint_last_duration_seconds",
-                "The newest completed checkpoint's duration, trigger to durable manifest",
-            )?,
-            restarts: counter(
-                r,
-                "restarts_total",
-                "Restarts of the whole job (restart-all)",
-            )?,
-            takeovers: counter(
-                r,
-                "takeovers_total",
-                "Standbys that took over from their primary",
-            )?,
-            first_output: gauge(
-                r,
-                "recovery_last_first_output_seconds",
-                "The newest recovery: fault to the first output of the recovered operator or job",
-            )?,
-            groups: int_gauge(
-                r,
-                "standby_groups",
-                "Operator instances running with a standby",
-            )?,
-            queue_bytes: int_gauge(
-                r,
-                "standby_queue_bytes",
-                "Bytes the buffer queues hold now, over every standby group",
-            )?,
-            queue_entries: int_gauge(
-                r,
-                "standby_queue_entries",
-                "Inputs the buffer queues hold now: what the standbys would replay (their lag)",
-            )?,
-            records_in,
-            records_out,
-            latency,
-            registry,
-            watch,
+fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let mut l = LabelPair::default();
+            l.set_name(k.to_string());
+            l.set_value(v.to_string());
+            l
         })
+        .collect()
+}
+
+fn counter(pairs: &[(&str, &str)], v: f64) -> Metric {
+    let mut c = Counter::default();
+    c.set_value(v);
+    let mut m = Metric::from_label(labels(pairs));
+    m.set_counter(c);
+    m
+}
+
+fn gauge(pairs: &[(&str, &str)], v: f64) -> Metric {
+    let mut g = Gauge::default();
+    g.set_value(v);
+    let mut m = Metric::from_label(labels(pairs));
+    m.set_gauge(g);
+    m
+}
+
+/// The sum of `h`'s samples, in seconds (each at its bucket's middle, as
+/// HdrHistogram's mean).
+fn sum_s(h: &LatencyHistogram) -> f64 {
+    h.mean() * h.len() as f64 / 1e9
+}
+
+impl Exporter {
+    fn new(job: &str) -> Self {
+        Exporter {
+            job: job.to_string(),
+            watch: Mutex::new(None),
+            positions: Mutex::new(HashMap::new()),
+            history: Mutex::new(VecDeque::new()),
+        }
     }
 
-    /// Brings every metric up to date and encodes them.
+    fn watch(&self) -> Option<JobWatch> {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Keeps a copy of the cumulative latency every [`RECENT_STEP`] (called
+    /// by the server's sampler thread).
+    fn sample(&self) {
+        let Some(w) = self.watch() else { return };
+        let h = w.latency();
+        let now = Instant::now();
+        let mut hist = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        hist.push_back((now, h));
+        while hist
+            .get(1)
+            .is_some_and(|(t, _)| now.duration_since(*t) >= RECENT)
+        {
+            hist.pop_front();
+        }
+    }
+
+    /// Every metric, as of now, in the text format.
     fn scrape(&self) -> prometheus::Result<Vec<u8>> {
-        let p = self.watch.progress();
-        for o in &p.operators {
-            raise(&self.records_in.with_label_values(&[&o.name]), o.records);
-            raise(&self.records_out.with_label_values(&[&o.name]), o.emitted);
+        let mut fams = self.process_families();
+        if let Some(w) = self.watch() {
+            self.job_families(&w, &mut fams);
         }
-        raise(&self.dead_letters, p.dead_letters);
-        let h = self.watch.latency();
-        raise(&self.latency_samples, h.len());
-        for (q, label) in QUANTILES {
-            let v = if q >= 1.0 { h.max() } else { h.quantile(q) };
-            self.latency.with_label_values(&[label]).set(v as f64 / 1e9);
-        }
-        let s = self.watch.status();
-        raise(&self.cp_started, s.checkpoints_started);
-        raise(&self.cp_completed, s.checkpoints_completed);
-        raise(&self.cp_failed, s.checkpoints_failed);
-        raise(&self.cp_late, s.checkpoints_late);
-        self.cp_last
-            .set(s.checkpoint_last_duration_us.unwrap_or(0) as f64 / 1e6);
-        raise(&self.restarts, u64::from(s.restarts));
-        raise(&self.takeovers, s.takeovers);
-        self.first_output
-            .set(s.last_recovery_first_output_us.unwrap_or(0) as f64 / 1e6);
-        self.groups.set(s.standby_groups as i64);
-        self.queue_bytes.set(s.standby_queue_bytes as i64);
-        self.queue_entries.set(s.standby_queue_entries as i64);
-        let mut out = Vec::with_capacity(4096);
-        prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        // A family without samples (no standby group, no recovery yet) is
+        // left out: the format has no empty family.
+        fams.retain(|f| !f.get_metric().is_empty());
+        let mut out = Vec::with_capacity(8192);
+        prometheus::TextEncoder::new().encode(&fams, &mut out)?;
         Ok(out)
     }
+
+    /// The process: CPU, memory, start time, build.
+    fn process_families(&self) -> Vec<MetricFamily> {
+        let job = [("job_name", self.job.as_str())];
+        let mut v =
+            vec![
+            family(
+                "tandem_build_info",
+                "Always 1: the engine's version",
+                MetricType::GAUGE,
+                vec![gauge(
+                    &[
+                        ("job_name", self.job.as_str()),
+                        ("version", env!("CARGO_PKG_VERSION")),
+                    ],
+                    1.0,
+                )],
+            ),
+            family(
+                "tandem_job_attached",
+                "1 once the job runs (its metrics follow), 0 before (its input may still be made)",
+                MetricType::GAUGE,
+                vec![gauge(&job, f64::from(u8::from(self.watch().is_some())))],
+            ),
+            family(
+                "process_cpu_seconds_total",
+                "User and system CPU time of the process, seconds",
+                MetricType::COUNTER,
+                vec![counter(&[], crate::sys::rusage::process_cpu_time().as_secs_f64())],
+            ),
+        ];
+        if let Some(rss) = crate::sys::rusage::current_rss_bytes() {
+            v.push(family(
+                "process_resident_memory_bytes",
+                "Resident memory of the process, bytes",
+                MetricType::GAUGE,
+                vec![gauge(&[], rss as f64)],
+            ));
+        }
+        if let Some(t) = process_start_time_s() {
+            v.push(family(
+                "process_start_time_seconds",
+                "When the process started, seconds since the Unix epoch",
+                MetricType::GAUGE,
+                vec![gauge(&[], t)],
+            ));
+        }
+        v
+    }
+
+    /// The job's operators, latency, checkpoints, recoveries and standbys.
+    fn job_families(&self, w: &JobWatch, fams: &mut Vec<MetricFamily>) {
+        let job = self.job.as_str();
+        let p = w.progress();
+        let (mut received, mut emitted, mut produced) = (Vec::new(), Vec::new(), Vec::new());
+        {
+            let mut pos = self.positions.lock().unwrap_or_else(|p| p.into_inner());
+            for o in &p.operators {
+                for (i, &(records, out)) in o.instances.iter().enumerate() {
+                    let inst = i.to_string();
+                    let l = [
+                        ("job_name", job),
+                        ("operator", o.name.as_str()),
+                        ("instance", inst.as_str()),
+                    ];
+                    if o.source {
+                        let high = pos.entry((o.name.clone(), i)).or_insert(0);
+                        *high = (*high).max(records);
+                        produced.push(counter(&l, *high as f64));
+                    } else {
+                        received.push(counter(&l, records as f64));
+                        if !o.sink {
+                            emitted.push(counter(&l, out as f64));
+                        }
+                    }
+                }
+            }
+        }
+        fams.push(family(
+            "tandem_source_records_total",
+            "Records a source instance produced, each once: a replay after a restart does not count again",
+            MetricType::COUNTER,
+            produced,
+        ));
+        fams.push(family(
+            "tandem_records_in_total",
+            "Records an operator instance received (a sink: wrote), over every attempt and incarnation: a record replayed after a recovery counts again",
+            MetricType::COUNTER,
+            received,
+        ));
+        fams.push(family(
+            "tandem_records_out_total",
+            "Records an operator instance emitted downstream, counted as tandem_records_in_total (sources and sinks have none)",
+            MetricType::COUNTER,
+            emitted,
+        ));
+        let jl = [("job_name", job)];
+        fams.push(family(
+            "tandem_dead_letters_total",
+            "Records sent to the dead-letter file",
+            MetricType::COUNTER,
+            vec![counter(&jl, p.dead_letters as f64)],
+        ));
+        self.latency_families(w, fams);
+        let s = w.status();
+        let c = |name: &str, help: &str, v: u64| {
+            family(
+                name,
+                help,
+                MetricType::COUNTER,
+                vec![counter(&jl, v as f64)],
+            )
+        };
+        let g = |name: &str, help: &str, v: f64| {
+            family(name, help, MetricType::GAUGE, vec![gauge(&jl, v)])
+        };
+        fams.push(c(
+            "tandem_checkpoints_started_total",
+            "Checkpoints triggered at the sources",
+            s.checkpoints_started,
+        ));
+        fams.push(c(
+            "tandem_checkpoints_completed_total",
+            "Checkpoints made durable",
+            s.checkpoints_completed,
+        ));
+        fams.push(c(
+            "tandem_checkpoints_failed_total",
+            "Checkpoints abandoned (timeout, declined, write error)",
+            s.checkpoints_failed,
+        ));
+        fams.push(c(
+            "tandem_checkpoints_late_total",
+            "Completed checkpoints that took longer than the interval",
+            s.checkpoints_late,
+        ));
+        fams.push(c(
+            "tandem_checkpoint_written_bytes_total",
+            "Bytes the completed checkpoints wrote, payloads and key indexes",
+            s.checkpoint_bytes,
+        ));
+        if let Some(d) = s.checkpoint_last_duration_us {
+            fams.push(g(
+                "tandem_checkpoint_last_duration_seconds",
+                "The newest completed checkpoint's duration, trigger to durable manifest",
+                d as f64 / 1e6,
+            ));
+        }
+        if let Some(b) = s.checkpoint_last_bytes {
+            fams.push(g(
+                "tandem_checkpoint_last_bytes",
+                "Bytes the newest completed checkpoint wrote",
+                b as f64,
+            ));
+        }
+        fams.push(c(
+            "tandem_restarts_total",
+            "Restarts of the whole job (restart-all)",
+            u64::from(s.restarts),
+        ));
+        fams.push(c(
+            "tandem_takeovers_total",
+            "Standbys that took over from their primary",
+            s.takeovers,
+        ));
+        let by_cause = s
+            .recoveries
+            .iter()
+            .map(|r| {
+                counter(
+                    &[
+                        ("job_name", job),
+                        ("kind", r.kind),
+                        ("cause", r.cause),
+                        ("unprovoked", if r.unprovoked { "true" } else { "false" }),
+                    ],
+                    r.count as f64,
+                )
+            })
+            .collect();
+        fams.push(family(
+            "tandem_recoveries_total",
+            "Recoveries by kind (restart-all, takeover) and cause (injected, panic, process died, stuck-kill, stall, other); unprovoked: no injected fault explains it",
+            MetricType::COUNTER,
+            by_cause,
+        ));
+        if let Some(f) = s.last_recovery_first_output_us {
+            fams.push(g(
+                "tandem_recovery_last_first_output_seconds",
+                "The newest recovery: fault to the first output of the recovered operator or job",
+                f as f64 / 1e6,
+            ));
+        }
+        fams.push(family(
+            "tandem_standby_groups",
+            "Operator instances running with a standby",
+            MetricType::GAUGE,
+            vec![gauge(&jl, s.standby_groups as f64)],
+        ));
+        let per_group = |f: &dyn Fn(&crate::GroupStatus) -> f64| -> Vec<Metric> {
+            s.standby
+                .iter()
+                .map(|gs| {
+                    let inst = gs.instance.to_string();
+                    gauge(
+                        &[
+                            ("job_name", job),
+                            ("operator", gs.operator.as_str()),
+                            ("instance", inst.as_str()),
+                        ],
+                        f(gs),
+                    )
+                })
+                .collect()
+        };
+        fams.push(family(
+            "tandem_standby_queue_entries",
+            "Inputs a standby group's buffer queues hold (a chain that replays its source holds none)",
+            MetricType::GAUGE,
+            per_group(&|gs| gs.queue_entries as f64),
+        ));
+        fams.push(family(
+            "tandem_standby_queue_bytes",
+            "Bytes a standby group's buffer queues hold",
+            MetricType::GAUGE,
+            per_group(&|gs| gs.queue_bytes as f64),
+        ));
+        fams.push(family(
+            "tandem_standby_lag_records",
+            "Inputs past a standby group's newest recovery point: what a takeover now would replay",
+            MetricType::GAUGE,
+            per_group(&|gs| gs.lag_records as f64),
+        ));
+        fams.push(family(
+            "tandem_standby_lag_seconds",
+            "Age of a standby group's newest recovery point (since the group started, before the first)",
+            MetricType::GAUGE,
+            per_group(&|gs| gs.point_age_us as f64 / 1e6),
+        ));
+    }
+
+    /// End-to-end latency: a cumulative histogram, and a summary of the
+    /// last [`RECENT`].
+    fn latency_families(&self, w: &JobWatch, fams: &mut Vec<MetricFamily>) {
+        let jl = labels(&[("job_name", self.job.as_str())]);
+        let h = w.latency();
+        let mut hist = Histogram::default();
+        hist.set_bucket(
+            LATENCY_BOUNDS_S
+                .iter()
+                .map(|&b| {
+                    let mut k = Bucket::default();
+                    k.set_upper_bound(b);
+                    k.set_cumulative_count(if h.is_empty() {
+                        0
+                    } else {
+                        h.inner().count_between(0, (b * 1e9) as u64)
+                    });
+                    k
+                })
+                .collect(),
+        );
+        hist.set_sample_count(h.len());
+        hist.set_sample_sum(sum_s(&h));
+        let mut m = Metric::from_label(jl.clone());
+        m.set_histogram(hist);
+        fams.push(family(
+            "tandem_latency_seconds",
+            "End-to-end latency of the records that reached a sink, source release to sink, since the job started",
+            MetricType::HISTOGRAM,
+            vec![m],
+        ));
+        let base = {
+            let hist = self.history.lock().unwrap_or_else(|p| p.into_inner());
+            hist.front().map(|(_, b)| b.clone())
+        };
+        let recent = base.map_or_else(|| h.clone(), |b| h.since(&b));
+        let mut sum = Summary::default();
+        sum.set_quantile(
+            RECENT_QUANTILES
+                .iter()
+                .filter(|_| !recent.is_empty())
+                .map(|&q| {
+                    let mut x = Quantile::default();
+                    x.set_quantile(q);
+                    let v = if q >= 1.0 {
+                        recent.max()
+                    } else {
+                        recent.quantile(q)
+                    };
+                    x.set_value(v as f64 / 1e9);
+                    x
+                })
+                .collect(),
+        );
+        sum.set_sample_count(h.len());
+        sum.set_sample_sum(sum_s(&h));
+        let mut m = Metric::from_label(jl);
+        m.set_summary(sum);
+        fams.push(family(
+            "tandem_latency_recent_seconds",
+            "End-to-end latency: quantiles over the last 10 s (none while no record arrived in them); count and sum since the job started",
+            MetricType::SUMMARY,
+            vec![m],
+        ));
+    }
+}
+
+/// When this process started, seconds since the Unix epoch (from
+/// `/proc/self/stat` and the boot time).
+fn process_start_time_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let ticks: f64 = rest.split(' ').nth(19)?.parse().ok()?;
+    let boot: f64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: `sysconf` reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| boot + ticks / hz as f64)
 }
 
 /// Serves a job's metrics at `http://ADDR/metrics` in the Prometheus text
-/// format (version 0.0.4) until dropped. One thread answers the scrapes;
-/// anything but `GET /metrics` (or `/`) is answered 404.
+/// format (version 0.0.4) until dropped. One thread answers the scrapes
+/// (`GET` and `HEAD`, at `/metrics` or `/`; anything else is 404), another
+/// keeps the recent-latency window.
 ///
-/// Exported, all prefixed `tandem_` and labelled with the job's name:
-/// `records_in_total` and `records_out_total` per operator,
-/// `dead_letters_total`, `latency_seconds` at quantiles 0.5 … 1 and
-/// `latency_samples_total`, `checkpoints_{started,completed,failed,late}_total`
-/// and `checkpoint_last_duration_seconds`, `restarts_total`,
-/// `takeovers_total`, `recovery_last_first_output_seconds`,
-/// `standby_groups`, `standby_queue_bytes` and `standby_queue_entries`.
+/// It may start before the job ([`MetricsServer::start`], then
+/// [`MetricsServer::attach`]): until then it serves the process's metrics
+/// and `tandem_job_attached 0`. It serves the job's final figures for as
+/// long as it is kept after the job ended.
+///
+/// Exported (`promtool check metrics` accepts them), labelled with the
+/// job's name (`job_name`), per operator instance where it says so:
+/// - `tandem_source_records_total{operator,instance}`,
+///   `tandem_records_in_total{operator,instance}`,
+///   `tandem_records_out_total{operator,instance}`,
+///   `tandem_dead_letters_total`;
+/// - `tandem_latency_seconds` (a histogram, 1 µs to 60 s) and
+///   `tandem_latency_recent_seconds` (a summary: quantiles of the last 10 s);
+/// - `tandem_checkpoints_{started,completed,failed,late}_total`,
+///   `tandem_checkpoint_written_bytes_total`,
+///   `tandem_checkpoint_last_duration_seconds`, `tandem_checkpoint_last_bytes`;
+/// - `tandem_restarts_total`, `tandem_takeovers_total`,
+///   `tandem_recoveries_total{kind,cause,unprovoked}`,
+///   `tandem_recovery_last_first_output_seconds`;
+/// - `tandem_standby_groups`, and per group (`operator`, `instance`)
+///   `tandem_standby_queue_entries`, `tandem_standby_queue_bytes`,
+///   `tandem_standby_lag_records`, `tandem_standby_lag_seconds`;
+/// - `tandem_build_info{version}`, `tandem_job_attached`,
+///   `process_cpu_seconds_total`, `process_resident_memory_bytes`,
+///   `process_start_time_seconds`.
 pub struct MetricsServer {
     server: Arc<tiny_http::Server>,
     addr: SocketAddr,
-    thread: Option<JoinHandle<()>>,
+    exporter: Arc<Exporter>,
+    stop: Option<mpsc::Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl MetricsServer {
-    /// Listens on `addr` (port 0: any free port, see [`MetricsServer::addr`]).
+    /// Listens on `addr` (port 0: any free port, see [`MetricsServer::addr`])
+    /// for the job `watch` watches.
     pub fn serve(addr: impl ToSocketAddrs, watch: JobWatch) -> io::Result<MetricsServer> {
-        let export = JobMetricsExport::new(watch).map_err(io::Error::other)?;
+        let s = MetricsServer::start(addr, watch.job_name())?;
+        s.attach(watch);
+        Ok(s)
+    }
+
+    /// Listens on `addr` before the job `job_name` exists (a program that
+    /// prepares its input first): a scraper finds the endpoint at once.
+    pub fn start(addr: impl ToSocketAddrs, job_name: &str) -> io::Result<MetricsServer> {
         let server = tiny_http::Server::http(addr).map_err(io::Error::other)?;
         let addr = server
             .server_addr()
             .to_ip()
             .ok_or_else(|| io::Error::other("the metrics server is not on an IP address"))?;
         let server = Arc::new(server);
-        let s = Arc::clone(&server);
-        let thread = std::thread::Builder::new()
+        let exporter = Arc::new(Exporter::new(job_name));
+        let (s, x) = (Arc::clone(&server), Arc::clone(&exporter));
+        let answer = std::thread::Builder::new()
             .name("tandem-metrics".into())
             .spawn(move || {
                 for req in s.incoming_requests() {
                     let path = req.url().split('?').next().unwrap_or("");
-                    let ok = matches!(req.method(), tiny_http::Method::Get)
+                    let head = matches!(req.method(), tiny_http::Method::Head);
+                    let ok = (head || matches!(req.method(), tiny_http::Method::Get))
                         && (path == "/metrics" || path == "/");
                     // A client that went away is no concern of the job's.
                     let _ = if !ok {
@@ -259,13 +551,15 @@ impl MetricsServer {
                             tiny_http::Response::from_string("not found\n").with_status_code(404),
                         )
                     } else {
-                        match export.scrape() {
+                        match x.scrape() {
                             Ok(body) => {
                                 let ct = tiny_http::Header::from_bytes(
                                     &b"Content-Type"[..],
                                     prometheus::TEXT_FORMAT.as_bytes(),
                                 )
                                 .expect("a static header is valid");
+                                // HEAD: the headers of a GET, no body
+                                // (tiny_http leaves the body out itself).
                                 req.respond(tiny_http::Response::from_data(body).with_header(ct))
                             }
                             Err(e) => req.respond(
@@ -276,11 +570,32 @@ impl MetricsServer {
                     };
                 }
             })?;
+        let (stop, stopped) = mpsc::channel::<()>();
+        let x = Arc::clone(&exporter);
+        let sampler = std::thread::Builder::new()
+            .name("tandem-metrics-window".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(RECENT_STEP) {
+                    x.sample();
+                }
+            })?;
         Ok(MetricsServer {
             server,
             addr,
-            thread: Some(thread),
+            exporter,
+            stop: Some(stop),
+            threads: vec![answer, sampler],
         })
+    }
+
+    /// Serves the job `watch` watches from now on.
+    pub fn attach(&self, watch: JobWatch) {
+        *self
+            .exporter
+            .watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(watch);
+        self.exporter.sample();
     }
 
     /// Where it listens.
@@ -292,7 +607,8 @@ impl MetricsServer {
 impl Drop for MetricsServer {
     fn drop(&mut self) {
         self.server.unblock();
-        if let Some(t) = self.thread.take() {
+        drop(self.stop.take());
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }

@@ -154,8 +154,8 @@ pub use job::{
     StandbyConnected, Stream, WindowJoin, WindowOutput, WindowedStream,
 };
 pub use metrics::{
-    CheckpointStats, JobReport, JobStatus, LatencyHistogram, OperatorStats, Progress,
-    RecoveryCause, RecoveryKind, RecoveryRecord, StandbyStats,
+    CheckpointStats, GroupStatus, JobReport, JobStatus, LatencyHistogram, OperatorStats, Progress,
+    RecoveryCause, RecoveryCount, RecoveryKind, RecoveryRecord, StandbyStats,
 };
 pub use operator::source::{IterSource, SeekError, Source, SourcePoll};
 pub use operator::{

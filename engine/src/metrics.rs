@@ -174,6 +174,50 @@ pub struct JobStatus {
     /// Recovery points following standbys applied to their copies so far
     /// (`StandbyConfig::follow`), over every group.
     pub standby_points_followed: u64,
+    /// Bytes the completed checkpoints wrote, payloads and key indexes.
+    pub checkpoint_bytes: u64,
+    /// Bytes the newest completed checkpoint wrote.
+    pub checkpoint_last_bytes: Option<u64>,
+    /// Recoveries so far by kind and cause — `((kind, cause), count)`,
+    /// [`RecoveryKind::name`] and [`RecoveryCause::name`] — the one under
+    /// way included, and whether no fault explains them (`unprovoked`).
+    pub recoveries: Vec<RecoveryCount>,
+    /// Each standby group (an operator instance with a standby), in the
+    /// order of its operator and instance.
+    pub standby: Vec<GroupStatus>,
+}
+
+/// Recoveries of one kind and cause ([`JobStatus::recoveries`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryCount {
+    /// [`RecoveryKind::name`].
+    pub kind: &'static str,
+    /// [`RecoveryCause::name`].
+    pub cause: &'static str,
+    /// No fault the job injected explains them (`RecoveryRecord::unprovoked`).
+    pub unprovoked: bool,
+    /// How many.
+    pub count: u64,
+}
+
+/// One standby group as the supervisor last saw it ([`JobStatus::standby`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// The backed-up chain's head.
+    pub operator: String,
+    /// Its instance.
+    pub instance: usize,
+    /// Inputs its buffer queues hold (a chain that replays its source
+    /// holds none).
+    pub queue_entries: u64,
+    /// Bytes its buffer queues hold.
+    pub queue_bytes: u64,
+    /// Inputs past its newest recovery point: what a takeover now would
+    /// replay (or still has to process), over its lanes.
+    pub lag_records: u64,
+    /// Time since its newest recovery point was published (or since the
+    /// group started, before the first), microseconds.
+    pub point_age_us: u64,
 }
 
 impl JobMetrics {
@@ -214,13 +258,17 @@ impl JobMetrics {
             .clone()
     }
 
-    pub(crate) fn node_totals(&self, node: usize) -> (u64, u64) {
-        self.counters[node].iter().fold((0, 0), |(r, e), c| {
-            (
-                r + c.records.load(Ordering::Relaxed),
-                e + c.emitted.load(Ordering::Relaxed),
-            )
-        })
+    /// Per instance of `node`: (records, emitted), as [`OperatorStats`].
+    pub(crate) fn node_instances(&self, node: usize) -> Vec<(u64, u64)> {
+        self.counters[node]
+            .iter()
+            .map(|c| {
+                (
+                    c.records.load(Ordering::Relaxed),
+                    c.emitted.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
     }
 }
 
@@ -237,8 +285,12 @@ pub struct OperatorStats {
     pub records: u64,
     /// Records emitted downstream (counted as `records`).
     pub emitted: u64,
+    /// Per instance: (`records`, `emitted`) of that instance alone.
+    pub instances: Vec<(u64, u64)>,
     /// Whether it is a source.
     pub source: bool,
+    /// Whether it is a sink (it emits nothing).
+    pub sink: bool,
 }
 
 /// A live view of a running job.

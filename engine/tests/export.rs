@@ -1,7 +1,9 @@
 //! What a running job exposes: a Prometheus scrape during the run parses
-//! as the text format and its counters grow between two scrapes; the
-//! interval log holds every latency sample the report counts, in the
-//! format HdrHistogram's tools read.
+//! as the text format (and passes `promtool check metrics` where promtool
+//! is installed), its counters grow between two scrapes, the endpoint is
+//! up before the job and answers `HEAD`; the interval log holds every
+//! latency sample the report counts, in the format HdrHistogram's tools
+//! read.
 
 mod common;
 
@@ -58,6 +60,44 @@ fn value(scrape: &prometheus_parse::Scrape, name: &str, label: Option<(&str, &st
     }
 }
 
+/// The value of the sample line `name{labels…} value` whose name is
+/// exactly `name` (a histogram's `_count`, which the parser folds away).
+fn line_value(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| {
+            let (metric, value) = l.rsplit_once(' ')?;
+            (metric.split('{').next() == Some(name)).then(|| value.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("{name} is exported"))
+}
+
+/// `promtool check metrics` on `body`, where promtool is installed
+/// (`.ci/run` installs Debian's `prometheus` for it, and sets
+/// `TANDEM_REQUIRE_PROMTOOL`: there a missing promtool fails); `None`
+/// without it.
+fn promtool(body: &str) -> Option<std::process::Output> {
+    let spawned = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) if std::env::var_os("TANDEM_REQUIRE_PROMTOOL").is_some() => {
+            panic!("promtool: {e} (TANDEM_REQUIRE_PROMTOOL is set)")
+        }
+        Err(_) => return None,
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    Some(child.wait_with_output().unwrap())
+}
+
 fn parse(body: &str) -> prometheus_parse::Scrape {
     let lines = body.lines().map(|l| Ok(l.to_string()));
     prometheus_parse::Scrape::parse(lines).expect("the Prometheus text format")
@@ -72,19 +112,28 @@ fn a_scrape_during_a_run_parses_and_its_counters_grow_between_two_scrapes() {
         .cores(cores())
         .pin(false)
         .checkpoint(cp);
+    // Up before the job: the process's figures, and the job not yet
+    // attached.
+    let server = MetricsServer::start("127.0.0.1:0", "exported").unwrap();
+    let before = scrape(server.addr());
+    assert_eq!(line_value(&before, "tandem_job_attached"), 0.0, "{before}");
+    assert!(line_value(&before, "process_cpu_seconds_total") > 0.0);
     let handle = paced_job("exported").start(&cfg).unwrap();
-    let server = MetricsServer::serve("127.0.0.1:0", handle.watch()).unwrap();
+    server.attach(handle.watch());
     let src = Some(("operator", "numbers"));
-    let records = |s: &prometheus_parse::Scrape| value(s, "tandem_records_in_total", src);
+    let records = |s: &prometheus_parse::Scrape| value(s, "tandem_source_records_total", src);
     let checkpoints =
         |s: &prometheus_parse::Scrape| value(s, "tandem_checkpoints_completed_total", None);
     // The first scrape once records flow; the second once 300 ms have
     // passed and checkpoints (every 50 ms) completed meanwhile — both
     // while the job runs (a loaded machine only makes it take longer).
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut bodies = Vec::new();
     let first = loop {
-        let s = parse(&scrape(server.addr()));
+        let body = scrape(server.addr());
+        let s = parse(&body);
         if records(&s) > 0.0 {
+            bodies.push(body);
             break s;
         }
         assert!(std::time::Instant::now() < deadline, "no record flowed");
@@ -92,8 +141,10 @@ fn a_scrape_during_a_run_parses_and_its_counters_grow_between_two_scrapes() {
     };
     std::thread::sleep(Duration::from_millis(300));
     let second = loop {
-        let s = parse(&scrape(server.addr()));
+        let body = scrape(server.addr());
+        let s = parse(&body);
         if checkpoints(&s) > checkpoints(&first) || handle.is_finished() {
+            bodies.push(body);
             break s;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -113,24 +164,56 @@ fn a_scrape_during_a_run_parses_and_its_counters_grow_between_two_scrapes() {
         value(&second, "tandem_records_out_total", out)
             > value(&first, "tandem_records_out_total", out)
     );
-    assert!(
-        value(&second, "tandem_latency_samples_total", None)
-            > value(&first, "tandem_latency_samples_total", None)
-    );
-    assert!(
+    let count = |b: &str| line_value(b, "tandem_latency_seconds_count");
+    assert!(count(&bodies[1]) > count(&bodies[0]), "the histogram grows");
+    let recent_p99 = bodies[1]
+        .lines()
+        .find(|l| {
+            l.starts_with("tandem_latency_recent_seconds{") && l.contains("quantile=\"0.99\"")
+        })
+        .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok());
+    assert!(recent_p99.is_some_and(|v| v > 0.0), "{}", bodies[1]);
+    assert_eq!(
+        value(&second, "tandem_records_in_total", Some(("instance", "0"))),
         value(
             &second,
-            "tandem_latency_seconds",
-            Some(("quantile", "0.99"))
-        ) > 0.0
+            "tandem_records_in_total",
+            Some(("operator", "double"))
+        ),
+        "per operator and instance"
     );
-    // Every sample names the job.
+    // Every sample of the job names it.
     assert!(second
         .samples
         .iter()
+        .filter(|s| s.metric.starts_with("tandem_"))
         .all(|s| s.labels.get("job_name") == Some("exported")));
+    // By the book, where promtool is there to say so.
+    for b in &bodies {
+        if let Some(o) = promtool(b) {
+            assert!(
+                o.status.success(),
+                "promtool check metrics: {}{}\n{b}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
     assert_eq!(report.source_records(), N);
 
+    // After the job: its final figures, for as long as the server lives.
+    let after = scrape(server.addr());
+    assert_eq!(
+        line_value(&after, "tandem_latency_seconds_count"),
+        report.latency.len() as f64
+    );
+    // HEAD: the headers of a GET.
+    let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
+    write!(s, "HEAD /metrics HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.ends_with("\r\n\r\n"), "no body: {resp}");
     // Anything but the metrics path is not found.
     let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
     write!(s, "GET /other HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap();

@@ -146,6 +146,12 @@ struct Args {
     /// free port, printed). Off by default.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// With --metrics-addr: keep serving the final metrics this many
+    /// seconds after the job ended (a last scrape), or until Ctrl-C; at
+    /// most a day.
+    #[arg(long, value_name = "S", default_value_t = 0, requires = "metrics_addr",
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    metrics_linger_s: u64,
     /// Write end-to-end latency as an HdrHistogram interval log (.hlog),
     /// one interval a second, values in nanoseconds.
     #[arg(long, value_name = "FILE")]
@@ -354,6 +360,7 @@ fn run_in(
     )>,
     work: &Path,
 ) -> anyhow::Result<ExitCode> {
+    let server = tandem_bench::live::serve_metrics(args.metrics_addr, "nexmark")?;
     let out_dir = args.output.as_ref().map(|_| work.join("out"));
     let opts = Options {
         gen,
@@ -422,11 +429,11 @@ fn run_in(
     })?;
     let live = tandem_bench::live::Live::start(
         &tandem_bench::live::LiveFlags {
-            metrics_addr: args.metrics_addr,
             hlog: args.hlog.clone(),
             ..Default::default()
         },
         &handle,
+        server.as_ref(),
     )?;
     let bar = indicatif::ProgressBar::new(args.events);
     bar.set_style(
@@ -607,6 +614,7 @@ fn run_in(
             },
         )?;
     }
+    tandem_bench::live::linger(server.as_ref(), args.metrics_linger_s);
     Ok(status)
 }
 

@@ -87,7 +87,9 @@ impl CountCommitter {
         let n = staged.iter().take_while(|e| e.0 <= upto).count();
         for (_, records, summaries) in staged.drain(..n) {
             self.counts.records.fetch_add(records, Ordering::Relaxed);
-            self.counts.summaries.fetch_add(summaries, Ordering::Relaxed);
+            self.counts
+                .summaries
+                .fetch_add(summaries, Ordering::Relaxed);
         }
     }
 }

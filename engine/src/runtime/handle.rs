@@ -215,13 +215,18 @@ pub(crate) fn operator_stats(graph: &Graph, metrics: &JobMetrics) -> Vec<Operato
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let (records, emitted) = metrics.node_totals(i);
+            let instances = metrics.node_instances(i);
+            let (records, emitted) = instances
+                .iter()
+                .fold((0, 0), |(r, e), &(ri, ei)| (r + ri, e + ei));
             OperatorStats {
                 name: n.name.to_string(),
                 parallelism: n.parallelism,
                 records,
                 emitted,
+                instances,
                 source: matches!(n.kind, crate::runtime::graph::NodeKind::Source { .. }),
+                sink: n.out.is_none(),
             }
         })
         .collect()

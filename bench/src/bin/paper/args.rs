@@ -215,6 +215,12 @@ pub struct Args {
     /// free port, printed). Off by default.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// With --metrics-addr: keep serving the final metrics this many
+    /// seconds after the job ended (a last scrape), or until Ctrl-C; at
+    /// most a day.
+    #[arg(long, value_name = "S", default_value_t = 0, requires = "metrics_addr",
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub metrics_linger_s: u64,
     /// Write end-to-end latency as an HdrHistogram interval log (.hlog),
     /// one interval a second, values in nanoseconds.
     #[arg(long, value_name = "FILE")]

@@ -35,6 +35,7 @@ fn run(
     checkpoints: bool,
     faults: &Schedule,
     live: &tandem_bench::live::LiveFlags,
+    server: Option<&tandem::export::MetricsServer>,
 ) -> anyhow::Result<Report> {
     let (cores, parallelism) = (plan.cores, plan.parallelism);
     let checkpointing = plan.checkpointing;
@@ -135,7 +136,7 @@ fn run(
         };
         anyhow::Error::new(e).context(format!("starting the job{hint}"))
     })?;
-    let live = tandem_bench::live::Live::start(live, &handle)?;
+    let live = tandem_bench::live::Live::start(live, &handle, server)?;
     let bar = indicatif::ProgressBar::new(input.len());
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -399,6 +400,28 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         (None, false) => Some(plan.faults(args, args.records, &mut warnings)?),
         _ => None,
     };
+    let driver = !tandem::is_incarnation_process();
+    // Held until the run ends: no other run writes the same output — taken
+    // before the input is made, so a second run started meanwhile is
+    // refused rather than writing the same file.
+    let _claim = match (&args.output, driver) {
+        (Some(out), true) => {
+            let claim = tandem_bench::paper::claim(out)
+                .map_err(|e| anyhow::anyhow!("--output {}: {e}", out.display()))?;
+            for p in tandem_bench::paper::staging(out, plan.parallelism) {
+                cleanup::add(p);
+            }
+            plan.output = Some(out.clone());
+            Some(claim)
+        }
+        _ => None,
+    };
+    // Up before the input is made: a busy port is an error before any
+    // work, and a scraper finds the endpoint at once.
+    let server = match driver {
+        true => tandem_bench::live::serve_metrics(args.metrics_addr, "paper")?,
+        false => None,
+    };
     let available = tandem::sys::affinity::available_cores().len();
     let t = Instant::now();
     let input = match &args.input {
@@ -488,19 +511,6 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     for w in &warnings {
         errln!("warning: {w}");
     }
-    // Held until the run ends: no other run writes the same output.
-    let _claim = match &args.output {
-        Some(out) => {
-            let claim = tandem_bench::paper::claim(out)
-                .map_err(|e| anyhow::anyhow!("--output {}: {e}", out.display()))?;
-            for p in tandem_bench::paper::staging(out, plan.parallelism) {
-                cleanup::add(p);
-            }
-            plan.output = Some(out.clone());
-            Some(claim)
-        }
-        None => None,
-    };
 
     let plain = if args.compare_without_checkpoints || args.compare_without_standby {
         let mut p = plan.clone();
@@ -518,6 +528,7 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
             false,
             &Schedule::default(),
             &Default::default(),
+            None,
         )?;
         errln!(
             "without {}: {:.0} records/s, p99 {}",
@@ -534,12 +545,11 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         None
     };
     let live = tandem_bench::live::LiveFlags {
-        metrics_addr: args.metrics_addr,
         hlog: args.hlog.clone(),
         timeline: args.timeline.clone(),
         timeline_operator: names::SINK.to_string(),
     };
-    let mut rep = run(args, &plan, &input, true, &faults, &live)?;
+    let mut rep = run(args, &plan, &input, true, &faults, &live, server.as_ref())?;
     if let Some((p, p99)) = plain {
         rep.plain_throughput_rps = Some(p);
         rep.throughput_ratio = Some(rep.throughput_rps / p);
@@ -560,6 +570,7 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     if let Some(out) = &args.output {
         let _ = std::fs::remove_file(tandem_bench::paper::lock_path(out));
     }
+    tandem_bench::live::linger(server.as_ref(), args.metrics_linger_s);
     Ok(())
 }
 

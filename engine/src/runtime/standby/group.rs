@@ -269,6 +269,10 @@ pub(crate) struct Group {
     pub(crate) consumers: Vec<ConsumerLane>,
     /// The newest recovery point's chunk and positions (also in `inner`).
     pub(crate) point_seq: AtomicU64,
+    /// When the newest recovery point was published (the group's start
+    /// before the first), on [`crate::sys::clock::monotonic_ns`]: its age
+    /// is the standby's lag in time.
+    pub(crate) point_at: AtomicU64,
     /// A warm standby follows the recovery points
     /// ([`crate::state::delta`]); under process isolation its child
     /// applies them.
@@ -489,6 +493,7 @@ impl Group {
                 })
                 .collect(),
             point_seq: AtomicU64::new(0),
+            point_at: AtomicU64::new(crate::sys::clock::monotonic_ns()),
             follows: cfg.follow && cfg.mode == StandbyMode::Warm,
             applied: AtomicU64::new(0),
             following_to: AtomicU64::new(0),
@@ -658,6 +663,20 @@ impl Group {
     /// Inputs the buffer queues hold now.
     pub(crate) fn queue_entries(&self) -> u64 {
         self.queues.iter().map(|q| q.tail() - q.head()).sum()
+    }
+
+    /// Inputs past the newest recovery point, over the lanes: a queue's
+    /// written entries, or — for a chain that replays its source — the
+    /// source's position `source_position` (what its instance published).
+    pub(crate) fn lag_records(&self, source_position: u64) -> u64 {
+        if self.source.is_some() {
+            return source_position.saturating_sub(self.covered(0));
+        }
+        self.queues
+            .iter()
+            .enumerate()
+            .map(|(l, q)| q.tail().saturating_sub(self.covered(l)))
+            .sum()
     }
 
     /// Where the group stands (for a diagnostic dump).

@@ -166,10 +166,33 @@ impl Supervisor {
             s.checkpoints_failed = c.stats.failed;
             s.checkpoints_late = c.stats.late;
             s.checkpoint_last_duration_us = c.stats.durations_us.last().copied();
+            s.checkpoint_bytes = c.stats.bytes;
+            s.checkpoint_last_bytes = c.stats.sizes.last().map(|z| z.bytes);
+        }
+        let mut count = |r: &crate::RecoveryRecord| {
+            let (kind, cause) = (r.kind.name(), r.reason.name());
+            match s
+                .recoveries
+                .iter_mut()
+                .find(|c| c.kind == kind && c.cause == cause && c.unprovoked == r.unprovoked)
+            {
+                Some(c) => c.count += 1,
+                None => s.recoveries.push(crate::RecoveryCount {
+                    kind,
+                    cause,
+                    unprovoked: r.unprovoked,
+                    count: 1,
+                }),
+            }
+        };
+        self.recovery.iter().for_each(&mut count);
+        if let Some(o) = &self.open {
+            count(&o.record);
         }
         if let Some(sb) = &self.attempt.shared.standby {
             let log = sb.log.lock();
             s.takeovers += log.len() as u64;
+            log.iter().for_each(|t| count(&t.record));
             let live = log
                 .iter()
                 .filter_map(|t| {
@@ -180,7 +203,21 @@ impl Supervisor {
             drop(log);
             newest = newest.max(live);
             s.standby_groups = sb.groups.len();
+            let now = crate::sys::clock::monotonic_ns();
             for g in sb.groups.values() {
+                let source_position = g.source.map_or(0, |src| {
+                    self.metrics.counters[src][g.instance]
+                        .records
+                        .load(Ordering::Relaxed)
+                });
+                s.standby.push(crate::GroupStatus {
+                    operator: g.name.to_string(),
+                    instance: g.instance,
+                    queue_entries: g.queue_entries(),
+                    queue_bytes: g.queue_bytes(),
+                    lag_records: g.lag_records(source_position),
+                    point_age_us: now.saturating_sub(g.point_at.load(Ordering::Relaxed)) / 1000,
+                });
                 s.standby_queue_bytes += g.queue_bytes();
                 s.standby_queue_entries += g.queue_entries();
                 s.standby_points_published += g.snapshots.load(Ordering::Relaxed);
@@ -188,6 +225,8 @@ impl Supervisor {
             }
         }
         s.last_recovery_first_output_us = newest.map(|(_, f)| f);
+        s.standby
+            .sort_by(|a, b| (&a.operator, a.instance).cmp(&(&b.operator, b.instance)));
         self.metrics.publish_status(s);
     }
 

@@ -139,6 +139,8 @@ impl Group {
         }
         g.point = Point { xseq, ..point };
         self.point_seq.store(seq, Ordering::Release);
+        self.point_at
+            .store(crate::sys::clock::monotonic_ns(), Ordering::Relaxed);
         Ok(true)
     }
 
