@@ -322,6 +322,8 @@ fn watch(set: libc::sigset_t, grace: Duration) {
     for dir in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
         removed.extend(remove_own_scratch(&dir));
     }
+    // The last line goes to the terminal, not into the progress bar's pipe.
+    crate::progress::restore_stderr();
     eprintln!(
         "interrupted by {}: stopped without waiting for the run{}; removed {}",
         name(first),

@@ -7,4 +7,5 @@ pub mod live;
 pub mod nexmark;
 pub mod paper;
 pub mod paths;
+pub mod progress;
 pub mod report;

@@ -219,3 +219,75 @@ fn scrapes_of_a_faulted_paper_run_pass_promtool_and_show_the_takeover_and_checkp
     );
     assert_eq!(total(&last, "tandem_source_records_total") as u64, 400_007);
 }
+
+#[test]
+fn on_a_terminal_a_faults_line_goes_above_the_progress_bar_never_onto_it() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: `openpty` writes the two descriptors into our integers; the
+    // name, termios and window size are optional (null).
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    let ws = libc::winsize {
+        ws_row: 40,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: `slave` is an open terminal; `ws` is ours.
+    unsafe { libc::ioctl(slave, libc::TIOCSWINSZ, &ws) };
+    // SAFETY: each descriptor is owned by the one File made from it.
+    let (mut master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "600000", "--rate", "300000", "--cores", "2"])
+        .args(["--strategy", "bqbs", "--standby", "keyed"])
+        .args(["--fault", "panic@keyed:300000"])
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .stdout(std::process::Stdio::null())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Until the child's side closes (EIO on Linux).
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    assert!(child.wait().unwrap().success());
+    let out = reader.join().unwrap();
+    assert!(out.contains("ETA"), "a bar was drawn: {out:?}");
+    let at = out
+        .find("thread 'tandem-")
+        .unwrap_or_else(|| panic!("the fault's line: {out:?}"));
+    // At the start of a line: after a newline, or after the bar was
+    // cleared (the cursor moved to the start of a cleared line).
+    let before = &out[..at];
+    assert!(
+        before.ends_with('\n') || before.ends_with("\x1b[1A") || before.ends_with("\x1b[2K"),
+        "the line is glued onto something: {:?}",
+        &before[before.len().saturating_sub(120)..]
+    );
+    assert!(out.contains(", 1 takeover"), "the bar counts it: {out:?}");
+}

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tandem::{CheckpointConfig, RestartStrategy, RuntimeConfig, StandbyConfig, StandbyMode};
 use tandem_bench::nexmark;
 use tandem_bench::nexmark::gen::{GenConfig, Tables, DEFAULT_BASE_TIME_MS, DEFAULT_RATE};
@@ -435,15 +435,11 @@ fn run_in(
         &handle,
         server.as_ref(),
     )?;
-    let bar = indicatif::ProgressBar::new(args.events);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} events {msg}",
-        )
-        .expect("static template"),
-    );
+    let mut bar = tandem_bench::progress::Progress::new(args.events, "events");
+    // Only for a bar someone sees: while a watch lives, the sinks publish
+    // their latency every 10 ms.
+    let watch = bar.visible().then(|| handle.watch());
     let mut cancelled = false;
-    let (mut last_pos, mut last_t) = (0u64, Instant::now());
     while !handle.is_finished() {
         std::thread::sleep(Duration::from_millis(50));
         if tandem_bench::cli::interrupted() && !cancelled {
@@ -454,16 +450,11 @@ fn run_in(
             .progress()
             .operator("events")
             .map_or(0, |o| o.records);
-        let dt = last_t.elapsed().as_secs_f64();
-        if dt >= 0.5 {
-            let rate = pos.saturating_sub(last_pos) as f64 / dt / 1e6;
-            bar.set_message(format!("({rate:.2} M/s)"));
-            (last_pos, last_t) = (pos, Instant::now());
-        }
-        bar.set_position(pos);
+        bar.update(pos, watch.as_ref());
     }
+    drop(watch);
     let joined = handle.join();
-    bar.finish_and_clear();
+    bar.finish();
     live.finish(joined.as_ref().ok())?;
     let report = joined.context("the job failed")?;
 

@@ -137,16 +137,12 @@ fn run(
         anyhow::Error::new(e).context(format!("starting the job{hint}"))
     })?;
     let live = tandem_bench::live::Live::start(live, &handle, server)?;
-    let bar = indicatif::ProgressBar::new(input.len());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} records {msg}",
-        )
-        .expect("static template"),
-    );
+    let mut bar = tandem_bench::progress::Progress::new(input.len(), "records");
+    // Only for a bar someone sees: while a watch lives, the sinks publish
+    // their latency every 10 ms.
+    let watch = bar.visible().then(|| handle.watch());
     let started = Instant::now();
     let mut savepoint = None;
-    let (mut last_pos, mut last_t) = (0u64, Instant::now());
     let joined = std::thread::scope(|scope| {
         // The savepoint is asked for on a thread of its own: the wait for
         // it (up to the checkpoint timeout) must not stop this loop from
@@ -167,19 +163,13 @@ fn run(
             }
             let p = handle.progress();
             let pos = p.operator(names::SOURCE).map_or(0, |o| o.records);
-            let dt = last_t.elapsed().as_secs_f64();
-            if dt >= 0.5 {
-                let rate = pos.saturating_sub(last_pos) as f64 / dt / 1e6;
-                bar.set_message(format!("({rate:.2} M/s)"));
-                (last_pos, last_t) = (pos, Instant::now());
-            }
-            bar.set_position(pos);
+            bar.update(pos, watch.as_ref());
         }
         asking.map(|t| t.join().expect("asking for a savepoint does not panic"))
     });
     match joined {
         Some(Ok(dir)) => {
-            bar.suspend(|| errln!("savepoint written to {}", dir.display()));
+            bar.println(&format!("savepoint written to {}", dir.display()));
             savepoint = Some(dir);
         }
         // The job ended first: its own result says how, below.
@@ -211,7 +201,7 @@ fn run(
     }
     let cpu = rusage::process_cpu_time() - cpu0;
     let host_steal = steal().zip(steal0).map(|(b, a)| b.saturating_sub(a));
-    bar.finish_and_clear();
+    bar.finish();
 
     let (mut records_out, mut summaries_out) = (
         counts.records.load(std::sync::atomic::Ordering::Relaxed),
