@@ -75,6 +75,26 @@ fn flags_that_cannot_take_effect_are_refused_naming_the_flag_and_nothing_is_left
             "--standby needs --strategy bqbs",
         ),
         (
+            vec!["--isolation", "process"],
+            "--isolation needs --strategy bqbs",
+        ),
+        (
+            vec!["--standby-queue-source"],
+            "--standby-queue-source needs --strategy bqbs",
+        ),
+        (
+            vec!["--standby-encoded-queue"],
+            "--standby-encoded-queue needs --strategy bqbs",
+        ),
+        (
+            vec!["--strategy", "restart-all", "--standby-follow"],
+            "--standby-follow needs --strategy bqbs",
+        ),
+        (
+            vec!["--standby-delta-ms", "5"],
+            "--standby-delta-ms needs --strategy bqbs",
+        ),
+        (
             vec!["--strategy", "restart-all", "--standby", "keyed"],
             "--standby needs --strategy bqbs",
         ),

@@ -352,7 +352,7 @@ pub enum ParseFaultError {
     #[error("`{0}`: expected KIND@TARGET:WHEN[:ARG] (e.g. panic@flatmap:5000)")]
     Shape(String),
     /// An unknown kind.
-    #[error("`{spec}`: unknown fault kind `{kind}` (expected panic, stall, slow, cut, mute, standby, corrupt, commit, ioerror or crash)")]
+    #[error("`{spec}`: unknown fault kind `{kind}` (expected panic, stall, slow, cut, mute, standby, corrupt, kill, abort, segv, commit, ioerror or crash)")]
     Kind {
         /// The spec.
         spec: String,

@@ -43,8 +43,10 @@ struct Args {
     /// Seed of the input and of every schedule drawn.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Strategies to run: restart-all, bqbs-warm, bqbs-hot,
-    /// bqbs-checkpoints (comma-separated).
+    /// Strategies to run, comma-separated: restart-all, bqbs-warm,
+    /// bqbs-hot, bqbs-checkpoints, and (not by default) bqbs-process —
+    /// standbys in processes of their own, whose faults include the
+    /// operator's process dying (kill, abort, segv).
     #[arg(
         long,
         value_delimiter = ',',

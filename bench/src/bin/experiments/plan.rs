@@ -107,7 +107,8 @@ fn bqbs(key: &str, target: &str, mode: &str, extra: &[&str]) -> Config {
     c
 }
 
-/// Table 6's strategies (process isolation does not exist yet).
+/// Table 6's strategies (all in the job's process: process isolation,
+/// `paper --isolation process`, is not one of the paper's rows).
 pub fn latency_configs(target: &str) -> Vec<Config> {
     vec![
         config("none", &["--strategy", "none"]),

@@ -68,8 +68,10 @@ pub struct Args {
     /// Inject a fault, KIND@TARGET:WHEN or KIND@TARGET:WHEN:ARG
     /// (repeatable): panic, stall (ARG: MILLIS or forever), slow (MICROS,
     /// or MICROSxCOUNT), cut, mute (MILLIS), standby (before or during),
-    /// corrupt (flip or truncate), kill, abort, segv (the process dies;
-    /// --strategy none only) on an operator; commit on the sink;
+    /// corrupt (flip or truncate), kill, abort, segv (the process running
+    /// the operator dies: --strategy none ends the run; --strategy bqbs
+    /// --isolation process, on a backed-up operator, takes over) on an
+    /// operator; commit on the sink;
     /// ioerror (eio or enospc, -write or -fsync), crash, corrupt on
     /// `checkpoint`. WHEN: input record N, P/S (a tuple ID), +DUR, %K
     /// (every K-th record), N*B (a burst), ~C (C spread evenly); a

@@ -175,6 +175,10 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         "standby_heartbeat_ms",
         "standby_snapshot_ms",
         "standby_queue_mib",
+        "standby_delta_ms",
+        "standby_follow",
+        "standby_queue_source",
+        "standby_encoded_queue",
         "compare_without_standby",
     ];
     for f in standby_flags {
