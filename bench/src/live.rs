@@ -47,8 +47,13 @@ pub struct Timeline {
     /// The bucket width, ms.
     pub bucket_ms: f64,
     pub buckets: Vec<Bucket>,
-    /// Each recovery's fault, ms since the job started, with its kind.
+    /// Each recovery of an injected fault: the fault, ms since the job
+    /// started, with the recovery's kind.
     pub faults: Vec<(f64, String)>,
+    /// Each recovery no injected fault explains (a stall verdict, a child
+    /// killed as stuck): when, and its kind and cause.
+    #[serde(default)]
+    pub unexplained: Vec<(f64, String)>,
 }
 
 /// `--metrics-addr`'s endpoint for job `job`, started before the input is
@@ -145,16 +150,20 @@ impl Live {
             let buckets = t
                 .join()
                 .map_err(|_| anyhow::anyhow!("the timeline sampler panicked"))?;
-            let faults = report.map_or_else(Vec::new, |r| {
-                r.recovery
-                    .iter()
-                    .map(|x| (x.fault_at_us as f64 / 1e3, x.kind.name().to_string()))
-                    .collect()
-            });
+            let (mut faults, mut unexplained) = (Vec::new(), Vec::new());
+            for x in report.map_or(&[][..], |r| &r.recovery[..]) {
+                let at = x.fault_at_us as f64 / 1e3;
+                if x.reason == tandem::RecoveryCause::Injected {
+                    faults.push((at, x.kind.name().to_string()));
+                } else {
+                    unexplained.push((at, format!("{}: {}", x.kind.name(), x.reason.name())));
+                }
+            }
             let tl = Timeline {
                 bucket_ms: 10.0,
                 buckets,
                 faults,
+                unexplained,
             };
             crate::report::write_json("--timeline", &path, &tl)?;
         }

@@ -115,14 +115,12 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let target = criticality.backed_up.clone();
     bar.suspend(|| {
         errln!(
-            "criticality: {} ranks first{}",
-            criticality.ranking.first().map_or("-", |s| s.as_str()),
+            "criticality: {}; {}",
+            criticality.ranking.join(" > "),
             if args.backup.is_some() {
-                format!(" (backing up {target}: --backup)")
-            } else if criticality.ranking.first() != Some(&target) {
-                format!(" (no standby for it: backing up {target}, the next)")
+                format!("backing up {target} (--backup)")
             } else {
-                String::new()
+                criticality.why.clone()
             }
         )
     });
@@ -144,10 +142,12 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let failures = tables::failures(&done);
     let resources = tables::resources(&done);
     let state_sizes = tables::state_sizes(&state_done);
-    let results = tables::Results {
+    let mut results = tables::Results {
         profile: profile.name.to_string(),
         machine,
         took_s: started.elapsed().as_secs_f64(),
+        backed_up: target.clone(),
+        verdicts: Vec::new(),
         criticality,
         latency,
         failures,
@@ -159,6 +159,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
             .map(|(s, d)| tables::RunSummary::of(s, d))
             .collect(),
     };
+    results.verdicts = report::bars(&results);
     let plots = plots::draw_all(&args.out, &results, &done)?;
     tandem_bench::report::write_json("--out", &args.out.join("results.json"), &results)?;
     let md = report::markdown(&results, &plots);

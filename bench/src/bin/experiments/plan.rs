@@ -45,16 +45,18 @@ impl Profile {
     pub fn named(name: &str) -> Profile {
         let quick = Profile {
             name: "quick",
-            crit_faults: 3,
+            crit_faults: 10,
             crit_records: 300_000,
             crit_rate: 300_000.0,
             sizes: vec![100_000, 500_000, 1_000_000],
             latency_rate: 500_000.0,
-            latency_reps: 1,
+            // At least 3 runs of everything a verdict rests on: a verdict
+            // is judged on each run, and one the runs disagree on says so.
+            latency_reps: 3,
             failure_records: 1_000_000,
             failure_rate: 250_000.0,
-            failure_reps: 1,
-            resource_reps: 1,
+            failure_reps: 3,
+            resource_reps: 3,
             state: vec![(10, 1), (100, 1)],
         };
         match name {
@@ -66,8 +68,8 @@ impl Profile {
                 latency_reps: 5,
                 // Long enough for the paper's 30 s interval to matter.
                 failure_records: 4_000_000,
-                failure_reps: 3,
-                resource_reps: 2,
+                failure_reps: 5,
+                resource_reps: 5,
                 state: vec![(10, 3), (100, 3), (1000, 1)],
                 ..quick
             },

@@ -103,7 +103,7 @@ pub fn draw_all(
         }
     }
     if !tls.is_empty() {
-        let h = 260 * tls.len() as u32 + 40;
+        let h = 230 * tls.len() as u32 + 40;
         both!(out, "recovery_timeline", (1000, h), |a| timeline(&a, &tls));
         names.push("recovery_timeline".into());
     }
@@ -152,6 +152,15 @@ fn cdf(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The x of a percentile plot: 1 / (1 − q), on a log axis (HdrHistogram's
+/// own plots: 90 % at 10, 99 % at 100, …).
+fn tail_x(q: f64) -> f64 {
+    1.0 / (1.0 - q.min(TAIL_MAX_Q))
+}
+
+/// The deepest percentile drawn: 99.9999 %.
+const TAIL_MAX_Q: f64 = 0.999_999;
+
 fn latency_cdf<DB: DrawingBackend>(
     a: &DrawingArea<DB, Shift>,
     title: &str,
@@ -170,30 +179,55 @@ where
         .flat_map(|(_, v)| v.last().map(|p| p.0))
         .fold(0.0f64, f64::max)
         .max(lo * 10.0);
+    // As far as the deepest percentile a strategy has samples for.
+    let deepest = cdfs
+        .iter()
+        .flat_map(|(_, v)| v.iter().rev().nth(1).map(|p| tail_x(p.1)))
+        .fold(100.0f64, f64::max)
+        .min(tail_x(TAIL_MAX_Q));
     let mut c = ChartBuilder::on(a)
         .caption(title, (SANS, 22))
         .margin(15)
         .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d((lo * 0.8..hi * 1.25).log_scale(), 0.0..1.0)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (1.0..deepest * 1.5).log_scale(),
+            (lo * 0.8..hi * 1.25).log_scale(),
+        )
         .map_err(e)?;
     c.configure_mesh()
-        .x_desc("latency (µs, log scale)")
-        .x_label_formatter(&|v| short(*v))
-        .y_desc("fraction of records ≤ latency")
+        .x_desc("percentile (log scale of the tail: 1 / (1 − q))")
+        .x_label_formatter(&|x| {
+            let q = (1.0 - 1.0 / x) * 100.0;
+            let digits = (x.log10().round() as usize).saturating_sub(2);
+            format!("{q:.digits$} %")
+        })
+        .y_desc("latency (µs, log scale)")
+        .y_label_formatter(&|v| short(*v))
         .label_style((SANS, 14))
         .axis_desc_style((SANS, 16))
         .draw()
         .map_err(e)?;
     for (key, pts) in cdfs {
         let col = colour(key);
-        c.draw_series(LineSeries::new(pts.iter().copied(), col.stroke_width(2)))
+        // A step per recorded value: the latency reached at each fraction.
+        let mut line = Vec::with_capacity(pts.len() * 2);
+        let mut prev_q = 0.0;
+        for &(lat, q) in pts {
+            if prev_q >= TAIL_MAX_Q {
+                break;
+            }
+            line.push((tail_x(prev_q), lat));
+            line.push((tail_x(q), lat));
+            prev_q = q;
+        }
+        c.draw_series(LineSeries::new(line, col.stroke_width(2)))
             .map_err(e)?
             .label(key.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperLeft)
         .label_font((SANS, 14))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
@@ -201,6 +235,9 @@ where
         .map_err(e)?;
     Ok(())
 }
+
+/// The window drawn around each fault, ms: before, after.
+const AROUND_MS: (f64, f64) = (100.0, 400.0);
 
 fn timeline<DB: DrawingBackend>(
     a: &DrawingArea<DB, Shift>,
@@ -212,85 +249,123 @@ where
     let (title, rest) = a.split_vertically(40);
     title
         .titled(
-            "Around each fault: sink throughput and p99 latency in 10 ms buckets (faults: red dashes)",
-            (SANS, 20),
+            "Around each injected fault (red dash, at 0): sink throughput (line) and p99 latency (dots) in 10 ms buckets; grey dots: recoveries no fault explains",
+            (SANS, 15),
         )
         .map_err(e)?;
-    let panels = rest.split_evenly((tls.len(), 1));
-    for ((key, tl), p) in tls.iter().zip(panels) {
-        let end = tl.buckets.last().map_or(1.0, |b| b.t_ms / 1e3).max(0.1);
-        // The axis ends above the 99.5th percentile bucket: the last bucket
-        // (the per-user summaries all at once) would flatten the rest.
-        let mut rates: Vec<f64> = tl.buckets.iter().map(|b| b.rate / 1e3).collect();
-        rates.sort_by(f64::total_cmp);
-        let top = rates
-            .get(rates.len().saturating_sub(1) * 995 / 1000)
-            .copied()
-            .unwrap_or(1.0)
-            .max(1.0)
-            * 1.3;
-        let p99: Vec<f64> = tl
-            .buckets
-            .iter()
-            .filter_map(|b| b.p99_us)
-            .map(|u| u / 1e3)
-            .collect();
-        let p99_hi = p99.iter().copied().fold(1.0, f64::max) * 2.0;
-        let p99_lo = p99
-            .iter()
-            .copied()
-            .fold(f64::MAX, f64::min)
-            .clamp(0.001, 1.0)
-            / 2.0;
-        let mut c = ChartBuilder::on(&p)
-            .caption(
-                format!("{key} — line: throughput (left axis, clipped at the top); dots: p99 (right axis)"),
-                (SANS, 15),
+    // One row per strategy, one column per fault; every panel on the same
+    // axes, so that the panels compare.
+    let cols = tls
+        .iter()
+        .map(|(_, t)| t.faults.len())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    // The throughput axis: a few times the median bucket (the steady
+    // rate), so the dip to zero and the catch-up both show (a catch-up
+    // burst above it is clipped, and says so).
+    let mut rates: Vec<f64> = tls
+        .iter()
+        .flat_map(|(_, t)| t.buckets.iter().map(|b| b.rate / 1e3))
+        .filter(|r| *r > 0.0)
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    let top = rates.get(rates.len() / 2).copied().unwrap_or(1.0).max(1.0) * 3.0;
+    let p99: Vec<f64> = tls
+        .iter()
+        .flat_map(|(_, t)| t.buckets.iter().filter_map(|b| b.p99_us))
+        .map(|u| u / 1e3)
+        .collect();
+    let p99_hi = p99.iter().copied().fold(1.0, f64::max) * 2.0;
+    let p99_lo = p99
+        .iter()
+        .copied()
+        .fold(f64::MAX, f64::min)
+        .clamp(0.001, 1.0)
+        / 2.0;
+    let rows = rest.split_evenly((tls.len(), 1));
+    for ((key, tl), row) in tls.iter().zip(rows) {
+        let (label, panels) = row.split_vertically(22);
+        label
+            .titled(
+                &format!("{key} (throughput clipped at {top:.0} k/s)"),
+                (SANS, 14),
             )
-            .margin(8)
-            .x_label_area_size(35)
-            .y_label_area_size(70)
-            .right_y_label_area_size(70)
-            .build_cartesian_2d(0.0..end, 0.0..top)
-            .map_err(e)?
-            .set_secondary_coord(0.0..end, (p99_lo..p99_hi).log_scale());
-        c.configure_mesh()
-            .x_desc("time since the job started (s)")
-            .y_desc("records/s (thousands)")
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .label_style((SANS, 12))
-            .axis_desc_style((SANS, 13))
-            .draw()
             .map_err(e)?;
-        c.configure_secondary_axes()
-            .y_desc("p99 latency (ms, log)")
-            .y_label_formatter(&|v| short(*v))
-            .label_style((SANS, 12))
-            .axis_desc_style((SANS, 13))
-            .draw()
+        let panels = panels.split_evenly((1, cols));
+        for (i, p) in panels.iter().enumerate() {
+            let Some(&(at, _)) = tl.faults.get(i) else {
+                continue;
+            };
+            let x0 = -AROUND_MS.0;
+            let x1 = AROUND_MS.1;
+            let mut c = ChartBuilder::on(p)
+                .margin(4)
+                .x_label_area_size(28)
+                .y_label_area_size(if i == 0 { 48 } else { 8 })
+                .right_y_label_area_size(if i + 1 == cols { 48 } else { 8 })
+                .build_cartesian_2d(x0..x1, 0.0..top)
+                .map_err(e)?
+                .set_secondary_coord(x0..x1, (p99_lo..p99_hi).log_scale());
+            c.configure_mesh()
+                .x_desc(format!("ms from fault {}", i + 1))
+                .y_desc(if i == 0 { "k records/s" } else { "" })
+                .y_label_formatter(&|v| {
+                    if i == 0 {
+                        format!("{v:.0}")
+                    } else {
+                        String::new()
+                    }
+                })
+                .x_labels(5)
+                .label_style((SANS, 11))
+                .axis_desc_style((SANS, 12))
+                .draw()
+                .map_err(e)?;
+            c.configure_secondary_axes()
+                .y_desc(if i + 1 == cols { "p99 (ms)" } else { "" })
+                .y_label_formatter(&|v| {
+                    if i + 1 == cols {
+                        short(*v)
+                    } else {
+                        String::new()
+                    }
+                })
+                .label_style((SANS, 11))
+                .axis_desc_style((SANS, 12))
+                .draw()
+                .map_err(e)?;
+            let near = |t: f64| t - at >= x0 && t - at <= x1;
+            let col = colour(key);
+            c.draw_series(LineSeries::new(
+                tl.buckets
+                    .iter()
+                    .filter(|b| near(b.t_ms))
+                    .map(|b| (b.t_ms - at, (b.rate / 1e3).min(top))),
+                col.stroke_width(2),
+            ))
             .map_err(e)?;
-        let col = colour(key);
-        c.draw_series(LineSeries::new(
-            tl.buckets
-                .iter()
-                .map(|b| (b.t_ms / 1e3, (b.rate / 1e3).min(top))),
-            col.stroke_width(1),
-        ))
-        .map_err(e)?;
-        c.draw_secondary_series(tl.buckets.iter().filter_map(|b| {
-            b.p99_us
-                .map(|u| Circle::new((b.t_ms / 1e3, u / 1e3), 1, BLACK.filled()))
-        }))
-        .map_err(e)?;
-        for (at, _) in &tl.faults {
-            let x = at / 1e3;
+            c.draw_secondary_series(tl.buckets.iter().filter(|b| near(b.t_ms)).filter_map(|b| {
+                b.p99_us
+                    .map(|u| Circle::new((b.t_ms - at, u / 1e3), 2, BLACK.filled()))
+            }))
+            .map_err(e)?;
             let dash = plotters::element::DashedPathElement::new(
-                vec![(x, 0.0), (x, top)],
+                vec![(0.0, 0.0), (0.0, top)],
                 6,
                 4,
                 RED.stroke_width(2),
             );
             c.draw_series(std::iter::once(dash)).map_err(e)?;
+            for (u, _) in tl.unexplained.iter().filter(|(u, _)| near(*u)) {
+                let grey = RGBColor(120, 120, 120);
+                c.draw_series(std::iter::once(Circle::new(
+                    (u - at, top * 0.95),
+                    4,
+                    grey.filled(),
+                )))
+                .map_err(e)?;
+            }
         }
     }
     Ok(())
@@ -322,14 +397,24 @@ where
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.5..n + 0.5, (lo..hi).log_scale())
+        // A column to the right of the last failure for the legend, which
+        // then hides no point.
+        .build_cartesian_2d(0.5..n + 1.9, (lo..hi).log_scale())
         .map_err(e)?;
+    let last = n;
     c.configure_mesh()
         .x_desc("failure")
         .y_desc("recovery (ms, log scale)")
         .y_label_formatter(&|v| short(*v))
-        .x_labels(r.failures.failures as usize)
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_labels(r.failures.failures as usize + 2)
+        .x_label_formatter(&move |x| {
+            let i = x.round();
+            if (x - i).abs() < 0.01 && (1.0..=last).contains(&i) {
+                format!("{i:.0}")
+            } else {
+                String::new()
+            }
+        })
         .label_style((SANS, 14))
         .axis_desc_style((SANS, 16))
         .draw()
@@ -363,6 +448,7 @@ where
 fn bars<DB: DrawingBackend>(
     a: &DrawingArea<DB, Shift>,
     title: &str,
+    x_desc: &str,
     y_desc: &str,
     groups: &[String],
     series: &[(&str, RGBColor, Vec<Option<f64>>)],
@@ -395,6 +481,7 @@ where
                 String::new()
             }
         })
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .label_style((SANS, 13))
         .axis_desc_style((SANS, 15))
@@ -445,6 +532,7 @@ where
     bars(
         &left,
         "CPU (% of the job's cores)",
+        "strategy",
         "CPU (%)",
         &groups,
         &[
@@ -462,7 +550,8 @@ where
     )?;
     bars(
         &right,
-        "Memory, normal operation (MiB)",
+        "Memory, peak over the failure runs (MiB)",
+        "strategy",
         "MiB",
         &groups,
         &[
@@ -492,7 +581,8 @@ where
             "Criticality: recovery under restart-all, {} faults per operator",
             c.faults_per_operator
         ),
-        "recovery (ms)",
+        "operator (a panic injected into it)",
+        "recovery, fault → caught up (ms)",
         &groups,
         &[
             (
@@ -501,9 +591,17 @@ where
                 c.rows.iter().map(|x| x.mean_ms).collect(),
             ),
             (
-                "p99",
+                "mean + 95 % interval",
+                RGBColor(240, 190, 120),
+                c.rows
+                    .iter()
+                    .map(|x| Some(x.mean_ms? + x.ci95_ms.filter(|h| h.is_finite())?))
+                    .collect(),
+            ),
+            (
+                "max",
                 RGBColor(200, 40, 40),
-                c.rows.iter().map(|x| x.p99_ms).collect(),
+                c.rows.iter().map(|x| x.max_ms).collect(),
             ),
         ],
     )

@@ -21,6 +21,9 @@ pub struct PaperReport {
     pub peak_rss_bytes: u64,
     pub engine_memory_bytes: u64,
     pub cores: usize,
+    /// CPU time the host took from the job's cores (steal), ms.
+    #[serde(default)]
+    pub host_steal_ms: Option<f64>,
     pub faults_fired: u64,
     pub recovery: Vec<Recovery>,
     pub restarts: u32,
@@ -74,10 +77,10 @@ impl Recovery {
     }
 
     /// Fault → the job back where it was (the paper's recovery time:
-    /// reload and replay); fault → first output where that is all that
-    /// was measured.
+    /// reload and replay); `None` where it was not measured (never the
+    /// first output in its place: the tables count those apart).
     pub fn recovery_us(&self) -> Option<u64> {
-        self.caught_up_us.or(self.first_output_us)
+        self.caught_up_us
     }
 }
 
@@ -134,6 +137,87 @@ pub struct Done {
     pub hlog: Option<PathBuf>,
     pub timeline: Option<PathBuf>,
     pub wall_s: f64,
+    /// The machine while the run ran: what else used its CPUs.
+    pub host: Host,
+}
+
+/// What else ran on the machine during a run: the CPU time every other
+/// process took (all CPUs' busy time from `/proc/stat`, less the run's
+/// own), and the 1-minute load average at the start. A run beside other
+/// work measures that work too: `unreliable` says so.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Host {
+    pub load_at_start: f64,
+    pub others_cpu_s: f64,
+    pub steal_ms: Option<f64>,
+    /// Why the run's figures may not be the engine's alone (`None`: the
+    /// machine was otherwise idle).
+    pub unreliable: Option<String>,
+}
+
+/// All CPUs' busy time so far, seconds (`/proc/stat`'s first line: every
+/// field but idle and iowait), and the 1-minute load average.
+fn machine_busy() -> (f64, f64) {
+    let busy = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().next()?.to_string();
+            let v: Vec<u64> = line
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            // user nice system idle iowait irq softirq steal …
+            let total: u64 = v.iter().take(8).sum();
+            let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+            let steal = v.get(7).copied().unwrap_or(0);
+            Some(total.saturating_sub(idle).saturating_sub(steal))
+        })
+        .unwrap_or(0);
+    // SAFETY: `sysconf` reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    (busy as f64 / hz, load)
+}
+
+impl Host {
+    /// The machine during a run that took `cpu_s` of CPU over `wall_s` on
+    /// `cores` cores, from [`machine_busy`] before and after.
+    fn of(
+        before: (f64, f64),
+        after: (f64, f64),
+        cpu_s: f64,
+        wall_s: f64,
+        cores: usize,
+        steal_ms: Option<f64>,
+    ) -> Host {
+        let others = (after.0 - before.0 - cpu_s).max(0.0);
+        let share = others / (wall_s * cores.max(1) as f64).max(1e-9);
+        let stolen = steal_ms.map_or(0.0, |s| s / 1e3 / cpu_s.max(1e-9));
+        let mut why = Vec::new();
+        if share > 0.25 {
+            why.push(format!(
+                "other processes took {:.1} s of CPU during the run ({:.0} % of its cores' time)",
+                others,
+                share * 100.0
+            ));
+        }
+        if stolen > 0.05 {
+            why.push(format!(
+                "the host stole {:.0} % of the run's CPU time",
+                stolen * 100.0
+            ));
+        }
+        Host {
+            load_at_start: before.1,
+            others_cpu_s: others,
+            steal_ms,
+            unreliable: (!why.is_empty()).then(|| why.join("; ")),
+        }
+    }
 }
 
 /// Runs `paper` (the binary at `bin`) for each run, into `dir/runs/`.
@@ -165,12 +249,22 @@ impl Runner {
         if let Some(t) = &timeline {
             cmd.arg("--timeline").arg(t);
         }
-        let (report, wall_s) = self.child(cmd, r, &report)?;
+        let before = machine_busy();
+        let (report, wall_s): (PaperReport, f64) = self.child(cmd, r, &report)?;
+        let host = Host::of(
+            before,
+            machine_busy(),
+            report.cpu_seconds,
+            wall_s,
+            report.cores,
+            report.host_steal_ms,
+        );
         Ok(Done {
             report,
             hlog: Some(hlog),
             timeline,
             wall_s,
+            host,
         })
     }
 

@@ -17,6 +17,10 @@ pub struct Results {
     pub profile: String,
     pub machine: Machine,
     pub took_s: f64,
+    /// The operator the latency, failure and resource runs back up.
+    pub backed_up: String,
+    /// Each bar of the summary: its figure per run, and the verdict.
+    pub verdicts: Vec<Judged>,
     pub criticality: Criticality,
     pub latency: LatencyTable,
     pub failures: Failures,
@@ -50,6 +54,130 @@ fn quantile(mut v: Vec<f64>, q: f64) -> Option<f64> {
 
 const MIB: f64 = (1u64 << 20) as f64;
 
+/// Student's t at 97.5 % for `df` degrees of freedom: a two-sided 95 %
+/// interval of a mean.
+fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        d if d <= T.len() => T[d - 1],
+        _ => 1.96,
+    }
+}
+
+/// The mean of `v` and the half-width of its 95 % confidence interval
+/// (infinite for a single value).
+pub(super) fn mean_ci(v: &[f64]) -> Option<(f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if v.len() < 2 {
+        return Some((mean, f64::INFINITY));
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Some((mean, t975(v.len() - 1) * (var / n).sqrt()))
+}
+
+/// The smallest and largest of `v` (`None`: empty).
+pub(super) fn spread(v: &[f64]) -> Option<[f64; 2]> {
+    let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    (!v.is_empty()).then(|| {
+        v.iter()
+            .fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &x| {
+                [lo.min(x), hi.max(x)]
+            })
+    })
+}
+
+/// A bar judged on every run it rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every run meets the bar.
+    Met,
+    /// No run meets it.
+    NotMet,
+    /// The runs disagree: the bar lies within this machine's noise.
+    WithinNoise,
+}
+
+impl Verdict {
+    /// The verdict on the figure whose runs gave `runs`, a bar `meets`
+    /// says a value meets (a threshold: met on one side of it): met when
+    /// the 95 % interval of the runs' mean lies wholly on the meeting
+    /// side, not met when wholly on the other, within noise when the bar
+    /// lies inside it. A single run is taken as it is. A figure near its
+    /// bar is *within noise* whatever the campaign, rather than met in one
+    /// and not met in the next.
+    pub fn judge(runs: &[f64], meets: impl Fn(f64) -> bool) -> Verdict {
+        let v: Vec<f64> = runs.iter().copied().filter(|x| x.is_finite()).collect();
+        let Some((mean, half)) = mean_ci(&v) else {
+            return Verdict::NotMet;
+        };
+        let half = if v.len() == 1 { 0.0 } else { half };
+        match (meets(mean - half), meets(mean + half)) {
+            (true, true) => Verdict::Met,
+            (false, false) => Verdict::NotMet,
+            _ => Verdict::WithinNoise,
+        }
+    }
+
+    /// Met when either is, not met when both are not.
+    pub fn either(self, other: Verdict) -> Verdict {
+        match (self, other) {
+            (Verdict::Met, _) | (_, Verdict::Met) => Verdict::Met,
+            (Verdict::NotMet, Verdict::NotMet) => Verdict::NotMet,
+            _ => Verdict::WithinNoise,
+        }
+    }
+
+    /// `Some(true)` met, `Some(false)` not met, `None` within the noise.
+    pub fn met(self) -> Option<bool> {
+        match self {
+            Verdict::Met => Some(true),
+            Verdict::NotMet => Some(false),
+            Verdict::WithinNoise => None,
+        }
+    }
+
+    pub fn words(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::NotMet => "not met",
+            Verdict::WithinNoise => "within noise",
+        }
+    }
+}
+
+/// One claim of the paper, its figure, this campaign's, and the bar Tandem
+/// holds itself to, judged on each run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Judged {
+    #[serde(rename = "name")]
+    pub claim: String,
+    pub paper: &'static str,
+    /// The figure in words (the median over the runs, and their spread).
+    pub ours: String,
+    pub bar: &'static str,
+    /// The median of `runs`.
+    pub value: f64,
+    /// The figure of each run (repetition) the verdict rests on.
+    pub runs: Vec<f64>,
+    pub verdict: Verdict,
+    /// As `verdict`: `null` when the runs disagree.
+    pub met: Option<bool>,
+}
+
+/// The operator the paper's table 5 found most critical, backed up when
+/// no operator is clearly most critical here.
+pub const PAPER_CHOICE: &str = "flatmap";
+
 // ---------------------------------------------------------------- table 5
 
 #[derive(Serialize)]
@@ -59,19 +187,37 @@ pub struct Criticality {
     pub rows: Vec<CritRow>,
     /// Operators by mean recovery, longest first.
     pub ranking: Vec<String>,
-    /// The operator the other experiments back up: the first of the
-    /// ranking a standby can back up (the paper's rule).
+    /// Whether the first operator of the ranking a standby can back up is
+    /// clearly the most critical of those: its 95 % interval lies above
+    /// every other's.
+    pub clear: bool,
+    /// The operator the other experiments back up: the clearly most
+    /// critical one a standby can back up (the paper's rule), or — when
+    /// none is clearly first — the one the paper's table 5 ranked first.
     pub backed_up: String,
+    /// Why, in words.
+    pub why: String,
 }
 
 #[derive(Serialize)]
 pub struct CritRow {
     pub operator: String,
     pub faults_fired: u64,
+    /// Recoveries of the injected faults (the figures below are over
+    /// these alone).
     pub recoveries: usize,
-    /// Fault → back where it was, over the recoveries, ms.
+    /// Recoveries no injected fault explains, counted apart.
+    pub unprovoked: usize,
+    /// Fault → back where it was (caught up), over the recoveries, ms;
+    /// recoveries whose caught-up was not measured are left out (and
+    /// counted in `missing_caught_up`).
     pub mean_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
+    /// The half-width of the mean's 95 % interval, ms.
+    pub ci95_ms: Option<f64>,
+    /// The largest, ms (with a handful of faults a p99 would be the
+    /// largest anyway).
+    pub max_ms: Option<f64>,
+    pub missing_caught_up: usize,
     pub first_output_mean_ms: Option<f64>,
 }
 
@@ -82,30 +228,29 @@ pub fn criticality(done: &[(Spec, Done)]) -> Criticality {
         let Kind::Criticality { operator } = &s.kind else {
             continue;
         };
-        let rec: Vec<f64> = d
-            .report
-            .recovery
+        let injected: Vec<_> = d.report.recovery.iter().filter(|r| r.injected()).collect();
+        let rec: Vec<f64> = injected
             .iter()
-            .filter(|r| r.injected())
-            .filter_map(|r| r.recovery_us())
+            .filter_map(|r| r.caught_up_us)
             .map(|us| us as f64 / 1e3)
             .collect();
-        let first: Vec<f64> = d
-            .report
-            .recovery
+        let first: Vec<f64> = injected
             .iter()
             .filter_map(|r| r.first_output_us)
             .map(|us| us as f64 / 1e3)
             .collect();
         faults = faults.max(d.report.faults_fired);
+        let ci = mean_ci(&rec);
         rows.push(CritRow {
             operator: operator.clone(),
             faults_fired: d.report.faults_fired,
-            recoveries: rec.len(),
-            mean_ms: (!rec.is_empty()).then(|| rec.iter().sum::<f64>() / rec.len() as f64),
-            p99_ms: quantile(rec, 0.99),
-            first_output_mean_ms: (!first.is_empty())
-                .then(|| first.iter().sum::<f64>() / first.len() as f64),
+            recoveries: injected.len(),
+            unprovoked: d.report.recovery.len() - injected.len(),
+            mean_ms: ci.map(|c| c.0),
+            ci95_ms: ci.map(|c| c.1),
+            max_ms: quantile(rec.clone(), 1.0),
+            missing_caught_up: injected.len() - rec.len(),
+            first_output_mean_ms: mean_ci(&first).map(|c| c.0),
         });
     }
     let mut ranked: Vec<&CritRow> = rows.iter().collect();
@@ -115,18 +260,50 @@ pub fn criticality(done: &[(Spec, Done)]) -> Criticality {
             .total_cmp(&a.mean_ms.unwrap_or(0.0))
     });
     let ranking: Vec<String> = ranked.iter().map(|r| r.operator.clone()).collect();
-    let backed_up = ranking
-        .iter()
-        .find(|o| plan::STANDBY_CAPABLE.contains(&o.as_str()))
-        .cloned()
-        .unwrap_or_else(|| "flatmap".into());
+    let (clear, backed_up, why) = choose(&ranked);
     Criticality {
         faults_per_operator: faults,
         checkpoint_interval_ms: 1000,
         rows,
         ranking,
+        clear,
         backed_up,
+        why,
     }
+}
+
+/// The paper's rule with its significance: the first of the ranking a
+/// standby can back up, when its 95 % interval lies wholly above every
+/// other such operator's; otherwise the paper's own choice.
+fn choose(ranked: &[&CritRow]) -> (bool, String, String) {
+    let capable: Vec<&&CritRow> = ranked
+        .iter()
+        .filter(|r| plan::STANDBY_CAPABLE.contains(&r.operator.as_str()))
+        .collect();
+    let interval = |r: &CritRow| match (r.mean_ms, r.ci95_ms) {
+        (Some(m), Some(h)) => (m - h, m + h),
+        _ => (f64::NEG_INFINITY, f64::INFINITY),
+    };
+    if let Some((top, rest)) = capable.split_first() {
+        let low = interval(top).0;
+        if !rest.is_empty() && rest.iter().all(|r| low > interval(r).1) {
+            return (
+                true,
+                top.operator.clone(),
+                format!(
+                    "{} is clearly the most critical operator a standby can back up: its 95 % interval lies above every other's",
+                    top.operator
+                ),
+            );
+        }
+    }
+    (
+        false,
+        PAPER_CHOICE.to_string(),
+        format!(
+            "No operator is clearly most critical (the 95 % intervals of the recovery means overlap: with restart-all every failure restarts the whole job, and the time since the last checkpoint decides more than the operator); backing up {PAPER_CHOICE}, the operator the paper's table 5 ranked first"
+        ),
+    )
 }
 
 // ---------------------------------------------------------------- table 6
@@ -170,6 +347,8 @@ pub struct Overhead {
     /// median config − median none, µs.
     pub mean_latency_delta_us: f64,
     pub p50_latency_delta_us: f64,
+    /// The mean latency's overhead per repetition (run i of each paired).
+    pub mean_latency_pct_runs: Vec<f64>,
 }
 
 pub fn latency(p: &plan::Profile, done: &[(Spec, Done)]) -> LatencyTable {
@@ -240,6 +419,14 @@ pub fn latency(p: &plan::Profile, done: &[(Spec, Done)]) -> LatencyTable {
                 p99_latency_pct: (r.p99_ms / b.p99_ms - 1.0) * 100.0,
                 mean_latency_delta_us: (r.mean_ms - b.mean_ms) * 1e3,
                 p50_latency_delta_us: (r.p50_ms - b.p50_ms) * 1e3,
+                mean_latency_pct_runs: groups[&(largest, r.config.clone())]
+                    .iter()
+                    .zip(&groups[&(largest, "none".to_string())])
+                    .map(|(c, n)| {
+                        (c.latency_ns.mean as f64 / (n.latency_ns.mean as f64).max(1.0) - 1.0)
+                            * 100.0
+                    })
+                    .collect(),
             })
             .collect(),
         None => Vec::new(),
@@ -274,13 +461,17 @@ pub struct Versus {
     /// difference, ms.
     pub growth: f64,
     pub growth_ms: f64,
+    /// The same figures per repetition (run i of each strategy paired).
+    pub speedup_min_runs: Vec<f64>,
+    pub growth_runs: Vec<f64>,
+    pub growth_ms_runs: Vec<f64>,
 }
 
 /// Recovery is flat across failures when the later ones take at most
 /// twice as long as the earlier ones, or at most a millisecond longer
 /// (below that a thread's scheduling decides, not the recovery).
-pub fn flat(v: &Versus) -> bool {
-    v.growth <= 2.0 || v.growth_ms <= 1.0
+pub fn flat(growth: f64, growth_ms: f64) -> bool {
+    growth <= 2.0 || growth_ms <= 1.0
 }
 
 #[derive(Serialize)]
@@ -290,6 +481,9 @@ pub struct FailureRow {
     pub per_failure_ms: Vec<Option<f64>>,
     pub cumulative_ms: Vec<Option<f64>>,
     pub detect_mean_ms: Option<f64>,
+    /// Injected recoveries whose caught-up was not measured (left out of
+    /// the figures above).
+    pub missing_caught_up: usize,
     /// Recoveries no injected fault explains (the machine stalled a
     /// worker), over the repetitions.
     pub unprovoked: usize,
@@ -314,6 +508,7 @@ pub fn failures(done: &[(Spec, Done)]) -> Failures {
     }
     let k = plan::FAILURES as usize;
     let mut rows = Vec::new();
+    let mut runs_of: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
     for key in &order {
         let rs = &groups[key];
         let per_run: Vec<Vec<f64>> = rs
@@ -326,6 +521,7 @@ pub fn failures(done: &[(Spec, Done)]) -> Failures {
                     .collect()
             })
             .collect();
+        runs_of.insert(key.clone(), per_run.clone());
         let per_failure: Vec<Option<f64>> = (0..k)
             .map(|i| median(per_run.iter().filter_map(|v| v.get(i).copied()).collect()))
             .collect();
@@ -354,6 +550,7 @@ pub fn failures(done: &[(Spec, Done)]) -> Failures {
             cumulative_ms: cumulative,
             detect_mean_ms: (!detect.is_empty())
                 .then(|| detect.iter().sum::<f64>() / detect.len() as f64),
+            missing_caught_up: per_run.iter().flatten().filter(|x| x.is_nan()).count(),
             unprovoked: rs
                 .iter()
                 .map(|r| r.recovery.iter().filter(|x| !x.injected()).count())
@@ -389,6 +586,27 @@ pub fn failures(done: &[(Spec, Done)]) -> Failures {
                 .fold((0.0, 0.0), |(x, y), (a, b)| (x + a, y + b));
             let half = v.len() / 2;
             let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
+            // Run i of restart-all against run i of this strategy.
+            let (mut speedup_min_runs, mut growth_runs, mut growth_ms_runs) =
+                (Vec::new(), Vec::new(), Vec::new());
+            for (ra_i, b_i) in runs_of[&ra.config].iter().zip(&runs_of[&b.config]) {
+                let m = ra_i
+                    .iter()
+                    .zip(b_i)
+                    .filter(|(a, b)| a.is_finite() && b.is_finite())
+                    .map(|(a, b)| a / b.max(1e-9))
+                    .fold(f64::INFINITY, f64::min);
+                if m.is_finite() {
+                    speedup_min_runs.push(m);
+                }
+                let w: Vec<f64> = b_i.iter().copied().filter(|x| x.is_finite()).collect();
+                if w.len() >= 2 {
+                    let h = w.len() / 2;
+                    let (early, late) = (mean(&w[..h]), mean(&w[w.len() - h..]));
+                    growth_runs.push(late / early.max(1e-9));
+                    growth_ms_runs.push(late - early);
+                }
+            }
             versus.push(Versus {
                 config: b.config.clone(),
                 speedup_total: sa / sb.max(1e-9),
@@ -398,6 +616,9 @@ pub fn failures(done: &[(Spec, Done)]) -> Failures {
                     .fold(f64::INFINITY, f64::min),
                 growth: mean(&v[v.len() - half..]) / mean(&v[..half]).max(1e-9),
                 growth_ms: mean(&v[v.len() - half..]) - mean(&v[..half]),
+                speedup_min_runs,
+                growth_runs,
+                growth_ms_runs,
             });
         }
     }
@@ -426,6 +647,9 @@ pub struct ResourceRow {
     /// the runs.
     pub cpu_normal_pct: Option<f64>,
     pub cpu_failure_pct: Option<f64>,
+    /// The same, per run (the runs in repetition order).
+    pub cpu_normal_pct_runs: Vec<f64>,
+    pub cpu_failure_pct_runs: Vec<f64>,
     /// The whole runs' CPU time, seconds (median).
     pub cpu_seconds: Option<f64>,
     pub rss_mib: Option<f64>,
@@ -456,7 +680,9 @@ pub fn resources(done: &[(Spec, Done)]) -> Resources {
     for key in order {
         let ds = &groups[&key];
         let (mut inside, mut outside) = (Vec::new(), Vec::new());
+        let (mut normal_runs, mut failure_runs) = (Vec::new(), Vec::new());
         for d in ds {
+            let (i0, o0) = (inside.len(), outside.len());
             let Some(tl) = d
                 .timeline
                 .as_ref()
@@ -484,12 +710,20 @@ pub fn resources(done: &[(Spec, Done)]) -> Resources {
                     outside.push(pct);
                 }
             }
+            if let Some(x) = mean(&outside[o0..].to_vec()) {
+                normal_runs.push(x);
+            }
+            if let Some(x) = mean(&inside[i0..].to_vec()) {
+                failure_runs.push(x);
+            }
         }
         let m = |f: &dyn Fn(&PaperReport) -> f64| median(ds.iter().map(|d| f(&d.report)).collect());
         rows.push(ResourceRow {
             config: key,
             cpu_normal_pct: mean(&outside),
             cpu_failure_pct: mean(&inside),
+            cpu_normal_pct_runs: normal_runs,
+            cpu_failure_pct_runs: failure_runs,
             cpu_seconds: m(&|r| r.cpu_seconds),
             rss_mib: m(&|r| r.peak_rss_bytes as f64 / MIB),
             engine_mib: m(&|r| r.engine_memory_bytes as f64 / MIB),
@@ -527,6 +761,8 @@ pub struct RunSummary {
     pub takeovers: u64,
     pub checkpoints_completed: u64,
     pub recovery_ms: Vec<Option<f64>>,
+    /// What else ran on the machine meanwhile.
+    pub host: crate::runs::Host,
 }
 
 impl RunSummary {
@@ -552,6 +788,7 @@ impl RunSummary {
                 .iter()
                 .map(|x| x.recovery_us().map(|us| us as f64 / 1e3))
                 .collect(),
+            host: d.host.clone(),
         }
     }
 }
