@@ -318,6 +318,7 @@ where
                     }
                 })
                 .x_labels(5)
+                .x_label_formatter(&|x| format!("{x:.0}"))
                 .label_style((SANS, 11))
                 .axis_desc_style((SANS, 12))
                 .draw()
@@ -550,7 +551,7 @@ where
     )?;
     bars(
         &right,
-        "Memory, peak over the failure runs (MiB)",
+        "Memory: peak over the resource runs (MiB)",
         "strategy",
         "MiB",
         &groups,
