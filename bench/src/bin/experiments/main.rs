@@ -31,8 +31,9 @@ const MAX_RUN_TIMEOUT_S: u64 = 86_400;
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// quick (under 3 minutes on 2 cores: few faults, one repetition) or
-    /// full (the paper's 50 faults per operator, 5 repetitions).
+    /// quick (about 4 minutes on 2 cores: 10 faults per operator, 3 runs
+    /// of each configuration) or full (the paper's 50 faults per
+    /// operator, 5 runs of each).
     #[arg(long, default_value = "quick", value_parser = ["quick", "full"])]
     profile: String,
     /// Directory for report.md, results.json, the plots and each run's
