@@ -87,16 +87,26 @@ const LAST_NAMES: [&str; 9] = [
     "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
 ];
 
+/// SplitMix64's finalizer: a bijection of 64 bits that scatters nearby
+/// inputs.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// A small, fast generator (SplitMix64), seeded per event.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
 
 impl Rng {
-    /// The generator of event `n` of a run seeded `seed`.
+    /// The generator of event `n` of a run seeded `seed`: its stream
+    /// starts at a hash of both, so that nearby events (and nearby seeds)
+    /// share no draws. (A start at `seed ^ n·γ` put event n + 1's first
+    /// draw at event n's second — γ is SplitMix64's own increment — and
+    /// made consecutive events' prices and picks depend on each other.)
     pub fn for_event(seed: u64, n: u64) -> Self {
-        let mut r = Rng(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        r.next_u64();
-        r
+        Rng(mix64(mix64(seed ^ 0x243f_6a88_85a3_08d3).wrapping_add(n)))
     }
 
     /// The next 64 random bits.

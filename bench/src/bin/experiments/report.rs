@@ -1,7 +1,7 @@
 //! The report: the paper's tables as Markdown, each of Tandem's figures
 //! beside the paper's, the bars judged, and the one-screen summary.
 
-use crate::tables::{flat, median, spread, Judged, ResourceRow, Results, Verdict};
+use crate::tables::{median, spread, Judged, ResourceRow, Results, Verdict};
 use std::fmt::Write;
 
 fn f(x: Option<f64>, digits: usize) -> String {
@@ -92,14 +92,14 @@ fn judged(
 }
 
 /// The bars, each judged on every repetition it rests on (run i of a
-/// strategy against run i of what it is compared with), by the 95 %
-/// interval of their mean ([`Verdict::judge`]).
+/// strategy against run i of what it is compared with): their median
+/// against the bar, within a band of noise ([`Verdict::judge`]).
 /// Each BQBS mode on its own (the paper's standby computes along, as
 /// `hot` does; `warm` restores a snapshot and replays).
 pub fn bars(r: &Results) -> Vec<Judged> {
     let mut out = Vec::new();
     for v in &r.failures.versus_restart_all {
-        let verdict = Verdict::judge(&v.speedup_min_runs, |x| x >= 100.0);
+        let verdict = Verdict::judge(&v.speedup_min_runs, 100.0, true, true, 0.0);
         out.push(judged(
             format!(
                 "recovery per failure: restart-all (30 s checkpoints) over {}, at the closest failure",
@@ -118,12 +118,14 @@ pub fn bars(r: &Results) -> Vec<Judged> {
         ));
     }
     for v in &r.failures.versus_restart_all {
-        // Flat by either measure (see `tables::flat`).
-        let verdict =
-            Verdict::judge(&v.growth_runs, |g| flat(g, f64::INFINITY))
-                .either(Verdict::judge(&v.growth_ms_runs, |ms| {
-                    flat(f64::INFINITY, ms)
-                }));
+        // Flat by either measure: ≤ 2×, or ≤ +1 ms.
+        let verdict = Verdict::judge(&v.growth_runs, 2.0, false, true, 0.0).either(Verdict::judge(
+            &v.growth_ms_runs,
+            1.0,
+            false,
+            false,
+            0.0,
+        ));
         out.push(judged(
             format!("{} recovery, later failures over earlier ones", v.config),
             "grows: 31 s, 73 s, …, 157 s",
@@ -141,7 +143,17 @@ pub fn bars(r: &Results) -> Vec<Judged> {
         if o.config.contains('+') {
             continue;
         }
-        let verdict = Verdict::judge(&o.mean_latency_pct_runs, |x| x <= 4.0);
+        // The baseline's own runs: how far apart `none`'s means were, in
+        // percent — a difference smaller than that is this machine's.
+        let noise = r
+            .latency
+            .rows
+            .iter()
+            .find(|x| x.records == o.records && x.config == "none")
+            .map_or(0.0, |x| {
+                (x.mean_range_ms[1] / x.mean_range_ms[0].max(1e-9) - 1.0) * 100.0
+            });
+        let verdict = Verdict::judge(&o.mean_latency_pct_runs, 4.0, false, false, noise);
         out.push(judged(
             format!(
                 "mean latency of {} over none at {} records",
@@ -206,7 +218,12 @@ fn cpu_bars(
         if over.is_empty() {
             continue;
         }
-        let verdict = Verdict::judge(&over, |x| x <= 8.0);
+        // The baseline's own runs, as a percentage of their median.
+        let noise = match (spread(n), median(n.clone())) {
+            (Some([lo, hi]), Some(m)) => (hi - lo) / m.max(1e-9) * 100.0,
+            _ => 0.0,
+        };
+        let verdict = Verdict::judge(&over, 8.0, false, false, noise);
         out.push(judged(
             format!(
                 "CPU of {} over {base} {when} (idle workers park)",
@@ -246,7 +263,7 @@ pub fn markdown(r: &Results, plots: &[String]) -> String {
     let _ = writeln!(s, "## Summary\n");
     let _ = writeln!(
         s,
-        "Each bar is judged on every run it rests on: *met* when the 95 % interval of the runs' mean lies wholly on the bar's side, *not met* when it lies wholly on the other, *within noise* when the bar lies inside it (this machine cannot tell; a figure near its bar says so in every campaign rather than flip).\n"
+        "Each bar is judged on the runs it rests on (run i of a strategy against run i of what it is compared with): their median against the bar, with a band of noise around the bar — half the runs' own range, half the range of the baseline's runs, and at least a quarter of the bar (ratios on a log scale). *Met* above the band on the bar's side, *not met* beyond it on the other, *within noise* inside it: a figure near its bar on a noisy machine says so in every campaign rather than flip.\n"
     );
     let _ = writeln!(
         s,

@@ -196,3 +196,59 @@ fn the_same_seed_generates_the_same_events_and_another_seed_others() {
         Tables::new(1).extra(Extra { off: 5, len: 50 })
     );
 }
+
+/// The bids among the first `n` events of seed `seed`, in order.
+fn bids(seed: u64, n: u64) -> Vec<(u64, Bid)> {
+    let cfg = GenConfig {
+        seed,
+        ..GenConfig::default()
+    };
+    (0..n)
+        .filter_map(|i| match cfg.event(i) {
+            Event::Bid(b) => Some((i, b)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn consecutive_bids_draw_independently_at_small_seeds() {
+    for seed in [0, 1, 2] {
+        let b = bids(seed, 400_000);
+        // Log-prices of bid k and bid k + 1: uncorrelated.
+        let x: Vec<f64> = b.iter().map(|(_, b)| (b.price as f64).ln()).collect();
+        let (a, c) = (&x[..x.len() - 1], &x[1..]);
+        let n = a.len() as f64;
+        let (ma, mc) = (a.iter().sum::<f64>() / n, c.iter().sum::<f64>() / n);
+        let cov: f64 = a
+            .iter()
+            .zip(c)
+            .map(|(p, q)| (p - ma) * (q - mc))
+            .sum::<f64>()
+            / n;
+        let sd = |v: &[f64], m: f64| (v.iter().map(|p| (p - m).powi(2)).sum::<f64>() / n).sqrt();
+        let r = cov / (sd(a, ma) * sd(c, mc));
+        assert!(r.abs() < 0.01, "seed {seed}: correlation {r}");
+        // Whether bid k + 2 goes to the hot auction does not depend on
+        // bid k's picks: about half of the bids do, after any bid.
+        let hot = |i: u64, b: &Bid| {
+            b.auction == (last_base0_auction_id(i) as u64 / 100) * 100 + FIRST_AUCTION_ID
+        };
+        let hot_bidder = |i: u64, b: &Bid| {
+            b.bidder == (last_base0_person_id(i) / 100) * 100 + 1 + FIRST_PERSON_ID
+        };
+        let (mut after_cold, mut hot_after_cold) = (0u64, 0u64);
+        for w in b.windows(3) {
+            let ((i, first), (k, third)) = (&w[0], &w[2]);
+            if !hot(*i, first) && !hot_bidder(*i, first) {
+                after_cold += 1;
+                hot_after_cold += u64::from(hot(*k, third));
+            }
+        }
+        let p = hot_after_cold as f64 / after_cold as f64;
+        assert!(
+            (0.47..0.55).contains(&p),
+            "seed {seed}: P(hot | cold before) = {p}"
+        );
+    }
+}

@@ -108,23 +108,35 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict on the figure whose runs gave `runs`, a bar `meets`
-    /// says a value meets (a threshold: met on one side of it): met when
-    /// the 95 % interval of the runs' mean lies wholly on the meeting
-    /// side, not met when wholly on the other, within noise when the bar
-    /// lies inside it. A single run is taken as it is. A figure near its
-    /// bar is *within noise* whatever the campaign, rather than met in one
-    /// and not met in the next.
-    pub fn judge(runs: &[f64], meets: impl Fn(f64) -> bool) -> Verdict {
+    /// The verdict on a figure whose runs gave `runs`, against the bar
+    /// `bar` (`higher`: the figure must be at least the bar; else at
+    /// most): the runs' median against the bar, with a band of noise
+    /// around it — half the runs' own range, half the range of the
+    /// baseline's runs the figure is taken against (`baseline_noise`, in
+    /// the figure's units), and at least a quarter of the bar — inside
+    /// which the verdict is *within noise*. A ratio (`log`) is judged on
+    /// a log scale. A figure near its bar is thus within noise in every
+    /// campaign, rather than met in one and not met in the next.
+    pub fn judge(runs: &[f64], bar: f64, higher: bool, log: bool, baseline_noise: f64) -> Verdict {
         let v: Vec<f64> = runs.iter().copied().filter(|x| x.is_finite()).collect();
-        let Some((mean, half)) = mean_ci(&v) else {
+        let (Some(m), Some([lo, hi])) = (median(v.clone()), spread(&v)) else {
             return Verdict::NotMet;
         };
-        let half = if v.len() == 1 { 0.0 } else { half };
-        match (meets(mean - half), meets(mean + half)) {
-            (true, true) => Verdict::Met,
-            (false, false) => Verdict::NotMet,
-            _ => Verdict::WithinNoise,
+        let f = |x: f64| if log { x.max(1e-12).ln() } else { x };
+        let quarter = if log { 1.25f64.ln() } else { 0.25 * bar.abs() };
+        let baseline = if log {
+            (1.0 + baseline_noise.max(0.0)).ln() / 2.0
+        } else {
+            baseline_noise / 2.0
+        };
+        let band = ((f(hi) - f(lo)) / 2.0).max(baseline).max(quarter);
+        let margin = if higher { f(m) - f(bar) } else { f(bar) - f(m) };
+        if margin > band {
+            Verdict::Met
+        } else if margin < -band {
+            Verdict::NotMet
+        } else {
+            Verdict::WithinNoise
         }
     }
 
@@ -465,13 +477,6 @@ pub struct Versus {
     pub speedup_min_runs: Vec<f64>,
     pub growth_runs: Vec<f64>,
     pub growth_ms_runs: Vec<f64>,
-}
-
-/// Recovery is flat across failures when the later ones take at most
-/// twice as long as the earlier ones, or at most a millisecond longer
-/// (below that a thread's scheduling decides, not the recovery).
-pub fn flat(growth: f64, growth_ms: f64) -> bool {
-    growth <= 2.0 || growth_ms <= 1.0
 }
 
 #[derive(Serialize)]
