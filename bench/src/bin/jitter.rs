@@ -9,7 +9,7 @@
 //! beside it), an interrupt, or another thread of the machine. No engine
 //! can have a tail below this floor on the same cores: a record in flight
 //! on a core waits as long as the core is gone. Run it beside `paper`'s
-//! latency figures (README, *Latency and the host*).
+//! latency figures (docs/benchmarks.md, *Latency and the host*).
 //!
 //! ```text
 //! cargo run -p tandem-bench --release --bin jitter -- --seconds 10

@@ -263,7 +263,7 @@ pub fn markdown(r: &Results, plots: &[String]) -> String {
     let _ = writeln!(s, "## Summary\n");
     let _ = writeln!(
         s,
-        "Each bar is judged on the runs it rests on (run i of a strategy against run i of what it is compared with): their median against the bar, with a band of noise around the bar — half the runs' own range, half the range of the baseline's runs, and at least a quarter of the bar (ratios on a log scale). *Met* above the band on the bar's side, *not met* beyond it on the other, *within noise* inside it: a figure near its bar on a noisy machine says so in every campaign rather than flip.\n"
+        "Each bar is judged on the runs it rests on (run i of a strategy against run i of what it is compared with): their median against the bar, with a band of noise around the bar — the runs' own range, the range of the baseline's runs, and at least a quarter of the bar (ratios on a log scale). *Met* above the band on the bar's side, *not met* beyond it on the other, *within noise* inside it: a figure near its bar on a noisy machine says so in every campaign rather than flip.\n"
     );
     let _ = writeln!(
         s,

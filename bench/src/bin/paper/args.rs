@@ -105,7 +105,7 @@ pub struct Args {
     #[arg(long, default_value = "thread", value_parser = parse_isolation)]
     pub isolation: tandem::Isolation,
     /// An idle worker spins this long before it yields (µs): idle spans
-    /// shorter than this cost no wake-up, and CPU for as long (see README,
+    /// shorter than this cost no wake-up, and CPU for as long (see docs/benchmarks.md,
     /// *Latency and the host*).
     #[arg(long, default_value_t = 50)]
     pub idle_spin_us: u64,

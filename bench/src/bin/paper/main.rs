@@ -114,7 +114,7 @@ fn run(
 
     let cpu0 = rusage::process_cpu_time();
     // The host's steal on the cores the workers are pinned to: the share
-    // of the latency tail no engine can remove (README, *Latency and the
+    // of the latency tail no engine can remove (docs/benchmarks.md, *Latency and the
     // host*).
     let steal_cores: Vec<usize> = tandem::sys::affinity::available_cores()
         .into_iter()

@@ -111,9 +111,9 @@ impl Verdict {
     /// The verdict on a figure whose runs gave `runs`, against the bar
     /// `bar` (`higher`: the figure must be at least the bar; else at
     /// most): the runs' median against the bar, with a band of noise
-    /// around it — half the runs' own range, half the range of the
-    /// baseline's runs the figure is taken against (`baseline_noise`, in
-    /// the figure's units), and at least a quarter of the bar — inside
+    /// around it — the runs' own range, the range of the baseline's runs
+    /// the figure is taken against (`baseline_noise`, in the figure's
+    /// units), and at least a quarter of the bar — inside
     /// which the verdict is *within noise*. A ratio (`log`) is judged on
     /// a log scale. A figure near its bar is thus within noise in every
     /// campaign, rather than met in one and not met in the next.
@@ -125,11 +125,11 @@ impl Verdict {
         let f = |x: f64| if log { x.max(1e-12).ln() } else { x };
         let quarter = if log { 1.25f64.ln() } else { 0.25 * bar.abs() };
         let baseline = if log {
-            (1.0 + baseline_noise.max(0.0)).ln() / 2.0
+            (1.0 + baseline_noise.max(0.0)).ln()
         } else {
-            baseline_noise / 2.0
+            baseline_noise
         };
-        let band = ((f(hi) - f(lo)) / 2.0).max(baseline).max(quarter);
+        let band = (f(hi) - f(lo)).max(baseline).max(quarter);
         let margin = if higher { f(m) - f(bar) } else { f(bar) - f(m) };
         if margin > band {
             Verdict::Met

@@ -130,10 +130,10 @@ fn a_figure_within_its_noise_band_of_the_bar_is_within_noise() {
     let under = |runs: &[f64], noise: f64| Verdict::judge(runs, 8.0, false, false, noise);
     assert_eq!(under(&[3.0, 4.0, 5.0], 0.0), Verdict::Met);
     assert_eq!(under(&[13.0, 14.0, 15.0], 0.0), Verdict::NotMet);
-    // Above the bar, but by less than the runs' own half range.
-    assert_eq!(under(&[7.0, 10.0, 13.0], 0.0), Verdict::WithinNoise);
-    // ... or than the baseline's: its runs were 8 points apart.
-    assert_eq!(under(&[10.5, 11.0, 11.5], 8.0), Verdict::WithinNoise);
+    // Above the bar, but by less than the runs' own range.
+    assert_eq!(under(&[9.0, 11.0, 13.0], 0.0), Verdict::WithinNoise);
+    // ... or than the baseline's: its runs were 4 points apart.
+    assert_eq!(under(&[10.5, 11.0, 11.5], 4.0), Verdict::WithinNoise);
     assert_eq!(under(&[10.5, 11.0, 11.5], 0.0), Verdict::NotMet);
     // At least a quarter of the bar: 9 is within 2 of 8.
     assert_eq!(under(&[9.0], 0.0).met(), None);
