@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tandem::export::{IntervalLog, MetricsServer};
+use tandem::export::{IntervalLog, LiveView, MetricsServer};
 use tandem::{JobWatch, LatencyHistogram};
 
 /// The flags, as each binary has them.
@@ -67,16 +67,60 @@ pub fn serve_metrics(addr: Option<SocketAddr>, job: &str) -> anyhow::Result<Opti
     Ok(Some(s))
 }
 
-/// Keeps `server` answering for `secs` after the job ended (a final
-/// scrape: `--metrics-linger-s`), or until a signal.
-pub fn linger(server: Option<&MetricsServer>, secs: u64) {
-    let Some(s) = server else { return };
-    if secs == 0 {
+/// `--ui-addr`'s live view for job `job`, started before the input is
+/// made; [`Live::start`] attaches the job to it.
+pub fn serve_view(addr: Option<SocketAddr>, job: &str) -> anyhow::Result<Option<LiveView>> {
+    let Some(a) = addr else { return Ok(None) };
+    let v = LiveView::start(a, job)
+        .with_context(|| format!("serving the live view on {a} (--ui-addr)"))?;
+    crate::errln!("live view at http://{}/", v.addr());
+    Ok(Some(v))
+}
+
+/// The endpoints a run serves beside its job.
+#[derive(Default)]
+pub struct Served {
+    pub metrics: Option<MetricsServer>,
+    pub view: Option<LiveView>,
+}
+
+impl Served {
+    /// `--metrics-addr` and `--ui-addr`, before the input is made.
+    pub fn start(
+        metrics: Option<SocketAddr>,
+        ui: Option<SocketAddr>,
+        job: &str,
+    ) -> anyhow::Result<Served> {
+        Ok(Served {
+            metrics: serve_metrics(metrics, job)?,
+            view: serve_view(ui, job)?,
+        })
+    }
+
+    /// The job ended: the view says so.
+    pub fn ended(&self) {
+        if let Some(v) = &self.view {
+            v.ended();
+        }
+    }
+}
+
+/// Keeps what `served` serves answering for `secs` after the job ended
+/// (a final scrape or look: `--metrics-linger-s`), or until a signal.
+pub fn linger(served: &Served, secs: u64) {
+    if secs == 0 || (served.metrics.is_none() && served.view.is_none()) {
         return;
     }
+    let mut at = Vec::new();
+    if let Some(s) = &served.metrics {
+        at.push(format!("http://{}/metrics", s.addr()));
+    }
+    if let Some(v) = &served.view {
+        at.push(format!("http://{}/", v.addr()));
+    }
     crate::errln!(
-        "metrics stay at http://{}/metrics for {secs} s (--metrics-linger-s)",
-        s.addr()
+        "{} stay up for {secs} s (--metrics-linger-s)",
+        at.join(" and ")
     );
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until && !crate::cli::interrupted() {
@@ -98,17 +142,23 @@ impl Live {
     pub fn start(
         flags: &LiveFlags,
         handle: &tandem::JobHandle,
-        server: Option<&MetricsServer>,
+        served: Option<&Served>,
     ) -> anyhow::Result<Live> {
-        if server.is_none() && flags.hlog.is_none() && flags.timeline.is_none() {
+        let serving = served.is_some_and(|s| s.metrics.is_some() || s.view.is_some());
+        if !serving && flags.hlog.is_none() && flags.timeline.is_none() {
             return Ok(Live {
                 hlog: None,
                 timeline: None,
             });
         }
         let watch = &handle.watch();
-        if let Some(s) = server {
-            s.attach(watch.clone());
+        if let Some(s) = served {
+            if let Some(m) = &s.metrics {
+                m.attach(watch.clone());
+            }
+            if let Some(v) = &s.view {
+                v.attach(watch.clone());
+            }
         }
         let hlog = match &flags.hlog {
             Some(p) => {

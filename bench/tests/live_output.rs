@@ -291,3 +291,99 @@ fn on_a_terminal_a_faults_line_goes_above_the_progress_bar_never_onto_it() {
     );
     assert!(out.contains(", 1 takeover"), "the bar counts it: {out:?}");
 }
+
+/// The live view's state, as the page reads it.
+fn view_state(addr: &str) -> Option<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    write!(s, "GET /api/state HTTP/1.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    serde_json::from_str(resp.split_once("\r\n\r\n")?.1).ok()
+}
+
+#[test]
+fn a_browser_shows_the_live_views_graph_takeover_and_checkpoint() {
+    use std::io::BufRead;
+    // Headless Chromium, where it is installed (`.ci/run` installs it and
+    // sets TANDEM_REQUIRE_CHROMIUM: there a missing one fails).
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    let Some(chromium) = chromium else {
+        assert!(
+            std::env::var_os("TANDEM_REQUIRE_CHROMIUM").is_none(),
+            "no chromium (TANDEM_REQUIRE_CHROMIUM is set)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "2000000", "--rate", "250000", "--cores", "2"])
+        .args(["--strategy", "bqbs", "--standby", "keyed"])
+        .args(["--checkpoint-interval-ms", "200"])
+        .args(["--fault", "panic@keyed:300000"])
+        .args(["--ui-addr", "127.0.0.1:0", "--metrics-linger-s", "60"])
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("live view at http://")
+        .and_then(|l| l.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("first line: {line}"))
+        .to_string();
+    std::thread::spawn(move || for _ in err.lines().map_while(Result::ok) {});
+    // Until the takeover and a checkpoint happened.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let s = view_state(&addr);
+        let seen = s.as_ref().is_some_and(|s| {
+            s["takeovers"].as_u64() >= Some(1) && s["checkpoints"]["completed"].as_u64() >= Some(1)
+        });
+        if seen {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no takeover: {s:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let page = Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let dom = String::from_utf8_lossy(&page.stdout);
+    // The graph: every operator a box, the standby's marked.
+    for op in ["source", "flatmap", "filter", "map", "keyed", "sink"] {
+        assert!(
+            dom.contains(&format!("data-name=\"{op}\"")),
+            "{op} is drawn: {dom}"
+        );
+    }
+    assert!(dom.contains("class=\"op  standby\"") || dom.contains("standby\" data-name=\"keyed\""));
+    // The takeover, in the recoveries, and a checkpoint among the events.
+    assert!(dom.contains("<td>takeover</td>"), "{dom}");
+    assert!(dom.contains("checkpoint"), "{dom}");
+    assert!(dom.contains("completed in"), "{dom}");
+}

@@ -79,6 +79,10 @@ fn flags_that_cannot_take_effect_are_refused_naming_the_flag_and_nothing_is_left
             "--isolation needs --strategy bqbs",
         ),
         (
+            vec!["--metrics-linger-s", "5"],
+            "--metrics-linger-s needs --metrics-addr or --ui-addr",
+        ),
+        (
             vec!["--standby-queue-source"],
             "--standby-queue-source needs --strategy bqbs",
         ),

@@ -1,6 +1,7 @@
 //! Exporting what a running job publishes: its counters and gauges in the
-//! Prometheus text format over HTTP ([`MetricsServer`]), and its latency
-//! as an HdrHistogram interval log ([`IntervalLog`]).
+//! Prometheus text format over HTTP ([`MetricsServer`]), a live view of it
+//! in the browser ([`LiveView`]), and its latency as an HdrHistogram
+//! interval log ([`IntervalLog`]).
 //!
 //! Both read a [`JobWatch`] from a thread of their own: the figures the
 //! workers keep anyway (per-instance counters published at each flush, the
@@ -15,6 +16,10 @@
 //! let report = handle.join()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+mod view;
+
+pub use view::LiveView;
 
 use crate::metrics::LatencyHistogram;
 use crate::runtime::JobWatch;

@@ -154,8 +154,9 @@ pub use job::{
     StandbyConnected, Stream, WindowJoin, WindowOutput, WindowedStream,
 };
 pub use metrics::{
-    CheckpointStats, GroupStatus, JobReport, JobStatus, LatencyHistogram, OperatorStats, Progress,
-    RecoveryCause, RecoveryCount, RecoveryKind, RecoveryRecord, StandbyStats,
+    CheckpointStats, EdgeShape, GroupStatus, JobReport, JobShape, JobStatus, LatencyHistogram,
+    OperatorShape, OperatorStats, Progress, RecoveryCause, RecoveryCount, RecoveryKind,
+    RecoveryRecord, StandbyStats,
 };
 pub use operator::source::{IterSource, SeekError, Source, SourcePoll};
 pub use operator::{

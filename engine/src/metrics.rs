@@ -187,6 +187,43 @@ pub struct JobStatus {
     pub standby: Vec<GroupStatus>,
 }
 
+/// A job's operators and edges ([`crate::JobWatch::shape`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct JobShape {
+    /// In the order they were added (a topological order).
+    pub operators: Vec<OperatorShape>,
+    /// Every edge between them.
+    pub edges: Vec<EdgeShape>,
+}
+
+/// One operator of a [`JobShape`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct OperatorShape {
+    /// Its name.
+    pub name: String,
+    /// Its instances.
+    pub parallelism: usize,
+    /// A source (no input).
+    pub source: bool,
+    /// A sink (no output).
+    pub sink: bool,
+    /// Built with `.standby()`: it runs with a standby when the job has a
+    /// `StandbyConfig`.
+    pub standby: bool,
+}
+
+/// One edge of a [`JobShape`]: operator indexes, and how records cross it
+/// (`forward`, `rebalance`, `broadcast` or `hash`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct EdgeShape {
+    /// The producing operator's index.
+    pub from: usize,
+    /// The consuming operator's index.
+    pub to: usize,
+    /// `forward`, `rebalance`, `broadcast` or `hash`.
+    pub exchange: &'static str,
+}
+
 /// Recoveries of one kind and cause ([`JobStatus::recoveries`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryCount {

@@ -146,10 +146,14 @@ struct Args {
     /// free port, printed). Off by default.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
-    /// With --metrics-addr: keep serving the final metrics this many
-    /// seconds after the job ended (a last scrape), or until Ctrl-C; at
-    /// most a day.
-    #[arg(long, value_name = "S", default_value_t = 0, requires = "metrics_addr",
+    /// Serve a live view of the job in the browser at http://ADDR/; port
+    /// 0: any free port, printed. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    ui_addr: Option<std::net::SocketAddr>,
+    /// With --metrics-addr or --ui-addr: keep serving the final figures
+    /// this many seconds after the job ended (a last scrape or look), or
+    /// until Ctrl-C; at most a day.
+    #[arg(long, value_name = "S", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     metrics_linger_s: u64,
     /// Write end-to-end latency as an HdrHistogram interval log (.hlog),
@@ -249,6 +253,10 @@ fn check(args: &Args) -> anyhow::Result<Checked> {
     ensure!(
         args.base_time_ms <= 1 << 52,
         "--base-time-ms must be at most 2^52"
+    );
+    ensure!(
+        args.metrics_linger_s == 0 || args.metrics_addr.is_some() || args.ui_addr.is_some(),
+        "--metrics-linger-s needs --metrics-addr or --ui-addr (there is nothing to keep serving)"
     );
     ensure!(
         (1..=3_600_000).contains(&args.checkpoint_interval_ms),
@@ -360,7 +368,7 @@ fn run_in(
     )>,
     work: &Path,
 ) -> anyhow::Result<ExitCode> {
-    let server = tandem_bench::live::serve_metrics(args.metrics_addr, "nexmark")?;
+    let served = tandem_bench::live::Served::start(args.metrics_addr, args.ui_addr, "nexmark")?;
     let out_dir = args.output.as_ref().map(|_| work.join("out"));
     let opts = Options {
         gen,
@@ -433,7 +441,7 @@ fn run_in(
             ..Default::default()
         },
         &handle,
-        server.as_ref(),
+        Some(&served),
     )?;
     let mut bar = tandem_bench::progress::Progress::new(args.events, "events");
     // Only for a bar someone sees: while a watch lives, the sinks publish
@@ -454,6 +462,7 @@ fn run_in(
     }
     drop(watch);
     let joined = handle.join();
+    served.ended();
     bar.finish();
     live.finish(joined.as_ref().ok())?;
     let report = joined.context("the job failed")?;
@@ -605,7 +614,7 @@ fn run_in(
             },
         )?;
     }
-    tandem_bench::live::linger(server.as_ref(), args.metrics_linger_s);
+    tandem_bench::live::linger(&served, args.metrics_linger_s);
     Ok(status)
 }
 

@@ -190,6 +190,41 @@ impl JobWatch {
         self.metrics.status()
     }
 
+    /// The job's operators and the edges between them, as built: what a
+    /// picture of the job draws.
+    pub fn shape(&self) -> crate::metrics::JobShape {
+        use crate::runtime::graph::{NodeKind, Partitioning};
+        crate::metrics::JobShape {
+            operators: self
+                .graph
+                .nodes
+                .iter()
+                .map(|n| crate::metrics::OperatorShape {
+                    name: n.name.to_string(),
+                    parallelism: n.parallelism,
+                    source: matches!(n.kind, NodeKind::Source { .. }),
+                    sink: n.out.is_none(),
+                    standby: n.standby.is_some(),
+                })
+                .collect(),
+            edges: self
+                .graph
+                .edges
+                .iter()
+                .map(|e| crate::metrics::EdgeShape {
+                    from: e.from,
+                    to: e.to,
+                    exchange: match e.partitioning {
+                        Partitioning::Forward => "forward",
+                        Partitioning::Rebalance => "rebalance",
+                        Partitioning::Broadcast => "broadcast",
+                        Partitioning::Hash(_) => "hash",
+                    },
+                })
+                .collect(),
+        }
+    }
+
     /// End-to-end latency measured so far, over all sinks: while a watch
     /// exists and records flow, each sink merges what it measured every
     /// 10 ms (and the rest when it ends), so this lags by about that.

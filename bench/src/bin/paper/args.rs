@@ -217,10 +217,16 @@ pub struct Args {
     /// free port, printed). Off by default.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
-    /// With --metrics-addr: keep serving the final metrics this many
-    /// seconds after the job ended (a last scrape), or until Ctrl-C; at
-    /// most a day.
-    #[arg(long, value_name = "S", default_value_t = 0, requires = "metrics_addr",
+    /// Serve a live view of the job in the browser at http://ADDR/ (the
+    /// job graph with each operator's rate, checkpoints, standby groups
+    /// and their lag, recoveries, latency over time); port 0: any free
+    /// port, printed. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub ui_addr: Option<std::net::SocketAddr>,
+    /// With --metrics-addr or --ui-addr: keep serving the final figures
+    /// this many seconds after the job ended (a last scrape or look), or
+    /// until Ctrl-C; at most a day.
+    #[arg(long, value_name = "S", default_value_t = 0,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub metrics_linger_s: u64,
     /// Write end-to-end latency as an HdrHistogram interval log (.hlog),

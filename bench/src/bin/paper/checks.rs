@@ -167,6 +167,10 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     let bqbs = args.strategy == "bqbs";
     let checkpointing = restart_all || (bqbs && args.checkpoint_interval_ms.is_some());
 
+    ensure!(
+        !given(m, "metrics_linger_s") || args.metrics_addr.is_some() || args.ui_addr.is_some(),
+        "--metrics-linger-s needs --metrics-addr or --ui-addr (there is nothing to keep serving)"
+    );
     // Flags that only take effect with a strategy, refused without it.
     let standby_flags = [
         "standby",

@@ -35,7 +35,7 @@ fn run(
     checkpoints: bool,
     faults: &Schedule,
     live: &tandem_bench::live::LiveFlags,
-    server: Option<&tandem::export::MetricsServer>,
+    served: Option<&tandem_bench::live::Served>,
 ) -> anyhow::Result<Report> {
     let (cores, parallelism) = (plan.cores, plan.parallelism);
     let checkpointing = plan.checkpointing;
@@ -136,7 +136,7 @@ fn run(
         };
         anyhow::Error::new(e).context(format!("starting the job{hint}"))
     })?;
-    let live = tandem_bench::live::Live::start(live, &handle, server)?;
+    let live = tandem_bench::live::Live::start(live, &handle, served)?;
     let mut bar = tandem_bench::progress::Progress::new(input.len(), "records");
     // Only for a bar someone sees: while a watch lives, the sinks publish
     // their latency every 10 ms.
@@ -177,6 +177,9 @@ fn run(
         Some(Err(e)) => return Err(e).context("taking the savepoint"),
     }
     let joined = handle.join();
+    if let Some(s) = served {
+        s.ended();
+    }
     live.finish(joined.as_ref().ok())?;
     if tandem_bench::cli::interrupted() {
         keep_checkpoints(args);
@@ -407,10 +410,10 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         _ => None,
     };
     // Up before the input is made: a busy port is an error before any
-    // work, and a scraper finds the endpoint at once.
-    let server = match driver {
-        true => tandem_bench::live::serve_metrics(args.metrics_addr, "paper")?,
-        false => None,
+    // work, and a scraper (or a browser) finds the endpoint at once.
+    let served = match driver {
+        true => tandem_bench::live::Served::start(args.metrics_addr, args.ui_addr, "paper")?,
+        false => Default::default(),
     };
     let available = tandem::sys::affinity::available_cores().len();
     let t = Instant::now();
@@ -539,7 +542,7 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         timeline: args.timeline.clone(),
         timeline_operator: names::SINK.to_string(),
     };
-    let mut rep = run(args, &plan, &input, true, &faults, &live, server.as_ref())?;
+    let mut rep = run(args, &plan, &input, true, &faults, &live, Some(&served))?;
     if let Some((p, p99)) = plain {
         rep.plain_throughput_rps = Some(p);
         rep.throughput_ratio = Some(rep.throughput_rps / p);
@@ -560,7 +563,7 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
     if let Some(out) = &args.output {
         let _ = std::fs::remove_file(tandem_bench::paper::lock_path(out));
     }
-    tandem_bench::live::linger(server.as_ref(), args.metrics_linger_s);
+    tandem_bench::live::linger(&served, args.metrics_linger_s);
     Ok(())
 }
 

@@ -1,0 +1,319 @@
+//! A live view of a running job in the browser ([`LiveView`]): one page,
+//! embedded in the binary (no network, no CDN), that draws the job graph
+//! with each operator's rate, the checkpoints, the standby groups with
+//! their lag, every recovery as it happens and the latency over time —
+//! polling `api/state` (JSON) twice a second.
+
+use crate::metrics::LatencyHistogram;
+use crate::runtime::JobWatch;
+use serde::Serialize;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The page.
+const PAGE: &str = include_str!("view.html");
+
+/// How often the view samples the job.
+const STEP: Duration = Duration::from_millis(500);
+
+/// Samples kept: ten minutes.
+const KEEP: usize = 1200;
+
+/// What happened, when (seconds since the job started).
+#[derive(Clone, Debug, Serialize)]
+struct Happened {
+    t: f64,
+    /// `takeover`, `restart-all` or `checkpoint`.
+    kind: String,
+    /// A recovery of an injected fault.
+    injected: bool,
+    what: String,
+}
+
+/// What the sampler keeps between samples.
+#[derive(Default)]
+struct History {
+    t: VecDeque<f64>,
+    p99_us: VecDeque<Option<f64>>,
+    /// Per operator, per instance: records/s over the last step.
+    rates: Vec<Vec<f64>>,
+    prev: Option<(f64, Vec<Vec<u64>>, LatencyHistogram)>,
+    events: Vec<Happened>,
+    /// Recoveries seen so far, by (kind, cause, unprovoked).
+    recoveries: HashMap<(&'static str, &'static str, bool), u64>,
+    checkpoints: u64,
+}
+
+struct Inner {
+    job: String,
+    watch: Mutex<Option<JobWatch>>,
+    ended: AtomicBool,
+    history: Mutex<History>,
+}
+
+impl Inner {
+    fn watch(&self) -> Option<JobWatch> {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// One step: rates, the latency of the step, and what happened.
+    fn sample(&self) {
+        let Some(w) = self.watch() else { return };
+        let t = w.elapsed().as_secs_f64();
+        let counts: Vec<Vec<u64>> = w
+            .progress()
+            .operators
+            .iter()
+            .map(|o| o.instances.iter().map(|i| i.0).collect())
+            .collect();
+        let lat = w.latency();
+        let s = w.status();
+        let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((t0, c0, l0)) = &h.prev {
+            let dt = (t - t0).max(1e-6);
+            let rates = counts
+                .iter()
+                .zip(c0)
+                .map(|(now, before)| {
+                    now.iter()
+                        .zip(before)
+                        .map(|(a, b)| a.saturating_sub(*b) as f64 / dt)
+                        .collect()
+                })
+                .collect();
+            let d = lat.since(l0);
+            h.rates = rates;
+            h.t.push_back(t);
+            h.p99_us
+                .push_back((!d.is_empty()).then(|| d.quantile(0.99) as f64 / 1e3));
+            if h.t.len() > KEEP {
+                h.t.pop_front();
+                h.p99_us.pop_front();
+            }
+        }
+        for r in &s.recoveries {
+            let key = (r.kind, r.cause, r.unprovoked);
+            let seen = h.recoveries.get(&key).copied().unwrap_or(0);
+            for k in seen..r.count {
+                h.events.push(Happened {
+                    t,
+                    kind: r.kind.to_string(),
+                    injected: r.cause == "injected",
+                    what: format!(
+                        "{} #{} ({}{})",
+                        r.kind,
+                        k + 1,
+                        r.cause,
+                        if r.unprovoked { ", unprovoked" } else { "" }
+                    ),
+                });
+            }
+            h.recoveries.insert(key, r.count);
+        }
+        if s.checkpoints_completed > h.checkpoints {
+            let what = format!(
+                "checkpoint {} completed{}",
+                s.checkpoints_completed,
+                s.checkpoint_last_duration_us
+                    .map_or(String::new(), |d| format!(" in {:.1} ms", d as f64 / 1e3))
+            );
+            h.checkpoints = s.checkpoints_completed;
+            h.events.push(Happened {
+                t,
+                kind: "checkpoint".into(),
+                injected: false,
+                what,
+            });
+        }
+        let keep_from = h.events.len().saturating_sub(KEEP);
+        h.events.drain(..keep_from);
+        h.prev = Some((t, counts, lat));
+    }
+
+    /// `api/state`.
+    fn state(&self) -> serde_json::Value {
+        let Some(w) = self.watch() else {
+            return serde_json::json!({
+                "job": self.job, "attached": false, "ended": false, "elapsed_s": 0.0,
+                "operators": [], "edges": [], "checkpoints": {"started": 0, "completed": 0, "failed": 0},
+                "standby": [], "recoveries": [], "takeovers": 0, "restarts": 0,
+                "history": {"t": [], "p99_us": []}, "events": [], "p99_recent_us": null,
+            });
+        };
+        let shape = w.shape();
+        let progress = w.progress();
+        let s = w.status();
+        let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let operators: Vec<serde_json::Value> = shape
+            .operators
+            .iter()
+            .zip(&progress.operators)
+            .enumerate()
+            .map(|(i, (o, p))| {
+                let inst: Vec<f64> = h.rates.get(i).cloned().unwrap_or_default();
+                serde_json::json!({
+                    "name": o.name, "parallelism": o.parallelism, "source": o.source,
+                    "sink": o.sink, "standby": o.standby, "records": p.records,
+                    "rate": inst.iter().sum::<f64>(), "instances": inst,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "job": self.job,
+            "attached": true,
+            "ended": self.ended.load(Ordering::Acquire),
+            "elapsed_s": w.elapsed().as_secs_f64(),
+            "operators": operators,
+            "edges": shape.edges,
+            "checkpoints": {
+                "started": s.checkpoints_started, "completed": s.checkpoints_completed,
+                "failed": s.checkpoints_failed, "last_duration_us": s.checkpoint_last_duration_us,
+                "last_bytes": s.checkpoint_last_bytes, "written_bytes": s.checkpoint_bytes,
+            },
+            "standby": s.standby.iter().map(|g| serde_json::json!({
+                "operator": g.operator, "instance": g.instance, "queue_entries": g.queue_entries,
+                "queue_bytes": g.queue_bytes, "lag_records": g.lag_records, "lag_us": g.point_age_us,
+            })).collect::<Vec<_>>(),
+            "recoveries": s.recoveries.iter().map(|r| serde_json::json!({
+                "kind": r.kind, "cause": r.cause, "unprovoked": r.unprovoked, "count": r.count,
+            })).collect::<Vec<_>>(),
+            "takeovers": s.takeovers,
+            "restarts": s.restarts,
+            "history": {"t": h.t, "p99_us": h.p99_us},
+            "p99_recent_us": h.p99_us.back().copied().flatten(),
+            "events": h.events,
+        })
+    }
+}
+
+/// Serves a page at `http://ADDR/` that shows a running job live, and its
+/// data at `http://ADDR/api/state`, until dropped. Like
+/// [`super::MetricsServer`] it may start before the job
+/// ([`LiveView::start`], then [`LiveView::attach`]) and stay after it
+/// ([`LiveView::ended`] marks the job over; the page keeps its last
+/// figures).
+///
+/// ```no_run
+/// # fn job() -> tandem::Job { unimplemented!() }
+/// let handle = job().start(&tandem::RuntimeConfig::default())?;
+/// let view = tandem::export::LiveView::serve("127.0.0.1:8080", handle.watch())?;
+/// println!("watch it at http://{}/", view.addr());
+/// handle.join()?;
+/// view.ended();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct LiveView {
+    server: Arc<tiny_http::Server>,
+    addr: SocketAddr,
+    inner: Arc<Inner>,
+    stop: Option<mpsc::Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl LiveView {
+    /// Listens on `addr` (port 0: any free port) for the job `watch`
+    /// watches.
+    pub fn serve(addr: impl ToSocketAddrs, watch: JobWatch) -> io::Result<LiveView> {
+        let v = LiveView::start(addr, watch.job_name())?;
+        v.attach(watch);
+        Ok(v)
+    }
+
+    /// Listens on `addr` before the job `job_name` exists.
+    pub fn start(addr: impl ToSocketAddrs, job_name: &str) -> io::Result<LiveView> {
+        let server = tiny_http::Server::http(addr).map_err(io::Error::other)?;
+        let addr = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| io::Error::other("the live view is not on an IP address"))?;
+        let server = Arc::new(server);
+        let inner = Arc::new(Inner {
+            job: job_name.to_string(),
+            watch: Mutex::new(None),
+            ended: AtomicBool::new(false),
+            history: Mutex::new(History::default()),
+        });
+        let (s, x) = (Arc::clone(&server), Arc::clone(&inner));
+        let answer = std::thread::Builder::new()
+            .name("tandem-view".into())
+            .spawn(move || {
+                for req in s.incoming_requests() {
+                    let path = req.url().split('?').next().unwrap_or("").to_string();
+                    let get = matches!(
+                        req.method(),
+                        tiny_http::Method::Get | tiny_http::Method::Head
+                    );
+                    let header = |ct: &str| {
+                        tiny_http::Header::from_bytes(&b"Content-Type"[..], ct.as_bytes())
+                            .expect("a static header is valid")
+                    };
+                    // A client that went away is no concern of the job's.
+                    let _ = match (get, path.as_str()) {
+                        (true, "/") | (true, "/index.html") => req.respond(
+                            tiny_http::Response::from_string(PAGE)
+                                .with_header(header("text/html; charset=utf-8")),
+                        ),
+                        (true, "/api/state") => req.respond(
+                            tiny_http::Response::from_string(x.state().to_string())
+                                .with_header(header("application/json")),
+                        ),
+                        _ => req.respond(
+                            tiny_http::Response::from_string("not found\n").with_status_code(404),
+                        ),
+                    };
+                }
+            })?;
+        let (stop, stopped) = mpsc::channel::<()>();
+        let x = Arc::clone(&inner);
+        let sampler = std::thread::Builder::new()
+            .name("tandem-view-sampler".into())
+            .spawn(move || {
+                let mut next = Instant::now() + STEP;
+                while let Err(mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(next.saturating_duration_since(Instant::now()))
+                {
+                    x.sample();
+                    next += STEP;
+                }
+            })?;
+        Ok(LiveView {
+            server,
+            addr,
+            inner,
+            stop: Some(stop),
+            threads: vec![answer, sampler],
+        })
+    }
+
+    /// Shows the job `watch` watches from now on.
+    pub fn attach(&self, watch: JobWatch) {
+        *self.inner.watch.lock().unwrap_or_else(|p| p.into_inner()) = Some(watch);
+        self.inner.sample();
+    }
+
+    /// The job is over: the page says so and keeps its last figures.
+    pub fn ended(&self) {
+        self.inner.sample();
+        self.inner.ended.store(true, Ordering::Release);
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for LiveView {
+    fn drop(&mut self) {
+        self.server.unblock();
+        drop(self.stop.take());
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
