@@ -167,7 +167,7 @@ fn scrapes_of_a_faulted_paper_run_pass_promtool_and_show_the_takeover_and_checkp
         assert!(std::time::Instant::now() < deadline, "the run did not end");
         std::thread::sleep(std::time::Duration::from_millis(150));
         while let Ok(l) = rx.try_recv() {
-            ended |= l.starts_with("metrics stay at");
+            ended |= l.contains("stay up for");
         }
         if let Some(b) = scrape(&addr) {
             bodies.push(b);
