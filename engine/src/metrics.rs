@@ -185,6 +185,28 @@ pub struct JobStatus {
     /// Each standby group (an operator instance with a standby), in the
     /// order of its operator and instance.
     pub standby: Vec<GroupStatus>,
+    /// The newest completed checkpoints (up to [`RECENT`]), newest first.
+    pub recent_checkpoints: Vec<RecentCheckpoint>,
+    /// The newest recoveries (up to [`RECENT`]), the one under way
+    /// included, in the order of their faults: the job's recovery
+    /// history (figures still being measured are `None`).
+    pub recent_recoveries: Vec<RecoveryRecord>,
+}
+
+/// How many checkpoints and recoveries [`JobStatus`] lists.
+pub const RECENT: usize = 20;
+
+/// A completed checkpoint ([`JobStatus::recent_checkpoints`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentCheckpoint {
+    /// Its id.
+    pub id: u64,
+    /// Bytes written (payloads and key indexes).
+    pub bytes: u64,
+    /// Whether its files include a delta.
+    pub delta: bool,
+    /// Trigger → durable manifest, microseconds.
+    pub duration_us: u64,
 }
 
 /// A job's operators and edges ([`crate::JobWatch::shape`]).

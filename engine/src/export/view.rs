@@ -182,6 +182,15 @@ impl Inner {
             "recoveries": s.recoveries.iter().map(|r| serde_json::json!({
                 "kind": r.kind, "cause": r.cause, "unprovoked": r.unprovoked, "count": r.count,
             })).collect::<Vec<_>>(),
+            "checkpoint_history": s.recent_checkpoints.iter().map(|c| serde_json::json!({
+                "id": c.id, "bytes": c.bytes, "delta": c.delta, "duration_us": c.duration_us,
+            })).collect::<Vec<_>>(),
+            "recovery_history": s.recent_recoveries.iter().map(|r| serde_json::json!({
+                "t": r.fault_at_us as f64 / 1e6, "kind": r.kind.name(), "operator": r.operator,
+                "instance": r.instance, "cause": r.reason.name(), "unprovoked": r.unprovoked,
+                "detect_us": r.detect_us, "first_output_us": r.first_output_us,
+                "caught_up_us": r.caught_up_us, "replayed": r.replayed_tuples,
+            })).collect::<Vec<_>>(),
             "takeovers": s.takeovers,
             "restarts": s.restarts,
             "history": {"t": h.t, "p99_us": h.p99_us},

@@ -168,6 +168,30 @@ impl Supervisor {
             s.checkpoint_last_duration_us = c.stats.durations_us.last().copied();
             s.checkpoint_bytes = c.stats.bytes;
             s.checkpoint_last_bytes = c.stats.sizes.last().map(|z| z.bytes);
+            s.recent_checkpoints = c
+                .stats
+                .sizes
+                .iter()
+                .zip(&c.stats.durations_us)
+                .rev()
+                .take(crate::metrics::RECENT)
+                .map(|(z, &d)| crate::metrics::RecentCheckpoint {
+                    id: z.id,
+                    bytes: z.bytes,
+                    delta: z.delta,
+                    duration_us: d,
+                })
+                .collect();
+        }
+        let mut history: Vec<crate::RecoveryRecord> = self
+            .recovery
+            .iter()
+            .rev()
+            .take(crate::metrics::RECENT)
+            .cloned()
+            .collect();
+        if let Some(o) = &self.open {
+            history.push(o.record.clone());
         }
         let mut count = |r: &crate::RecoveryRecord| {
             let (kind, cause) = (r.kind.name(), r.reason.name());
@@ -193,6 +217,14 @@ impl Supervisor {
             let log = sb.log.lock();
             s.takeovers += log.len() as u64;
             log.iter().for_each(|t| count(&t.record));
+            // As `record_takeovers` will write them, with what is known.
+            history.extend(log.iter().map(|t| {
+                let mut r = t.record.clone();
+                let since = |at: u64| at.saturating_sub(t.fault_at) / 1000;
+                r.first_output_us = t.sink_at.or(t.accepted_at).map(since);
+                r.caught_up_us = t.caught_up_at.map(since);
+                r
+            }));
             let live = log
                 .iter()
                 .filter_map(|t| {
@@ -227,6 +259,9 @@ impl Supervisor {
         s.last_recovery_first_output_us = newest.map(|(_, f)| f);
         s.standby
             .sort_by(|a, b| (&a.operator, a.instance).cmp(&(&b.operator, b.instance)));
+        history.sort_by_key(|r| r.fault_at_us);
+        let from = history.len().saturating_sub(crate::metrics::RECENT);
+        s.recent_recoveries = history.split_off(from);
         self.metrics.publish_status(s);
     }
 
