@@ -36,10 +36,11 @@ pub fn restore_stderr() {
     }
 }
 
-/// The terminal the bar draws on: the real standard error.
-#[derive(Debug)]
+/// The terminal the bar draws on: the real standard error (a clone
+/// writes to the same one: the bar and the reader thread share it).
+#[derive(Clone, Debug)]
 struct Terminal {
-    out: Mutex<File>,
+    out: Arc<Mutex<File>>,
     width: u16,
 }
 
@@ -96,7 +97,7 @@ impl TermLike for Terminal {
 
 /// Standard error redirected into a pipe whose lines go above the bar.
 struct Redirect {
-    terminal: Arc<Terminal>,
+    terminal: Terminal,
     reader: JoinHandle<()>,
 }
 
@@ -147,11 +148,11 @@ impl Redirect {
                 File::from_raw_fd(libc::dup(real)),
             )
         };
-        let terminal = Arc::new(Terminal {
-            out: Mutex::new(out),
+        let terminal = Terminal {
+            out: Arc::new(Mutex::new(out)),
             width,
-        });
-        let t = Arc::clone(&terminal);
+        };
+        let t = terminal.clone();
         let reader = std::thread::Builder::new()
             .name("stderr-above-bar".into())
             .spawn(move || {
@@ -207,7 +208,7 @@ impl Progress {
         let bar = match &redirect {
             Some(r) => ProgressBar::with_draw_target(
                 Some(len),
-                ProgressDrawTarget::term_like(Box::new(Shared(Arc::clone(&r.terminal)))),
+                ProgressDrawTarget::term_like(Box::new(r.terminal.clone())),
             ),
             None => ProgressBar::new(len),
         };
@@ -285,39 +286,5 @@ impl Progress {
         if let Some(r) = self.redirect {
             r.stop();
         }
-    }
-}
-
-/// The terminal, shared by the bar and the reader thread.
-#[derive(Debug)]
-struct Shared(Arc<Terminal>);
-
-impl TermLike for Shared {
-    fn width(&self) -> u16 {
-        self.0.width()
-    }
-    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
-        self.0.move_cursor_up(n)
-    }
-    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
-        self.0.move_cursor_down(n)
-    }
-    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
-        self.0.move_cursor_right(n)
-    }
-    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
-        self.0.move_cursor_left(n)
-    }
-    fn write_line(&self, s: &str) -> std::io::Result<()> {
-        self.0.write_line(s)
-    }
-    fn write_str(&self, s: &str) -> std::io::Result<()> {
-        self.0.write_str(s)
-    }
-    fn clear_line(&self) -> std::io::Result<()> {
-        self.0.clear_line()
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.0.flush()
     }
 }

@@ -126,32 +126,69 @@ fn total(body: &str, name: &str) -> f64 {
         .sum()
 }
 
-#[test]
-fn scrapes_of_a_faulted_paper_run_pass_promtool_and_show_the_takeover_and_checkpoints() {
-    use std::io::{BufRead, Write};
-    let dir = tempfile::tempdir().unwrap();
+/// Starts `paper` with `args` (its files in `dir`) and reads the address
+/// its first line of standard error announces — `PREFIX ADDR SUFFIX`,
+/// before the input is made; the rest of standard error stays to read.
+fn paper_serving(
+    args: &[&str],
+    dir: &std::path::Path,
+    prefix: &str,
+    suffix: &str,
+) -> (
+    std::process::Child,
+    String,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
-        .args(["--records", "400000", "--rate", "200000", "--cores", "2"])
-        .args(["--strategy", "bqbs", "--standby", "keyed"])
-        .args(["--checkpoint-interval-ms", "100"])
-        .args(["--fault", "panic@keyed:150000"])
-        .args(["--metrics-addr", "127.0.0.1:0", "--metrics-linger-s", "30"])
+        .args(args)
         .arg("--run-dir")
-        .arg(dir.path().join("run"))
+        .arg(dir.join("run"))
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The address comes first, before the input is made.
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     let addr = line
         .trim()
-        .strip_prefix("metrics at http://")
-        .and_then(|l| l.strip_suffix("/metrics"))
+        .strip_prefix(prefix)
+        .and_then(|l| l.strip_suffix(suffix))
         .unwrap_or_else(|| panic!("first line: {line}"))
         .to_string();
+    (child, addr, err)
+}
+
+#[test]
+fn scrapes_of_a_faulted_paper_run_pass_promtool_and_show_the_takeover_and_checkpoints() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr, err) = paper_serving(
+        &[
+            "--records",
+            "400000",
+            "--rate",
+            "200000",
+            "--cores",
+            "2",
+            "--strategy",
+            "bqbs",
+            "--standby",
+            "keyed",
+            "--checkpoint-interval-ms",
+            "100",
+            "--fault",
+            "panic@keyed:150000",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--metrics-linger-s",
+            "30",
+        ],
+        dir.path(),
+        "metrics at http://",
+        "/metrics",
+    );
     // The rest of stderr, drained meanwhile (the linger line says the job
     // is over).
     let (tx, rx) = std::sync::mpsc::channel();
@@ -325,27 +362,31 @@ fn a_browser_shows_the_live_views_graph_takeover_and_checkpoint() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
-        .args(["--records", "2000000", "--rate", "250000", "--cores", "2"])
-        .args(["--strategy", "bqbs", "--standby", "keyed"])
-        .args(["--checkpoint-interval-ms", "200"])
-        .args(["--fault", "panic@keyed:300000"])
-        .args(["--ui-addr", "127.0.0.1:0", "--metrics-linger-s", "60"])
-        .arg("--run-dir")
-        .arg(dir.path().join("run"))
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("live view at http://")
-        .and_then(|l| l.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("first line: {line}"))
-        .to_string();
+    let (mut child, addr, err) = paper_serving(
+        &[
+            "--records",
+            "2000000",
+            "--rate",
+            "250000",
+            "--cores",
+            "2",
+            "--strategy",
+            "bqbs",
+            "--standby",
+            "keyed",
+            "--checkpoint-interval-ms",
+            "200",
+            "--fault",
+            "panic@keyed:300000",
+            "--ui-addr",
+            "127.0.0.1:0",
+            "--metrics-linger-s",
+            "60",
+        ],
+        dir.path(),
+        "live view at http://",
+        "/",
+    );
     std::thread::spawn(move || for _ in err.lines().map_while(Result::ok) {});
     // Until the takeover and a checkpoint happened.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);

@@ -515,11 +515,75 @@ fn process_start_time_s() -> Option<f64> {
 ///   `process_cpu_seconds_total`, `process_resident_memory_bytes`,
 ///   `process_start_time_seconds`.
 pub struct MetricsServer {
+    endpoint: Endpoint,
+    exporter: Arc<Exporter>,
+}
+
+/// An HTTP endpoint of a job's: one thread answers its requests, another
+/// samples the job every `step`; both end when it is dropped.
+struct Endpoint {
     server: Arc<tiny_http::Server>,
     addr: SocketAddr,
-    exporter: Arc<Exporter>,
     stop: Option<mpsc::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
+}
+
+impl Endpoint {
+    /// Listens on `addr` (`what` names it in errors); `answer` takes each
+    /// request on thread `name`, `tick` runs every `step` on another.
+    fn start(
+        addr: impl ToSocketAddrs,
+        what: &str,
+        name: &str,
+        answer: impl Fn(tiny_http::Request) + Send + 'static,
+        step: Duration,
+        tick: impl Fn() + Send + 'static,
+    ) -> io::Result<Endpoint> {
+        let server = tiny_http::Server::http(addr).map_err(io::Error::other)?;
+        let addr = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| io::Error::other(format!("{what} is not on an IP address")))?;
+        let server = Arc::new(server);
+        let s = Arc::clone(&server);
+        let answering = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || s.incoming_requests().for_each(answer))?;
+        let (stop, stopped) = mpsc::channel::<()>();
+        let ticking = std::thread::Builder::new()
+            .name(format!("{name}-tick"))
+            .spawn(move || {
+                let mut next = Instant::now() + step;
+                while let Err(mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(next.saturating_duration_since(Instant::now()))
+                {
+                    tick();
+                    next += step;
+                }
+            })?;
+        Ok(Endpoint {
+            server,
+            addr,
+            stop: Some(stop),
+            threads: vec![answering, ticking],
+        })
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.server.unblock();
+        drop(self.stop.take());
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A `Content-Type` header.
+fn content_type(ct: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(&b"Content-Type"[..], ct.as_bytes())
+        .expect("a static header is valid")
 }
 
 impl MetricsServer {
@@ -534,63 +598,41 @@ impl MetricsServer {
     /// Listens on `addr` before the job `job_name` exists (a program that
     /// prepares its input first): a scraper finds the endpoint at once.
     pub fn start(addr: impl ToSocketAddrs, job_name: &str) -> io::Result<MetricsServer> {
-        let server = tiny_http::Server::http(addr).map_err(io::Error::other)?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| io::Error::other("the metrics server is not on an IP address"))?;
-        let server = Arc::new(server);
         let exporter = Arc::new(Exporter::new(job_name));
-        let (s, x) = (Arc::clone(&server), Arc::clone(&exporter));
-        let answer = std::thread::Builder::new()
-            .name("tandem-metrics".into())
-            .spawn(move || {
-                for req in s.incoming_requests() {
-                    let path = req.url().split('?').next().unwrap_or("");
-                    let head = matches!(req.method(), tiny_http::Method::Head);
-                    let ok = (head || matches!(req.method(), tiny_http::Method::Get))
-                        && (path == "/metrics" || path == "/");
-                    // A client that went away is no concern of the job's.
-                    let _ = if !ok {
-                        req.respond(
-                            tiny_http::Response::from_string("not found\n").with_status_code(404),
-                        )
-                    } else {
-                        match x.scrape() {
-                            Ok(body) => {
-                                let ct = tiny_http::Header::from_bytes(
-                                    &b"Content-Type"[..],
-                                    prometheus::TEXT_FORMAT.as_bytes(),
-                                )
-                                .expect("a static header is valid");
-                                // HEAD: the headers of a GET, no body
-                                // (tiny_http leaves the body out itself).
-                                req.respond(tiny_http::Response::from_data(body).with_header(ct))
-                            }
-                            Err(e) => req.respond(
-                                tiny_http::Response::from_string(format!("{e}\n"))
-                                    .with_status_code(500),
-                            ),
-                        }
-                    };
-                }
-            })?;
-        let (stop, stopped) = mpsc::channel::<()>();
-        let x = Arc::clone(&exporter);
-        let sampler = std::thread::Builder::new()
-            .name("tandem-metrics-window".into())
-            .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(RECENT_STEP) {
-                    x.sample();
-                }
-            })?;
-        Ok(MetricsServer {
-            server,
+        let (x, y) = (Arc::clone(&exporter), Arc::clone(&exporter));
+        let endpoint = Endpoint::start(
             addr,
-            exporter,
-            stop: Some(stop),
-            threads: vec![answer, sampler],
-        })
+            "the metrics server",
+            "tandem-metrics",
+            move |req| {
+                let path = req.url().split('?').next().unwrap_or("");
+                let head = matches!(req.method(), tiny_http::Method::Head);
+                let ok = (head || matches!(req.method(), tiny_http::Method::Get))
+                    && (path == "/metrics" || path == "/");
+                // A client that went away is no concern of the job's.
+                let _ = if !ok {
+                    req.respond(
+                        tiny_http::Response::from_string("not found\n").with_status_code(404),
+                    )
+                } else {
+                    match x.scrape() {
+                        // HEAD: the headers of a GET, no body (tiny_http
+                        // leaves the body out itself).
+                        Ok(body) => req.respond(
+                            tiny_http::Response::from_data(body)
+                                .with_header(content_type(prometheus::TEXT_FORMAT)),
+                        ),
+                        Err(e) => req.respond(
+                            tiny_http::Response::from_string(format!("{e}\n"))
+                                .with_status_code(500),
+                        ),
+                    }
+                };
+            },
+            RECENT_STEP,
+            move || y.sample(),
+        )?;
+        Ok(MetricsServer { endpoint, exporter })
     }
 
     /// Serves the job `watch` watches from now on.
@@ -605,17 +647,7 @@ impl MetricsServer {
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.server.unblock();
-        drop(self.stop.take());
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.endpoint.addr
     }
 }
 

@@ -4,6 +4,7 @@
 //! their lag, every recovery as it happens and the latency over time —
 //! polling `api/state` (JSON) twice a second.
 
+use super::{content_type, Endpoint};
 use crate::metrics::LatencyHistogram;
 use crate::runtime::JobWatch;
 use serde::Serialize;
@@ -11,9 +12,8 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The page.
 const PAGE: &str = include_str!("view.html");
@@ -208,8 +208,14 @@ impl Inner {
 /// figures).
 ///
 /// ```no_run
-/// # fn job() -> tandem::Job { unimplemented!() }
-/// let handle = job().start(&tandem::RuntimeConfig::default())?;
+/// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+///
+/// let job = JobBuilder::new("count");
+/// job.source("numbers", |_| IterSource((0..1_000_000u64).map(|n| (n, n))))
+///     .rate_limit(100_000.0)
+///     .map("double", |n: u64| n * 2)
+///     .for_each("drop", |_| {});
+/// let handle = job.build()?.start(&RuntimeConfig::default())?;
 /// let view = tandem::export::LiveView::serve("127.0.0.1:8080", handle.watch())?;
 /// println!("watch it at http://{}/", view.addr());
 /// handle.join()?;
@@ -217,11 +223,8 @@ impl Inner {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct LiveView {
-    server: Arc<tiny_http::Server>,
-    addr: SocketAddr,
+    endpoint: Endpoint,
     inner: Arc<Inner>,
-    stop: Option<mpsc::Sender<()>>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl LiveView {
@@ -235,68 +238,42 @@ impl LiveView {
 
     /// Listens on `addr` before the job `job_name` exists.
     pub fn start(addr: impl ToSocketAddrs, job_name: &str) -> io::Result<LiveView> {
-        let server = tiny_http::Server::http(addr).map_err(io::Error::other)?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| io::Error::other("the live view is not on an IP address"))?;
-        let server = Arc::new(server);
         let inner = Arc::new(Inner {
             job: job_name.to_string(),
             watch: Mutex::new(None),
             ended: AtomicBool::new(false),
             history: Mutex::new(History::default()),
         });
-        let (s, x) = (Arc::clone(&server), Arc::clone(&inner));
-        let answer = std::thread::Builder::new()
-            .name("tandem-view".into())
-            .spawn(move || {
-                for req in s.incoming_requests() {
-                    let path = req.url().split('?').next().unwrap_or("").to_string();
-                    let get = matches!(
-                        req.method(),
-                        tiny_http::Method::Get | tiny_http::Method::Head
-                    );
-                    let header = |ct: &str| {
-                        tiny_http::Header::from_bytes(&b"Content-Type"[..], ct.as_bytes())
-                            .expect("a static header is valid")
-                    };
-                    // A client that went away is no concern of the job's.
-                    let _ = match (get, path.as_str()) {
-                        (true, "/") | (true, "/index.html") => req.respond(
-                            tiny_http::Response::from_string(PAGE)
-                                .with_header(header("text/html; charset=utf-8")),
-                        ),
-                        (true, "/api/state") => req.respond(
-                            tiny_http::Response::from_string(x.state().to_string())
-                                .with_header(header("application/json")),
-                        ),
-                        _ => req.respond(
-                            tiny_http::Response::from_string("not found\n").with_status_code(404),
-                        ),
-                    };
-                }
-            })?;
-        let (stop, stopped) = mpsc::channel::<()>();
-        let x = Arc::clone(&inner);
-        let sampler = std::thread::Builder::new()
-            .name("tandem-view-sampler".into())
-            .spawn(move || {
-                let mut next = Instant::now() + STEP;
-                while let Err(mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(next.saturating_duration_since(Instant::now()))
-                {
-                    x.sample();
-                    next += STEP;
-                }
-            })?;
-        Ok(LiveView {
-            server,
+        let (x, y) = (Arc::clone(&inner), Arc::clone(&inner));
+        let endpoint = Endpoint::start(
             addr,
-            inner,
-            stop: Some(stop),
-            threads: vec![answer, sampler],
-        })
+            "the live view",
+            "tandem-view",
+            move |req| {
+                let path = req.url().split('?').next().unwrap_or("").to_string();
+                let get = matches!(
+                    req.method(),
+                    tiny_http::Method::Get | tiny_http::Method::Head
+                );
+                // A client that went away is no concern of the job's.
+                let _ = match (get, path.as_str()) {
+                    (true, "/") | (true, "/index.html") => req.respond(
+                        tiny_http::Response::from_string(PAGE)
+                            .with_header(content_type("text/html; charset=utf-8")),
+                    ),
+                    (true, "/api/state") => req.respond(
+                        tiny_http::Response::from_string(x.state().to_string())
+                            .with_header(content_type("application/json")),
+                    ),
+                    _ => req.respond(
+                        tiny_http::Response::from_string("not found\n").with_status_code(404),
+                    ),
+                };
+            },
+            STEP,
+            move || y.sample(),
+        )?;
+        Ok(LiveView { endpoint, inner })
     }
 
     /// Shows the job `watch` watches from now on.
@@ -313,16 +290,6 @@ impl LiveView {
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for LiveView {
-    fn drop(&mut self) {
-        self.server.unblock();
-        drop(self.stop.take());
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.endpoint.addr
     }
 }

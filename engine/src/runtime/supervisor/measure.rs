@@ -217,8 +217,10 @@ impl Supervisor {
             let log = sb.log.lock();
             s.takeovers += log.len() as u64;
             log.iter().for_each(|t| count(&t.record));
-            // As `record_takeovers` will write them, with what is known.
-            history.extend(log.iter().map(|t| {
+            // As `record_takeovers` will write them, with what is known;
+            // the newest only (the log holds every takeover of the
+            // attempt, and this runs every 10 ms).
+            history.extend(log.iter().rev().take(crate::metrics::RECENT).map(|t| {
                 let mut r = t.record.clone();
                 let since = |at: u64| at.saturating_sub(t.fault_at) / 1000;
                 r.first_output_us = t.sink_at.or(t.accepted_at).map(since);
