@@ -117,12 +117,12 @@ fn run(
     lines
 }
 
-fn sorted<R: Row>(rows: Vec<R>, t: &Tables) -> Vec<String> {
+fn sorted<R: Row>(rows: Vec<R>) -> Vec<String> {
     let mut v: Vec<String> = rows
         .iter()
         .map(|r| {
             let mut s = String::new();
-            r.json(t, &mut s);
+            r.json(&mut s);
             s
         })
         .collect();
@@ -134,7 +134,6 @@ struct Input {
     persons: Vec<Person>,
     auctions: Vec<Auction>,
     bids: Vec<Bid>,
-    tables: Tables,
 }
 
 fn input(g: GenConfig, events: u64) -> Input {
@@ -142,10 +141,10 @@ fn input(g: GenConfig, events: u64) -> Input {
         persons: vec![],
         auctions: vec![],
         bids: vec![],
-        tables: Tables::new(g.seed),
     };
+    let tables = Tables::new(g.seed);
     for n in 0..events {
-        match g.event(n) {
+        match g.event(n, &tables) {
             Event::Person(p) => i.persons.push(*p),
             Event::Auction(a) => i.auctions.push(*a),
             Event::Bid(b) => i.bids.push(b),
@@ -155,9 +154,8 @@ fn input(g: GenConfig, events: u64) -> Input {
 }
 
 fn expected(q: Query, i: &Input) -> Vec<String> {
-    let t = &i.tables;
     match q {
-        Query::Q0 => sorted(i.bids.clone(), t),
+        Query::Q0 => sorted(i.bids.clone()),
         Query::Q1 => sorted(
             i.bids
                 .iter()
@@ -166,9 +164,9 @@ fn expected(q: Query, i: &Input) -> Vec<String> {
                     bidder: b.bidder,
                     price_milli: b.price * 908,
                     date_time: b.date_time,
+                    extra: b.extra.clone(),
                 })
                 .collect(),
-            t,
         ),
         Query::Q2 => sorted(
             i.bids
@@ -179,7 +177,6 @@ fn expected(q: Query, i: &Input) -> Vec<String> {
                     price: b.price,
                 })
                 .collect(),
-            t,
         ),
         Query::Q3 => {
             let sellers: HashMap<u64, &Person> = i
@@ -201,7 +198,7 @@ fn expected(q: Query, i: &Input) -> Vec<String> {
                     })
                 })
                 .collect();
-            sorted(rows, t)
+            sorted(rows)
         }
         Query::Q4 => {
             let mut bids: HashMap<u64, Vec<&Bid>> = HashMap::new();
@@ -237,7 +234,7 @@ fn expected(q: Query, i: &Input) -> Vec<String> {
                     }
                 })
                 .collect();
-            sorted(rows, t)
+            sorted(rows)
         }
         Query::Q5 => {
             // (window start, auction) → bids, over every 10 s window
@@ -268,7 +265,7 @@ fn expected(q: Query, i: &Input) -> Vec<String> {
                     }
                 }
             }
-            sorted(rows, t)
+            sorted(rows)
         }
         Query::Q7 => {
             let mut max: HashMap<u64, u64> = HashMap::new();
@@ -285,10 +282,11 @@ fn expected(q: Query, i: &Input) -> Vec<String> {
                     price: b.price,
                     bidder: b.bidder,
                     date_time: b.date_time,
+                    extra: b.extra.clone(),
                     window_end: (b.date_time / 10_000 + 1) * 10_000,
                 })
                 .collect();
-            sorted(rows, t)
+            sorted(rows)
         }
         Query::Q8 => {
             let opened: HashSet<(u64, u64)> = i
@@ -306,7 +304,7 @@ fn expected(q: Query, i: &Input) -> Vec<String> {
                     window_start: p.date_time / 10_000 * 10_000,
                 })
                 .collect();
-            sorted(rows, t)
+            sorted(rows)
         }
     }
 }

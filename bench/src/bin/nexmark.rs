@@ -168,6 +168,16 @@ struct Report {
     events: u64,
     events_per_sec: f64,
     events_per_sec_per_core: f64,
+    /// CPU time of the whole process (user + system) while the job ran.
+    cpu_seconds: f64,
+    /// Events per CPU-second: the per-core figure of a run whose cores
+    /// were not all busy, or were shared.
+    events_per_cpu_second: f64,
+    /// Event time the events span, seconds (`events / rate`).
+    event_time_s: f64,
+    /// Per window operator, the results it fired (one per key and window;
+    /// `max` of q5 one per window), every attempt counted.
+    windows_fired: std::collections::BTreeMap<String, u64>,
     cores: usize,
     latency_ns: LatencyNs,
     records_out: u64,
@@ -425,6 +435,7 @@ fn run_in(
         None => None,
     };
 
+    let cpu0 = tandem::sys::rusage::process_cpu_time();
     let handle = job.start(&cfg).map_err(|e| {
         let hint = match &e {
             tandem::JobError::Runtime(tandem::RuntimeError::NoSpace { .. }) => format!(
@@ -466,6 +477,7 @@ fn run_in(
     bar.finish();
     live.finish(joined.as_ref().ok())?;
     let report = joined.context("the job failed")?;
+    let cpu = (tandem::sys::rusage::process_cpu_time() - cpu0).as_secs_f64();
 
     let secs = report.elapsed.as_secs_f64();
     let eps = args.events as f64 / secs;
@@ -480,6 +492,32 @@ fn run_in(
         eps,
         eps / cores as f64
     )?;
+    let per_cpu = args.events as f64 / cpu.max(1e-9);
+    outln!(
+        "cpu: {cpu:.2} s (user + system, the whole process): {per_cpu:.0} events per CPU-second"
+    )?;
+    let event_time_s = args.events as f64 / args.rate;
+    let windows_fired: std::collections::BTreeMap<String, u64> = args
+        .query
+        .operators()
+        .iter()
+        .filter_map(|(op, _)| {
+            let o = report.operator(&format!("{op}.results"))?;
+            Some((op.to_string(), o.records))
+        })
+        .collect();
+    if windows_fired.is_empty() {
+        outln!("event time: {event_time_s:.1} s")?;
+    } else {
+        let fired: Vec<String> = windows_fired
+            .iter()
+            .map(|(op, n)| format!("{op} {n}"))
+            .collect();
+        outln!(
+            "event time: {event_time_s:.1} s; windows fired (results, one per key and window): {}",
+            fired.join(", ")
+        )?;
+    }
     outln!("results: {records_out}, late records: {late_records}")?;
     if latency.samples > 0 {
         outln!(
@@ -577,6 +615,10 @@ fn run_in(
                 events: args.events,
                 events_per_sec: eps,
                 events_per_sec_per_core: eps / cores as f64,
+                cpu_seconds: cpu,
+                events_per_cpu_second: per_cpu,
+                event_time_s,
+                windows_fired,
                 cores,
                 latency_ns: latency,
                 records_out,
@@ -644,7 +686,7 @@ fn dump_input(gen: &GenConfig, tables: &Tables, events: u64, path: &Path) -> any
                 return Err(std::io::Error::other("interrupted"));
             }
             line.clear();
-            event_json(&gen.event(n), tables, &mut line);
+            event_json(&gen.event(n, tables), &mut line);
             line.push('\n');
             f.write_all(line.as_bytes())?;
         }

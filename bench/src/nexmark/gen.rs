@@ -14,8 +14,10 @@
 //!   ahead of the last one.
 //! - Prices are `round(10^(6u) · 100)` cents, `u` uniform in `[0, 1)`.
 //! - `extra` pads persons, auctions and bids to 200, 500 and 100 bytes on
-//!   average (by the reference's own size accounting), taken from one
-//!   reusable random string of 1 MiB.
+//!   average (by the reference's own size accounting): random lowercase
+//!   letters drawn for each event (`nextExactString`). A bid's channel and
+//!   URL are one of the four hot channels or of 10,000 others, made once
+//!   per run ([`Tables`]) and copied into each bid.
 //! - Event `n`'s time is `base + ⌊⌊n · (10⁶ / rate)⌋ / 1000⌋` ms: the
 //!   product in floating point, as nexmark-flink computes it (Beam's
 //!   integer delay rounds to 0 above 2 M events/s). The rate is the event
@@ -31,7 +33,7 @@
 //! the first person id to the bidder twice (bidders from 2000); Beam's
 //! adds it once, as here.
 
-use super::model::{Auction, Bid, Event, Extra, Person, US_CITIES, US_STATES};
+use super::model::{Auction, Bid, Event, Person, US_CITIES, US_STATES};
 
 /// Of every 50 events: 1 person, 3 auctions, 46 bids.
 pub const PERSON_PROPORTION: u64 = 1;
@@ -69,8 +71,6 @@ pub const AVG_PERSON_BYTES: u64 = 200;
 pub const AVG_AUCTION_BYTES: u64 = 500;
 /// See [`AVG_PERSON_BYTES`].
 pub const AVG_BID_BYTES: u64 = 100;
-/// The reusable padding string's length.
-pub const EXTRA_BYTES: usize = 1 << 20;
 /// Channels besides the four hot ones.
 pub const CHANNELS: usize = 10_000;
 /// The hot channels.
@@ -132,11 +132,10 @@ impl Rng {
     }
 }
 
-/// What every event of a run draws on: the reusable padding string and
-/// the channels' URLs, made once from the seed.
+/// What every bid of a run draws on: the channels' names and URLs, made
+/// once from the seed (the reference keeps them in a cache).
 #[derive(Debug)]
 pub struct Tables {
-    extra: String,
     /// `(channel, url)`: the four hot ones, then `channel-0` …
     channels: Vec<(String, String)>,
 }
@@ -145,9 +144,6 @@ impl Tables {
     /// The tables of a run seeded `seed`.
     pub fn new(seed: u64) -> Self {
         let mut r = Rng::for_event(seed ^ 0x6e65_786d_6172_6b21, u64::MAX);
-        let extra: String = (0..EXTRA_BYTES)
-            .map(|_| (b'a' + r.below(26) as u8) as char)
-            .collect();
         let mut channels = Vec::with_capacity(HOT_CHANNELS.len() + CHANNELS);
         for name in HOT_CHANNELS {
             channels.push((name.to_string(), base_url(&mut r)));
@@ -162,17 +158,12 @@ impl Tables {
             }
             channels.push((format!("channel-{i}"), url));
         }
-        Tables { extra, channels }
-    }
-
-    /// The padding `e` names.
-    pub fn extra(&self, e: Extra) -> &str {
-        &self.extra[e.off as usize..(e.off + e.len) as usize]
+        Tables { channels }
     }
 
     /// Channel `i`'s name and URL.
-    pub fn channel(&self, i: u16) -> (&str, &str) {
-        let (c, u) = &self.channels[i as usize];
+    pub fn channel(&self, i: usize) -> (&str, &str) {
+        let (c, u) = &self.channels[i];
         (c, u)
     }
 
@@ -207,18 +198,31 @@ fn next_string(r: &mut Rng, max_len: u64, special: char) -> String {
 }
 
 /// Padding that brings `current` bytes to `average` on average: ±20 %.
-fn next_extra(r: &mut Rng, current: u64, average: u64) -> Extra {
+fn next_extra(r: &mut Rng, current: u64, average: u64) -> String {
     if current > average {
-        return Extra::default();
+        return String::new();
     }
     let desired = average - current;
     let delta = (desired as f64 * 0.2).round() as u64;
     let len = desired - delta + if delta == 0 { 0 } else { r.below(2 * delta) };
-    let off = r.below(EXTRA_BYTES as u64 - len) as u32;
-    Extra {
-        off,
-        len: len as u32,
+    next_exact_string(r, len as usize)
+}
+
+/// `len` random lowercase letters, thirteen from each draw (26¹³ < 2⁶⁴;
+/// the reference takes six from each 32-bit draw).
+fn next_exact_string(r: &mut Rng, len: usize) -> String {
+    let mut s = String::with_capacity(len);
+    let (mut bits, mut left) = (0u64, 0);
+    for _ in 0..len {
+        if left == 0 {
+            bits = r.next_u64();
+            left = 13;
+        }
+        s.push((b'a' + (bits % 26) as u8) as char);
+        bits /= 26;
+        left -= 1;
     }
+    s
 }
 
 fn next_price(r: &mut Rng) -> u64 {
@@ -254,8 +258,9 @@ impl GenConfig {
         self.base_time_ms + ((n as f64 * delay_us) as u64) / 1000
     }
 
-    /// Event `n`.
-    pub fn event(&self, n: u64) -> Event {
+    /// Event `n`, its bid's channel from `t` ([`Tables::new`] of the
+    /// same seed).
+    pub fn event(&self, n: u64, tables: &Tables) -> Event {
         let mut r = Rng::for_event(self.seed, n);
         let t = self.timestamp_ms(n);
         let rem = n % TOTAL_PROPORTION;
@@ -264,7 +269,7 @@ impl GenConfig {
         } else if rem < PERSON_PROPORTION + AUCTION_PROPORTION {
             Event::Auction(Box::new(self.auction(n, &mut r, t)))
         } else {
-            Event::Bid(self.bid(n, &mut r, t))
+            Event::Bid(self.bid(n, &mut r, t, tables))
         }
     }
 
@@ -341,7 +346,7 @@ impl GenConfig {
         1 + r.below((horizon * 2).max(1))
     }
 
-    fn bid(&self, n: u64, r: &mut Rng, t: u64) -> Bid {
+    fn bid(&self, n: u64, r: &mut Rng, t: u64, tables: &Tables) -> Bid {
         let auction = if r.below(HOT_AUCTION_RATIO) > 0 {
             (last_base0_auction_id(n) as u64 / HOT_BATCH) * HOT_BATCH
         } else {
@@ -353,17 +358,19 @@ impl GenConfig {
             next_base0_person_id(n, r)
         } + FIRST_PERSON_ID;
         let price = next_price(r);
-        let channel = if r.below(2) > 0 {
-            r.below(HOT_CHANNELS.len() as u64) as u16
+        let (channel, url) = tables.channel(if r.below(2) > 0 {
+            r.below(HOT_CHANNELS.len() as u64) as usize
         } else {
-            (HOT_CHANNELS.len() as u64 + r.below(CHANNELS as u64)) as u16
-        };
+            HOT_CHANNELS.len() + r.below(CHANNELS as u64) as usize
+        });
+        let (channel, url) = (channel.to_string(), url.to_string());
         let extra = next_extra(r, 32, AVG_BID_BYTES);
         Bid {
             auction,
             bidder,
             price,
             channel,
+            url,
             date_time: t,
             extra,
         }

@@ -287,10 +287,10 @@ impl WindowAggregate<(), Bid, Vec<HighestBid>> for Highest {
     fn add(&self, top: &mut Vec<Bid>, b: &Bid) {
         match top.first().map(|t| t.price) {
             Some(p) if p > b.price => {}
-            Some(p) if p == b.price => top.push(*b),
+            Some(p) if p == b.price => top.push(b.clone()),
             _ => {
                 top.clear();
-                top.push(*b)
+                top.push(b.clone())
             }
         }
     }
@@ -307,10 +307,14 @@ impl WindowAggregate<(), Bid, Vec<HighestBid>> for Highest {
                 price: b.price,
                 bidder: b.bidder,
                 date_time: b.date_time,
+                extra: b.extra.clone(),
                 window_end: w.end / MS,
             })
             .collect();
-        v.sort_unstable_by_key(|h| (h.date_time, h.auction, h.bidder));
+        v.sort_unstable_by(|a, b| {
+            let key = |h: &HighestBid| (h.date_time, h.auction, h.bidder, h.extra.clone());
+            key(a).cmp(&key(b))
+        });
         v
     }
 }

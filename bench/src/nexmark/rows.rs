@@ -1,7 +1,6 @@
 //! What the queries emit, and its JSON: one object per line, Nexmark's
 //! fields in snake_case, times in milliseconds since the epoch.
 
-use super::gen::Tables;
 use super::model::{Bid, Event};
 use rkyv::{Archive, Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -10,7 +9,7 @@ use tandem::Data;
 /// A result row.
 pub trait Row: Data {
     /// The row as one JSON object (no newline).
-    fn json(&self, t: &Tables, out: &mut String);
+    fn json(&self, out: &mut String);
 }
 
 fn json_str(out: &mut String, s: &str) {
@@ -29,24 +28,23 @@ fn json_str(out: &mut String, s: &str) {
 }
 
 impl Row for Bid {
-    fn json(&self, t: &Tables, out: &mut String) {
-        let (channel, url) = t.channel(self.channel);
+    fn json(&self, out: &mut String) {
         let _ = write!(
             out,
             "{{\"auction\":{},\"bidder\":{},\"price\":{},\"channel\":",
             self.auction, self.bidder, self.price
         );
-        json_str(out, channel);
+        json_str(out, &self.channel);
         out.push_str(",\"url\":");
-        json_str(out, url);
+        json_str(out, &self.url);
         let _ = write!(out, ",\"date_time\":{},\"extra\":", self.date_time);
-        json_str(out, t.extra(self.extra));
+        json_str(out, &self.extra);
         out.push('}');
     }
 }
 
 /// A q1 row: the price in euros, in thousandths (exact: `price × 908`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Euro {
     /// The auction.
     pub auction: u64,
@@ -56,19 +54,23 @@ pub struct Euro {
     pub price_milli: u64,
     /// The bid's time, ms.
     pub date_time: u64,
+    /// The bid's padding.
+    pub extra: String,
 }
 
 impl Row for Euro {
-    fn json(&self, _: &Tables, out: &mut String) {
+    fn json(&self, out: &mut String) {
         let _ = write!(
             out,
-            "{{\"auction\":{},\"bidder\":{},\"price\":{}.{:03},\"date_time\":{}}}",
+            "{{\"auction\":{},\"bidder\":{},\"price\":{}.{:03},\"date_time\":{},\"extra\":",
             self.auction,
             self.bidder,
             self.price_milli / 1000,
             self.price_milli % 1000,
             self.date_time
         );
+        json_str(out, &self.extra);
+        out.push('}');
     }
 }
 
@@ -82,7 +84,7 @@ pub struct AuctionPrice {
 }
 
 impl Row for AuctionPrice {
-    fn json(&self, _: &Tables, out: &mut String) {
+    fn json(&self, out: &mut String) {
         let _ = write!(
             out,
             "{{\"auction\":{},\"price\":{}}}",
@@ -105,7 +107,7 @@ pub struct Suggestion {
 }
 
 impl Row for Suggestion {
-    fn json(&self, _: &Tables, out: &mut String) {
+    fn json(&self, out: &mut String) {
         out.push_str("{\"name\":");
         json_str(out, &self.name);
         out.push_str(",\"city\":");
@@ -127,7 +129,7 @@ pub struct CategoryAvg {
 }
 
 impl Row for CategoryAvg {
-    fn json(&self, _: &Tables, out: &mut String) {
+    fn json(&self, out: &mut String) {
         let _ = write!(
             out,
             "{{\"category\":{},\"avg\":{}}}",
@@ -150,7 +152,7 @@ pub struct HotItem {
 }
 
 impl Row for HotItem {
-    fn json(&self, _: &Tables, out: &mut String) {
+    fn json(&self, out: &mut String) {
         let _ = write!(
             out,
             "{{\"auction\":{},\"num\":{},\"window_start\":{},\"window_end\":{}}}",
@@ -160,7 +162,7 @@ impl Row for HotItem {
 }
 
 /// A q7 row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HighestBid {
     /// The auction.
     pub auction: u64,
@@ -170,17 +172,21 @@ pub struct HighestBid {
     pub bidder: u64,
     /// The bid's time, ms.
     pub date_time: u64,
+    /// The bid's padding.
+    pub extra: String,
     /// The window's end, ms.
     pub window_end: u64,
 }
 
 impl Row for HighestBid {
-    fn json(&self, _: &Tables, out: &mut String) {
+    fn json(&self, out: &mut String) {
         let _ = write!(
             out,
-            "{{\"auction\":{},\"price\":{},\"bidder\":{},\"date_time\":{},\"window_end\":{}}}",
-            self.auction, self.price, self.bidder, self.date_time, self.window_end
+            "{{\"auction\":{},\"price\":{},\"bidder\":{},\"date_time\":{},\"extra\":",
+            self.auction, self.price, self.bidder, self.date_time
         );
+        json_str(out, &self.extra);
+        let _ = write!(out, ",\"window_end\":{}}}", self.window_end);
     }
 }
 
@@ -196,7 +202,7 @@ pub struct NewUser {
 }
 
 impl Row for NewUser {
-    fn json(&self, _: &Tables, out: &mut String) {
+    fn json(&self, out: &mut String) {
         let _ = write!(out, "{{\"id\":{},\"name\":", self.id);
         json_str(out, &self.name);
         let _ = write!(out, ",\"window_start\":{}}}", self.window_start);
@@ -204,7 +210,7 @@ impl Row for NewUser {
 }
 
 /// The JSON object of event `e` for `--dump-input`.
-pub fn event_json(e: &Event, t: &Tables, out: &mut String) {
+pub fn event_json(e: &Event, out: &mut String) {
     match e {
         Event::Person(p) => {
             let _ = write!(out, "{{\"kind\":\"person\",\"id\":{},\"name\":", p.id);
@@ -218,7 +224,7 @@ pub fn event_json(e: &Event, t: &Tables, out: &mut String) {
             out.push_str(",\"state\":");
             json_str(out, p.state());
             let _ = write!(out, ",\"date_time\":{},\"extra\":", p.date_time);
-            json_str(out, t.extra(p.extra));
+            json_str(out, &p.extra);
             out.push('}');
         }
         Event::Auction(a) => {
@@ -231,13 +237,13 @@ pub fn event_json(e: &Event, t: &Tables, out: &mut String) {
                 ",\"initial_bid\":{},\"reserve\":{},\"date_time\":{},\"expires\":{},\"seller\":{},\"category\":{},\"extra\":",
                 a.initial_bid, a.reserve, a.date_time, a.expires, a.seller, a.category
             );
-            json_str(out, t.extra(a.extra));
+            json_str(out, &a.extra);
             out.push('}');
         }
         Event::Bid(b) => {
             out.push_str("{\"kind\":\"bid\",");
             let mut inner = String::new();
-            b.json(t, &mut inner);
+            b.json(&mut inner);
             out.push_str(&inner[1..]);
         }
     }

@@ -2,8 +2,14 @@
 
 use super::*;
 
+/// Seed 1's tables, made once.
+fn tables() -> &'static Tables {
+    static T: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
+    T.get_or_init(|| Tables::new(1))
+}
+
 fn events(cfg: &GenConfig, n: u64) -> Vec<Event> {
-    (0..n).map(|i| cfg.event(i)).collect()
+    (0..n).map(|i| cfg.event(i, tables())).collect()
 }
 
 #[test]
@@ -80,7 +86,7 @@ fn hot_auctions_bidders_and_sellers_take_their_shares() {
     let (mut bids, mut hot_auction, mut hot_bidder) = (0u64, 0u64, 0u64);
     let (mut auctions, mut hot_seller) = (0u64, 0u64);
     for i in 0..n {
-        match cfg.event(i) {
+        match cfg.event(i, tables()) {
             Event::Bid(b) => {
                 bids += 1;
                 let hot = (last_base0_auction_id(i) as u64 / 100) * 100 + FIRST_AUCTION_ID;
@@ -118,7 +124,6 @@ fn hot_auctions_bidders_and_sellers_take_their_shares() {
 #[test]
 fn persons_auctions_and_bids_average_200_500_and_100_bytes() {
     let cfg = GenConfig::default();
-    let t = Tables::new(cfg.seed);
     let (mut sizes, mut counts) = ([0u64; 3], [0u64; 3]);
     for e in events(&cfg, 100_000) {
         let (k, size) = match &e {
@@ -129,13 +134,13 @@ fn persons_auctions_and_bids_average_200_500_and_100_bytes() {
                     + p.credit_card.len()
                     + p.city().len()
                     + p.state().len()
-                    + t.extra(p.extra).len(),
+                    + p.extra.len(),
             ),
             Event::Auction(a) => (
                 1,
-                8 + a.item_name.len() + a.description.len() + 40 + t.extra(a.extra).len(),
+                8 + a.item_name.len() + a.description.len() + 40 + a.extra.len(),
             ),
-            Event::Bid(b) => (2, 32 + t.extra(b.extra).len()),
+            Event::Bid(b) => (2, 32 + b.extra.len()),
         };
         sizes[k] += size as u64;
         counts[k] += 1;
@@ -161,7 +166,9 @@ fn event_times_advance_by_the_rate_in_floating_point() {
         ..cfg
     };
     assert_eq!(slow.timestamp_ms(7), DEFAULT_BASE_TIME_MS + 7);
-    let times: Vec<u64> = (0..1_000).map(|n| cfg.event(n * 997).date_time()).collect();
+    let times: Vec<u64> = (0..1_000)
+        .map(|n| cfg.event(n * 997, tables()).date_time())
+        .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "monotonic");
 }
 
@@ -169,7 +176,7 @@ fn event_times_advance_by_the_rate_in_floating_point() {
 fn prices_follow_ten_to_the_six_u_times_100() {
     let cfg = GenConfig::default();
     let prices: Vec<u64> = (0..100_000)
-        .filter_map(|n| match cfg.event(n) {
+        .filter_map(|n| match cfg.event(n, tables()) {
             Event::Bid(b) => Some(b.price),
             _ => None,
         })
@@ -188,13 +195,16 @@ fn the_same_seed_generates_the_same_events_and_another_seed_others() {
     let a = GenConfig::default();
     let b = GenConfig { seed: 2, ..a };
     for n in [0, 1, 5, 777, 123_456] {
-        assert_eq!(a.event(n), a.event(n));
-        assert_ne!(a.event(n), b.event(n));
+        assert_eq!(
+            a.event(n, &Tables::new(a.seed)),
+            a.event(n, &Tables::new(a.seed))
+        );
+        assert_ne!(
+            a.event(n, &Tables::new(a.seed)),
+            b.event(n, &Tables::new(b.seed))
+        );
     }
-    assert_eq!(
-        Tables::new(1).extra(Extra { off: 5, len: 50 }),
-        Tables::new(1).extra(Extra { off: 5, len: 50 })
-    );
+    assert_eq!(Tables::new(1).channel(9), Tables::new(1).channel(9));
 }
 
 /// The bids among the first `n` events of seed `seed`, in order.
@@ -204,7 +214,7 @@ fn bids(seed: u64, n: u64) -> Vec<(u64, Bid)> {
         ..GenConfig::default()
     };
     (0..n)
-        .filter_map(|i| match cfg.event(i) {
+        .filter_map(|i| match cfg.event(i, tables()) {
             Event::Bid(b) => Some((i, b)),
             _ => None,
         })
