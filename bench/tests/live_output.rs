@@ -422,7 +422,7 @@ fn a_browser_shows_the_live_views_graph_takeover_and_checkpoint() {
             "{op} is drawn: {dom}"
         );
     }
-    assert!(dom.contains("class=\"op  standby\"") || dom.contains("standby\" data-name=\"keyed\""));
+    assert!(dom.contains("class=\"op standby\"") || dom.contains("standby\" data-name=\"keyed\""));
     // The takeover, in the recoveries, and a checkpoint among the events.
     assert!(dom.contains("<td>takeover</td>"), "{dom}");
     assert!(dom.contains("checkpoint"), "{dom}");

@@ -213,6 +213,16 @@ impl Exporter {
         let job = self.job.as_str();
         let p = w.progress();
         let (mut received, mut emitted, mut produced) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut busy, mut pressed, mut marks, mut lags) = (vec![], vec![], vec![], vec![]);
+        let (mut aligns, mut align_s, mut align_last) = (vec![], vec![], vec![]);
+        // The newest watermark a source published: what the others lag.
+        let newest = p
+            .operators
+            .iter()
+            .filter(|o| o.source)
+            .flat_map(|o| o.time.iter().filter_map(|t| t.watermark))
+            .filter(|&w| w != u64::MAX)
+            .max();
         {
             let mut pos = self.positions.lock().unwrap_or_else(|p| p.into_inner());
             for o in &p.operators {
@@ -223,6 +233,24 @@ impl Exporter {
                         ("operator", o.name.as_str()),
                         ("instance", inst.as_str()),
                     ];
+                    let t = o.time.get(i).copied().unwrap_or_default();
+                    busy.push(counter(&l, t.busy_ns as f64 / 1e9));
+                    pressed.push(counter(&l, t.backpressured_ns as f64 / 1e9));
+                    match t.watermark {
+                        Some(u64::MAX) => lags.push(gauge(&l, 0.0)),
+                        Some(w) => {
+                            marks.push(gauge(&l, w as f64 / 1e9));
+                            if let Some(n) = newest {
+                                lags.push(gauge(&l, n.saturating_sub(w) as f64 / 1e9));
+                            }
+                        }
+                        None => {}
+                    }
+                    if !o.source {
+                        aligns.push(counter(&l, t.alignments as f64));
+                        align_s.push(counter(&l, t.alignment_ns as f64 / 1e9));
+                        align_last.push(gauge(&l, t.alignment_last_ns as f64 / 1e9));
+                    }
                     if o.source {
                         let high = pos.entry((o.name.clone(), i)).or_insert(0);
                         *high = (*high).max(records);
@@ -253,6 +281,48 @@ impl Exporter {
             "Records an operator instance emitted downstream, counted as tandem_records_in_total (sources and sinks have none)",
             MetricType::COUNTER,
             emitted,
+        ));
+        fams.push(family(
+            "tandem_busy_seconds_total",
+            "Seconds the task running an operator instance spent in polls that did work (shared by the operators chained in one task; a standby's own work not counted)",
+            MetricType::COUNTER,
+            busy,
+        ));
+        fams.push(family(
+            "tandem_backpressured_seconds_total",
+            "Seconds the task running an operator instance could not pass its output on, a ring downstream being full (shared by the operators chained in one task)",
+            MetricType::COUNTER,
+            pressed,
+        ));
+        fams.push(family(
+            "tandem_watermark_seconds",
+            "An operator instance's input watermark (a source's: its own), event time in seconds since the epoch of the job's event times; absent before the first and after its input ended",
+            MetricType::GAUGE,
+            marks,
+        ));
+        fams.push(family(
+            "tandem_watermark_lag_seconds",
+            "How far an operator instance's input watermark is behind the newest watermark of the job's sources, event-time seconds (0 once its input ended)",
+            MetricType::GAUGE,
+            lags,
+        ));
+        fams.push(family(
+            "tandem_checkpoint_alignments_total",
+            "Checkpoint barriers an operator instance's task aligned over its input lanes",
+            MetricType::COUNTER,
+            aligns,
+        ));
+        fams.push(family(
+            "tandem_checkpoint_alignment_seconds_total",
+            "Seconds those alignments took, each from the first lane's barrier to the last lane's",
+            MetricType::COUNTER,
+            align_s,
+        ));
+        fams.push(family(
+            "tandem_checkpoint_alignment_last_seconds",
+            "Seconds the newest of those alignments took",
+            MetricType::GAUGE,
+            align_last,
         ));
         let jl = [("job_name", job)];
         fams.push(family(
@@ -500,6 +570,12 @@ fn process_start_time_s() -> Option<f64> {
 ///   `tandem_records_in_total{operator,instance}`,
 ///   `tandem_records_out_total{operator,instance}`,
 ///   `tandem_dead_letters_total`;
+/// - per operator instance, its task's `tandem_busy_seconds_total` and
+///   `tandem_backpressured_seconds_total`, its `tandem_watermark_seconds`
+///   and `tandem_watermark_lag_seconds` (behind the sources' newest), and
+///   `tandem_checkpoint_alignments_total`,
+///   `tandem_checkpoint_alignment_seconds_total`,
+///   `tandem_checkpoint_alignment_last_seconds`;
 /// - `tandem_latency_seconds` (a histogram, 1 µs to 60 s) and
 ///   `tandem_latency_recent_seconds` (a summary: quantiles of the last 10 s);
 /// - `tandem_checkpoints_{started,completed,failed,late}_total`,

@@ -112,6 +112,19 @@ pub(crate) struct InstanceCounters {
     pub(crate) records: AtomicU64,
     /// Records emitted downstream.
     pub(crate) emitted: AtomicU64,
+    /// Nanoseconds the task running it spent in polls that did work.
+    pub(crate) busy_ns: AtomicU64,
+    /// Nanoseconds the task running it could not pass its output on (a
+    /// ring downstream full).
+    pub(crate) backpressured_ns: AtomicU64,
+    /// Its input watermark, event-time nanoseconds (0: none yet;
+    /// `u64::MAX`: its input ended).
+    pub(crate) watermark: AtomicU64,
+    /// Checkpoint barriers its task's input aligned, the nanoseconds that
+    /// took in all (first lane's barrier → last lane's), and the newest's.
+    pub(crate) alignments: AtomicU64,
+    pub(crate) alignment_ns: AtomicU64,
+    pub(crate) alignment_last_ns: AtomicU64,
 }
 
 /// Everything the tasks of a job publish while it runs.
@@ -329,6 +342,25 @@ impl JobMetrics {
             })
             .collect()
     }
+
+    /// Per instance of `node`: its task's time, its watermark and its
+    /// alignments, as [`OperatorStats::time`].
+    pub(crate) fn node_times(&self, node: usize) -> Vec<InstanceTime> {
+        self.counters[node]
+            .iter()
+            .map(|c| {
+                let wm = c.watermark.load(Ordering::Relaxed);
+                InstanceTime {
+                    busy_ns: c.busy_ns.load(Ordering::Relaxed),
+                    backpressured_ns: c.backpressured_ns.load(Ordering::Relaxed),
+                    watermark: (wm != 0).then_some(wm),
+                    alignments: c.alignments.load(Ordering::Relaxed),
+                    alignment_ns: c.alignment_ns.load(Ordering::Relaxed),
+                    alignment_last_ns: c.alignment_last_ns.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
 }
 
 /// Counts of one operator over the whole job (all instances).
@@ -346,10 +378,36 @@ pub struct OperatorStats {
     pub emitted: u64,
     /// Per instance: (`records`, `emitted`) of that instance alone.
     pub instances: Vec<(u64, u64)>,
+    /// Per instance: where its task's time went, its watermark, its
+    /// checkpoint alignments.
+    pub time: Vec<InstanceTime>,
     /// Whether it is a source.
     pub source: bool,
     /// Whether it is a sink (it emits nothing).
     pub sink: bool,
+}
+
+/// Where the time of the task running an operator instance went, and the
+/// instance's event time ([`OperatorStats::time`]). The times are its
+/// task's — an operator chained with others shares them — over every
+/// attempt; a standby's own work is not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstanceTime {
+    /// Nanoseconds in polls that did work (Flink's busy time).
+    pub busy_ns: u64,
+    /// Nanoseconds its output was blocked by a full ring downstream
+    /// (Flink's backpressured time).
+    pub backpressured_ns: u64,
+    /// Its input watermark, event-time nanoseconds: `None` before the
+    /// first, `Some(u64::MAX)` once its input ended.
+    pub watermark: Option<u64>,
+    /// Checkpoint barriers its task's input aligned (every lane's barrier
+    /// in, or its lane ended).
+    pub alignments: u64,
+    /// Nanoseconds those alignments took, first lane's barrier → last's.
+    pub alignment_ns: u64,
+    /// The newest alignment's nanoseconds.
+    pub alignment_last_ns: u64,
 }
 
 /// A live view of a running job.

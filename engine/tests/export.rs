@@ -164,6 +164,13 @@ fn a_scrape_during_a_run_parses_and_its_counters_grow_between_two_scrapes() {
         value(&second, "tandem_records_out_total", out)
             > value(&first, "tandem_records_out_total", out)
     );
+    // Where the time goes, and the barriers' alignment, per task (one
+    // task here, its barriers injected at its source: none to align).
+    assert!(value(&second, "tandem_busy_seconds_total", out) > 0.0);
+    assert_eq!(
+        value(&second, "tandem_checkpoint_alignments_total", out),
+        0.0
+    );
     let count = |b: &str| line_value(b, "tandem_latency_seconds_count");
     assert!(count(&bodies[1]) > count(&bodies[0]), "the histogram grows");
     let recent_p99 = bodies[1]
@@ -268,5 +275,78 @@ fn the_interval_log_holds_every_sample_the_report_counts_one_interval_per_period
         "no sample lost or counted twice"
     );
     assert_eq!(samples, N);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn busy_backpressure_watermarks_and_alignments_are_counted_where_they_happen() {
+    const RECORDS: u64 = 60_000;
+    let dir = tempdir("export-time");
+    let job = JobBuilder::new("timed");
+    job.default_parallelism(2);
+    // One source feeding two slow instances through small rings: the
+    // source waits on them (backpressure), they work (busy).
+    job.source("numbers", |_| {
+        IterSource((0..RECORDS).map(|n| (n, n * 1_000)))
+    })
+    .parallelism(1)
+    .watermarks(tandem::time::Watermarks::bounded(Duration::ZERO).every(64))
+    .rebalance()
+    .map("slow", |n: u64| {
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_micros(5) {
+            std::hint::spin_loop();
+        }
+        n
+    })
+    .for_each("drop", |_| {});
+    let mut cp = CheckpointConfig::every(Duration::from_millis(20));
+    cp.dir = Some(dir.join("checkpoints"));
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .pin(false)
+        .ring_capacity(16)
+        .checkpoint(cp);
+    let report = job.build().unwrap().run(&cfg).unwrap();
+    let op = |name: &str| report.operator(name).unwrap();
+    let wall = report.elapsed.as_nanos() as u64;
+    let (source, slow) = (op("numbers"), op("slow"));
+    // Each instance's task: busy and backpressured within the run's wall
+    // time, never more (each nanosecond counted once).
+    for t in source.time.iter().chain(&slow.time) {
+        assert!(
+            t.busy_ns + t.backpressured_ns <= wall,
+            "{t:?} over {wall} ns"
+        );
+    }
+    assert!(slow.time.iter().all(|t| t.busy_ns > 0), "{:?}", slow.time);
+    assert!(
+        source.time[0].backpressured_ns > 0,
+        "the source never waited on the slow instances: {:?}",
+        source.time[0]
+    );
+    // Chained operators share their task's time.
+    let drop = op("drop");
+    assert_eq!(
+        drop.time.iter().map(|t| t.busy_ns).collect::<Vec<_>>(),
+        slow.time.iter().map(|t| t.busy_ns).collect::<Vec<_>>()
+    );
+    // Watermarks: the source's own, and its downstream's input ended.
+    assert!(source.time[0].watermark.is_some(), "{:?}", source.time);
+    assert!(
+        slow.time.iter().all(|t| t.watermark.is_some()),
+        "{:?}",
+        slow.time
+    );
+    // Every completed checkpoint was aligned by every downstream instance
+    // (a barrier completes a checkpoint only once every task forwarded
+    // it), and no alignment took longer than the run.
+    let completed = report.checkpoints.completed;
+    assert!(completed > 0, "no checkpoint completed");
+    for t in &slow.time {
+        assert!(t.alignments >= completed, "{t:?}: {completed} checkpoints");
+        assert!(t.alignment_ns >= t.alignment_last_ns && t.alignment_ns <= wall);
+    }
+    assert!(source.time.iter().all(|t| t.alignments == 0));
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -35,6 +35,9 @@ struct Happened {
     what: String,
 }
 
+/// Per operator, per instance: (records, busy ns, backpressured ns).
+type Counts = Vec<Vec<(u64, u64, u64)>>;
+
 /// What the sampler keeps between samples.
 #[derive(Default)]
 struct History {
@@ -42,7 +45,12 @@ struct History {
     p99_us: VecDeque<Option<f64>>,
     /// Per operator, per instance: records/s over the last step.
     rates: Vec<Vec<f64>>,
-    prev: Option<(f64, Vec<Vec<u64>>, LatencyHistogram)>,
+    /// Per operator, per instance: the share of the last step its task
+    /// was busy, and backpressured.
+    busy: Vec<Vec<f64>>,
+    pressed: Vec<Vec<f64>>,
+    /// The previous sample: its time, counts and latency.
+    prev: Option<(f64, Counts, LatencyHistogram)>,
     events: Vec<Happened>,
     /// Recoveries seen so far, by (kind, cause, unprovoked).
     recoveries: HashMap<(&'static str, &'static str, bool), u64>,
@@ -65,29 +73,42 @@ impl Inner {
     fn sample(&self) {
         let Some(w) = self.watch() else { return };
         let t = w.elapsed().as_secs_f64();
-        let counts: Vec<Vec<u64>> = w
+        let counts: Counts = w
             .progress()
             .operators
             .iter()
-            .map(|o| o.instances.iter().map(|i| i.0).collect())
+            .map(|o| {
+                o.instances
+                    .iter()
+                    .zip(&o.time)
+                    .map(|(i, t)| (i.0, t.busy_ns, t.backpressured_ns))
+                    .collect()
+            })
             .collect();
         let lat = w.latency();
         let s = w.status();
         let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((t0, c0, l0)) = &h.prev {
             let dt = (t - t0).max(1e-6);
-            let rates = counts
-                .iter()
-                .zip(c0)
-                .map(|(now, before)| {
-                    now.iter()
-                        .zip(before)
-                        .map(|(a, b)| a.saturating_sub(*b) as f64 / dt)
-                        .collect()
-                })
-                .collect();
+            let per = |f: &dyn Fn(&(u64, u64, u64)) -> u64, scale: f64| -> Vec<Vec<f64>> {
+                counts
+                    .iter()
+                    .zip(c0)
+                    .map(|(now, before)| {
+                        now.iter()
+                            .zip(before)
+                            .map(|(a, b)| f(a).saturating_sub(f(b)) as f64 / dt / scale)
+                            .collect()
+                    })
+                    .collect()
+            };
+            let rates = per(&|c| c.0, 1.0);
+            let busy = per(&|c| c.1, 1e9);
+            let pressed = per(&|c| c.2, 1e9);
             let d = lat.since(l0);
             h.rates = rates;
+            h.busy = busy;
+            h.pressed = pressed;
             h.t.push_back(t);
             h.p99_us
                 .push_back((!d.is_empty()).then(|| d.quantile(0.99) as f64 / 1e3));
@@ -149,6 +170,14 @@ impl Inner {
         let progress = w.progress();
         let s = w.status();
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let newest = progress
+            .operators
+            .iter()
+            .filter(|o| o.source)
+            .flat_map(|o| o.time.iter().filter_map(|t| t.watermark))
+            .filter(|&w| w != u64::MAX)
+            .max();
+        let mut alignment_last_us: Option<u64> = None;
         let operators: Vec<serde_json::Value> = shape
             .operators
             .iter()
@@ -156,10 +185,36 @@ impl Inner {
             .enumerate()
             .map(|(i, (o, p))| {
                 let inst: Vec<f64> = h.rates.get(i).cloned().unwrap_or_default();
+                let most = |v: Option<&Vec<f64>>| {
+                    v.map_or(0.0, |v| v.iter().fold(0.0f64, |m, x| m.max(x.min(1.0))))
+                };
+                // The instance furthest behind the sources' newest watermark
+                // (seconds of event time; 0 once its input ended).
+                let lag = newest.and_then(|n| {
+                    p.time
+                        .iter()
+                        .filter_map(|t| t.watermark)
+                        .map(|w| {
+                            if w == u64::MAX {
+                                0.0
+                            } else {
+                                n.saturating_sub(w) as f64 / 1e9
+                            }
+                        })
+                        .reduce(f64::max)
+                });
+                if !p.source {
+                    for t in p.time.iter().filter(|t| t.alignments > 0) {
+                        let us = t.alignment_last_ns / 1000;
+                        alignment_last_us = Some(alignment_last_us.map_or(us, |m| m.max(us)));
+                    }
+                }
                 serde_json::json!({
                     "name": o.name, "parallelism": o.parallelism, "source": o.source,
                     "sink": o.sink, "standby": o.standby, "records": p.records,
                     "rate": inst.iter().sum::<f64>(), "instances": inst,
+                    "busy": most(h.busy.get(i)), "backpressured": most(h.pressed.get(i)),
+                    "watermark_lag_s": lag,
                 })
             })
             .collect();
@@ -174,6 +229,7 @@ impl Inner {
                 "started": s.checkpoints_started, "completed": s.checkpoints_completed,
                 "failed": s.checkpoints_failed, "last_duration_us": s.checkpoint_last_duration_us,
                 "last_bytes": s.checkpoint_last_bytes, "written_bytes": s.checkpoint_bytes,
+                "alignment_last_us": alignment_last_us,
             },
             "standby": s.standby.iter().map(|g| serde_json::json!({
                 "operator": g.operator, "instance": g.instance, "queue_entries": g.queue_entries,

@@ -19,6 +19,38 @@
 //! new primary repeats the barriers of the chunks it replays — and changes
 //! nothing.
 
+/// How long an input's barrier alignments take, from the first lane's
+/// barrier to the one that completes it (engine ns), for the alignment
+/// time a task publishes ([`super::task::TaskCtx::aligned`]). Apart from
+/// [`Alignment`], which recovery points copy: a time is not state.
+#[derive(Debug, Default)]
+pub(crate) struct AlignTimer {
+    /// The barrier being aligned and when its first lane delivered it.
+    started: Option<(u64, u64)>,
+}
+
+impl AlignTimer {
+    /// A lane delivered barrier `id` at `now`, before `a` is told: a
+    /// barrier newer than every one `a` knows starts the clock.
+    pub(crate) fn on_barrier(&mut self, a: &Alignment, id: u64, now: u64) {
+        if id > a.forwarded() && id > a.aligning() {
+            self.started = Some((id, now));
+        }
+    }
+
+    /// `a` forwarded barrier `id` at `now`: how long its alignment took
+    /// (`None` for one whose start this timer did not see).
+    pub(crate) fn forwarded(&mut self, id: u64, now: u64) -> Option<u64> {
+        match self.started {
+            Some((i, t)) if i == id => {
+                self.started = None;
+                Some(now.saturating_sub(t))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The alignment of one input's lanes (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Alignment {
@@ -114,6 +146,22 @@ mod tests {
         let before = a.clone();
         assert_eq!(a.on_barrier(0, 2, &ended), None);
         assert_eq!(a, before);
+    }
+
+    #[test]
+    fn the_timer_runs_from_the_first_lanes_barrier_to_the_last() {
+        let mut a = Alignment::new(2);
+        let mut t = AlignTimer::default();
+        let ended = [false; 2];
+        t.on_barrier(&a, 1, 100);
+        assert_eq!(a.on_barrier(0, 1, &ended), None);
+        // The second lane's barrier does not restart the clock.
+        t.on_barrier(&a, 1, 150);
+        assert_eq!(a.on_barrier(1, 1, &ended), Some(1));
+        assert_eq!(t.forwarded(1, 170), Some(70));
+        // A repeated (stale) barrier starts nothing.
+        t.on_barrier(&a, 1, 200);
+        assert_eq!(t.forwarded(1, 210), None);
     }
 
     #[test]

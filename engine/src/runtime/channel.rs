@@ -12,7 +12,7 @@
 //! takes them with one acquire load and publishes the freed slots once per
 //! chunk.
 
-use super::align::Alignment;
+use super::align::{AlignTimer, Alignment};
 use super::graph::Fencing;
 use super::lanes::{Forward, LaneClock};
 use super::task::{Gate, Poll, Port, TaskCtx};
@@ -398,6 +398,7 @@ pub(crate) struct RingInput<T> {
     gate: Option<Rc<Gate>>,
     ctx: Rc<TaskCtx>,
     align: Alignment,
+    timer: AlignTimer,
     clock: LaneClock,
 }
 
@@ -433,20 +434,29 @@ impl<T> RingInput<T> {
             gate,
             ctx,
             align: Alignment::new(n),
+            timer: AlignTimer::default(),
             clock: LaneClock::new(n),
         }
     }
 
     fn on_barrier(&mut self, lane: usize, id: u64) {
+        self.timer.on_barrier(&self.align, id, self.ctx.clock.now());
         if let Some(id) = self.align.on_barrier(lane, id, &self.ended) {
-            self.target.barrier(id);
+            self.forward(id);
         }
     }
 
     fn try_complete(&mut self) {
         if let Some(id) = self.align.try_complete(&self.ended) {
-            self.target.barrier(id);
+            self.forward(id);
         }
+    }
+
+    fn forward(&mut self, id: u64) {
+        if let Some(ns) = self.timer.forwarded(id, self.ctx.clock.now()) {
+            self.ctx.aligned(ns);
+        }
+        self.target.barrier(id);
     }
 }
 

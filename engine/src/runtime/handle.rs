@@ -260,6 +260,7 @@ pub(crate) fn operator_stats(graph: &Graph, metrics: &JobMetrics) -> Vec<Operato
                 records,
                 emitted,
                 instances,
+                time: metrics.node_times(i),
                 source: matches!(n.kind, crate::runtime::graph::NodeKind::Source { .. }),
                 sink: n.out.is_none(),
             }

@@ -283,6 +283,7 @@ impl<T: 'static> Port for SourcePort<T> {
         self.ctx.lane.set(0);
         if std::mem::take(&mut self.resend) {
             self.target.watermark(self.gen.sent);
+            self.slot.watermark(self.gen.sent);
         }
         self.ctx.lane_wm.set(self.gen.sent);
         let mut now = self.ctx.clock.now();
@@ -366,6 +367,7 @@ impl<T: 'static> Port for SourcePort<T> {
             if let Some(spec) = &self.watermarks {
                 if let Some(wm) = self.gen.on_record(spec, id.seq(), event_time) {
                     self.target.watermark(wm);
+                    self.slot.watermark(wm);
                     self.ctx.lane_wm.set(wm);
                     if spec.drift_ns().is_some() {
                         self.ctx.shared.source_clocks.publish(self.partition, wm);

@@ -55,6 +55,7 @@ pub(crate) struct OpSlot {
 
 impl OpSlot {
     pub(crate) fn new(op: usize, instance: usize, ctx: &TaskCtx) -> Self {
+        ctx.member(op);
         OpSlot {
             op,
             instance,
@@ -85,6 +86,15 @@ impl OpSlot {
             c.emitted.fetch_add(emitted - e0, Ordering::Relaxed);
         }
         self.published.set((records.max(r0), emitted.max(e0)));
+    }
+
+    /// Publishes the instance's input watermark (a source's: its own).
+    #[inline]
+    pub(crate) fn watermark(&self, wm: u64) {
+        if !self.muted.get() {
+            let c = &self.shared.metrics.counters[self.op][self.instance];
+            c.watermark.store(wm, Ordering::Relaxed);
+        }
     }
 
     /// Publishes a source partition's position: records produced, each
@@ -154,7 +164,28 @@ pub(crate) struct TaskCtx {
     /// own work (the worker tells such a task whether the others moved,
     /// [`Background::others_busy`]).
     pub(crate) lowly: Cell<bool>,
+    /// The chain's operators (node indexes), as their slots were made:
+    /// the task's busy and backpressured time is theirs.
+    members: RefCell<Vec<usize>>,
+    /// The chain's head: the operator whose input aligns barriers.
+    head: usize,
+    /// Busy and backpressured time not yet published.
+    time: Cell<TaskTime>,
 }
+
+/// A task's time since it last published it ([`TaskCtx::account`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct TaskTime {
+    busy: u64,
+    backpressured: u64,
+    /// When its output blocked (engine ns; 0: not blocked).
+    blocked_since: u64,
+    published_at: u64,
+}
+
+/// How often a task publishes its busy and backpressured time (the
+/// counters a live reader takes rates of).
+const TIME_PUBLISH_NS: u64 = 10_000_000;
 
 impl TaskCtx {
     pub(crate) fn new(
@@ -189,7 +220,66 @@ impl TaskCtx {
             epoch: Cell::new(0),
             point_capture: Cell::new(crate::state::delta::CaptureFor::whole()),
             lowly: Cell::new(false),
+            members: RefCell::new(Vec::new()),
+            head: head_op,
+            time: Cell::new(TaskTime::default()),
         }
+    }
+
+    fn member(&self, op: usize) {
+        let mut m = self.members.borrow_mut();
+        if !m.contains(&op) {
+            m.push(op);
+        }
+    }
+
+    /// A poll from `started` to `now` (engine ns) ended; `worked`: it did
+    /// something. Busy time is the polls that worked; backpressured time
+    /// runs from a poll that left the output blocked to the one that
+    /// found it free. Published to the chain's operators every
+    /// [`TIME_PUBLISH_NS`] (a standby's own work is not theirs).
+    pub(crate) fn account(&self, started: Nanos, now: Nanos, worked: bool) {
+        let mut t = self.time.get();
+        if worked {
+            t.busy += now.saturating_sub(started);
+        }
+        let blocked = self.blocked.get() > 0;
+        if blocked && t.blocked_since == 0 {
+            t.blocked_since = now.max(1);
+        } else if !blocked && t.blocked_since != 0 {
+            t.backpressured += now.saturating_sub(t.blocked_since);
+            t.blocked_since = 0;
+        }
+        if now.saturating_sub(t.published_at) >= TIME_PUBLISH_NS {
+            if t.blocked_since != 0 {
+                t.backpressured += now.saturating_sub(t.blocked_since);
+                t.blocked_since = now;
+            }
+            if !self.muted.get() && (t.busy | t.backpressured) != 0 {
+                for &op in self.members.borrow().iter() {
+                    let c = &self.shared.metrics.counters[op][self.instance];
+                    c.busy_ns.fetch_add(t.busy, Ordering::Relaxed);
+                    c.backpressured_ns
+                        .fetch_add(t.backpressured, Ordering::Relaxed);
+                }
+            }
+            t.busy = 0;
+            t.backpressured = 0;
+            t.published_at = now;
+        }
+        self.time.set(t);
+    }
+
+    /// The task's input aligned a checkpoint barrier in `ns` nanoseconds
+    /// (published as its head's).
+    pub(crate) fn aligned(&self, ns: u64) {
+        if self.muted.get() {
+            return;
+        }
+        let c = &self.shared.metrics.counters[self.head][self.instance];
+        c.alignments.fetch_add(1, Ordering::Relaxed);
+        c.alignment_ns.fetch_add(ns, Ordering::Relaxed);
+        c.alignment_last_ns.store(ns, Ordering::Relaxed);
     }
 
     /// The worker's background work.

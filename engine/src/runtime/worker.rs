@@ -258,6 +258,10 @@ impl Loop<'_> {
         let r = catch_unwind(AssertUnwindSafe(|| task.poll(started)));
         super::panic::leave();
         let now = self.clock.now();
+        if let Ok(p) = &r {
+            task.ctx
+                .account(started, now, !matches!(p, Poll::Idle { .. }));
+        }
         if self.debug_dump && now - started > SLOW_POLL_NS {
             // TANDEM_DEBUG: where a worker's time went, for a latency tail
             // (a poll this long held every task behind it).

@@ -23,7 +23,7 @@ use crate::operator::{CoProcess, Collector, Output};
 use crate::record::Record;
 use crate::runtime::channel::forward_time;
 use crate::runtime::graph::{BuildCx, Probe};
-use crate::runtime::lanes::LaneClock;
+use crate::runtime::lanes::{Forward, LaneClock};
 use crate::runtime::probe::run_probe;
 use crate::runtime::task::{Hold, OpSlot, TaskCtx};
 use std::cell::{Cell, RefCell};
@@ -57,11 +57,19 @@ struct Core<A, B, O, P> {
 impl<A, B, O, P: CoProcess<A, B, O>> Core<A, B, O, P> {
     fn watermark(&mut self, port: usize, wm: u64) {
         let f = self.clock.on_watermark(port, wm);
-        forward_time(f, &mut *self.down);
+        self.time(f);
     }
 
     fn idle(&mut self, port: usize) {
         let f = self.clock.on_idle(port);
+        self.time(f);
+    }
+
+    /// What the two inputs' clocks decided, published and forwarded.
+    fn time(&mut self, f: Forward) {
+        if let Forward::Watermark(wm) | Forward::IdleAt(wm) = f {
+            self.slot.watermark(wm);
+        }
         forward_time(f, &mut *self.down);
     }
 

@@ -458,6 +458,7 @@ impl<T: Clone + 'static, H: Hop<T>> Collector<T> for EventTimeOp<T, H> {
             return;
         }
         self.clock.wm_in = wm;
+        self.slot.watermark(wm);
         let prev = self.ctx.enter(self.slot.op);
         self.advance(wm);
         self.hop.compact(&mut self.clock);

@@ -335,6 +335,7 @@ where
     }
 
     fn watermark(&mut self, wm: u64) {
+        self.slot.watermark(wm);
         self.down.watermark(wm);
     }
 

@@ -205,7 +205,9 @@ impl<T, S: Sink<T>> Collector<T> for SinkOp<T, S> {
     }
 
     // A sink has no event time of its own to pass on.
-    fn watermark(&mut self, _wm: u64) {}
+    fn watermark(&mut self, wm: u64) {
+        self.slot.watermark(wm);
+    }
 
     fn idle(&mut self) {}
 

@@ -73,6 +73,7 @@ impl<I, O, P: Process<I, O>> Collector<I> for ProcessOp<I, O, P> {
     }
 
     fn watermark(&mut self, wm: u64) {
+        self.slot.watermark(wm);
         self.down.watermark(wm);
     }
 

@@ -14,7 +14,7 @@ use crate::error::JobError;
 use crate::operator::Collector;
 use crate::queue::spsc::Consumer;
 use crate::record::TupleId;
-use crate::runtime::align::Alignment;
+use crate::runtime::align::{AlignTimer, Alignment};
 use crate::runtime::channel::{forward_time, Msg};
 use crate::runtime::graph::{downcast, AnyBox};
 use crate::runtime::lanes::LaneClock;
@@ -56,6 +56,7 @@ pub(crate) struct FencedInput<U> {
     srcs: Vec<Source<U>>,
     live: usize,
     align: Alignment,
+    timer: AlignTimer,
     /// Event time over the groups (a new primary's replay repeats
     /// watermarks; a lane's watermark never goes back).
     clock: LaneClock,
@@ -88,6 +89,7 @@ impl<U: 'static> FencedInput<U> {
         FencedInput {
             live: srcs.len(),
             align: Alignment::new(srcs.len()),
+            timer: AlignTimer::default(),
             clock: LaneClock::new(srcs.len()),
             srcs,
             next: 0,
@@ -249,10 +251,16 @@ impl<U: 'static> FencedInput<U> {
         if barrier.is_some() || got_end {
             let ended: Vec<bool> = self.srcs.iter().map(|s| s.ended).collect();
             let forward = match barrier {
-                Some(id) => self.align.on_barrier(i, id, &ended),
+                Some(id) => {
+                    self.timer.on_barrier(&self.align, id, self.ctx.clock.now());
+                    self.align.on_barrier(i, id, &ended)
+                }
                 None => self.align.try_complete(&ended),
             };
             if let Some(id) = forward {
+                if let Some(ns) = self.timer.forwarded(id, self.ctx.clock.now()) {
+                    self.ctx.aligned(ns);
+                }
                 self.target.barrier(id);
             }
         }

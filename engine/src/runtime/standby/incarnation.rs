@@ -19,7 +19,7 @@ use crate::checkpoint::StateCapture;
 use crate::error::JobError;
 use crate::operator::Collector;
 use crate::record::{Nanos, Record};
-use crate::runtime::align::Alignment;
+use crate::runtime::align::{AlignTimer, Alignment};
 use crate::runtime::graph::downcast;
 use crate::runtime::lanes::LaneClock;
 use crate::runtime::task::{Poll, Port, TaskCtx};
@@ -106,6 +106,8 @@ pub(crate) struct Incarnation<T> {
     live: usize,
     /// Checkpoint barriers over the lanes, as of entry `seq`.
     align: Alignment,
+    /// How long the primary's alignments take.
+    align_timer: AlignTimer,
     /// Event time over the lanes, as of entry `seq`.
     clock: LaneClock,
     /// The id of the barrier entry copied out last.
@@ -177,6 +179,7 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
             ended: vec![false; lanes],
             live: lanes,
             align: Alignment::new(lanes),
+            align_timer: AlignTimer::default(),
             clock: LaneClock::new(lanes),
             barrier: 0,
             attached: false,

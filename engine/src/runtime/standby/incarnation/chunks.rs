@@ -234,7 +234,12 @@ impl<T: crate::Data + Codec + Sync> Incarnation<T> {
         self.seq += 1;
         match det {
             Det::Barrier { .. } => {
+                let now = self.ctx.clock.now();
+                self.align_timer.on_barrier(&self.align, self.barrier, now);
                 if let Some(id) = self.align.on_barrier(l, self.barrier, &self.ended) {
+                    if let Some(ns) = self.align_timer.forwarded(id, now) {
+                        self.ctx.aligned(ns);
+                    }
                     if let Some(s) = &src {
                         // The source's acknowledgement: its position.
                         if self.ctx.wants_snapshot(id) {
