@@ -494,7 +494,7 @@ pub fn markdown(r: &Results, plots: &[String]) -> String {
     }
     let _ = writeln!(
         s,
-        "Each run's report, log, interval log (`.hlog`) and timeline are in `runs/`; `results.json` holds every figure above."
+        "Each run's report, log, interval log (`.hlog`) and timeline are in `runs/`, with its command line (`runs/<run>.cmd`: run it to repeat that run alone, with the same flags, fault schedule and seed); `results.json` holds every figure above."
     );
     s
 }

@@ -279,8 +279,9 @@ impl Runner {
         self.child(cmd, r, &report)
     }
 
-    /// Runs `cmd` for run `r` (its output to `runs/<name>.log`), then reads
-    /// the JSON report it wrote at `report`.
+    /// Runs `cmd` for run `r` (its command line to `runs/<name>.cmd`, its
+    /// output to `runs/<name>.log`), then reads the JSON report it wrote
+    /// at `report`.
     fn child<R: serde::de::DeserializeOwned>(
         &self,
         mut cmd: Command,
@@ -288,6 +289,10 @@ impl Runner {
         report: &Path,
     ) -> anyhow::Result<(R, f64)> {
         let log = self.dir.join("runs").join(format!("{}.log", r.name));
+        std::fs::write(
+            self.dir.join("runs").join(format!("{}.cmd", r.name)),
+            format!("{}\n", command_line(&cmd)),
+        )?;
         let bin = cmd.get_program().to_owned();
         let stderr = std::fs::File::create(&log)?;
         cmd.stdin(Stdio::null())
@@ -409,4 +414,25 @@ pub fn read_hlog(path: &Path) -> anyhow::Result<hdrhistogram::Histogram<u64>> {
         }
     }
     Ok(all)
+}
+
+/// `cmd` as a shell would take it: each word quoted where it needs to be.
+fn command_line(cmd: &Command) -> String {
+    let quote = |w: &std::ffi::OsStr| {
+        let w = w.to_string_lossy();
+        let plain = !w.is_empty()
+            && !w.starts_with('~')
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./:=@~,+%".contains(c));
+        if plain {
+            w.into_owned()
+        } else {
+            format!("'{}'", w.replace('\'', "'\\''"))
+        }
+    };
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(quote)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
