@@ -37,6 +37,9 @@ pub enum BuildError {
     /// Event time or windows configured in a way that cannot work.
     #[error("operator `{name}`: {reason}")]
     Window { name: String, reason: String },
+    /// A CEP pattern that cannot be matched ([`crate::cep::Pattern::validate`]).
+    #[error("operator `{name}`: {reason}")]
+    Pattern { name: String, reason: String },
 }
 
 /// Errors of the runtime: the machine cannot host the job as configured.

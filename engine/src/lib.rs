@@ -130,6 +130,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cep;
 pub mod checkpoint;
 pub mod error;
 pub mod export;

@@ -21,6 +21,14 @@ pub struct KeyedStream<K, T> {
     pub(super) key: Arc<dyn Fn(&T) -> K + Send + Sync>,
 }
 
+impl<K, T> KeyedStream<K, T> {
+    /// Refuses the job at `build()` with `e` (a structural mistake found
+    /// while adding an operator).
+    pub(crate) fn refuse(&self, e: crate::error::BuildError) {
+        self.stream.job.borrow_mut().errors.push(e);
+    }
+}
+
 impl<K, T> Clone for KeyedStream<K, T> {
     fn clone(&self) -> Self {
         KeyedStream {
