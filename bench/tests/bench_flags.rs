@@ -403,3 +403,28 @@ fn sigint_and_sigterm_stop_a_running_bench_with_128_plus_the_signal_leaving_its_
         }
     }
 }
+
+#[test]
+fn cep_prints_its_figures_and_refuses_bad_flags_naming_them() {
+    let cep = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cep"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = cep(&["--events", "20000", "--runs", "1", "--cores", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("ns/event with a pattern of 3 steps") && out.contains("events/s per core"),
+        "{out}"
+    );
+    for (bad, flag) in [
+        (&["--events", "0"][..], "--events"),
+        (&["--runs", "0"][..], "--runs"),
+        (&["--keys", "0"][..], "--keys"),
+        (&["--cores", "100000"][..], "--cores"),
+    ] {
+        assert_refused(&cep(bad), flag);
+    }
+}

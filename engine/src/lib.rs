@@ -179,3 +179,8 @@ pub use state::{KeyedState, StateSnapshot};
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The CEP page's example (docs/cep.md), compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/cep.md")]
+pub struct CepDoctests;
