@@ -37,7 +37,7 @@ pub enum BuildError {
     /// Event time or windows configured in a way that cannot work.
     #[error("operator `{name}`: {reason}")]
     Window { name: String, reason: String },
-    /// A CEP pattern that cannot be matched ([`crate::cep::Pattern::validate`]).
+    /// A CEP pattern that cannot be matched (`cep::Pattern::validate`).
     #[error("operator `{name}`: {reason}")]
     Pattern { name: String, reason: String },
 }

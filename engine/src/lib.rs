@@ -37,6 +37,8 @@
 //! ```text
 //! export.rs    what a running job shows outside: Prometheus text over
 //!              HTTP, HdrHistogram interval logs (reads a JobWatch)
+//! cep/         complex event processing: patterns, the matcher of a key,
+//!              the operator on a keyed stream (built on the job API)
 //! job/         the typed builder: a Job is a graph the runtime consumes
 //! sinks/       ready-made sinks (two-phase-commit files)
 //! runtime/     what wires and runs tasks: placement, workers, rings between
