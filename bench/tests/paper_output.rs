@@ -37,6 +37,14 @@ fn run(
         .run_dir(dir.join(format!("{tag}-run")));
     let report = job.run(&cfg).unwrap();
     paper::merge_output(&out, parallelism, paper::OutputMode::Direct).unwrap();
+    // A successful run keeps its dead letters for the user; the test
+    // counts them and is done with them.
+    if let Some(kept) = report.dead_letter_path.as_ref().and_then(|p| p.parent()) {
+        if kept.starts_with(std::env::temp_dir()) && kept.to_string_lossy().contains("deadletters")
+        {
+            let _ = std::fs::remove_dir_all(kept);
+        }
+    }
     (common::sorted_lines(&out), report.dead_letters)
 }
 

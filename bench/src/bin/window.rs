@@ -98,6 +98,7 @@ impl WindowAggregate<u32, (u32, u32), (u32, u32)> for Count {
 fn run(windowed: bool, args: &Args) -> Result<(f64, u64)> {
     let (records, users) = (args.records, args.users);
     let job = JobBuilder::new(if windowed { "window" } else { "keyed" });
+    job.default_parallelism(args.cores);
     let sink = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let s2 = std::sync::Arc::clone(&sink);
     let src = job
