@@ -157,6 +157,45 @@ impl Job {
         crate::runtime::start(self.graph, config)
     }
 
+    /// The job's failover regions: the sets of operator instances that
+    /// exchange records with one another, directly or not (Flink's
+    /// pipelined regions), each as `(operator, instance)` pairs in the
+    /// order the operators were added. Instances joined only by forward
+    /// edges form a region per instance; an all-to-all exchange (`key_by`,
+    /// `rebalance`, `broadcast`) joins every instance on both sides. No
+    /// record crosses between regions.
+    ///
+    /// ```
+    /// use tandem::{IterSource, JobBuilder};
+    ///
+    /// // Two independent forward pipelines, then the same with a keyBy.
+    /// let job = JobBuilder::new("pipelines");
+    /// job.default_parallelism(2);
+    /// job.source("numbers", |_| IterSource((0..10u64).map(|n| (n, n))))
+    ///     .map("double", |n: u64| n * 2)
+    ///     .for_each("drop", |_| {});
+    /// assert_eq!(job.build().unwrap().regions().len(), 2);
+    ///
+    /// let job = JobBuilder::new("shuffled");
+    /// job.default_parallelism(2);
+    /// job.source("numbers", |_| IterSource((0..10u64).map(|n| (n, n))))
+    ///     .key_by(|n: &u64| *n)
+    ///     .reduce("sum", |a: &u64, b: &u64| a + b)
+    ///     .for_each("drop", |_| {});
+    /// assert_eq!(job.build().unwrap().regions().len(), 1);
+    /// ```
+    pub fn regions(&self) -> Vec<Vec<(String, usize)>> {
+        self.graph
+            .regions()
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .map(|(n, i)| (self.graph.nodes[n].name.to_string(), i))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// The operators marked for a standby ([`Stream::standby`], or a
     /// connection's `.standby()`), in the order they were added.
     pub fn standby_operators(&self) -> Vec<String> {

@@ -259,6 +259,73 @@ pub(crate) struct Graph {
     pub(crate) codecs: Codecs,
 }
 
+impl Graph {
+    /// The job's failover regions (Flink's pipelined regions): the sets of
+    /// operator instances `(node, instance)` that exchange records with
+    /// one another, directly or not. A forward edge between operators of
+    /// equal parallelism joins instance `i` to instance `i`; any other edge
+    /// (hash, rebalance, broadcast, or forward between parallelisms that
+    /// differ) joins every instance of one to every instance of the other.
+    /// No record crosses from one region to another, so a region can be
+    /// restarted from a checkpoint while the others run on. Regions are
+    /// ordered by their first instance (node, then instance), and each
+    /// region's instances likewise.
+    pub(crate) fn regions(&self) -> Vec<Vec<(usize, usize)>> {
+        let base: Vec<usize> = self
+            .nodes
+            .iter()
+            .scan(0, |acc, n| {
+                let b = *acc;
+                *acc += n.parallelism;
+                Some(b)
+            })
+            .collect();
+        let total = self.nodes.iter().map(|n| n.parallelism).sum::<usize>();
+        let mut parent: Vec<usize> = (0..total).collect();
+        fn root(p: &mut [usize], mut x: usize) -> usize {
+            while p[x] != x {
+                p[x] = p[p[x]];
+                x = p[x];
+            }
+            x
+        }
+        let mut join = |a: usize, b: usize| {
+            let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+            if ra != rb {
+                parent[ra.max(rb)] = ra.min(rb);
+            }
+        };
+        for e in &self.edges {
+            let (pf, pt) = (self.nodes[e.from].parallelism, self.nodes[e.to].parallelism);
+            if e.partitioning.is_forward() && pf == pt {
+                for i in 0..pf {
+                    join(base[e.from] + i, base[e.to] + i);
+                }
+            } else {
+                for i in 0..pf {
+                    join(base[e.from] + i, base[e.to]);
+                }
+                for j in 1..pt {
+                    join(base[e.from], base[e.to] + j);
+                }
+            }
+        }
+        let mut regions: Vec<Vec<(usize, usize)>> = Vec::new();
+        let mut index: std::collections::HashMap<usize, usize> = Default::default();
+        for (n, node) in self.nodes.iter().enumerate() {
+            for i in 0..node.parallelism {
+                let r = root(&mut parent, base[n] + i);
+                let k = *index.entry(r).or_insert_with(|| {
+                    regions.push(Vec::new());
+                    regions.len() - 1
+                });
+                regions[k].push((n, i));
+            }
+        }
+        regions
+    }
+}
+
 pub(crate) type HashFn<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
 
 /// The codecs a job knows, by type: every type a `.standby()` stream
