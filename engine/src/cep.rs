@@ -13,6 +13,10 @@
 //! - [`Pattern::followed_by_any`]: non-deterministic relaxed — any later
 //!   event that satisfies it, each a match of its own.
 //!
+//! A negative stage takes no event: [`Pattern::not_next`] (the next event
+//! must not satisfy it) and [`Pattern::not_followed_by`] (no event before
+//! the next stage's may).
+//!
 //! A looping stage (`times`, `one_or_more`) takes its events with relaxed
 //! contiguity among themselves unless [`Pattern::consecutive`] (strict) or
 //! [`Pattern::allow_combinations`] (non-deterministic) says otherwise.
@@ -73,6 +77,17 @@ pub enum Contiguity {
     Any,
 }
 
+/// A negative stage: what must not come ([`Pattern::not_next`],
+/// [`Pattern::not_followed_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Negation {
+    /// The event right after the previous stage's must not satisfy it.
+    NotNext,
+    /// No event between the previous stage's and the next stage's may
+    /// satisfy it.
+    NotFollowedBy,
+}
+
 /// What happens to the other partial matches once a match is emitted
 /// (Flink's `AfterMatchSkipStrategy`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,6 +117,9 @@ pub(crate) struct Stage<T> {
     pub(crate) inner: Contiguity,
     /// A looping stage stops at an event that satisfies this.
     pub(crate) until: Option<Cond<T>>,
+    /// A negative stage: it takes no event; its condition says what must
+    /// not come.
+    pub(crate) negative: Option<Negation>,
     /// Which builder calls were made (for validation).
     looped: bool,
     inner_set: bool,
@@ -117,6 +135,7 @@ impl<T> Clone for Stage<T> {
             entry: self.entry,
             inner: self.inner,
             until: self.until.clone(),
+            negative: self.negative,
             looped: self.looped,
             inner_set: self.inner_set,
         }
@@ -133,6 +152,7 @@ impl<T> Stage<T> {
             entry,
             inner: Contiguity::Relaxed,
             until: None,
+            negative: None,
             looped: false,
             inner_set: false,
         }
@@ -263,6 +283,24 @@ impl<T> Pattern<T> {
         self.then(name, Contiguity::Any)
     }
 
+    /// A negative stage: the event right after the previous stage's must
+    /// not satisfy it (its condition, given with [`Pattern::when`]). It
+    /// takes no event, cannot end the pattern, and takes no quantifier.
+    pub fn not_next(self, name: &str) -> Self {
+        let mut p = self.then(name, Contiguity::Strict);
+        p.last().negative = Some(Negation::NotNext);
+        p
+    }
+
+    /// A negative stage: no event between the previous stage's and the
+    /// next stage's may satisfy it. It takes no event, cannot end the
+    /// pattern, and takes no quantifier.
+    pub fn not_followed_by(self, name: &str) -> Self {
+        let mut p = self.then(name, Contiguity::Relaxed);
+        p.last().negative = Some(Negation::NotFollowedBy);
+        p
+    }
+
     /// The last stage takes exactly `n` events (`n ≥ 1`).
     pub fn times(self, n: u32) -> Self {
         self.times_range(n, n)
@@ -370,6 +408,27 @@ impl<T> Pattern<T> {
             }
             if i == 0 && s.min == 0 {
                 return bad(s, "the first stage cannot be optional");
+            }
+            if s.negative.is_some() {
+                if s.looped || s.min != 1 {
+                    return bad(
+                        s,
+                        "a negative stage takes no quantifier and is not optional",
+                    );
+                }
+                if i + 1 == self.stages.len() {
+                    return bad(s, "a pattern cannot end with not_next or not_followed_by");
+                }
+                let before = &self.stages[i - 1];
+                if before.min == 0 || before.negative.is_some() {
+                    return bad(
+                        s,
+                        "a negative stage cannot follow an optional or negative one",
+                    );
+                }
+                if self.stages[i + 1].min == 0 {
+                    return bad(s, "a negative stage cannot precede an optional one");
+                }
             }
         }
         Ok(())

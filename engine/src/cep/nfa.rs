@@ -14,6 +14,11 @@
 //!   never when strict (it dies), when relaxed only if it did not take
 //!   `e`, always when non-deterministic.
 //!
+//! A partial match that passed a negative stage to wait for the next one
+//! carries it as a guard: `not_next` kills it if the first event after
+//! its last satisfies the negative stage; `not_followed_by` if any event
+//! does before it takes the next stage's.
+//!
 //! Every event may also start a match at the first stage. A partial match
 //! whose first event is `within` or more before the event (or watermark)
 //! at hand times out. The matches completed by one event are emitted in
@@ -22,7 +27,7 @@
 //! and complete matches it names. The tests hold this to a brute-force
 //! matcher that checks every candidate sequence against the rules.
 
-use super::{AfterMatchSkip, Contiguity, Pattern};
+use super::{AfterMatchSkip, Contiguity, Negation, Pattern};
 use std::sync::Arc;
 
 /// One event a match took.
@@ -88,6 +93,10 @@ pub struct Branch<T> {
     count: u32,
     /// What it took so far (never empty).
     events: Vec<Taken<T>>,
+    /// The negative stage it passed to get here, while it still binds:
+    /// `not_next` until the first event after its last, `not_followed_by`
+    /// until it takes one.
+    guard: Option<u16>,
 }
 
 impl<T> Branch<T> {
@@ -194,10 +203,14 @@ impl<T: Clone> Matcher<T> {
         if p.stages[0].accepts(event) {
             spawn(p, 0, 1, vec![taken(0)], &mut next, &mut done);
         }
-        for b in std::mem::take(&mut self.branches) {
+        for mut b in std::mem::take(&mut self.branches) {
             let st = &p.stages[b.stage as usize];
             let looping = b.count > 0;
             if looping && st.stops(event) {
+                continue;
+            }
+            let guard = b.guard.map(|g| &p.stages[g as usize]);
+            if guard.is_some_and(|g| g.negative == Some(Negation::NotNext) && g.accepts(event)) {
                 continue;
             }
             let takes = st.accepts(event);
@@ -206,11 +219,19 @@ impl<T: Clone> Matcher<T> {
                 events.push(taken(b.stage));
                 spawn(p, b.stage, b.count + 1, events, &mut next, &mut done);
             }
-            let keep = match if looping { st.inner } else { st.entry } {
+            let mut keep = match if looping { st.inner } else { st.entry } {
                 Contiguity::Strict => false,
                 Contiguity::Relaxed => !takes,
                 Contiguity::Any => true,
             };
+            match guard.and_then(|g| g.negative.map(|n| (n, g))) {
+                // The next event was not the one `not_next` forbids.
+                Some((Negation::NotNext, _)) => b.guard = None,
+                // An event `not_followed_by` forbids came before the next
+                // stage's.
+                Some((Negation::NotFollowedBy, g)) if g.accepts(event) => keep = false,
+                _ => {}
+            }
             if keep {
                 next.push(b);
             }
@@ -275,11 +296,17 @@ fn spawn<T: Clone>(
         done.push(events.clone());
     }
     if enough {
+        let mut guard = None;
         for (k, s) in p.stages.iter().enumerate().skip(j + 1) {
+            if s.negative.is_some() {
+                guard = Some(k as u16);
+                continue;
+            }
             next.push(Branch {
                 stage: k as u16,
                 count: 0,
                 events: events.clone(),
+                guard,
             });
             if s.min > 0 {
                 break;
@@ -291,6 +318,7 @@ fn spawn<T: Clone>(
             stage,
             count,
             events,
+            guard: None,
         });
     }
 }

@@ -10,8 +10,10 @@
 //! - a step `l → l+1` within one stage (a loop) follows that stage's inner
 //!   contiguity, and no event in `(iₗ, iₗ₊₁]` satisfies its `until`; a step
 //!   into a later stage follows that stage's contiguity (stages between
-//!   are optional and take nothing). Strict: `iₗ₊₁ = iₗ + 1`; relaxed: no
-//!   event in `(iₗ, iₗ₊₁)` satisfies `sₗ₊₁`'s condition; any: nothing;
+//!   are optional or negative and take nothing). Strict: `iₗ₊₁ = iₗ + 1`;
+//!   relaxed: no event in `(iₗ, iₗ₊₁)` satisfies `sₗ₊₁`'s condition; any:
+//!   nothing. A negative stage crossed: `not_next` — event `iₗ + 1` does
+//!   not satisfy it; `not_followed_by` — no event in `(iₗ, iₗ₊₁)` does;
 //! - with `within`, `time(iₘ) − time(i₁) < within`.
 //!
 //! The candidates are ordered by their last event, then their events,
@@ -21,7 +23,7 @@
 //! emitted before started with the same event.
 
 use super::nfa::{Match, Matcher};
-use super::{AfterMatchSkip, Contiguity, Pattern};
+use super::{AfterMatchSkip, Contiguity, Negation, Pattern};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -227,6 +229,28 @@ fn quantifiers_times_optional_and_until() {
 }
 
 #[test]
+fn negative_stages_forbid_what_they_name() {
+    let nfb = Pattern::begin("a")
+        .when(is(b'a'))
+        .not_followed_by("x")
+        .when(is(b'x'))
+        .followed_by("b")
+        .when(is(b'b'));
+    assert!(names(&nfb, &ev("a1 x b1")).is_empty());
+    assert_eq!(names(&nfb, &ev("a1 c b1 x")), ["a1 b1"]);
+    // A second a after the x starts a match of its own.
+    assert_eq!(names(&nfb, &ev("a1 x a2 b1")), ["a2 b1"]);
+    let nn = Pattern::begin("a")
+        .when(is(b'a'))
+        .not_next("x")
+        .when(is(b'x'))
+        .followed_by("b")
+        .when(is(b'b'));
+    assert!(names(&nn, &ev("a1 x b1")).is_empty());
+    assert_eq!(names(&nn, &ev("a1 c x b1")), ["a1 b1"]);
+}
+
+#[test]
 fn skip_strategies_discard_what_they_name() {
     let input = ev("a1 a2 b1 b2");
     let p = |s| {
@@ -283,6 +307,24 @@ fn patterns_that_cannot_be_matched_are_refused_by_name() {
         Pattern::begin("a").followed_by("b").consecutive(),
         Pattern::begin("a").followed_by("b").times_range(3, 2),
         Pattern::begin(""),
+        Pattern::begin("a").not_followed_by("x"),
+        Pattern::begin("a")
+            .not_next("x")
+            .one_or_more()
+            .followed_by("b"),
+        Pattern::begin("a")
+            .followed_by("o")
+            .optional()
+            .not_next("x")
+            .followed_by("b"),
+        Pattern::begin("a")
+            .not_next("x")
+            .followed_by("b")
+            .optional(),
+        Pattern::begin("a")
+            .not_next("x")
+            .not_followed_by("y")
+            .followed_by("b"),
     ];
     for p in bad {
         assert!(p.validate().is_err(), "{p:?}");
@@ -295,6 +337,8 @@ fn patterns_that_cannot_be_matched_are_refused_by_name() {
 /// and the kind that stops its loop.
 #[derive(Clone, Debug)]
 struct StageSpec {
+    /// A negative stage (then no quantity, contiguity or loop).
+    neg: Option<Negation>,
     kinds: Vec<u8>,
     min: u32,
     max: Option<u32>,
@@ -336,6 +380,7 @@ fn stage(first: bool) -> impl Strategy<Value = StageSpec> {
             let looped = max != Some(1);
             let min = if first { min.max(1) } else { min };
             StageSpec {
+                neg: None,
                 kinds,
                 min,
                 max,
@@ -349,17 +394,42 @@ fn stage(first: bool) -> impl Strategy<Value = StageSpec> {
 fn spec() -> impl Strategy<Value = Spec> {
     (
         stage(true),
-        prop::collection::vec(stage(false), 0..3),
+        prop::collection::vec(stage(false), 0..4),
         prop::option::of(1u64..8),
         prop_oneof![
             Just(AfterMatchSkip::NoSkip),
             Just(AfterMatchSkip::PastLastEvent),
             Just(AfterMatchSkip::ToNext)
         ],
+        prop::collection::vec(
+            prop::option::of(prop_oneof![
+                Just(Negation::NotNext),
+                Just(Negation::NotFollowedBy)
+            ]),
+            3,
+        ),
     )
-        .prop_map(|(first, rest, within, skip)| {
+        .prop_map(|(first, rest, within, skip, negs)| {
             let mut stages = vec![first];
             stages.extend(rest);
+            // Stages turned negative where that is allowed: not first or
+            // last, after a required positive one, before a required one.
+            for i in 1..stages.len().saturating_sub(1) {
+                let Some(n) = negs[i - 1] else { continue };
+                if stages[i - 1].neg.is_some() || stages[i - 1].min == 0 {
+                    continue;
+                }
+                let s = &mut stages[i];
+                *s = StageSpec {
+                    neg: Some(n),
+                    min: 1,
+                    max: Some(1),
+                    inner: None,
+                    until: None,
+                    ..s.clone()
+                };
+                stages[i + 1].min = stages[i + 1].min.max(1);
+            }
             Spec {
                 stages,
                 within,
@@ -376,15 +446,21 @@ fn pattern(s: &Spec) -> Pattern<Ev> {
     let mut p: Option<Pattern<Ev>> = None;
     for (i, st) in s.stages.iter().enumerate() {
         let name = format!("s{i}");
-        let mut q = match p.take() {
-            None => Pattern::begin(&name),
-            Some(p) => match st.entry {
+        let mut q = match (p.take(), st.neg) {
+            (None, _) => Pattern::begin(&name),
+            (Some(p), Some(Negation::NotNext)) => p.not_next(&name),
+            (Some(p), Some(Negation::NotFollowedBy)) => p.not_followed_by(&name),
+            (Some(p), None) => match st.entry {
                 Contiguity::Strict => p.next(&name),
                 Contiguity::Relaxed => p.followed_by(&name),
                 Contiguity::Any => p.followed_by_any(&name),
             },
         }
         .when(kinds_cond(st.kinds.clone()));
+        if st.neg.is_some() {
+            p = Some(q);
+            continue;
+        }
         q = match st.max {
             Some(1) => q,
             Some(m) => q.times_range(st.min.max(1), m),
@@ -416,6 +492,7 @@ fn brute(s: &Spec, events: &[(u8, u64)]) -> Vec<Ids> {
     let accepts = |st: usize, i: usize| s.stages[st].kinds.contains(&events[i].0);
     let stops = |st: usize, i: usize| s.stages[st].until == Some(events[i].0);
     let inner = |st: usize| s.stages[st].inner.unwrap_or(Contiguity::Relaxed);
+    let negative = |st: usize| s.stages[st].neg.is_some();
     let mut found: Vec<Vec<(usize, usize)>> = Vec::new();
     // Depth first over (event, stage) sequences.
     let mut stack: Vec<Vec<(usize, usize)>> = (0..n)
@@ -426,8 +503,12 @@ fn brute(s: &Spec, events: &[(u8, u64)]) -> Vec<Ids> {
         let &(il, sl) = m.last().unwrap();
         let count = |st: usize| m.iter().filter(|x| x.1 == st).count() as u32;
         let room = |st: usize, c: u32| s.stages[st].max.is_none_or(|x| c < x);
-        let full = |st: usize| count(st) >= s.stages[st].min;
-        if (0..=sl).all(full) && s.stages[sl + 1..].iter().all(|x| x.min == 0) {
+        let full = |st: usize| negative(st) || count(st) >= s.stages[st].min;
+        if (0..=sl).all(full)
+            && s.stages[sl + 1..]
+                .iter()
+                .all(|x| x.min == 0 && x.neg.is_none())
+        {
             found.push(m.clone());
         }
         for i in il + 1..n {
@@ -437,10 +518,22 @@ fn brute(s: &Spec, events: &[(u8, u64)]) -> Vec<Ids> {
                 break;
             }
             for st in sl..s.stages.len() {
-                if st == sl && !room(st, count(st)) {
+                if negative(st) || (st == sl && !room(st, count(st))) {
                     continue;
                 }
-                if st > sl && !(full(sl) && (sl + 1..st).all(|k| s.stages[k].min == 0)) {
+                if st > sl
+                    && !(full(sl) && (sl + 1..st).all(|k| negative(k) || s.stages[k].min == 0))
+                {
+                    continue;
+                }
+                // The negative stages this step crosses.
+                let forbids = |k: usize, z: usize| s.stages[k].kinds.contains(&events[z].0);
+                let crossed_ok = (sl + 1..st).all(|k| match s.stages[k].neg {
+                    None => true,
+                    Some(Negation::NotNext) => !(il + 1 < n && forbids(k, il + 1)),
+                    Some(Negation::NotFollowedBy) => !(il + 1..i).any(|z| forbids(k, z)),
+                });
+                if !crossed_ok {
                     continue;
                 }
                 if !accepts(st, i) {
@@ -520,7 +613,7 @@ fn the_generated_cases_are_not_trivial() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::deterministic();
-    let (mut with, mut several, mut total) = (0, 0, 0);
+    let (mut with, mut several, mut total, mut negated) = (0, 0, 0, 0);
     let cases = 2000;
     for _ in 0..cases {
         let s = spec().new_tree(&mut runner).unwrap().current();
@@ -540,11 +633,16 @@ fn the_generated_cases_are_not_trivial() {
         total += n;
         with += usize::from(n > 0);
         several += usize::from(n > 2);
+        negated += usize::from(n > 0 && s.stages.iter().any(|x| x.neg.is_some()));
     }
-    assert!(with > cases / 2, "{with} of {cases} cases match");
+    assert!(with > cases * 2 / 5, "{with} of {cases} cases match");
     assert!(
-        several > cases / 5,
+        several > cases / 7,
         "{several} of {cases} cases match thrice"
     );
-    assert!(total > cases * 2, "{total} matches");
+    assert!(total > cases, "{total} matches");
+    assert!(
+        negated > cases / 20,
+        "{negated} cases with a negative stage match"
+    );
 }
