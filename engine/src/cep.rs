@@ -63,8 +63,54 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A condition on one event.
-pub(crate) type Cond<T> = Arc<dyn Fn(&T) -> bool + Send + Sync>;
+/// A condition on one event, given what the partial match took so far.
+pub(crate) type Cond<T> = Arc<dyn Fn(&T, &Partial<'_, T>) -> bool + Send + Sync>;
+
+/// A condition on one event alone (`until`).
+pub(crate) type Stop<T> = Arc<dyn Fn(&T) -> bool + Send + Sync>;
+
+/// What a partial match took so far, for a condition that looks at it
+/// ([`Pattern::when_with`]; Flink's `IterativeCondition`).
+pub struct Partial<'a, T> {
+    names: &'a [String],
+    events: &'a [nfa::Taken<T>],
+}
+
+impl<'a, T> Partial<'a, T> {
+    pub(crate) fn new(names: &'a [String], events: &'a [nfa::Taken<T>]) -> Self {
+        Partial { names, events }
+    }
+
+    /// The events stage `name` took so far, in order.
+    pub fn get(&self, name: &str) -> impl Iterator<Item = &'a T> + 'a {
+        let i = self.names.iter().position(|n| n == name);
+        let events = self.events;
+        events
+            .iter()
+            .filter(move |t| Some(t.stage as usize) == i)
+            .map(|t| &t.event)
+    }
+
+    /// The first event stage `name` took.
+    pub fn first(&self, name: &str) -> Option<&'a T> {
+        self.get(name).next()
+    }
+
+    /// The last event the partial match took (`None` at its start).
+    pub fn last(&self) -> Option<&'a T> {
+        self.events.last().map(|t| &t.event)
+    }
+
+    /// How many events it took.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether it took none (the condition of a first stage's event).
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
 
 /// How a stage's events follow the event before them ([`Pattern`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +162,7 @@ pub(crate) struct Stage<T> {
     /// Contiguity among a looping stage's events.
     pub(crate) inner: Contiguity,
     /// A looping stage stops at an event that satisfies this.
-    pub(crate) until: Option<Cond<T>>,
+    pub(crate) until: Option<Stop<T>>,
     /// A negative stage: it takes no event; its condition says what must
     /// not come.
     pub(crate) negative: Option<Negation>,
@@ -161,8 +207,8 @@ impl<T> Stage<T> {
     /// Whether `e` satisfies the stage's condition: every `when` of one
     /// of its `or` groups (no `when` at all: every event).
     #[inline]
-    pub(crate) fn accepts(&self, e: &T) -> bool {
-        self.conds.is_empty() || self.conds.iter().any(|g| g.iter().all(|c| c(e)))
+    pub(crate) fn accepts(&self, e: &T, so_far: &Partial<'_, T>) -> bool {
+        self.conds.is_empty() || self.conds.iter().any(|g| g.iter().all(|c| c(e, so_far)))
     }
 
     /// Whether `e` ends the stage's loop.
@@ -245,7 +291,18 @@ impl<T> Pattern<T> {
 
     /// The last stage's event must satisfy `f` too (Flink's `where`;
     /// several `when`s must all hold).
-    pub fn when(mut self, f: impl Fn(&T) -> bool + Send + Sync + 'static) -> Self {
+    pub fn when(self, f: impl Fn(&T) -> bool + Send + Sync + 'static) -> Self {
+        self.when_with(move |e, _| f(e))
+    }
+
+    /// The last stage's event must satisfy `f`, which also sees what the
+    /// partial match took so far (Flink's `IterativeCondition`): e.g. a
+    /// price above the one the stage `start` took. Evaluated for each
+    /// partial match the event could extend.
+    pub fn when_with(
+        mut self,
+        f: impl Fn(&T, &Partial<'_, T>) -> bool + Send + Sync + 'static,
+    ) -> Self {
         let s = self.last();
         let f: Cond<T> = Arc::new(f);
         match s.conds.last_mut() {
@@ -258,7 +315,8 @@ impl<T> Pattern<T> {
     /// …or `f` instead (Flink's `or`): the last stage takes an event
     /// that satisfies the `when`s before, or this.
     pub fn or(mut self, f: impl Fn(&T) -> bool + Send + Sync + 'static) -> Self {
-        self.last().conds.push(vec![Arc::new(f)]);
+        let f: Cond<T> = Arc::new(move |e, _| f(e));
+        self.last().conds.push(vec![f]);
         self
     }
 

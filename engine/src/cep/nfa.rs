@@ -27,7 +27,7 @@
 //! and complete matches it names. The tests hold this to a brute-force
 //! matcher that checks every candidate sequence against the rules.
 
-use super::{AfterMatchSkip, Contiguity, Negation, Pattern};
+use super::{AfterMatchSkip, Contiguity, Negation, Partial, Pattern};
 use std::sync::Arc;
 
 /// One event a match took.
@@ -200,7 +200,7 @@ impl<T: Clone> Matcher<T> {
             time,
             event: event.clone(),
         };
-        if p.stages[0].accepts(event) {
+        if p.stages[0].accepts(event, &Partial::new(&p.names, &[])) {
             spawn(p, 0, 1, vec![taken(0)], &mut next, &mut done);
         }
         for mut b in std::mem::take(&mut self.branches) {
@@ -209,11 +209,13 @@ impl<T: Clone> Matcher<T> {
             if looping && st.stops(event) {
                 continue;
             }
+            let so_far = Partial::new(&p.names, &b.events);
             let guard = b.guard.map(|g| &p.stages[g as usize]);
-            if guard.is_some_and(|g| g.negative == Some(Negation::NotNext) && g.accepts(event)) {
+            let forbidden = guard.is_some_and(|g| g.accepts(event, &so_far));
+            if forbidden && guard.is_some_and(|g| g.negative == Some(Negation::NotNext)) {
                 continue;
             }
-            let takes = st.accepts(event);
+            let takes = st.accepts(event, &so_far);
             if takes {
                 let mut events = b.events.clone();
                 events.push(taken(b.stage));
@@ -229,7 +231,7 @@ impl<T: Clone> Matcher<T> {
                 Some((Negation::NotNext, _)) => b.guard = None,
                 // An event `not_followed_by` forbids came before the next
                 // stage's.
-                Some((Negation::NotFollowedBy, g)) if g.accepts(event) => keep = false,
+                Some((Negation::NotFollowedBy, _)) if forbidden => keep = false,
                 _ => {}
             }
             if keep {

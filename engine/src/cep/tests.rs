@@ -228,6 +228,30 @@ fn quantifiers_times_optional_and_until() {
     );
 }
 
+/// Flink's `IterativeCondition`: a rising run of prices after a start.
+#[test]
+fn an_iterative_condition_sees_what_the_partial_match_took() {
+    #[derive(Clone)]
+    struct Tick(u32);
+    let p = Pattern::<Tick>::begin("start")
+        .followed_by("rise")
+        .when_with(|t, so_far| so_far.last().is_some_and(|l| t.0 > l.0))
+        .times(2)
+        .consecutive();
+    let input = [Tick(5), Tick(6), Tick(4), Tick(7), Tick(8)];
+    let mut m = Matcher::default();
+    let mut got = Vec::new();
+    for (i, e) in input.iter().enumerate() {
+        for x in m.step(&p, e, i as u64).matches {
+            got.push(x.events.iter().map(|t| t.event.0).collect::<Vec<_>>());
+        }
+    }
+    // 5 6 then 4 breaks the rise; 6 7 8 (relaxed start → rise: 6 skips
+    // 4, which is not above it) and 4 7 8 rise, in the order of their
+    // first events.
+    assert_eq!(got, [vec![6, 7, 8], vec![4, 7, 8]]);
+}
+
 #[test]
 fn negative_stages_forbid_what_they_name() {
     let nfb = Pattern::begin("a")
@@ -340,6 +364,9 @@ struct StageSpec {
     /// A negative stage (then no quantity, contiguity or loop).
     neg: Option<Negation>,
     kinds: Vec<u8>,
+    /// An iterative condition too: the event's kind at least the kind of
+    /// the match's first event (`when_with`).
+    above_first: bool,
     min: u32,
     max: Option<u32>,
     entry: Contiguity,
@@ -375,20 +402,24 @@ fn stage(first: bool) -> impl Strategy<Value = StageSpec> {
         contiguity(),
         prop::option::of(contiguity()),
         prop::option::of(0u8..4),
+        prop::bool::weighted(0.3),
     )
-        .prop_map(move |(kinds, (min, max), entry, inner, until)| {
-            let looped = max != Some(1);
-            let min = if first { min.max(1) } else { min };
-            StageSpec {
-                neg: None,
-                kinds,
-                min,
-                max,
-                entry,
-                inner: inner.filter(|_| looped),
-                until: until.filter(|_| looped),
-            }
-        })
+        .prop_map(
+            move |(kinds, (min, max), entry, inner, until, above_first)| {
+                let looped = max != Some(1);
+                let min = if first { min.max(1) } else { min };
+                StageSpec {
+                    neg: None,
+                    kinds,
+                    above_first,
+                    min,
+                    max,
+                    entry,
+                    inner: inner.filter(|_| looped),
+                    until: until.filter(|_| looped),
+                }
+            },
+        )
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -422,6 +453,7 @@ fn spec() -> impl Strategy<Value = Spec> {
                 let s = &mut stages[i];
                 *s = StageSpec {
                     neg: Some(n),
+                    above_first: false,
                     min: 1,
                     max: Some(1),
                     inner: None,
@@ -457,6 +489,9 @@ fn pattern(s: &Spec) -> Pattern<Ev> {
             },
         }
         .when(kinds_cond(st.kinds.clone()));
+        if st.above_first {
+            q = q.when_with(|e: &Ev, so_far| so_far.first("s0").is_none_or(|f| e.kind >= f.kind));
+        }
         if st.neg.is_some() {
             p = Some(q);
             continue;
@@ -489,14 +524,19 @@ fn pattern(s: &Spec) -> Pattern<Ev> {
 /// Every match of `s` over `events`, emitted as the docs above say.
 fn brute(s: &Spec, events: &[(u8, u64)]) -> Vec<Ids> {
     let n = events.len();
-    let accepts = |st: usize, i: usize| s.stages[st].kinds.contains(&events[i].0);
+    // Whether event `i` satisfies stage `st` after the picks `m`.
+    let accepts = |st: usize, i: usize, m: &[(usize, usize)]| {
+        let x = &s.stages[st];
+        x.kinds.contains(&events[i].0)
+            && (!x.above_first || m.first().is_none_or(|&(f, _)| events[i].0 >= events[f].0))
+    };
     let stops = |st: usize, i: usize| s.stages[st].until == Some(events[i].0);
     let inner = |st: usize| s.stages[st].inner.unwrap_or(Contiguity::Relaxed);
     let negative = |st: usize| s.stages[st].neg.is_some();
     let mut found: Vec<Vec<(usize, usize)>> = Vec::new();
     // Depth first over (event, stage) sequences.
     let mut stack: Vec<Vec<(usize, usize)>> = (0..n)
-        .filter(|&i| accepts(0, i))
+        .filter(|&i| accepts(0, i, &[]))
         .map(|i| vec![(i, 0)])
         .collect();
     while let Some(m) = stack.pop() {
@@ -536,7 +576,7 @@ fn brute(s: &Spec, events: &[(u8, u64)]) -> Vec<Ids> {
                 if !crossed_ok {
                     continue;
                 }
-                if !accepts(st, i) {
+                if !accepts(st, i, &m) {
                     continue;
                 }
                 if st == sl && (il + 1..=i).any(|z| stops(st, z)) {
@@ -549,7 +589,7 @@ fn brute(s: &Spec, events: &[(u8, u64)]) -> Vec<Ids> {
                 };
                 let ok = match c {
                     Contiguity::Strict => i == il + 1,
-                    Contiguity::Relaxed => !(il + 1..i).any(|z| accepts(st, z)),
+                    Contiguity::Relaxed => !(il + 1..i).any(|z| accepts(st, z, &m)),
                     Contiguity::Any => true,
                 };
                 if ok {
