@@ -235,26 +235,23 @@ impl TaskCtx {
 
     /// A poll from `started` to `now` (engine ns) ended; `worked`: it did
     /// something. Busy time is the polls that worked; backpressured time
-    /// runs from a poll that left the output blocked to the one that
-    /// found it free. Published to the chain's operators every
+    /// the gaps between polls that began with the output blocked (from
+    /// the end of the poll that left it blocked to the start of the next)
+    /// — the two never overlap. Published to the chain's operators every
     /// [`TIME_PUBLISH_NS`] (a standby's own work is not theirs).
     pub(crate) fn account(&self, started: Nanos, now: Nanos, worked: bool) {
         let mut t = self.time.get();
+        if t.blocked_since != 0 {
+            t.backpressured += started.saturating_sub(t.blocked_since);
+            t.blocked_since = 0;
+        }
         if worked {
             t.busy += now.saturating_sub(started);
         }
-        let blocked = self.blocked.get() > 0;
-        if blocked && t.blocked_since == 0 {
+        if self.blocked.get() > 0 {
             t.blocked_since = now.max(1);
-        } else if !blocked && t.blocked_since != 0 {
-            t.backpressured += now.saturating_sub(t.blocked_since);
-            t.blocked_since = 0;
         }
         if now.saturating_sub(t.published_at) >= TIME_PUBLISH_NS {
-            if t.blocked_since != 0 {
-                t.backpressured += now.saturating_sub(t.blocked_since);
-                t.blocked_since = now;
-            }
             if !self.muted.get() && (t.busy | t.backpressured) != 0 {
                 for &op in self.members.borrow().iter() {
                     let c = &self.shared.metrics.counters[op][self.instance];
