@@ -37,6 +37,18 @@ impl From<&LatencyHistogram> for LatencyNs {
     }
 }
 
+/// The median of `xs` (at least one value): the middle one, or the mean
+/// of the middle two.
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let mid = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[mid]
+    } else {
+        (xs[mid - 1] + xs[mid]) / 2.0
+    }
+}
+
 /// Formats nanoseconds for people (ns, µs, ms or s).
 pub fn fmt_ns(ns: u64) -> String {
     match ns {

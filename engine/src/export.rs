@@ -216,13 +216,7 @@ impl Exporter {
         let (mut busy, mut pressed, mut marks, mut lags) = (vec![], vec![], vec![], vec![]);
         let (mut aligns, mut align_s, mut align_last) = (vec![], vec![], vec![]);
         // The newest watermark a source published: what the others lag.
-        let newest = p
-            .operators
-            .iter()
-            .filter(|o| o.source)
-            .flat_map(|o| o.time.iter().filter_map(|t| t.watermark))
-            .filter(|&w| w != u64::MAX)
-            .max();
+        let newest = p.newest_source_watermark();
         {
             let mut pos = self.positions.lock().unwrap_or_else(|p| p.into_inner());
             for o in &p.operators {

@@ -424,6 +424,18 @@ impl Progress {
     pub fn operator(&self, name: &str) -> Option<&OperatorStats> {
         self.operators.iter().find(|o| o.name == name)
     }
+
+    /// The newest watermark any source instance published (one whose
+    /// input ended left aside): what the other operators' watermarks lag
+    /// behind.
+    pub fn newest_source_watermark(&self) -> Option<u64> {
+        self.operators
+            .iter()
+            .filter(|o| o.source)
+            .flat_map(|o| o.time.iter().filter_map(|t| t.watermark))
+            .filter(|&w| w != u64::MAX)
+            .max()
+    }
 }
 
 /// What a completed job reports.

@@ -28,6 +28,7 @@ use tandem::cep::Pattern;
 use tandem::time::Watermarks;
 use tandem::{IterSource, JobBuilder, RuntimeConfig};
 use tandem_bench::outln;
+use tandem_bench::report::median;
 
 #[derive(Parser, Debug)]
 #[command(about = "CEP: the matcher's ns per event (3 and 10 steps) and a CEP job's events/s")]
@@ -141,11 +142,6 @@ fn job(cores: usize, args: &Args) -> Result<(f64, f64, u64)> {
         events as f64 / cpu.max(1e-9),
         found.load(Ordering::Relaxed),
     ))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() -> ExitCode {

@@ -37,6 +37,7 @@ use std::{
     thread,
     time::{Duration, Instant},
 };
+use tandem_bench::report::median;
 
 use anyhow::{bail, ensure, Result};
 use clap::Parser;
@@ -439,16 +440,6 @@ fn run_once(which: Impl, pin: Pinning, args: &Args) -> Result<Option<Duration>> 
                 b,
             )
         }
-    }
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let mid = xs.len() / 2;
-    if xs.len() % 2 == 1 {
-        xs[mid]
-    } else {
-        (xs[mid - 1] + xs[mid]) / 2.0
     }
 }
 

@@ -49,6 +49,7 @@ use std::{
     process::ExitCode,
     time::{Duration, Instant},
 };
+use tandem_bench::report::median;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
@@ -560,9 +561,4 @@ fn mbps(bytes: u64, d: Duration) -> f64 {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

@@ -26,6 +26,7 @@ use std::time::Duration;
 use tandem::time::{Watermarks, Window, WindowAggregate, Windows};
 use tandem::{IterSource, JobBuilder, KeyedProcess, Output, Record, RuntimeConfig};
 use tandem_bench::outln;
+use tandem_bench::report::median;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -126,11 +127,6 @@ fn run(windowed: bool, args: &Args) -> Result<(f64, u64)> {
         records as f64 / secs / args.cores as f64,
         sink.load(std::sync::atomic::Ordering::Relaxed),
     ))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn main() -> ExitCode {

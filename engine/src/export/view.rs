@@ -170,13 +170,7 @@ impl Inner {
         let progress = w.progress();
         let s = w.status();
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        let newest = progress
-            .operators
-            .iter()
-            .filter(|o| o.source)
-            .flat_map(|o| o.time.iter().filter_map(|t| t.watermark))
-            .filter(|&w| w != u64::MAX)
-            .max();
+        let newest = progress.newest_source_watermark();
         let mut alignment_last_us: Option<u64> = None;
         let operators: Vec<serde_json::Value> = shape
             .operators
