@@ -166,7 +166,7 @@ pub use operator::{
     CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Restored, Sink, FINAL_EPOCH,
 };
 pub use record::{Record, TupleId};
-pub use recovery::restart::RestartStrategy;
+pub use recovery::restart::{Failover, RestartStrategy};
 pub use runtime::panic::PanicOutput;
 pub use runtime::placement::Chaining;
 pub use runtime::standby::remote::child::is_incarnation_process;

@@ -569,6 +569,14 @@ pub struct RecoveryRecord {
     /// a driver's): what the watcher saw (silence, threshold, where the
     /// worker was, what its thread did).
     pub evidence: Option<String>,
+    /// The tasks the recovery stopped and started again, each named by
+    /// its operators joined by `+` and its instance (`source+map#0`): every
+    /// task for restart-all, the failed task's region for a region
+    /// restart, the backed-up chain's instance for a takeover.
+    pub restarted: Vec<String>,
+    /// The tasks that ran on through the recovery, named alike (tasks that
+    /// had already finished are in neither list).
+    pub kept_running: Vec<String>,
 }
 
 /// What caused a recovery.
@@ -626,14 +634,18 @@ pub enum RecoveryKind {
     RestartAll,
     /// The failed operator's standby took over; nothing else stopped.
     Takeover,
+    /// The failed task's region restarted from the last complete
+    /// checkpoint; the other regions ran on ([`crate::Failover::Region`]).
+    Region,
 }
 
 impl RecoveryKind {
-    /// `restart-all` or `takeover`.
+    /// `restart-all`, `takeover` or `region`.
     pub fn name(self) -> &'static str {
         match self {
             RecoveryKind::RestartAll => "restart-all",
             RecoveryKind::Takeover => "takeover",
+            RecoveryKind::Region => "region",
         }
     }
 }

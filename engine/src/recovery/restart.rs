@@ -142,6 +142,49 @@ impl RestartStrategy {
     }
 }
 
+/// What restarts after a failure no standby covers (Flink's
+/// `jobmanager.execution.failover-strategy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failover {
+    /// Every task of the job restarts from the last complete checkpoint
+    /// (Flink's `full`).
+    #[default]
+    Full,
+    /// Only the failed task's region restarts: the instances joined to it
+    /// by forward edges, and through every all-to-all exchange on the way,
+    /// both sides whole ([`crate::Job::regions`]). No record crosses from
+    /// one region to another, so the region's own state and source
+    /// positions of the last complete checkpoint are consistent alone, and
+    /// the other regions run on, their output uninterrupted (Flink's
+    /// `region`).
+    Region,
+}
+
+impl Failover {
+    /// `full` or `region`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Failover::Full => "full",
+            Failover::Region => "region",
+        }
+    }
+}
+
+impl FromStr for Failover {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "full" => Ok(Failover::Full),
+            "region" => Ok(Failover::Region),
+            _ => Err(format!(
+                "invalid failover strategy `{s}` (expected full | region)"
+            )),
+        }
+    }
+}
+
 /// Deterministic noise in `[-1, 1)` from the attempt number (SplitMix64).
 fn unit_noise(attempt: u64) -> f64 {
     let mut z = attempt.wrapping_add(0x9e37_79b9_7f4a_7c15);

@@ -2,7 +2,7 @@
 //! checkpoints, restarts, standbys, probes, panic output), given to
 //! [`crate::Job::run`] and [`crate::Job::start`].
 
-use crate::recovery::restart::RestartStrategy;
+use crate::recovery::restart::{Failover, RestartStrategy};
 use crate::runtime::placement::Chaining;
 use crate::runtime::{panic, probe};
 use std::path::PathBuf;
@@ -126,6 +126,9 @@ pub struct RuntimeConfig {
     pub checkpoint: Option<CheckpointConfig>,
     /// What to do when an operator fails.
     pub restart: RestartStrategy,
+    /// What a restart restarts: the whole job, or the failed task's
+    /// region ([`Failover`]).
+    pub failover: Failover,
     /// A worker that shows no sign of life for this long has stalled (a
     /// failure). Checked only when the restart strategy may restart; it must
     /// exceed the longest synchronous snapshot of one task.
@@ -166,6 +169,7 @@ impl Default for RuntimeConfig {
             probes: None,
             checkpoint: None,
             restart: RestartStrategy::None,
+            failover: Failover::Full,
             heartbeat_timeout: Duration::from_millis(100),
             restore_from: None,
             standby: None,
@@ -224,6 +228,12 @@ impl RuntimeConfig {
     /// Sets the restart strategy.
     pub fn restart(mut self, s: RestartStrategy) -> Self {
         self.restart = s;
+        self
+    }
+    /// Restarts only the failed task's region ([`Failover::Region`]) or
+    /// the whole job.
+    pub fn failover(mut self, f: Failover) -> Self {
+        self.failover = f;
         self
     }
     /// Sets the heartbeat timeout.

@@ -83,11 +83,16 @@ pub(crate) struct SourceClocks {
 }
 
 impl SourceClocks {
-    /// Every aligned partition at 0 (it holds the others back until its
-    /// first watermark), the others out of the way.
-    pub(crate) fn new(graph: &crate::runtime::graph::Graph) -> Self {
+    /// Every aligned partition of an instance `runs` keeps at 0 (it holds
+    /// the others back until its first watermark), the others out of the
+    /// way (a partition of another failover region runs on threads of its
+    /// own, and is aligned only with its region's).
+    pub(crate) fn new(
+        graph: &crate::runtime::graph::Graph,
+        runs: impl Fn(usize, usize) -> bool,
+    ) -> Self {
         let mut wm = Vec::new();
-        for n in &graph.nodes {
+        for (node, n) in graph.nodes.iter().enumerate() {
             if let crate::runtime::graph::NodeKind::Source {
                 watermarks,
                 first_partition,
@@ -104,8 +109,11 @@ impl SourceClocks {
                     });
                 }
                 if aligned {
-                    for w in &wm[*first_partition as usize..end] {
-                        w.store(0, Ordering::Relaxed);
+                    let first = *first_partition as usize;
+                    for (i, w) in wm[first..end].iter().enumerate() {
+                        if runs(node, i) {
+                            w.store(0, Ordering::Relaxed);
+                        }
                     }
                 }
             }

@@ -5,10 +5,20 @@
 //! attempt's error and heartbeats, and does the periodic work of each
 //! responsibility, each in its own module:
 //!
-//! - [`attempt`] — starting an attempt's workers, stalls, restart-all;
+//! - [`attempt`] — starting an attempt's workers, stalls, restarts;
 //! - [`checkpoints`] — the checkpoint coordinator and the sinks' commits;
 //! - [`measure`] — recovery figures per fault;
 //! - [`standbys`] — the standby groups of an attempt.
+//!
+//! The job runs as *regions* ([`Region`]): with [`Failover::Full`] one, the
+//! whole job; with [`Failover::Region`] one per failover region of the
+//! graph ([`Graph::regions`]). Each region runs as attempts of its own —
+//! its tasks on threads of their own, numbered from one job-wide sequence
+//! (an attempt number fences a stopped attempt's sinks, dead letters and
+//! standby files) — so a region's failure stops and restarts that region
+//! alone, from its state and source positions in the last complete
+//! checkpoint. Checkpoints stay job-wide: one barrier id triggered in every
+//! region, complete once every instance of every region acknowledged.
 
 mod attempt;
 mod checkpoints;
@@ -18,12 +28,12 @@ mod standbys;
 use super::coord::Event;
 #[cfg(test)]
 pub(super) use super::placeholder_shared as test_shared;
-use super::placeholder_shared;
 use super::RuntimeConfig;
 use crate::checkpoint;
 use crate::error::JobError;
 use crate::metrics::{CheckpointStats, JobMetrics, JobReport, RecoveryRecord, StandbyStats};
 use crate::operator::Committer;
+use crate::recovery::restart::Failover;
 use crate::runtime::dead_letter::DeadLetters;
 use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::placement::Plan;
@@ -44,6 +54,16 @@ pub(crate) const JOB_META: &str = "~job";
 
 type Key = (usize, usize);
 
+/// The tasks that fail and restart together.
+pub(super) struct Region {
+    /// Its tasks (indices into the plan's).
+    pub(super) tasks: Vec<usize>,
+    /// Its operator instances.
+    pub(super) keys: HashSet<Key>,
+    /// Its tasks, if the job has other regions (`None`: every task).
+    pub(super) only: Option<Arc<HashSet<usize>>>,
+}
+
 pub(crate) struct Supervisor {
     graph: Arc<Graph>,
     plan: Plan,
@@ -58,7 +78,15 @@ pub(crate) struct Supervisor {
     pacing_start: Arc<OnceLock<u64>>,
     tx: mpsc::Sender<Event>,
     rx: mpsc::Receiver<Event>,
-    attempt: Attempt,
+    /// The current attempt of each region.
+    attempts: Vec<Attempt>,
+    regions: Vec<Region>,
+    /// The region of each operator instance.
+    region_of: HashMap<Key, usize>,
+    /// The number the next attempt of any region gets.
+    next_attempt: u32,
+    /// Restarts so far, of the job or of a region.
+    restarts: u32,
     coord: Option<Coordinator>,
     committers: HashMap<Key, Box<dyn Committer>>,
     /// The committers of stopped attempts: never called to commit again,
@@ -81,8 +109,9 @@ pub(crate) struct Supervisor {
     transactional: HashSet<Key>,
     heartbeats: bool,
     cancelled: bool,
-    /// The worker found stalled, while its attempt is being stopped.
-    stalled_worker: Option<usize>,
+    /// The worker found stalled (with its region), while its attempt is
+    /// being stopped.
+    stalled_worker: Option<(usize, usize)>,
     /// What the stall watch saw of the worker it declared stalled.
     stall_evidence: Option<Evidence>,
     /// The checkpoint the job started from, and newer ones passed over.
@@ -137,6 +166,12 @@ impl Supervisor {
             .map(|t| t.members.iter().map(|&m| (m, t.instance)).collect())
             .collect();
         validate_standby(&graph, &plan, &config)?;
+        let regions = regions(&graph, &plan, config.failover);
+        let region_of = regions
+            .iter()
+            .enumerate()
+            .flat_map(|(r, g)| g.keys.iter().map(move |&k| (k, r)))
+            .collect();
         let disk = match &config.state_backend {
             crate::state::StateBackend::Disk(d) => Some(Arc::new(
                 crate::state::disk::DiskPlace::open(d, config.run_dir.as_deref())?,
@@ -172,15 +207,11 @@ impl Supervisor {
             pacing_start: Arc::new(OnceLock::new()),
             tx: tx.clone(),
             rx,
-            attempt: Attempt {
-                number: 0,
-                shared: Arc::new(placeholder_shared(origin, &tx)),
-                threads: Vec::new(),
-                exited: Vec::new(),
-                built: 0,
-                finished: HashSet::new(),
-                watch: Vec::new(),
-            },
+            attempts: Vec::new(),
+            regions,
+            region_of,
+            next_attempt: 0,
+            restarts: 0,
             coord,
             committers: HashMap::new(),
             retired: Vec::new(),
@@ -215,14 +246,28 @@ impl Supervisor {
                     id: m.id,
                     manifest: m,
                     written: HashMap::new(),
-                    attempt: u32::MAX,
+                    attempts: Vec::new(),
                 });
                 Some(r)
             }
             None => None,
         };
         let targets = HashMap::new();
-        sup.attempt = sup.spawn(0, restore, &targets)?;
+        for r in 0..sup.regions.len() {
+            let number = sup.next_attempt;
+            sup.next_attempt += 1;
+            match sup.spawn(r, number, restore.clone(), &targets) {
+                Ok(a) => sup.attempts.push(a),
+                Err(e) => {
+                    // The regions already started stop before the error
+                    // is returned: nothing of the job outlives it.
+                    for r in 0..sup.attempts.len() {
+                        sup.stop_attempt(r, None);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok((sup, (tx, metrics)))
     }
 
@@ -233,11 +278,13 @@ impl Supervisor {
         // and none builds an operator once it has returned (one that
         // could not be waited for makes a success an error: its factory
         // may still touch the job's output).
-        self.attempt.shared.stop();
-        if let Some(s) = &self.attempt.shared.standby {
-            // Not left to the last owner's drop: an abandoned worker may
-            // hold the run for as long as the process lives.
-            s.remove_files();
+        for a in &self.attempts {
+            a.shared.stop();
+            if let Some(s) = &a.shared.standby {
+                // Not left to the last owner's drop: an abandoned worker
+                // may hold the run for as long as the process lives.
+                s.remove_files();
+            }
         }
         if let Err(e) = self.await_builds() {
             if outcome.is_ok() {
@@ -318,11 +365,25 @@ impl Supervisor {
         d.max(Duration::from_micros(100))
     }
 
+    /// The region whose current attempt is `number` (`None`: a stopped
+    /// attempt's, fenced off).
+    fn current(&self, number: u32) -> Option<usize> {
+        self.attempts.iter().position(|a| a.number == number)
+    }
+
     fn handle(&mut self, e: Event) {
-        let current = self.attempt.number;
+        let region = match &e {
+            Event::Ack { attempt, .. }
+            | Event::Decline { attempt, .. }
+            | Event::TaskDone { attempt, .. }
+            | Event::Built { attempt }
+            | Event::Failed { attempt }
+            | Event::WorkerExit { attempt, .. }
+            | Event::Committer { attempt, .. } => self.current(*attempt),
+            Event::Savepoint { .. } | Event::Cancel => None,
+        };
         match e {
             Event::Ack {
-                attempt,
                 id,
                 node,
                 instance,
@@ -330,7 +391,8 @@ impl Supervisor {
                 position,
                 written,
                 epoch,
-            } if attempt == current => {
+                ..
+            } if region.is_some() => {
                 if let Some(f) = self.coord.as_mut().and_then(|c| c.in_flight.as_mut()) {
                     // A fenced primary of a standby group that wakes up late
                     // never replaces its successor's acknowledgement.
@@ -352,12 +414,12 @@ impl Supervisor {
                 }
             }
             Event::Decline {
-                attempt,
                 id,
                 node,
                 instance,
                 reason,
-            } if attempt == current => {
+                ..
+            } if region.is_some() => {
                 if let Some(c) = &mut self.coord {
                     if c.in_flight.as_ref().is_some_and(|f| f.id == id) {
                         c.in_flight = None;
@@ -368,23 +430,26 @@ impl Supervisor {
                     }
                 }
             }
-            Event::TaskDone { attempt, task } if attempt == current => {
-                self.attempt
+            Event::TaskDone { task, .. } if region.is_some() => {
+                let r = region.expect("checked");
+                self.attempts[r]
                     .finished
                     .extend(self.members[task].iter().copied());
             }
-            Event::Built { attempt } if attempt == current => self.attempt.built += 1,
+            Event::Built { .. } if region.is_some() => {
+                self.attempts[region.expect("checked")].built += 1
+            }
             // The tick looks at the attempt's error.
-            Event::Failed { attempt } if attempt == current => {}
-            Event::WorkerExit { attempt, worker } if attempt == current => {
-                self.attempt.exited[worker] = true;
+            Event::Failed { .. } if region.is_some() => {}
+            Event::WorkerExit { worker, .. } if region.is_some() => {
+                self.attempts[region.expect("checked")].exited[worker] = true;
             }
             Event::Committer {
-                attempt,
                 node,
                 instance,
                 committer,
-            } if attempt == current => {
+                ..
+            } if region.is_some() => {
                 self.transactional.insert((node, instance));
                 self.committers.insert((node, instance), committer);
             }
@@ -398,7 +463,9 @@ impl Supervisor {
             },
             Event::Cancel => {
                 self.cancelled = true;
-                self.attempt.shared.fail(JobError::Cancelled);
+                for a in &self.attempts {
+                    a.shared.fail(JobError::Cancelled);
+                }
             }
             // A stopped attempt's sink built late: its committer commits
             // nothing, but its sync thread is waited for at the end.
@@ -411,27 +478,30 @@ impl Supervisor {
     /// Periodic work; `Some` when the job is over.
     fn tick(&mut self) -> Result<Option<JobReport>, JobError> {
         let now = now_ns(self.origin);
-        if self.attempt.shared.has_error() {
-            self.on_failure()?;
+        if let Some(r) = self.attempts.iter().position(|a| a.shared.has_error()) {
+            self.on_failure(r)?;
             return Ok(None);
         }
-        if self.attempt.built == self.attempt.exited.len() {
-            let silent = self.watch_workers(now);
+        for r in 0..self.attempts.len() {
+            if !self.attempts[r].all_built() {
+                continue;
+            }
+            let silent = self.watch_workers(r, now);
             let stalled = if self.heartbeats {
                 silent
                     .iter()
                     .enumerate()
                     .find_map(|(w, s)| s.map(|b| (w, b)))
             } else {
-                self.unwatchable(&silent)
+                self.unwatchable(r, &silent)
             };
             if let Some((w, (b, evidence))) = stalled {
-                self.stalled(w, b, evidence, now);
-                self.on_failure()?;
+                self.stalled(r, w, b, evidence, now);
+                self.on_failure(r)?;
                 return Ok(None);
             }
         }
-        if self.attempt.exited.iter().all(|&e| e) && !self.attempt.shared.has_error() {
+        if self.attempts.iter().all(|a| a.exited.iter().all(|&e| e)) {
             return self.on_success();
         }
         self.coordinate()?;
@@ -461,13 +531,14 @@ impl Supervisor {
     /// (`standby::decide::judge`, through each worker's detector): its
     /// heartbeat, where its task-poll marks say it is, and what its thread
     /// did. Per worker: its last heartbeat if it is stalled.
-    fn watch_workers(&mut self, now: u64) -> Vec<Option<(u64, Evidence)>> {
+    fn watch_workers(&mut self, region: usize, now: u64) -> Vec<Option<(u64, Evidence)>> {
         use crate::standby::decide::{Observation, Verdict, WorkerAt};
-        let shared = &self.attempt.shared;
+        let attempt = &mut self.attempts[region];
+        let shared = &attempt.shared;
         let mut silent = vec![None; shared.beats.len()];
         for (w, b) in shared.beats.iter().enumerate() {
             let b = b.load(Ordering::Relaxed);
-            if self.attempt.exited[w] {
+            if attempt.exited[w] {
                 continue;
             }
             let o = Observation {
@@ -492,7 +563,7 @@ impl Supervisor {
                 let tid = l.tid.load(Ordering::Acquire);
                 (at, crate::sys::thread::sample(tid, now))
             };
-            if let Some(d) = self.attempt.watch.get_mut(w) {
+            if let Some(d) = attempt.watch.get_mut(w) {
                 if let Verdict::Stalled(e) = d.observe(o, look) {
                     silent[w] = Some((b, e));
                 }
@@ -507,18 +578,21 @@ impl Supervisor {
     /// every worker stuck — means no standby can run to take over, and the
     /// job would hang: the worker (and its silence) to fail the attempt
     /// with instead, naming the stall. `silent`: the workers' watch.
-    fn unwatchable(&self, silent: &[Option<(u64, Evidence)>]) -> Option<(usize, (u64, Evidence))> {
-        let sb = self.attempt.shared.standby.as_ref()?;
-        let beats = &self.attempt.shared.beats;
+    fn unwatchable(
+        &self,
+        region: usize,
+        silent: &[Option<(u64, Evidence)>],
+    ) -> Option<(usize, (u64, Evidence))> {
+        let attempt = &self.attempts[region];
+        let sb = attempt.shared.standby.as_ref()?;
+        let beats = &attempt.shared.beats;
         let silent = |w: usize| -> Option<(usize, (u64, Evidence))> {
             silent.get(w).copied().flatten().map(|b| (w, b))
         };
-        let live: Vec<usize> = (0..beats.len())
-            .filter(|&w| !self.attempt.exited[w])
-            .collect();
+        let live: Vec<usize> = (0..beats.len()).filter(|&w| !attempt.exited[w]).collect();
         if !live.is_empty() && live.iter().all(|&w| silent(w).is_some()) {
             // The worker an injected stall holds, if one does.
-            let noted = self.attempt.shared.stall_note().map(|n| n.worker);
+            let noted = attempt.shared.stall_note().map(|n| n.worker);
             let w = live
                 .iter()
                 .copied()
@@ -544,8 +618,10 @@ impl Supervisor {
     /// the last checkpoint's publication, a failed commit): the next tick
     /// restarts it.
     fn on_success(&mut self) -> Result<Option<JobReport>, JobError> {
-        for t in std::mem::take(&mut self.attempt.threads) {
-            let _ = t.join();
+        for a in &mut self.attempts {
+            for (_, t) in std::mem::take(&mut a.threads) {
+                let _ = t.join();
+            }
         }
         // A checkpoint still being written lands first, then everything the
         // sinks staged after their last barrier becomes visible.
@@ -599,7 +675,12 @@ impl Supervisor {
         if let Some(o) = self.open.take() {
             self.recovery.push(o.record);
         }
-        if let Some(sb) = self.attempt.shared.standby.clone() {
+        let runs: Vec<_> = self
+            .attempts
+            .iter()
+            .filter_map(|a| a.shared.standby.clone())
+            .collect();
+        for sb in runs {
             // Nothing the standby groups owed may be missing from a job
             // that ends successfully.
             let mut groups: Vec<_> = sb.groups.values().collect();
@@ -608,6 +689,31 @@ impl Supervisor {
                 g.check_complete(&self.names)?;
             }
             self.record_takeovers(&sb);
+        }
+        if let (Some(stats), [_, _, ..]) = (&mut self.standby_stats, &self.attempts[..]) {
+            // Each region's run counted alone above: the job's figures
+            // are their sums.
+            let runs = self
+                .attempts
+                .iter()
+                .filter_map(|a| a.shared.standby.as_ref());
+            let mut chains = Vec::new();
+            stats.groups = 0;
+            stats.standbys_on_idle_workers = 0;
+            for sb in runs {
+                stats.groups += sb.groups.len();
+                stats.standbys_on_idle_workers +=
+                    sb.groups.values().filter(|g| g.standby_on_idle).count();
+                chains.extend(sb.groups.values().map(|g| {
+                    g.members()
+                        .iter()
+                        .map(|&n| self.names[n].to_string())
+                        .collect::<Vec<_>>()
+                }));
+            }
+            chains.sort();
+            chains.dedup();
+            stats.chains = chains;
         }
         let dead_letter_path =
             self.dead_letters
@@ -631,13 +737,19 @@ impl Supervisor {
             latency: self.metrics.latency(),
             dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
             dead_letter_path,
-            elapsed: Duration::from_nanos(self.attempt.shared.finished_at.load(Ordering::Relaxed)),
+            elapsed: Duration::from_nanos(
+                self.attempts
+                    .iter()
+                    .map(|a| a.shared.finished_at.load(Ordering::Relaxed))
+                    .max()
+                    .unwrap_or(0),
+            ),
             workers: self.plan.workers,
             tasks: self.plan.tasks.len(),
             recovery: std::mem::take(&mut self.recovery),
             checkpoints: stats,
             duplicates_emitted: self.duplicates,
-            restarts: self.attempt.number,
+            restarts: self.restarts,
             restored_from: self.restored_from.as_ref().map(|r| r.0),
             restore_skipped: self
                 .restored_from
@@ -647,4 +759,46 @@ impl Supervisor {
             standby: self.standby_stats.take(),
         }))
     }
+}
+
+/// The regions the job runs as: one (every task) with [`Failover::Full`]
+/// or a graph of one region; else one per failover region of the graph,
+/// each with the tasks that run its instances.
+fn regions(graph: &Graph, plan: &Plan, failover: Failover) -> Vec<Region> {
+    let all = || Region {
+        tasks: (0..plan.tasks.len()).collect(),
+        keys: graph
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(n, node)| (0..node.parallelism).map(move |i| (n, i)))
+            .collect(),
+        only: None,
+    };
+    let found = match failover {
+        Failover::Region => graph.regions(),
+        Failover::Full => return vec![all()],
+    };
+    if found.len() <= 1 {
+        return vec![all()];
+    }
+    found
+        .into_iter()
+        .map(|keys| {
+            let mut tasks: Vec<usize> = keys
+                .iter()
+                .map(|&(n, i)| {
+                    plan.task_of(n, i)
+                        .expect("engine bug: node instance without a task")
+                })
+                .collect();
+            tasks.sort_unstable();
+            tasks.dedup();
+            Region {
+                only: Some(Arc::new(tasks.iter().copied().collect())),
+                tasks,
+                keys: keys.into_iter().collect(),
+            }
+        })
+        .collect()
 }

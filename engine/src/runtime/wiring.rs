@@ -66,6 +66,9 @@ pub(crate) struct Wiring {
     pub(crate) consumers: RingEnds,
     pub(crate) signals: Vec<Arc<WorkerSignal>>,
     pub(crate) config: RuntimeConfig,
+    /// The tasks this attempt runs, when it runs one failover region of
+    /// several (`None`: every task of the plan).
+    pub(crate) only: Option<Arc<std::collections::HashSet<usize>>>,
     /// What a role beyond the core's builds into the workers' tasks (the
     /// standby groups of the attempt, if any).
     pub(crate) roles: Option<Arc<dyn WireRoles>>,

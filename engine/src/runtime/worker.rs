@@ -80,6 +80,7 @@ fn build(w: &Arc<Wiring>, index: usize, bg: &Rc<Background>) -> Option<Vec<Slot>
         .iter()
         .enumerate()
         .filter(|(_, &wk)| wk == index)
+        .filter(|(t, _)| w.only.as_ref().is_none_or(|o| o.contains(t)))
     {
         let tp = &w.plan.tasks[t];
         let ctx = Rc::new(TaskCtx::new(

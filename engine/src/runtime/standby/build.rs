@@ -56,7 +56,7 @@ impl WireRoles for StandbyRun {
         ctx: &Rc<TaskCtx>,
     ) -> Option<AnyBox> {
         let e = &w.graph.edges[ei];
-        if self.group(e.to, 0).is_some() {
+        if self.heads(e.to) {
             // Into an operator with a standby: its buffer queues.
             let lanes = w
                 .lanes(ei)
@@ -142,7 +142,7 @@ impl WireRoles for StandbyRun {
         // Either every edge comes from a standby group (the lanes are the
         // groups' current primaries) or none does — the job builder
         // refuses a union of both kinds.
-        let backed = |e: usize| self.backing(w.graph.edges[e].from, 0).is_some();
+        let backed = |e: usize| self.backs(w.graph.edges[e].from);
         if !backed(edges[0]) {
             assert!(
                 !edges.iter().any(|&e| backed(e)),

@@ -119,6 +119,17 @@ impl StandbyRun {
         self.groups.get(&(head, instance))
     }
 
+    /// Whether `node` heads a backed-up chain (whatever instances of it
+    /// this run's region holds).
+    pub(crate) fn heads(&self, node: usize) -> bool {
+        self.backed.get(node).copied().flatten() == Some(node)
+    }
+
+    /// Whether `node` is in a backed-up chain.
+    pub(crate) fn backs(&self, node: usize) -> bool {
+        self.backed.get(node).copied().flatten().is_some()
+    }
+
     /// The group of the chain that holds `node` (its output's fenced rings).
     pub(crate) fn backing(&self, node: usize, instance: usize) -> Option<&Arc<Group>> {
         let head = (*self.backed.get(node)?)?;

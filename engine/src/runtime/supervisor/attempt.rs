@@ -1,13 +1,16 @@
 //! Attempts and restarts: starting an attempt's workers, declaring a
-//! stalled worker, stopping an attempt, and restart-all — what a failed
+//! stalled worker, stopping an attempt, and restarting it — the whole job
+//! or one region (see the supervisor's module docs) — what a failed
 //! attempt's successor restores (the last complete checkpoint, verified,
 //! or an older one if it is damaged), where its sinks resume, and how the
 //! restart is recorded.
 //!
 //! A failure is a panic in operator code, a cut input channel, an I/O
 //! error, or a worker without a heartbeat for longer than the timeout.
-//! The supervisor then stops every worker of the attempt (a stalled one is
-//! abandoned: it is fenced by its attempt's cancel flag and number), asks
+//! The supervisor then stops every worker of the attempt — of the failed
+//! task's region under [`Failover::Region`](crate::Failover::Region) —
+//! (a stalled one is abandoned: it is fenced by its attempt's cancel flag
+//! and number), asks
 //! the [`RestartStrategy`](crate::recovery::restart::RestartStrategy), and
 //! starts a new attempt from the last complete checkpoint: operator state
 //! mapped from its files, sources rewound to their positions, sinks'
@@ -39,12 +42,18 @@ use std::time::{Duration, Instant};
 /// milliseconds; mapping a large restored state, longer).
 pub(super) const BUILD_WAIT: Duration = Duration::from_secs(30);
 
-/// One run of the job's workers.
+/// One run of a region's workers (of the job's, with one region).
 pub(super) struct Attempt {
     pub(super) number: u32,
     pub(super) shared: Arc<JobShared>,
-    pub(super) threads: Vec<JoinHandle<()>>,
+    /// Its threads, by worker.
+    pub(super) threads: Vec<(usize, JoinHandle<()>)>,
+    /// Per worker of the plan: whether its thread of this attempt ended
+    /// (`true` from the start for a worker that runs nothing of it).
     pub(super) exited: Vec<bool>,
+    /// Threads started.
+    pub(super) spawned: usize,
+    /// Threads that built their tasks.
     pub(super) built: usize,
     /// Instances whose task has ended.
     pub(super) finished: HashSet<Key>,
@@ -52,10 +61,23 @@ pub(super) struct Attempt {
     pub(super) watch: Vec<crate::standby::decide::Detector>,
 }
 
+impl Attempt {
+    /// Whether every thread has built its tasks.
+    pub(super) fn all_built(&self) -> bool {
+        self.built == self.spawned
+    }
+
+    /// Whether every thread has ended.
+    pub(super) fn ended(&self) -> bool {
+        self.exited.iter().all(|&e| e)
+    }
+}
+
 impl Supervisor {
-    /// Wires and starts the workers of attempt `number`.
+    /// Wires and starts the workers of `region`'s attempt `number`.
     pub(super) fn spawn(
         &self,
+        region: usize,
         number: u32,
         restore: Option<Arc<Restore>>,
         targets: &HashMap<Key, u64>,
@@ -64,12 +86,14 @@ impl Supervisor {
         let signals: Vec<Arc<WorkerSignal>> = (0..workers)
             .map(|_| Arc::new(WorkerSignal::default()))
             .collect();
+        let keys = &self.regions[region].keys;
         let sinks = self
             .sinks
             .iter()
+            .filter(|k| keys.contains(k))
             .map(|k| (*k, Arc::new(SinkTally::new(*targets.get(k).unwrap_or(&0)))))
             .collect();
-        let standby = self.standby_run(number, restore.as_deref())?;
+        let standby = self.standby_run(region, number, restore.as_deref())?;
         let shared = Arc::new(JobShared {
             origin: self.origin,
             panic_output: self.config.panic_output,
@@ -116,19 +140,26 @@ impl Supervisor {
             next_key: AtomicU64::new(0),
             sinks,
             pacing_start: Arc::clone(&self.pacing_start),
-            source_clocks: crate::runtime::source::SourceClocks::new(&self.graph),
+            source_clocks: crate::runtime::source::SourceClocks::new(&self.graph, |n, i| {
+                keys.contains(&(n, i))
+            }),
             standby: standby.clone(),
             probes: self.config.probes.clone(),
             build_fence: Arc::clone(&self.build_fence),
         });
-        let backed = |n: usize| standby.as_ref().is_some_and(|s| s.backing(n, 0).is_some());
-        let head = |n: usize| standby.as_ref().is_some_and(|s| s.group(n, 0).is_some());
+        let backed = |n: usize| standby.as_ref().is_some_and(|s| s.backs(n));
+        let head = |n: usize| standby.as_ref().is_some_and(|s| s.heads(n));
         let mut producers = HashMap::new();
         let mut consumers = HashMap::new();
         for (ei, e) in self.graph.edges.iter().enumerate() {
             // Edges of a backed-up chain: buffer queues into its head, rings
             // of each incarnation's own out of it.
             if self.plan.chained[ei] || backed(e.from) || head(e.to) {
+                continue;
+            }
+            // No lane leaves a region: the region's edges are those out
+            // of its instances.
+            if !(0..self.graph.nodes[e.from].parallelism).any(|u| keys.contains(&(e.from, u))) {
                 continue;
             }
             let kit = self.graph.nodes[e.from]
@@ -149,23 +180,39 @@ impl Supervisor {
             consumers: Mutex::new(consumers),
             signals,
             config: self.config.clone(),
+            only: self.regions[region].only.clone(),
             roles: shared
                 .standby
                 .clone()
                 .map(|s| s as Arc<dyn crate::runtime::wiring::WireRoles>),
         });
+        // The workers with a task of the region — every worker where the
+        // region has standby groups (a standby may be placed, or a new
+        // one brought up, on any).
+        let runs = |w: usize| {
+            standby.is_some()
+                || self.regions[region]
+                    .tasks
+                    .iter()
+                    .any(|&t| self.plan.worker_of_task[t] == w)
+        };
+        let mut exited = vec![true; workers];
         let mut threads = Vec::with_capacity(workers);
         for (w, &core) in self.cores.iter().enumerate().take(workers) {
+            if self.regions[region].only.is_some() && !runs(w) {
+                continue;
+            }
+            exited[w] = false;
             let wiring = Arc::clone(&wiring);
             let core = self.config.pin.then_some(core);
             let spawned = std::thread::Builder::new()
                 .name(format!("tandem-w{w}"))
                 .spawn(move || worker::run(w, core, wiring));
             match spawned {
-                Ok(h) => threads.push(h),
+                Ok(h) => threads.push((w, h)),
                 Err(source) => {
                     shared.stop();
-                    for t in threads {
+                    for (_, t) in threads {
                         let _ = t.join();
                     }
                     return Err(RuntimeError::Spawn { worker: w, source }.into());
@@ -175,23 +222,25 @@ impl Supervisor {
         Ok(Attempt {
             number,
             shared,
+            spawned: threads.len(),
             threads,
-            exited: vec![false; workers],
+            exited,
             built: 0,
             finished: HashSet::new(),
             watch: vec![self.worker_detector(); workers],
         })
     }
 
-    /// Declares worker `w` stalled since `since`.
+    /// Declares worker `w` of `region`'s attempt stalled since `since`.
     pub(super) fn stalled(
         &mut self,
+        region: usize,
         w: usize,
         since: u64,
         evidence: crate::standby::decide::Evidence,
         now: u64,
     ) {
-        let shared = &self.attempt.shared;
+        let shared = &self.attempts[region].shared;
         let (operator, instance) = match shared.stall_note() {
             Some(n) if n.worker == w => {
                 shared.note_fault_tuple(crate::runtime::task::Blame {
@@ -204,8 +253,8 @@ impl Supervisor {
                 // No probe said who: name the chains the worker runs.
                 let mut names = Vec::new();
                 let mut inst = 0;
-                for (t, &wk) in self.plan.worker_of_task.iter().enumerate() {
-                    if wk == w {
+                for &t in &self.regions[region].tasks {
+                    if self.plan.worker_of_task[t] == w {
                         inst = self.plan.tasks[t].instance;
                         names.extend(
                             self.plan.tasks[t]
@@ -219,7 +268,7 @@ impl Supervisor {
             }
         };
         shared.failed_at.store(since.max(1), Ordering::SeqCst);
-        self.stalled_worker = Some(w);
+        self.stalled_worker = Some((region, w));
         self.stall_evidence = Some(evidence);
         shared.fail(JobError::Stalled {
             operator,
@@ -231,19 +280,17 @@ impl Supervisor {
     /// Stops the attempt's workers: waits briefly for each (a running
     /// worker sees the cancel flag within one poll), abandons a stalled one
     /// at once (it is fenced by the cancel flag and its attempt number).
-    pub(super) fn stop_attempt(&mut self, stalled: Option<usize>) {
-        self.attempt.shared.stop();
+    pub(super) fn stop_attempt(&mut self, region: usize, stalled: Option<usize>) {
+        let attempt = &mut self.attempts[region];
+        attempt.shared.stop();
         // A worker abandoned below (stalled, or slow to stop) keeps the
         // attempt's standby run alive, and with it, unless removed now,
         // its files in /dev/shm for as long as the process lives.
-        if let Some(s) = &self.attempt.shared.standby {
+        if let Some(s) = &attempt.shared.standby {
             s.remove_files();
         }
         let deadline = Instant::now() + Duration::from_millis(100);
-        for (w, t) in std::mem::take(&mut self.attempt.threads)
-            .into_iter()
-            .enumerate()
-        {
+        for (w, t) in std::mem::take(&mut attempt.threads) {
             if Some(w) == stalled {
                 continue;
             }
@@ -275,7 +322,7 @@ impl Supervisor {
                 }
                 Err(std::sync::TryLockError::WouldBlock) => {
                     return Err(JobError::BuildOverrun {
-                        attempt: self.attempt.number,
+                        attempt: self.attempts.iter().map(|a| a.number).max().unwrap_or(0),
                         secs: BUILD_WAIT.as_secs(),
                     })
                 }
@@ -283,20 +330,41 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn on_failure(&mut self) -> Result<(), JobError> {
+    /// `region`'s attempt failed: stops it and, if the restart strategy
+    /// says so, starts its next attempt from the last complete checkpoint
+    /// (every other region runs on).
+    pub(super) fn on_failure(&mut self, region: usize) -> Result<(), JobError> {
         let detected_at = now_ns(self.origin);
-        let shared = Arc::clone(&self.attempt.shared);
+        let shared = Arc::clone(&self.attempts[region].shared);
         let err = shared.take_error().unwrap_or(JobError::Cancelled);
-        let stalled = self.stalled_worker.take();
-        self.stop_attempt(stalled);
+        let stalled = match self.stalled_worker.take() {
+            Some((r, w)) if r == region => Some(w),
+            other => {
+                self.stalled_worker = other;
+                None
+            }
+        };
+        self.stop_attempt(region, stalled);
+        let keys = &self.regions[region].keys;
+        let sources: Vec<Key> = self
+            .sources
+            .iter()
+            .filter(|k| keys.contains(k))
+            .copied()
+            .collect();
+        let sinks: Vec<Key> = self
+            .sinks
+            .iter()
+            .filter(|k| keys.contains(k))
+            .copied()
+            .collect();
         // Where everyone stood when it stopped.
         let sink_written: HashMap<Key, u64> = shared
             .sinks
             .iter()
             .map(|(k, t)| (*k, t.written.load(Ordering::Relaxed)))
             .collect();
-        let source_pos: HashMap<Key, u64> = self
-            .sources
+        let source_pos: HashMap<Key, u64> = sources
             .iter()
             .map(|&(n, i)| {
                 (
@@ -348,6 +416,7 @@ impl Supervisor {
         };
         let evidence = self.stall_evidence.take();
         let mut record = restart_record(
+            self.config.failover,
             &err,
             shared.fault_tuple(),
             evidence.map(|e| e.to_string()),
@@ -359,17 +428,20 @@ impl Supervisor {
         // retained one if it is damaged.
         let (restore, restored_id) = self.restore_point(&mut record)?;
         record.restored_checkpoint = restored_id;
+        let (restarted, kept_running) = self.tasks_through(region);
+        record.restarted = restarted;
+        record.kept_running = kept_running;
         // Sinks' counts at the restored checkpoint, in the failed attempt.
+        let number = self.attempts[region].number;
         let at_restore = |k: &Key| -> u64 {
             match &self.last_complete {
-                Some(c) if Some(c.id) == restored_id && c.attempt == self.attempt.number => {
+                Some(c) if Some(c.id) == restored_id && c.attempts.get(region) == Some(&number) => {
                     *c.written.get(k).unwrap_or(&0)
                 }
                 _ => 0,
             }
         };
-        let sinks: Vec<SinkAtFailure> = self
-            .sinks
+        let sinks: Vec<SinkAtFailure> = sinks
             .iter()
             .map(|k| SinkAtFailure {
                 key: *k,
@@ -384,8 +456,7 @@ impl Supervisor {
             .collect();
         let (targets, duplicates) = sink_targets(&sinks);
         self.duplicates += duplicates;
-        record.replayed_tuples = self
-            .sources
+        record.replayed_tuples = sources
             .iter()
             .map(|k| {
                 let from = restore
@@ -395,11 +466,22 @@ impl Supervisor {
                 replayed(source_pos[k], from)
             })
             .sum();
-        let stopped = self.committers.drain().map(|(_, c)| c);
-        self.retired.extend(stopped);
+        let keys = &self.regions[region].keys;
+        let stopped: Vec<Key> = self
+            .committers
+            .keys()
+            .filter(|k| keys.contains(k))
+            .copied()
+            .collect();
+        for k in stopped {
+            let c = self.committers.remove(&k).expect("listed above");
+            self.retired.push(c);
+        }
         self.await_builds()?;
-        let number = self.attempt.number + 1;
-        self.attempt = self.spawn(number, restore, &targets)?;
+        let number = self.next_attempt;
+        self.next_attempt += 1;
+        self.restarts += 1;
+        self.attempts[region] = self.spawn(region, number, restore, &targets)?;
         self.open = Some(OpenRecovery {
             record,
             failed_at,
@@ -429,7 +511,7 @@ impl Supervisor {
                         id: m.id,
                         manifest: m,
                         written: HashMap::new(),
-                        attempt: u32::MAX,
+                        attempts: Vec::new(),
                     }),
                     None => None,
                 };
@@ -461,7 +543,7 @@ impl Supervisor {
                     id,
                     manifest: m,
                     written: HashMap::new(),
-                    attempt: u32::MAX,
+                    attempts: Vec::new(),
                 });
                 return Ok((Some(Arc::new(r)), Some(id)));
             }

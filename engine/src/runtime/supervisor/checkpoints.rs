@@ -22,6 +22,7 @@ use crate::operator::{Committer, FINAL_EPOCH};
 use crate::recovery::compose::{across_takeover, AcrossTakeover, GroupAtCheckpoint};
 use crate::recovery::interval::{adaptive_interval, IntervalInputs};
 use crate::runtime::probe::ProbeFactory;
+use crate::runtime::standby::group::Group;
 use crate::runtime::CheckpointMode;
 use crate::runtime::RuntimeConfig;
 use std::collections::{HashMap, HashSet};
@@ -63,9 +64,11 @@ pub(super) struct Writing {
 pub(super) struct Completed {
     pub(super) id: u64,
     pub(super) manifest: Manifest,
-    /// Sink counts at its barrier, valid in `attempt` only.
+    /// Sink counts at its barrier, each valid only in the attempt of its
+    /// region that acknowledged it.
     pub(super) written: HashMap<Key, u64>,
-    pub(super) attempt: u32,
+    /// Those attempts, by region (empty: a checkpoint of an earlier run).
+    pub(super) attempts: Vec<u32>,
 }
 
 /// The checkpoint coordinator's state.
@@ -141,13 +144,15 @@ impl Supervisor {
     ) -> bool {
         if manifest.kind == checkpoint::SnapshotKind::Checkpoint {
             // The next checkpoint's deltas may apply over this one.
-            self.attempt.shared.completed.store(id, Ordering::Release);
+            for a in &self.attempts {
+                a.shared.completed.store(id, Ordering::Release);
+            }
         }
         self.last_complete = Some(Completed {
             id,
             manifest,
             written,
-            attempt: self.attempt.number,
+            attempts: self.attempts.iter().map(|a| a.number).collect(),
         });
         let committed = commit_all(
             &mut self.committers,
@@ -159,7 +164,19 @@ impl Supervisor {
         match committed {
             Ok(()) => true,
             Err(e) => {
-                self.attempt.shared.fail(e);
+                // The commits stop at the first that fails, so sinks of
+                // every region may have left this checkpoint uncommitted:
+                // every region restarts, and its restore commits it.
+                for a in &self.attempts[1..] {
+                    a.shared.fail(JobError::Io {
+                        operator: "<commit>".into(),
+                        instance: 0,
+                        context: format!("checkpoint {id}: another region's sink failed to commit"),
+                        path: None,
+                        source: std::io::Error::other(e.to_string()),
+                    });
+                }
+                self.attempts[0].shared.fail(e);
                 false
             }
         }
@@ -173,12 +190,14 @@ impl Supervisor {
             c.stats.pending += 1;
         }
         self.restore_from_store = true;
-        self.attempt
-            .shared
-            .fail(JobError::Checkpoint(checkpoint::CheckpointError::Crashed {
-                id,
-                published,
-            }));
+        // As a crash of the process: every region restarts.
+        for a in &self.attempts {
+            a.shared
+                .fail(JobError::Checkpoint(checkpoint::CheckpointError::Crashed {
+                    id,
+                    published,
+                }));
+        }
     }
 
     /// The coordinator's periodic work: land a durable checkpoint, submit
@@ -281,9 +300,20 @@ impl Supervisor {
         // primary's task is not the one the plan placed.
         // (A copy only when a group has ended: this runs every tick while
         // a checkpoint is in flight.)
-        let groups = self.attempt.shared.standby.clone();
-        let mut finished = std::borrow::Cow::Borrowed(&self.attempt.finished);
-        if let Some(sb) = &groups {
+        let runs: Vec<_> = self
+            .attempts
+            .iter()
+            .filter_map(|a| a.shared.standby.clone())
+            .collect();
+        let mut finished = match &self.attempts[..] {
+            [one] => std::borrow::Cow::Borrowed(&one.finished),
+            more => std::borrow::Cow::Owned(
+                more.iter()
+                    .flat_map(|a| a.finished.iter().copied())
+                    .collect::<HashSet<Key>>(),
+            ),
+        };
+        for sb in &runs {
             for g in sb.groups.values() {
                 if !g.done.load(Ordering::Acquire) {
                     continue;
@@ -297,56 +327,75 @@ impl Supervisor {
             }
         }
         let mut complete = all_acknowledged(&self.all, &f.acks, &finished);
-        if complete {
-            if let Some(sb) = &groups {
-                let mut keys: Vec<Key> = sb.groups.keys().copied().collect();
-                keys.sort_unstable();
-                let seen: Vec<GroupAtCheckpoint> = keys
-                    .iter()
-                    .map(|k| {
-                        let g = &sb.groups[k];
-                        let replaying = g.replaying.load(Ordering::Acquire);
-                        let done = g.done.load(Ordering::Acquire);
-                        GroupAtCheckpoint {
-                            acked_epoch: f.acks.get(k).map(|a| a.epoch),
-                            current_epoch: g.live.current(),
-                            replaying,
-                            done,
-                        }
-                    })
-                    .collect();
-                let verdict = across_takeover(&seen);
-                let confirmed = std::mem::replace(
-                    &mut f.declining,
-                    matches!(verdict, AcrossTakeover::Decline(_)),
-                );
-                match verdict {
-                    AcrossTakeover::Complete => {}
-                    AcrossTakeover::Wait => complete = false,
-                    // An acknowledgement the new primary sent before it
-                    // caught up is in the channel by the next tick (the
-                    // loop drains it first): decline only if the verdict
-                    // stands then.
-                    AcrossTakeover::Decline(_) if !confirmed => complete = false,
-                    AcrossTakeover::Decline(i) => {
-                        let (node, instance) = keys[i];
-                        let id = f.id;
-                        c.in_flight = None;
-                        c.overtaken(format!(
+        if complete && !runs.is_empty() {
+            let groups: HashMap<Key, &Arc<Group>> = runs
+                .iter()
+                .flat_map(|sb| sb.groups.iter().map(|(k, g)| (*k, g)))
+                .collect();
+            let mut keys: Vec<Key> = groups.keys().copied().collect();
+            keys.sort_unstable();
+            let seen: Vec<GroupAtCheckpoint> = keys
+                .iter()
+                .map(|k| {
+                    let g = &groups[k];
+                    let replaying = g.replaying.load(Ordering::Acquire);
+                    let done = g.done.load(Ordering::Acquire);
+                    GroupAtCheckpoint {
+                        acked_epoch: f.acks.get(k).map(|a| a.epoch),
+                        current_epoch: g.live.current(),
+                        replaying,
+                        done,
+                    }
+                })
+                .collect();
+            let verdict = across_takeover(&seen);
+            let confirmed = std::mem::replace(
+                &mut f.declining,
+                matches!(verdict, AcrossTakeover::Decline(_)),
+            );
+            match verdict {
+                AcrossTakeover::Complete => {}
+                AcrossTakeover::Wait => complete = false,
+                // An acknowledgement the new primary sent before it
+                // caught up is in the channel by the next tick (the
+                // loop drains it first): decline only if the verdict
+                // stands then.
+                AcrossTakeover::Decline(_) if !confirmed => complete = false,
+                AcrossTakeover::Decline(i) => {
+                    let (node, instance) = keys[i];
+                    let id = f.id;
+                    c.in_flight = None;
+                    c.overtaken(format!(
                             "checkpoint {id}: declined — `{}` instance {instance} acknowledged it, then its standby took over from past the barrier",
                             self.names[node]
                         ));
-                        return Ok(true);
-                    }
+                    return Ok(true);
                 }
             }
         }
         if !complete {
             if f.started.elapsed() > c.timeout {
                 let id = f.id;
+                // Who it waited for: the first few instances without an
+                // acknowledgement.
+                let missing: Vec<String> = self
+                    .all
+                    .iter()
+                    .filter(|k| !f.acks.contains_key(k) && !finished.contains(k))
+                    .map(|&(n, i)| format!("`{}` instance {i}", self.names[n]))
+                    .collect();
+                let waited = match missing.len() {
+                    0 => String::new(),
+                    n if n <= 4 => format!(" waiting for {}", missing.join(", ")),
+                    n => format!(
+                        " waiting for {} and {} more",
+                        missing[..4].join(", "),
+                        n - 4
+                    ),
+                };
                 c.in_flight = None;
                 c.failed(format!(
-                    "checkpoint {id} timed out after {} ms",
+                    "checkpoint {id} timed out after {} ms{waited}",
                     c.timeout.as_millis()
                 ));
             }
@@ -379,11 +428,11 @@ impl Supervisor {
     /// built its tasks and a source still runs.
     fn trigger_when_due(&mut self) {
         let Some(c) = &mut self.coord else { return };
-        let sources_live = self
-            .sources
-            .iter()
-            .any(|k| !self.attempt.finished.contains(k));
-        let all_built = self.attempt.built == self.attempt.exited.len();
+        let sources_live = self.sources.iter().any(|k| {
+            let r = self.region_of[k];
+            !self.attempts[r].finished.contains(k)
+        });
+        let all_built = self.attempts.iter().all(|a| a.all_built());
         if c.in_flight.is_none()
             && c.writing.is_none()
             && all_built
@@ -401,10 +450,13 @@ impl Supervisor {
                 acks: HashMap::new(),
                 declining: false,
             });
-            if !c.savepoint_waiters.is_empty() {
-                self.attempt.shared.whole_at.store(id, Ordering::Release);
+            let whole = !c.savepoint_waiters.is_empty();
+            for a in &self.attempts {
+                if whole {
+                    a.shared.whole_at.store(id, Ordering::Release);
+                }
+                a.shared.trigger.store(id, Ordering::Release);
             }
-            self.attempt.shared.trigger.store(id, Ordering::Release);
         }
     }
 }

@@ -66,6 +66,7 @@ pub(super) fn sinks_after_restart(sinks: impl IntoIterator<Item = SinkMarks>) ->
 /// The record of a restart caused by `err`, before its figures after the
 /// restart are known.
 pub(super) fn restart_record(
+    failover: crate::recovery::restart::Failover,
     err: &JobError,
     blame: Blame,
     evidence: Option<String>,
@@ -75,7 +76,10 @@ pub(super) fn restart_record(
     let reason = err.recovery_cause(blame.injected);
     let evidence = err.stuck_evidence().map(str::to_string).or(evidence);
     RecoveryRecord {
-        kind: RecoveryKind::RestartAll,
+        kind: match failover {
+            crate::recovery::restart::Failover::Region => RecoveryKind::Region,
+            _ => RecoveryKind::RestartAll,
+        },
         operator: err.operator().unwrap_or("").to_string(),
         instance: error_instance(err),
         cause: err.to_string(),
@@ -91,6 +95,8 @@ pub(super) fn restart_record(
         reason,
         unprovoked: reason.unprovoked(),
         evidence: evidence.filter(|_| reason.unprovoked()),
+        restarted: Vec::new(),
+        kept_running: Vec::new(),
     }
 }
 
@@ -111,13 +117,58 @@ fn error_instance(e: &JobError) -> usize {
 }
 
 impl Supervisor {
+    /// Task `t`'s name: its operators joined by `+`, and its instance.
+    pub(super) fn task_name(&self, t: usize) -> String {
+        let task = &self.plan.tasks[t];
+        let names: Vec<&str> = task.members.iter().map(|&m| &*self.names[m]).collect();
+        format!("{}#{}", names.join("+"), task.instance)
+    }
+
+    /// What a restart of `region` restarts (its tasks) and what runs on
+    /// through it (the other regions' tasks that have not finished).
+    pub(super) fn tasks_through(&self, region: usize) -> (Vec<String>, Vec<String>) {
+        let restarted = self.regions[region]
+            .tasks
+            .iter()
+            .map(|&t| self.task_name(t))
+            .collect();
+        let mut kept = Vec::new();
+        for (r, g) in self.regions.iter().enumerate() {
+            if r == region {
+                continue;
+            }
+            let a = &self.attempts[r];
+            for &t in &g.tasks {
+                let done = self.members[t].iter().all(|k| a.finished.contains(k));
+                if !done && !a.ended() {
+                    kept.push(self.task_name(t));
+                }
+            }
+        }
+        (restarted, kept)
+    }
+
+    /// The tasks of a takeover's record: the backed-up chain's instance
+    /// restarted (as its standby), every other task ran on.
+    pub(super) fn tasks_of_takeover(&self, r: &mut RecoveryRecord) {
+        let node = self.names.iter().position(|n| **n == *r.operator);
+        let failed = node.and_then(|n| self.plan.task_of(n, r.instance));
+        for t in 0..self.plan.tasks.len() {
+            if Some(t) == failed {
+                r.restarted.push(self.task_name(t));
+            } else {
+                r.kept_running.push(self.task_name(t));
+            }
+        }
+    }
+
     pub(super) fn measure_recovery(&mut self, now: u64) {
         let Some(o) = &mut self.open else { return };
-        if o.attempt != self.attempt.number {
+        let Some(attempt) = self.attempts.iter().find(|a| a.number == o.attempt) else {
             return;
-        }
-        let shared = &self.attempt.shared;
-        if o.record.restore_us.is_none() && self.attempt.built == self.attempt.exited.len() {
+        };
+        let shared = &attempt.shared;
+        if o.record.restore_us.is_none() && attempt.all_built() {
             o.record.restore_us = Some(now.saturating_sub(o.detected_at) / 1000);
         }
         let progress = sinks_after_restart(shared.sinks.values().map(|t| SinkMarks {
@@ -148,7 +199,7 @@ impl Supervisor {
     /// standbys ([`crate::JobHandle::status`]).
     pub(super) fn publish_status(&self) {
         let mut s = crate::JobStatus {
-            restarts: self.attempt.number,
+            restarts: self.restarts,
             ..Default::default()
         };
         // The newest recovery with its first output: (fault, fault → first output).
@@ -213,7 +264,11 @@ impl Supervisor {
         if let Some(o) = &self.open {
             count(&o.record);
         }
-        if let Some(sb) = &self.attempt.shared.standby {
+        for sb in self
+            .attempts
+            .iter()
+            .filter_map(|a| a.shared.standby.as_ref())
+        {
             let log = sb.log.lock();
             s.takeovers += log.len() as u64;
             log.iter().for_each(|t| count(&t.record));
@@ -236,7 +291,7 @@ impl Supervisor {
                 .max();
             drop(log);
             newest = newest.max(live);
-            s.standby_groups = sb.groups.len();
+            s.standby_groups += sb.groups.len();
             let now = crate::sys::clock::monotonic_ns();
             for g in sb.groups.values() {
                 let source_position = g.source.map_or(0, |src| {
@@ -306,6 +361,7 @@ impl Supervisor {
             let since = |at: u64| at.saturating_sub(t.fault_at) / 1000;
             r.first_output_us = t.sink_at.or(t.accepted_at).map(since);
             r.caught_up_us = t.caught_up_at.map(since);
+            self.tasks_of_takeover(&mut r);
             self.recovery.push(r);
         }
     }
@@ -336,7 +392,7 @@ mod tests {
             tuple: Some(TupleId(42)),
             injected: false,
         };
-        let r = restart_record(&err, blame, None, 5, 17);
+        let r = restart_record(Default::default(), &err, blame, None, 5, 17);
         assert_eq!((r.operator.as_str(), r.instance), ("keyed", 3));
         assert_eq!(r.tuple_id, Some(TupleId(42)));
         assert_eq!(r.detect_us, 17);
@@ -345,7 +401,15 @@ mod tests {
         // An error that names no instance: instance 0.
         assert_eq!(r.reason, RecoveryCause::Panic);
         assert_eq!(
-            restart_record(&JobError::Cancelled, Blame::default(), None, 0, 0).instance,
+            restart_record(
+                Default::default(),
+                &JobError::Cancelled,
+                Blame::default(),
+                None,
+                0,
+                0
+            )
+            .instance,
             0
         );
     }

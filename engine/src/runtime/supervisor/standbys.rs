@@ -16,10 +16,11 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 impl Supervisor {
-    /// The standby groups of attempt `number` (`None` when no operator
-    /// runs with a standby).
+    /// The standby groups of `region`'s attempt `number` (`None` when no
+    /// operator of the region runs with a standby).
     pub(super) fn standby_run(
         &self,
+        region: usize,
         number: u32,
         restore: Option<&crate::runtime::coord::Restore>,
     ) -> Result<Option<Arc<StandbyRun>>, JobError> {
@@ -27,8 +28,10 @@ impl Supervisor {
             return Ok(None);
         };
         // One group per instance of each backed-up chain, named by its head.
+        let keys = &self.regions[region].keys;
         let nodes: Vec<usize> = (0..self.graph.nodes.len())
             .filter(|&n| self.plan.backed[n] == Some(n))
+            .filter(|&n| (0..self.graph.nodes[n].parallelism).any(|i| keys.contains(&(n, i))))
             .collect();
         if nodes.is_empty() {
             return Ok(None);
@@ -43,7 +46,8 @@ impl Supervisor {
                 .expect("engine bug: node instance without a task")]
         };
         // Each group's input lanes, and what their files take.
-        let members = self.members(&nodes, restore);
+        let mut members = self.members(&nodes, restore);
+        members.retain(|(n, i, _, _)| keys.contains(&(*n, *i)));
         // The whole run's need, checked before any file is made: every
         // file's blocks are reserved when it is created (a sparse mapping
         // dies of SIGBUS on a full filesystem), and this says up front,
