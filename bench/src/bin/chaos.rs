@@ -2,7 +2,8 @@
 //! each run's output checked against a clean run's by the independent
 //! checker (`tandem_fault_inject::check`).
 //!
-//! For each strategy — `restart-all`, `bqbs-warm`, `bqbs-hot`,
+//! For each strategy — `restart-all`, `region` (restart-all scoped to the
+//! failed task's failover region), `bqbs-warm`, `bqbs-hot`,
 //! `bqbs-checkpoints`, and on request `bqbs-process` (process isolation,
 //! warm or hot, drawing `kill`, `abort` and `segv` faults too) — it runs
 //! `--schedules` schedules. Schedule `i` of a
@@ -43,14 +44,14 @@ struct Args {
     /// Seed of the input and of every schedule drawn.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Strategies to run, comma-separated: restart-all, bqbs-warm,
+    /// Strategies to run, comma-separated: restart-all, region, bqbs-warm,
     /// bqbs-hot, bqbs-checkpoints, and (not by default) bqbs-process —
     /// standbys in processes of their own, whose faults include the
     /// operator's process dying (kill, abort, segv).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "restart-all,bqbs-warm,bqbs-hot,bqbs-checkpoints"
+        default_value = "restart-all,region,bqbs-warm,bqbs-hot,bqbs-checkpoints"
     )]
     strategies: Vec<String>,
     /// Faults per schedule, at most (each draws 1 to this many).
@@ -84,12 +85,15 @@ struct Args {
     serve_config: Option<String>,
 }
 
-const STRATEGIES: [&str; 5] = [
+// Appended in order: a strategy's index seeds its draws, so those of the
+// earlier ones stay as they were.
+const STRATEGIES: [&str; 6] = [
     "restart-all",
     "bqbs-warm",
     "bqbs-hot",
     "bqbs-checkpoints",
     "bqbs-process",
+    "region",
 ];
 
 /// The most faults one schedule draws.
@@ -135,6 +139,7 @@ impl Config {
         }
         match self.strategy.as_str() {
             "restart-all" => c += " --strategy restart-all",
+            "region" => c += " --strategy region",
             s => {
                 c += &format!(
                     " --strategy bqbs --standby {} --standby-mode {} --standby-heartbeat-ms {} --standby-queue-mib {}",
@@ -241,7 +246,7 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
     let k = STRATEGIES.iter().position(|s| *s == strategy).unwrap_or(0) as u64;
     let mut rng = SplitMix64(args.seed ^ (k << 56) ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let standby: Vec<String> = match strategy {
-        "restart-all" => vec![],
+        "restart-all" | "region" => vec![],
         // Not chained (no adjacent pair: each is its own chain's head).
         "bqbs-process" => match rng.below(4) {
             0 => vec!["flatmap".into()],
@@ -263,7 +268,7 @@ fn draw(args: &Args, strategy: &str, i: u64) -> Config {
         .unwrap_or_else(|| tandem::sys::affinity::available_cores().len());
     // Mostly one instance a core; sometimes one in all, or more than cores.
     let parallelism = [cores, cores, 1, cores + 1][rng.below(4) as usize];
-    let checkpoint_ms = matches!(strategy, "restart-all" | "bqbs-checkpoints")
+    let checkpoint_ms = matches!(strategy, "restart-all" | "region" | "bqbs-checkpoints")
         .then(|| [10, 20, 50, 100][rng.below(4) as usize]);
     // Half at full rate, half throttled to 100–400 k records/s.
     let rate = (rng.below(2) == 0).then(|| (100_000 + 50_000 * rng.below(7)) as f64);
@@ -348,6 +353,9 @@ fn run_job(
             attempts: 100,
             delay: Duration::ZERO,
         });
+        if cfg.strategy == "region" {
+            rc = rc.failover(tandem::Failover::Region);
+        }
     }
     if cfg.strategy.starts_with("bqbs") {
         rc = rc.standby(tandem::StandbyConfig {

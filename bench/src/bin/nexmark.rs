@@ -36,6 +36,10 @@ enum Strategy {
     /// Checkpoints (`--checkpoint-interval-ms`); a failure restarts every
     /// operator from the last one.
     RestartAll,
+    /// Checkpoints; a failure restarts only the failed task's failover
+    /// region from the last one (a query whose exchanges join every
+    /// instance is one region, and restarts whole).
+    Region,
     /// An active standby on the `--standby` operator takes over.
     Bqbs,
     /// Both: the standby takes over its operator's failures; checkpoints
@@ -114,7 +118,7 @@ struct Args {
     /// 2 cores, 16 from 8 cores on, where each queue carries less).
     #[arg(long)]
     queue_mb: Option<u64>,
-    /// Checkpoint interval of `--strategy restart-all` and `both`.
+    /// Checkpoint interval of `--strategy restart-all`, `region` and `both`.
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
     /// Every checkpoint writes every state whole (by default a keyed
@@ -395,7 +399,10 @@ fn run_in(
         // (else in /dev/shm).
         cfg = cfg.run_dir(work);
     }
-    if matches!(args.strategy, Strategy::RestartAll | Strategy::Both) {
+    if matches!(
+        args.strategy,
+        Strategy::RestartAll | Strategy::Region | Strategy::Both
+    ) {
         let mut cp = CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
         cp.dir = Some(work.join("checkpoints"));
         if args.whole_checkpoints {
@@ -405,6 +412,9 @@ fn run_in(
             attempts: 100,
             delay: Duration::ZERO,
         });
+        if args.strategy == Strategy::Region {
+            cfg = cfg.failover(tandem::Failover::Region);
+        }
     }
     if matches!(args.strategy, Strategy::Bqbs | Strategy::Both) {
         cfg = cfg.standby(StandbyConfig {

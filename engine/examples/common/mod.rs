@@ -22,6 +22,10 @@ pub enum Strategy {
     /// Checkpoints every 100 ms; a failure restarts every operator from the
     /// last one.
     RestartAll,
+    /// Checkpoints every 100 ms; a failure restarts only the failed task's
+    /// failover region from the last one (the job's instances that share
+    /// no record with it run on).
+    Region,
     /// An active standby on the operator faults are injected into takes
     /// over.
     Bqbs,
@@ -52,7 +56,9 @@ pub fn in_workdir(
 }
 
 /// Nanoseconds of event time in a millisecond, and in a microsecond.
+#[allow(dead_code)] // not every example has event time
 pub const MS: u64 = 1_000_000;
+#[allow(dead_code)]
 pub const US: u64 = 1_000;
 
 /// A well-mixed hash of record `i` of the input drawn with `seed`.
@@ -71,7 +77,7 @@ pub fn workdir(name: &str) -> std::io::Result<PathBuf> {
 }
 
 /// The runtime for `strategy` on `cores` cores (default: up to 2), its
-/// checkpoints (every `every`, for restart-all) under `work`.
+/// checkpoints (every `every`, for restart-all and region) under `work`.
 pub fn config(
     strategy: Strategy,
     cores: Option<usize>,
@@ -82,13 +88,18 @@ pub fn config(
     let config = RuntimeConfig::default().cores(cores);
     match strategy {
         Strategy::None => config,
-        Strategy::RestartAll => {
+        Strategy::RestartAll | Strategy::Region => {
             let mut c = CheckpointConfig::every(every);
             c.dir = Some(work.join("checkpoints"));
-            config.checkpoint(c).restart(RestartStrategy::FixedDelay {
+            let config = config.checkpoint(c).restart(RestartStrategy::FixedDelay {
                 attempts: 100,
                 delay: Duration::ZERO,
-            })
+            });
+            if strategy == Strategy::Region {
+                config.failover(tandem::Failover::Region)
+            } else {
+                config
+            }
         }
         Strategy::Bqbs => config.standby(StandbyConfig::default()),
     }

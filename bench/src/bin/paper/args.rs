@@ -87,8 +87,11 @@ pub struct Args {
     pub fault_schedule: Option<String>,
     /// Recovery strategy: none (a failure ends the run), restart-all
     /// (checkpoints; on a failure every operator restarts from the last
-    /// complete one) or bqbs (active standby for the --standby operators).
-    #[arg(long, default_value = "none", value_parser = ["none", "restart-all", "bqbs"])]
+    /// complete one), region (checkpoints; only the failed task's failover
+    /// region restarts: the paper's job, whose key_by joins every instance,
+    /// is one region) or bqbs (active standby for the --standby
+    /// operators).
+    #[arg(long, default_value = "none", value_parser = ["none", "restart-all", "region", "bqbs"])]
     pub strategy: String,
     /// Operators with a standby (bqbs): any of flatmap, filter, keyed,
     /// comma-separated.

@@ -163,7 +163,9 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
             }
         }
     }
-    let restart_all = args.strategy == "restart-all";
+    // Region failover is restart-all with a smaller scope: the same
+    // checkpoints, restart strategy and flags.
+    let restart_all = matches!(args.strategy.as_str(), "restart-all" | "region");
     let bqbs = args.strategy == "bqbs";
     let checkpointing = restart_all || (bqbs && args.checkpoint_interval_ms.is_some());
 

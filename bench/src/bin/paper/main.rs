@@ -63,6 +63,9 @@ fn run(
     }
     if checkpointing {
         cfg = cfg.restart(args.restart.clone());
+        if args.strategy == "region" {
+            cfg = cfg.failover(tandem::Failover::Region);
+        }
         if checkpoints {
             let mut cp = CheckpointConfig::every(Duration::from_millis(interval_ms));
             cp.mode = args.checkpoint_mode;
@@ -286,6 +289,8 @@ fn run(
                 reason: r.reason.name(),
                 unprovoked: r.unprovoked,
                 evidence: r.evidence.clone(),
+                restarted: r.restarted.clone(),
+                kept_running: r.kept_running.clone(),
             })
             .collect(),
         restarts: report.restarts,

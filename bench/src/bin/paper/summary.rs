@@ -9,7 +9,7 @@ use tandem_bench::report::{fmt_ns, LatencyNs};
 
 #[derive(Serialize)]
 pub struct Recovery {
-    /// `takeover` (a standby took over) or `restart-all`.
+    /// `takeover` (a standby took over), `restart-all` or `region`.
     pub kind: &'static str,
     pub operator: String,
     pub instance: usize,
@@ -33,6 +33,10 @@ pub struct Recovery {
     pub unprovoked: bool,
     /// For a recovery after a stall verdict: what the watcher saw.
     pub evidence: Option<String>,
+    /// The tasks it restarted (operators joined by `+`, `#instance`).
+    pub restarted: Vec<String>,
+    /// The tasks that ran on through it.
+    pub kept_running: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -343,7 +347,7 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
         let unprovoked = rep
             .recovery
             .iter()
-            .filter(|r| r.kind == "restart-all" && r.unprovoked)
+            .filter(|r| matches!(r.kind, "restart-all" | "region") && r.unprovoked)
             .count();
         outln!(
             "  restarts          {} ({} unprovoked; duplicates emitted: {})",
@@ -422,23 +426,27 @@ pub fn print(args: &Args, rep: &Report) -> anyhow::Result<()> {
     // Every recovery, in order, with the kind that ran.
     for (i, r) in rep.recovery.iter().enumerate() {
         let why = match (r.kind, &r.evidence, r.unprovoked) {
-            ("restart-all", _, _) => format!(
-                " (from checkpoint {}{})",
+            ("restart-all" | "region", _, _) => format!(
+                " (from checkpoint {}{}; restarted {} tasks, {} kept running)",
                 r.restored_checkpoint
                     .map_or("none".into(), |c| c.to_string()),
                 if r.skipped_checkpoints.is_empty() {
                     String::new()
                 } else {
                     format!("; skipped {}", r.skipped_checkpoints.join("; "))
-                }
+                },
+                r.restarted.len(),
+                r.kept_running.len()
             ),
             (_, Some(e), true) => format!(" — unprovoked ({}): {e}", r.reason),
             (_, Some(e), false) => format!(" — {}: {e}", r.reason),
             _ => format!(" — {}", r.reason),
         };
         let why = match (r.kind, r.unprovoked, &r.evidence) {
-            ("restart-all", true, Some(e)) => format!("{why} — unprovoked ({}): {e}", r.reason),
-            ("restart-all", _, _) => format!("{why} — {}", r.reason),
+            ("restart-all" | "region", true, Some(e)) => {
+                format!("{why} — unprovoked ({}): {e}", r.reason)
+            }
+            ("restart-all" | "region", _, _) => format!("{why} — {}", r.reason),
             _ => why,
         };
         print_recovery(&format!("{} {}", r.kind, i + 1), r, &why)?;
