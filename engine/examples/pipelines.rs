@@ -24,10 +24,12 @@
 //! fast as it goes), so that a recovery happens while every partition runs.
 //!
 //! For every recovery the run prints what restarted and what kept running,
-//! and each partition's output rate during the recovery (fault → caught
-//! up) beside its rate over the whole run: under `--strategy region` a
-//! partition the fault did not touch writes on at its usual rate; under
-//! `restart-all` every partition stops. The output (`PARTITION SEQ SENSOR
+//! and how far each partition's output reached during the recovery (fault
+//! → the restarted tasks' first output; readings past the highest it had
+//! written, so a replay's repeats do not count) beside its rate over the
+//! whole run: under
+//! `--strategy region` a partition the fault did not touch writes on at
+//! its usual rate; under `restart-all` every partition stops. The output (`PARTITION SEQ SENSOR
 //! AVERAGE` per reading, sorted) is identical with and without faults.
 
 mod common;
@@ -37,13 +39,14 @@ use common::{mix, say, Lines, Strategy};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tandem::checkpoint::SnapshotBytes;
 use tandem::{
     Chaining, CheckpointError, JobBuilder, Output, Process, Record, SeekError, Source, SourcePoll,
     TupleId,
 };
+use tandem::{Committer, Sink};
 
 #[derive(Parser, Debug)]
 #[command(about = "Independent pipelines: a fault restarts its region alone, exactly")]
@@ -97,6 +100,52 @@ static START: OnceLock<Instant> = OnceLock::new();
 
 /// `--parallelism`, for the fault schedule's resolver.
 static PARTITIONS: AtomicU64 = AtomicU64::new(1);
+
+/// Per partition: one past the highest sequence number its sink wrote —
+/// how far its output reached (a replay after a restart writes again
+/// what was written before, and moves it no further until it passes it).
+static REACH: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// Per partition: its reach over time, `(µs on the engine clock,
+/// reach)`, noted by its sink every [`EVERY`] records.
+static TIMELINE: [Mutex<Vec<(u64, u64)>>; 64] = [const { Mutex::new(Vec::new()) }; 64];
+const EVERY: u64 = 16;
+
+/// The engine clock's origin (set as the job starts): recovery records'
+/// times are on it.
+static ORIGIN: OnceLock<Instant> = OnceLock::new();
+
+/// The output lines, with each partition's reach noted as they are
+/// written.
+struct Reach(Lines, u64);
+
+impl Sink<String> for Reach {
+    fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
+        let mut f = r.value.split(' ');
+        if let (Some(Ok(p)), Some(Ok(s))) = (
+            f.next().map(str::parse::<usize>),
+            f.next().map(str::parse::<u64>),
+        ) {
+            if let Some(reach) = REACH.get(p) {
+                let now = reach.fetch_max(s + 1, Ordering::Relaxed).max(s + 1);
+                self.1 += 1;
+                if self.1.is_multiple_of(EVERY) {
+                    if let Some(o) = ORIGIN.get() {
+                        let at = o.elapsed().as_micros() as u64;
+                        TIMELINE[p].lock().unwrap().push((at, now));
+                    }
+                }
+            }
+        }
+        self.0.write(r)
+    }
+    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
+        self.0.pre_commit(checkpoint)
+    }
+    fn committer(&self) -> Option<Box<dyn Committer>> {
+        self.0.committer()
+    }
+}
 
 /// Partition `p`'s readings, sequence `next` on, paced to `rate` a second
 /// from [`START`] (a restarted partition catches up, then keeps pace).
@@ -214,7 +263,7 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         .map("calibrate", |r: Reading| (r.0, r.1, r.2 * 3 / 2 + 7))
         .filter("valid", |r: &Reading| r.2 % 97 != 0)
         .process("smooth", |_| Smooth::default())
-        .sink("out", move |i| Lines::open(&dir, i));
+        .sink("out", move |i| Reach(Lines::open(&dir, i), 0));
     let job = job.build()?;
     say!(
         "{} partitions, {} failover regions; {} readings at {} a second per partition",
@@ -244,35 +293,31 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
 
     // Each partition's output over time, sampled while the job runs.
     let handle = job.start(&config)?;
-    let watch = handle.watch();
-    let mut samples: Vec<(u64, Vec<u64>)> = Vec::new();
-    while !handle.is_finished() {
-        let at = watch.elapsed().as_micros() as u64;
-        if let Some(o) = watch.progress().operator("out") {
-            samples.push((at, o.instances.iter().map(|i| i.0).collect()));
-        }
-        std::thread::sleep(Duration::from_micros(500));
-    }
+    let _ = ORIGIN.set(Instant::now() - handle.watch().elapsed());
     let report = handle.join()?;
     let elapsed_us = report.elapsed.as_micros().max(1) as u64;
 
     // What each recovery restarted, and what the others wrote meanwhile.
+    let timelines: Vec<Vec<(u64, u64)>> = TIMELINE[..p as usize]
+        .iter()
+        .map(|t| std::mem::take(&mut *t.lock().unwrap()))
+        .collect();
+    // A partition's reach at `t` µs: the newest noted at or before it.
     let count_at = |t: u64, part: usize| -> u64 {
-        let i = samples.partition_point(|s| s.0 <= t);
-        i.checked_sub(1)
-            .and_then(|i| samples[i].1.get(part).copied())
-            .unwrap_or(0)
+        let s = &timelines[part];
+        let i = s.partition_point(|e| e.0 <= t);
+        i.checked_sub(1).map_or(0, |i| s[i].1)
     };
     let total: Vec<u64> = (0..p as usize)
-        .map(|part| count_at(u64::MAX, part))
+        .map(|part| REACH[part].load(Ordering::Relaxed))
         .collect();
     for (k, r) in report.recovery.iter().enumerate() {
         if r.kind == tandem::RecoveryKind::Takeover {
             continue;
         }
+        // The recovery's outage: fault → the restarted tasks' first output.
         let until = r
-            .caught_up_us
-            .or(r.first_output_us)
+            .first_output_us
             .unwrap_or(r.detect_us + r.restore_us.unwrap_or(0));
         let (from, to) = (r.fault_at_us, r.fault_at_us + until.max(1));
         say!(
@@ -288,7 +333,7 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         for part in 0..p as usize {
             let during = count_at(to, part).saturating_sub(count_at(from, part));
             say!(
-                "  partition {part}: {during} readings out in the {:.1} ms from fault to caught up ({:.0}/s; {:.0}/s over the run)",
+                "  partition {part}: output reached {during} readings further in the {:.1} ms from fault to first output ({:.0}/s; {:.0}/s over the run)",
                 (to - from) as f64 / 1e3,
                 during as f64 * 1e6 / (to - from) as f64,
                 total[part] as f64 * 1e6 / elapsed_us as f64
