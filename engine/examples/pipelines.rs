@@ -162,9 +162,8 @@ impl Source<Reading> for Readings {
         if self.next >= self.len {
             return SourcePoll::End;
         }
-        if self.rate > 0 {
-            let due = Duration::from_nanos(self.next * 1_000_000_000 / self.rate);
-            if START.get_or_init(Instant::now).elapsed() < due {
+        if let Some(due_ns) = (self.next * 1_000_000_000).checked_div(self.rate) {
+            if START.get_or_init(Instant::now).elapsed() < Duration::from_nanos(due_ns) {
                 return SourcePoll::Pending;
             }
         }
@@ -261,7 +260,7 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
     let dir = out_dir.clone();
     readings
         .map("calibrate", |r: Reading| (r.0, r.1, r.2 * 3 / 2 + 7))
-        .filter("valid", |r: &Reading| r.2 % 97 != 0)
+        .filter("valid", |r: &Reading| !r.2.is_multiple_of(97))
         .process("smooth", |_| Smooth::default())
         .sink("out", move |i| Reach(Lines::open(&dir, i), 0));
     let job = job.build()?;
@@ -330,13 +329,13 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
             r.restarted.join(", "),
             r.kept_running.len()
         );
-        for part in 0..p as usize {
+        for (part, total) in total.iter().enumerate() {
             let during = count_at(to, part).saturating_sub(count_at(from, part));
             say!(
                 "  partition {part}: output reached {during} readings further in the {:.1} ms from fault to first output ({:.0}/s; {:.0}/s over the run)",
                 (to - from) as f64 / 1e3,
                 during as f64 * 1e6 / (to - from) as f64,
-                total[part] as f64 * 1e6 / elapsed_us as f64
+                *total as f64 * 1e6 / elapsed_us as f64
             );
         }
     }

@@ -64,6 +64,16 @@ pub(super) struct Region {
     pub(super) only: Option<Arc<HashSet<usize>>>,
 }
 
+impl Region {
+    /// Those of `keys` that are the region's.
+    pub(super) fn own<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) -> Vec<Key> {
+        keys.into_iter()
+            .filter(|k| self.keys.contains(k))
+            .copied()
+            .collect()
+    }
+}
+
 pub(crate) struct Supervisor {
     graph: Arc<Graph>,
     plan: Plan,

@@ -87,11 +87,10 @@ impl Supervisor {
             .map(|_| Arc::new(WorkerSignal::default()))
             .collect();
         let keys = &self.regions[region].keys;
-        let sinks = self
-            .sinks
-            .iter()
-            .filter(|k| keys.contains(k))
-            .map(|k| (*k, Arc::new(SinkTally::new(*targets.get(k).unwrap_or(&0)))))
+        let sinks = self.regions[region]
+            .own(&self.sinks)
+            .into_iter()
+            .map(|k| (k, Arc::new(SinkTally::new(*targets.get(&k).unwrap_or(&0)))))
             .collect();
         let standby = self.standby_run(region, number, restore.as_deref())?;
         let shared = Arc::new(JobShared {
@@ -345,19 +344,8 @@ impl Supervisor {
             }
         };
         self.stop_attempt(region, stalled);
-        let keys = &self.regions[region].keys;
-        let sources: Vec<Key> = self
-            .sources
-            .iter()
-            .filter(|k| keys.contains(k))
-            .copied()
-            .collect();
-        let sinks: Vec<Key> = self
-            .sinks
-            .iter()
-            .filter(|k| keys.contains(k))
-            .copied()
-            .collect();
+        let sources = self.regions[region].own(&self.sources);
+        let sinks = self.regions[region].own(&self.sinks);
         // Where everyone stood when it stopped.
         let sink_written: HashMap<Key, u64> = shared
             .sinks
@@ -466,14 +454,7 @@ impl Supervisor {
                 replayed(source_pos[k], from)
             })
             .sum();
-        let keys = &self.regions[region].keys;
-        let stopped: Vec<Key> = self
-            .committers
-            .keys()
-            .filter(|k| keys.contains(k))
-            .copied()
-            .collect();
-        for k in stopped {
+        for k in self.regions[region].own(self.committers.keys()) {
             let c = self.committers.remove(&k).expect("listed above");
             self.retired.push(c);
         }
