@@ -28,7 +28,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 use tandem::cep::{Match, Pattern};
-use tandem::standby::codec::{Codec, CodecError};
+use tandem::standby::codec::Codec;
 use tandem::time::Watermarks;
 use tandem::{IterSource, JobBuilder, Output, TupleId};
 
@@ -60,7 +60,7 @@ const PARTITIONS: u64 = 2;
 const SYMBOLS: u64 = 200;
 
 /// A trade.
-#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Archive, Serialize, Deserialize, Codec)]
 struct Trade {
     /// Its number in the input.
     n: u64,
@@ -70,25 +70,6 @@ struct Trade {
     volume: u32,
     /// `end` or another name.
     end: bool,
-}
-
-impl Codec for Trade {
-    fn encode(&self, out: &mut Vec<u8>) {
-        (self.n, self.symbol, self.id).encode(out);
-        (self.volume, self.end).encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let ((n, symbol, id), rest) = <(u64, u32, u32)>::decode(bytes)?;
-        let ((volume, end), rest) = <(u32, bool)>::decode(rest)?;
-        let t = Trade {
-            n,
-            symbol,
-            id,
-            volume,
-            end,
-        };
-        Ok((t, rest))
-    }
 }
 
 /// Trade `i`: a symbol at random, an id of 0–49, a volume of 0–20.0, one

@@ -130,7 +130,10 @@
 //! # Ok::<(), tandem::JobError>(())
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+
+// `#[derive(Codec)]` names the trait as `::tandem::…`, inside this crate too.
+extern crate self as tandem;
 
 pub mod cep;
 pub mod checkpoint;

@@ -29,7 +29,7 @@ pub struct Person {
 }
 
 /// An auction that opens (3 events in 50).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize, Codec)]
 pub struct Auction {
     /// From 1000 up, one per auction event.
     pub id: u64,
@@ -54,7 +54,7 @@ pub struct Auction {
 }
 
 /// A bid (46 events in 50).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Archive, Serialize, Deserialize, Codec)]
 pub struct Bid {
     /// An auction's id.
     pub auction: u64,
@@ -73,7 +73,7 @@ pub struct Bid {
 }
 
 /// One generated event.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize, Codec)]
 pub enum Event {
     /// A new person.
     Person(Box<Person>),
@@ -122,37 +122,8 @@ impl Person {
 }
 
 // Buffer-queue codecs: what a standby's queues hold of these streams.
-
-impl Codec for Bid {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.auction.encode(out);
-        self.bidder.encode(out);
-        self.price.encode(out);
-        self.channel.encode(out);
-        self.url.encode(out);
-        self.date_time.encode(out);
-        self.extra.encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (auction, rest) = u64::decode(bytes)?;
-        let (bidder, rest) = u64::decode(rest)?;
-        let (price, rest) = u64::decode(rest)?;
-        let (channel, rest) = String::decode(rest)?;
-        let (url, rest) = String::decode(rest)?;
-        let (date_time, rest) = u64::decode(rest)?;
-        let (extra, rest) = String::decode(rest)?;
-        let b = Bid {
-            auction,
-            bidder,
-            price,
-            channel,
-            url,
-            date_time,
-            extra,
-        };
-        Ok((b, rest))
-    }
-}
+// Bids, auctions and events derive theirs; a person's checks its city
+// and state indices, which `Person::city` and `state` index with.
 
 impl Codec for Person {
     fn encode(&self, out: &mut Vec<u8>) {
@@ -190,73 +161,5 @@ impl Codec for Person {
             extra,
         };
         Ok((p, rest))
-    }
-}
-
-impl Codec for Auction {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.id.encode(out);
-        self.item_name.encode(out);
-        self.description.encode(out);
-        self.initial_bid.encode(out);
-        self.reserve.encode(out);
-        self.date_time.encode(out);
-        self.expires.encode(out);
-        self.seller.encode(out);
-        self.category.encode(out);
-        self.extra.encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (id, rest) = u64::decode(bytes)?;
-        let (item_name, rest) = String::decode(rest)?;
-        let (description, rest) = String::decode(rest)?;
-        let (initial_bid, rest) = u64::decode(rest)?;
-        let (reserve, rest) = u64::decode(rest)?;
-        let (date_time, rest) = u64::decode(rest)?;
-        let (expires, rest) = u64::decode(rest)?;
-        let (seller, rest) = u64::decode(rest)?;
-        let (category, rest) = u64::decode(rest)?;
-        let (extra, rest) = String::decode(rest)?;
-        let a = Auction {
-            id,
-            item_name,
-            description,
-            initial_bid,
-            reserve,
-            date_time,
-            expires,
-            seller,
-            category,
-            extra,
-        };
-        Ok((a, rest))
-    }
-}
-
-impl Codec for Event {
-    fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            Event::Person(p) => {
-                out.push(0);
-                p.encode(out)
-            }
-            Event::Auction(a) => {
-                out.push(1);
-                a.encode(out)
-            }
-            Event::Bid(b) => {
-                out.push(2);
-                b.encode(out)
-            }
-        }
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (tag, rest) = u8::decode(bytes)?;
-        match tag {
-            0 => Person::decode(rest).map(|(p, r)| (Event::Person(Box::new(p)), r)),
-            1 => Auction::decode(rest).map(|(a, r)| (Event::Auction(Box::new(a)), r)),
-            2 => Bid::decode(rest).map(|(b, r)| (Event::Bid(b), r)),
-            t => Err(CodecError(format!("no event kind {t}"))),
-        }
     }
 }

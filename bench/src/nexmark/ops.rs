@@ -88,7 +88,9 @@ pub struct Closing {
 pub(super) struct Q4Join;
 
 /// A closed auction's final price (what q4's join emits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize, tandem::standby::Codec,
+)]
 pub struct Closed {
     /// The auction.
     pub auction: u64,
@@ -405,23 +407,5 @@ impl TimedCoProcess<u64, Person, (u64, u64), NewUser> for Q8Join {
     }
     fn is_empty(&self, s: &Registered) -> bool {
         s.person.is_none() && s.sold_in.is_empty()
-    }
-}
-
-impl tandem::standby::codec::Codec for Closed {
-    fn encode(&self, out: &mut Vec<u8>) {
-        (self.auction, self.category).encode(out);
-        (self.expires, self.price).encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), tandem::standby::codec::CodecError> {
-        let ((auction, category), rest) = <(u64, u64)>::decode(bytes)?;
-        let ((expires, price), rest) = <(u64, u64)>::decode(rest)?;
-        let c = Closed {
-            auction,
-            category,
-            expires,
-            price,
-        };
-        Ok((c, rest))
     }
 }

@@ -139,7 +139,9 @@ impl Row for CategoryAvg {
 }
 
 /// A q5 row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize, tandem::standby::Codec,
+)]
 pub struct HotItem {
     /// The auction.
     pub auction: u64,
@@ -246,23 +248,5 @@ pub fn event_json(e: &Event, out: &mut String) {
             b.json(&mut inner);
             out.push_str(&inner[1..]);
         }
-    }
-}
-
-impl tandem::standby::codec::Codec for HotItem {
-    fn encode(&self, out: &mut Vec<u8>) {
-        (self.auction, self.num).encode(out);
-        (self.window_start, self.window_end).encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), tandem::standby::codec::CodecError> {
-        let ((auction, num), rest) = <(u64, u64)>::decode(bytes)?;
-        let ((window_start, window_end), rest) = <(u64, u64)>::decode(rest)?;
-        let h = HotItem {
-            auction,
-            num,
-            window_start,
-            window_end,
-        };
-        Ok((h, rest))
     }
 }

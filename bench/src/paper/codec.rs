@@ -1,19 +1,12 @@
 //! How the pipeline's records cross a process boundary (process
 //! isolation's pipes): [`Codec`] for each type that leaves a backed-up
-//! chain.
+//! chain. `LineRef`, `Levelled` and `PaperOut` derive theirs; a flattened
+//! answer's is written by hand, to decode its user name without an
+//! allocation.
 
-use super::{Flat, Levelled, LineRef, PaperOut};
+use super::Flat;
 use compact_str::CompactString;
 use tandem::standby::{Codec, CodecError};
-
-impl Codec for LineRef {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.0.encode(out);
-    }
-    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        u64::decode(bytes).map(|(v, r)| (LineRef(v), r))
-    }
-}
 
 impl Codec for Flat {
     fn encode(&self, out: &mut Vec<u8>) {
@@ -64,60 +57,5 @@ impl Codec for Flat {
             },
             b,
         ))
-    }
-}
-
-impl Codec for Levelled {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.flat.encode(out);
-        self.level.encode(out);
-    }
-    fn decode(b: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (flat, b) = Flat::decode(b)?;
-        let (level, b) = u8::decode(b)?;
-        Ok((Levelled { flat, level }, b))
-    }
-}
-
-impl Codec for PaperOut {
-    fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            PaperOut::Record(l) => {
-                out.push(0);
-                l.encode(out);
-            }
-            PaperOut::Summary {
-                user_id,
-                count,
-                likes_sum,
-            } => {
-                out.push(1);
-                user_id.encode(out);
-                count.encode(out);
-                likes_sum.encode(out);
-            }
-        }
-    }
-    fn decode(b: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        match u8::decode(b)? {
-            (0, b) => {
-                let (l, b) = Levelled::decode(b)?;
-                Ok((PaperOut::Record(l), b))
-            }
-            (1, b) => {
-                let (user_id, b) = u32::decode(b)?;
-                let (count, b) = u64::decode(b)?;
-                let (likes_sum, b) = u64::decode(b)?;
-                Ok((
-                    PaperOut::Summary {
-                        user_id,
-                        count,
-                        likes_sum,
-                    },
-                    b,
-                ))
-            }
-            (t, _) => Err(CodecError(format!("paper output tag {t}"))),
-        }
     }
 }

@@ -69,7 +69,7 @@ pub const LEVEL_THRESHOLDS: [u32; 7] = [0, 10, 50, 100, 500, 2_000, 10_000];
 
 /// A reference to one input line (the source hands out positions in the
 /// pre-generated input, like offsets into a memory-mapped log segment).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, tandem::standby::Codec)]
 pub struct LineRef(pub u64);
 
 #[derive(Deserialize)]
@@ -179,7 +179,7 @@ fn flatten(a: json::Answer) -> Flat {
 }
 
 /// A flattened answer with its level.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, tandem::standby::Codec)]
 pub struct Levelled {
     /// The answer.
     pub flat: Flat,
@@ -188,7 +188,7 @@ pub struct Levelled {
 }
 
 /// What the keyed stage emits.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, tandem::standby::Codec)]
 pub enum PaperOut {
     /// One per record that passed the filter.
     Record(Levelled),

@@ -5,6 +5,48 @@
 //! bound is on [`crate::Stream::standby`]); everything else moves as typed
 //! values through the rings. Decoding is checked: bytes that do not decode
 //! are an error, never a panic or a wrong value.
+//!
+//! Integers, floats, `bool`, `char`, `String`, `Vec<u8>`, `Option`, `Box`
+//! and tuples of up to 12 fields have one; `#[derive(Codec)]` writes one
+//! for a struct or enum of such fields, field by field (an enum's variant
+//! first, as one byte):
+//!
+//! ```
+//! use tandem::standby::codec::Codec;
+//!
+//! #[derive(Clone, Debug, PartialEq, Codec)]
+//! struct Click {
+//!     user: u64,
+//!     page: String,
+//!     referrer: Option<String>,
+//!     at_ms: u64,
+//!     kind: Kind,
+//!     weight: f32,
+//! }
+//!
+//! #[derive(Clone, Debug, PartialEq, Codec)]
+//! enum Kind {
+//!     View,
+//!     Buy { cents: u64 },
+//!     Other(String),
+//! }
+//!
+//! let c = Click {
+//!     user: 7,
+//!     page: "/a".into(),
+//!     referrer: None,
+//!     at_ms: 1_700_000_000_000,
+//!     kind: Kind::Buy { cents: 499 },
+//!     weight: 0.5,
+//! };
+//! let mut bytes = Vec::new();
+//! c.encode(&mut bytes);
+//! assert_eq!(Click::decode(&bytes).unwrap(), (c, &[][..]));
+//! ```
+
+/// Derives [`Codec`] for a struct or enum whose fields all have one (see
+/// the module docs).
+pub use tandem_derive::Codec;
 
 /// A record value that can be written to and read from a buffer queue.
 pub trait Codec: Sized {
@@ -47,7 +89,7 @@ macro_rules! int_codec {
     )*};
 }
 
-int_codec!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
+int_codec!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64);
 
 impl Codec for bool {
     fn encode(&self, out: &mut Vec<u8>) {
@@ -113,29 +155,62 @@ impl Codec for String {
     }
 }
 
-impl<A: Codec, B: Codec> Codec for (A, B) {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.0.encode(out);
-        self.1.encode(out);
-    }
+/// Tuples of up to 12 fields: each field in turn.
+macro_rules! tuple_codec {
+    ($($t:ident $i:tt),+) => {
+        impl<$($t: Codec),+> Codec for ($($t,)+) {
+            #[inline]
+            fn encode(&self, out: &mut Vec<u8>) {
+                $( self.$i.encode(out); )+
+            }
+            #[inline]
+            #[allow(non_snake_case)]
+            fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+                $( let ($t, bytes) = $t::decode(bytes)?; )+
+                Ok((($($t,)+), bytes))
+            }
+        }
+    };
+}
+
+tuple_codec!(A 0);
+tuple_codec!(A 0, B 1);
+tuple_codec!(A 0, B 1, C 2);
+tuple_codec!(A 0, B 1, C 2, D 3);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_codec!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
+impl Codec for () {
+    fn encode(&self, _out: &mut Vec<u8>) {}
     fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (a, rest) = A::decode(bytes)?;
-        let (b, rest) = B::decode(rest)?;
-        Ok(((a, b), rest))
+        Ok(((), bytes))
     }
 }
 
-impl<A: Codec, B: Codec, C: Codec> Codec for (A, B, C) {
+impl<T: Codec> Codec for Box<T> {
     fn encode(&self, out: &mut Vec<u8>) {
-        self.0.encode(out);
-        self.1.encode(out);
-        self.2.encode(out);
+        (**self).encode(out);
     }
     fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
-        let (a, rest) = A::decode(bytes)?;
-        let (b, rest) = B::decode(rest)?;
-        let (c, rest) = C::decode(rest)?;
-        Ok(((a, b, c), rest))
+        T::decode(bytes).map(|(v, rest)| (Box::new(v), rest))
+    }
+}
+
+impl Codec for char {
+    fn encode(&self, out: &mut Vec<u8>) {
+        u32::from(*self).encode(out);
+    }
+    fn decode(bytes: &[u8]) -> Result<(Self, &[u8]), CodecError> {
+        let (c, rest) = u32::decode(bytes)?;
+        char::from_u32(c)
+            .map(|c| (c, rest))
+            .ok_or_else(|| CodecError(format!("{c:#x} is not a char")))
     }
 }
 
