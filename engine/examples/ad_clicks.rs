@@ -208,6 +208,7 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
     };
     let trend = join
         .process("join", |_click: &u64, c: &(u64, u32, u32), _conv: &u64| *c)
+        .results()
         .key_by(|c: &(u64, u32, u32)| c.2)
         .process_timed("trend", |_| Trend);
 

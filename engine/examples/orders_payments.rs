@@ -158,6 +158,7 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
     let out = work.join("out");
     let o = out.clone();
     join.process("join", |_order: &u64, o: &(u64, u32, u32), _p: &u64| *o)
+        .results()
         .key_by(|o: &(u64, u32, u32)| o.1)
         .process_timed("count", |_| CountPaid)
         .sink("paid", move |info| Lines::open(&o, info));

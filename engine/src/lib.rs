@@ -157,7 +157,7 @@ pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
 pub use job::{
     key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedConnected, KeyedStream,
-    StandbyConnected, Stream, WindowJoin, WindowOutput, WindowedStream,
+    StandbyConnected, Stream, Two, WindowJoin, WindowOutput, WindowedStream,
 };
 pub use metrics::{
     CheckpointStats, EdgeShape, GroupStatus, JobReport, JobShape, JobStatus, LatencyHistogram,

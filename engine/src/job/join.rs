@@ -3,7 +3,7 @@
 
 use super::out_kits;
 use super::union::{retype, tag, Two};
-use super::window::{WindowOutput, WindowedStream};
+use super::window::{split_late, WindowOutput, WindowedStream};
 use super::{add_node_with, BoxCollector, Data, KeyedStream, Stream};
 use crate::operator::{OperatorInfo, Output};
 use crate::record::Record;
@@ -13,7 +13,7 @@ use crate::runtime::standby::kit::SKit;
 use crate::standby::codec::Codec;
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::process::{Timed, TimedProcess, TimerContext};
-use crate::time::window::{KeyWindows, Window, WindowSide, Windows};
+use crate::time::window::{KeyWindows, WinOut, Window, WindowSide, Windows};
 use rkyv::{Archive, Deserialize, Serialize};
 use std::hash::Hash;
 use std::rc::Rc;
@@ -204,8 +204,16 @@ where
     A: Data,
     B: Data,
 {
-    /// The join operator `name`: emits `f(key, a, b)` for every pair.
-    pub fn process<O, F>(&self, name: &str, f: F) -> Stream<O>
+    /// The join operator `name`: emits `f(key, a, b)` for every pair, in
+    /// [`WindowOutput::results`]. A record behind the watermark of its
+    /// input lane when it arrives is *late* — partners it would have
+    /// paired with may already be gone — and joins nothing: it goes,
+    /// tagged with its side, to [`WindowOutput::late`] (and is counted as
+    /// operator `NAME.late`), as Flink's interval join drops late records
+    /// and offers them to a side output. The rule is the lane's
+    /// watermark, not the operator's, so that which records are late is
+    /// the same in every run, whatever the order the lanes interleave in.
+    pub fn process<O, F>(&self, name: &str, f: F) -> WindowOutput<O, Two<A, B>>
     where
         O: Data,
         F: Fn(&K, &A, &B) -> O + Send + Sync + 'static,
@@ -215,7 +223,7 @@ where
         let (first, second, key) = tagged(&self.left, &self.right, name);
         let (before, after) = (self.before, self.after);
         let f = Arc::new(f);
-        timed_node(
+        let out: Stream<WinOut<O, Two<A, B>>> = timed_node(
             &first,
             name,
             key,
@@ -226,7 +234,8 @@ where
             },
             self.standby.clone(),
             &[&second],
-        )
+        );
+        split_late(&out, name, false)
     }
 }
 
@@ -297,7 +306,7 @@ struct Interval<F> {
     f: Arc<F>,
 }
 
-impl<K, A, B, O, F> TimedProcess<K, Two<A, B>, O> for Interval<F>
+impl<K, A, B, O, F> TimedProcess<K, Two<A, B>, WinOut<O, Two<A, B>>> for Interval<F>
 where
     A: Clone + 'static,
     B: Clone + 'static,
@@ -311,15 +320,20 @@ where
         s: &mut Sides<A, B>,
         rec: Record<Two<A, B>>,
         cx: &mut TimerContext<'_>,
-        out: &mut Output<'_, O>,
+        out: &mut Output<'_, WinOut<O, Two<A, B>>>,
     ) {
         let t = rec.event_time;
+        if t < cx.now() {
+            // Behind its lane's watermark: its partners may be gone.
+            out.emit(WinOut::Late(rec.value));
+            return;
+        }
         match rec.value {
             Two::First(a) => {
                 let (lo, hi) = (t.saturating_sub(self.before), t.saturating_add(self.after));
                 for (tb, b) in &s.right {
                     if (lo..=hi).contains(tb) {
-                        out.emit((self.f)(key, &a, b));
+                        out.emit(WinOut::Result((self.f)(key, &a, b)));
                     }
                 }
                 s.left.push((t, a));
@@ -330,7 +344,7 @@ where
                 let (lo, hi) = (t.saturating_sub(self.after), t.saturating_add(self.before));
                 for (ta, a) in &s.left {
                     if (lo..=hi).contains(ta) {
-                        out.emit((self.f)(key, a, &b));
+                        out.emit(WinOut::Result((self.f)(key, a, &b)));
                     }
                 }
                 s.right.push((t, b));
@@ -350,7 +364,7 @@ where
         s: &mut Sides<A, B>,
         at: u64,
         _cx: &mut TimerContext<'_>,
-        _out: &mut Output<'_, O>,
+        _out: &mut Output<'_, WinOut<O, Two<A, B>>>,
     ) {
         let (before, after) = (self.before, self.after);
         s.left

@@ -31,9 +31,9 @@ pub struct WindowedStream<K, T> {
     pub(super) more: Vec<Stream<T>>,
 }
 
-/// What a window operator gives: its results, and the records that came
-/// too late for any window (its *late side output*; its records are also
-/// counted in the report, as operator `NAME.late`).
+/// What a window operator or an interval join gives: its results, and the
+/// records that came too late (its *late side output*; its records are
+/// also counted in the report, as operator `NAME.late`).
 pub struct WindowOutput<O, T> {
     results: Stream<O>,
     late: Stream<T>,
@@ -223,30 +223,41 @@ where
         if self.all {
             out = out.parallelism(1);
         }
-        let results = out.flat_map(
-            &format!("{name}.results"),
-            |w: WinOut<O, T>, o: &mut Output<'_, O>| {
-                if let WinOut::Result(v) = w {
-                    o.emit(v)
-                }
-            },
-        );
-        let results = if self.all {
-            results.parallelism(1)
-        } else {
-            results
-        };
-        let late = out.flat_map(
-            &format!("{name}.late"),
-            |w: WinOut<O, T>, o: &mut Output<'_, T>| {
-                if let WinOut::Late(v) = w {
-                    o.emit(v)
-                }
-            },
-        );
-        let late = if self.all { late.parallelism(1) } else { late };
-        WindowOutput { results, late }
+        split_late(&out, name, self.all)
     }
+}
+
+/// An operator's results and late records, split from its one output
+/// into two streams: `NAME.results` and `NAME.late`, chained after it (one
+/// instance each when `single`).
+pub(super) fn split_late<O: Data, T: Data>(
+    out: &Stream<WinOut<O, T>>,
+    name: &str,
+    single: bool,
+) -> WindowOutput<O, T> {
+    let results = out.flat_map(
+        &format!("{name}.results"),
+        |w: WinOut<O, T>, o: &mut Output<'_, O>| {
+            if let WinOut::Result(v) = w {
+                o.emit(v)
+            }
+        },
+    );
+    let results = if single {
+        results.parallelism(1)
+    } else {
+        results
+    };
+    let late = out.flat_map(
+        &format!("{name}.late"),
+        |w: WinOut<O, T>, o: &mut Output<'_, T>| {
+            if let WinOut::Late(v) = w {
+                o.emit(v)
+            }
+        },
+    );
+    let late = if single { late.parallelism(1) } else { late };
+    WindowOutput { results, late }
 }
 
 /// `reduce` as a window aggregate.
