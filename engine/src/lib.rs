@@ -157,7 +157,8 @@ pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
 pub use job::{
     key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedConnected, KeyedStream,
-    StandbyConnected, Stream, Two, WindowJoin, WindowOutput, WindowedStream,
+    OutputTag, SideRecord, Sided, StandbyConnected, Stream, Two, WindowJoin, WindowOutput,
+    WindowedStream,
 };
 pub use metrics::{
     CheckpointStats, EdgeShape, GroupStatus, JobReport, JobShape, JobStatus, LatencyHistogram,
@@ -170,6 +171,7 @@ pub use operator::{
 };
 pub use record::{Record, TupleId};
 pub use recovery::restart::{Failover, RestartStrategy};
+pub use runtime::chain::AsyncIo;
 pub use runtime::panic::PanicOutput;
 pub use runtime::placement::Chaining;
 pub use runtime::standby::remote::child::is_incarnation_process;

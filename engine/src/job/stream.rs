@@ -7,7 +7,7 @@ use super::{add_node, add_node_with, out_kits, BoxCollector, Data, Inner, KeyedS
 use crate::error::BuildError;
 use crate::operator::{CoProcess, Filter, FlatMap, Map, OperatorInfo, Output, Process, Sink};
 use crate::record::Record;
-use crate::runtime::chain::{build_co_ports, ProcessOp, SinkOp};
+use crate::runtime::chain::{build_co_ports, AsyncIo, AsyncOp, ProcessOp, SinkOp};
 use crate::runtime::graph;
 use crate::runtime::standby::kit::SKit;
 use crate::standby::codec::Codec;
@@ -26,6 +26,13 @@ pub struct Stream<T> {
     /// Set by [`Stream::standby`]: the next operator gets a standby.
     pub(super) standby: Option<crate::runtime::graph::RoleKit>,
     _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Stream<T> {
+    /// The name of the operator that gives this stream.
+    pub(super) fn node_name(&self) -> String {
+        self.job.borrow().nodes[self.node].name.to_string()
+    }
 }
 
 impl<T> Clone for Stream<T> {
@@ -180,6 +187,57 @@ impl<T: Data> Stream<T> {
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<U>>(down, "process output");
             let op = ProcessOp::new(factory(&cx.info), down, cx);
+            Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
+        });
+        let node = add_node_with(
+            &self.job,
+            name,
+            NodeKind::Unary(build),
+            Some(out_kits::<U>()),
+            &[self.input()],
+            self.standby.clone(),
+        );
+        Stream::new(Rc::clone(&self.job), node)
+    }
+
+    /// Asynchronous I/O (Flink's `AsyncDataStream`): `f` runs for each
+    /// record on helper threads of the instance, up to `io.capacity` at
+    /// once — a call to a service that would otherwise hold the worker —
+    /// and its result is emitted in the record's envelope, in the
+    /// records' order ([`AsyncIo::ordered`]) or as they complete
+    /// ([`AsyncIo::unordered`]). A request is answered before anything
+    /// after its record leaves the operator (a barrier, a watermark, the
+    /// end), so none is in flight at a checkpoint or a standby's chunk
+    /// boundary: a restore or a takeover issues again exactly the requests
+    /// of the records it replays. A request slower than `io.timeout`, or
+    /// a panic of `f`, fails the operator, naming the record
+    /// (`runtime::chain::asyncio` has the details).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tandem::{AsyncIo, IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("enrich");
+    /// job.source("ids", |_| IterSource((0..100u64).map(|n| (n, n))))
+    ///     // A lookup that blocks (a database, a web service).
+    ///     .async_map("lookup", AsyncIo::ordered(8, Duration::from_secs(1)), |id: u64| {
+    ///         std::thread::sleep(Duration::from_micros(200));
+    ///         (id, id * 10)
+    ///     })
+    ///     .for_each("check", |r| assert_eq!(r.value.1, r.value.0 * 10));
+    /// let report = job.build()?.run(&RuntimeConfig::default())?;
+    /// assert_eq!(report.operator("lookup").unwrap().emitted, 100);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn async_map<U, F>(&self, name: &str, io: AsyncIo, f: F) -> Stream<U>
+    where
+        U: Data,
+        F: Fn(T) -> U + Send + Sync + 'static,
+    {
+        let f: Arc<dyn Fn(T) -> U + Send + Sync> = Arc::new(f);
+        let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
+            let down = downcast::<BoxCollector<U>>(down, "async output");
+            let op = AsyncOp::new(io, Arc::clone(&f), down, cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         let node = add_node_with(

@@ -5,6 +5,7 @@
 //! latency, the standby protocol's chunks. The traits they wrap are
 //! [`crate::operator`]'s, below the runtime.
 
+mod asyncio;
 mod connect;
 mod event_time;
 pub(crate) mod frame;
@@ -15,6 +16,8 @@ mod timed;
 mod unary;
 mod window;
 
+pub use asyncio::AsyncIo;
+pub(crate) use asyncio::AsyncOp;
 pub(crate) use connect::build_co_ports;
 pub(crate) use event_time::SideCodec;
 pub(crate) use keyed::{KeyedOp, StateCodec};
