@@ -209,7 +209,7 @@ where
     /// input lane when it arrives is *late* — partners it would have
     /// paired with may already be gone — and joins nothing: it goes,
     /// tagged with its side, to [`WindowOutput::late`] (and is counted as
-    /// operator `NAME.late`), as Flink's interval join drops late records
+    /// operator `NAME.late`'s `emitted`), as Flink's interval join drops late records
     /// and offers them to a side output. The rule is the lane's
     /// watermark, not the operator's, so that which records are late is
     /// the same in every run, whatever the order the lanes interleave in.

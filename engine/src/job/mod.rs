@@ -29,7 +29,7 @@ use crate::runtime::graph;
 mod co;
 mod join;
 mod keyed;
-mod side;
+pub mod side;
 mod stream;
 mod union;
 mod window;

@@ -33,7 +33,8 @@ pub struct WindowedStream<K, T> {
 
 /// What a window operator or an interval join gives: its results, and the
 /// records that came too late (its *late side output*; its records are
-/// also counted in the report, as operator `NAME.late`).
+/// also counted in the report, as the `emitted` of operator `NAME.late`;
+/// its `records` are every output of the operator it splits).
 pub struct WindowOutput<O, T> {
     results: Stream<O>,
     late: Stream<T>,

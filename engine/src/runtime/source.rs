@@ -59,6 +59,9 @@ pub(crate) struct SourcePort<T> {
     ended: bool,
     /// Restored as finished: send nothing but the end of stream.
     restored_finished: bool,
+    /// Restored as finished without a position on record: its count is
+    /// what an earlier attempt of this run published (not 0).
+    count_unknown: bool,
     /// The newest checkpoint barrier injected.
     last_barrier: u64,
     /// A paced partition's next record, polled but not due yet: polling
@@ -166,8 +169,10 @@ impl<T: 'static> SourcePort<T> {
         }
         let mut seq = 0;
         let mut restored_finished = false;
+        let mut count_unknown = false;
         if let Some(r) = &cx.restore {
             restored_finished = r.finished;
+            count_unknown = r.finished && r.position.is_none();
             seq = r.position.unwrap_or(0);
             if !r.finished && seq > 0 {
                 if let Err(reason) = src.seek(seq) {
@@ -193,6 +198,7 @@ impl<T: 'static> SourcePort<T> {
             probe: cx.probe,
             ended: false,
             restored_finished,
+            count_unknown,
             last_barrier: 0,
             held: None,
             watermarks,
@@ -264,7 +270,9 @@ impl<T: 'static> SourcePort<T> {
         if !self.restored_finished {
             self.inject_barrier();
         }
-        self.slot.publish_position(self.seq);
+        if !self.count_unknown {
+            self.slot.publish_position(self.seq);
+        }
         self.target.end();
         Poll::Done
     }

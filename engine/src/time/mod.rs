@@ -30,12 +30,57 @@
 //! window, allowed lateness and a side output for late records.
 //!
 //! Event times are nanoseconds, as the sources give them
-//! ([`crate::Record::event_time`]).
+//! ([`crate::Record::event_time`]); [`millis`], [`secs`], [`of_duration`]
+//! and [`of_system_time`] make them, [`as_millis`] and [`as_duration`]
+//! read them:
+//!
+//! ```
+//! use std::time::{Duration, UNIX_EPOCH};
+//! use tandem::time;
+//!
+//! let t = time::millis(1_700_000_000_123);
+//! assert_eq!(time::as_millis(t), 1_700_000_000_123);
+//! assert_eq!(time::of_duration(Duration::from_secs(2)), time::secs(2));
+//! assert_eq!(time::of_system_time(UNIX_EPOCH + Duration::from_millis(5)), time::millis(5));
+//! assert_eq!(time::as_duration(time::secs(3)), Duration::from_secs(3));
+//! ```
 
 pub mod process;
 pub mod window;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+/// The event time `ms` milliseconds after the epoch (saturating).
+pub const fn millis(ms: u64) -> u64 {
+    ms.saturating_mul(1_000_000)
+}
+
+/// The event time `s` seconds after the epoch (saturating).
+pub const fn secs(s: u64) -> u64 {
+    s.saturating_mul(1_000_000_000)
+}
+
+/// The event time `d` after the epoch (saturating at `u64::MAX`).
+pub fn of_duration(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The event time of wall-clock time `t` (nanoseconds since the Unix
+/// epoch; 0 for a time before it).
+pub fn of_system_time(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, of_duration)
+}
+
+/// Event time `t` in whole milliseconds.
+pub const fn as_millis(t: u64) -> u64 {
+    t / 1_000_000
+}
+
+/// Event time `t` as a duration since the epoch.
+pub const fn as_duration(t: u64) -> Duration {
+    Duration::from_nanos(t)
+}
 
 pub use process::{TimedCoProcess, TimedProcess, TimerContext};
 pub use window::{Window, WindowAggregate, Windows};

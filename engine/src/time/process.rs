@@ -66,15 +66,18 @@ pub trait TimedProcess<K, T, O>: 'static {
     ) {
     }
 
-    /// Timer `at` of `key` fired: the watermark reached it.
+    /// Timer `at` of `key` fired: the watermark reached it. Does nothing
+    /// unless overridden (a function that registers no event-time timer
+    /// need not write it).
     fn on_timer(
         &mut self,
-        key: &K,
-        state: &mut Self::State,
-        at: u64,
-        cx: &mut TimerContext<'_>,
-        out: &mut Output<'_, O>,
-    );
+        _key: &K,
+        _state: &mut Self::State,
+        _at: u64,
+        _cx: &mut TimerContext<'_>,
+        _out: &mut Output<'_, O>,
+    ) {
+    }
     /// `true` when `State` holds TTL state ([`crate::state::ttl`]): after
     /// each record the engine then visits [`CLEANED_PER_RECORD`] keys, in
     /// insertion order round and round, and calls
