@@ -528,3 +528,46 @@ fn a_member_whose_state_ends_keeps_the_points_going_and_restores_none() {
         );
     }
 }
+
+/// A union with one input from a backed-up chain and one from an operator
+/// without a standby is refused when the job is built (it was first
+/// refused at `run()`), naming both; a join marked on one input instead
+/// of on the pair (the mark was dropped) is refused, saying where the
+/// mark goes.
+#[test]
+fn a_union_or_join_of_backed_and_plain_inputs_is_refused_at_build_naming_both() {
+    let job = JobBuilder::new("mixed-union");
+    let a = job
+        .source("a", |_| IterSource((0..10u64).map(|s| (s, s))))
+        .standby()
+        .map("backed", |s: u64| s);
+    let b = job.source("b", |_| IterSource((0..10u64).map(|s| (s, s))));
+    a.union("merged", &[&b]).for_each("sink", |_| {});
+    let err = job.build().err().expect("refused").to_string();
+    assert!(
+        err.contains("`merged`") && err.contains("`backed`") && err.contains("`b`"),
+        "{err}"
+    );
+
+    let job = JobBuilder::new("mixed-join");
+    let w = tandem::time::Watermarks::bounded(Duration::ZERO);
+    // Marked on one input, not on the pair: the mark would fall on the
+    // input's tagging map, leaving the join half backed up.
+    let a = job
+        .source("a", |_| IterSource((0..10u64).map(|s| (s, s))))
+        .watermarks(w)
+        .standby();
+    let b = job
+        .source("b", |_| IterSource((0..10u64).map(|s| (s, s))))
+        .watermarks(w);
+    a.key_by(|s: &u64| *s)
+        .interval_join(&b.key_by(|s: &u64| *s), Duration::ZERO, Duration::ZERO)
+        .process("join", |_k: &u64, x: &u64, y: &u64| x + y)
+        .results()
+        .for_each("sink", |_| {});
+    let err = job.build().err().expect("refused").to_string();
+    assert!(
+        err.contains("`join`") && err.contains("interval_join(&b.key_by(..), ..).standby()"),
+        "{err}"
+    );
+}

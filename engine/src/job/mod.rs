@@ -424,13 +424,55 @@ fn refuse_stranded_standbys(graph: &Graph) -> Result<(), BuildError> {
         1,
         crate::runtime::placement::Chaining::Never,
     );
-    match plan.refused.first() {
-        Some(&(n, why)) => Err(BuildError::Standby {
+    if let Some(&(n, why)) = plan.refused.first() {
+        return Err(BuildError::Standby {
             name: graph.nodes[n].name.to_string(),
             reason: why.to_string(),
-        }),
-        None => Ok(()),
+        });
     }
+    // A union — and a join or keyed connection, a union of its two tagged
+    // inputs — reads all its lanes through one port: plain rings, or
+    // backed-up chains' primaries, not both. Whether an unmarked operator
+    // joins the chain before it depends on the chaining (and, with
+    // `Chaining::Auto`, on the cores): refused here when mixed either way;
+    // `run()` refuses what is mixed only with the chaining it runs with.
+    let always = crate::runtime::placement::place(
+        &nodes,
+        &edges,
+        1,
+        crate::runtime::placement::Chaining::Always,
+    );
+    match (mixed_union(graph, &plan), mixed_union(graph, &always)) {
+        (Some(e), Some(_)) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The first union of `graph` whose inputs `plan` backs up in part.
+fn mixed_union(graph: &Graph, plan: &crate::runtime::placement::Plan) -> Option<BuildError> {
+    for (n, node) in graph.nodes.iter().enumerate() {
+        if !matches!(node.kind, crate::runtime::graph::NodeKind::Unary(_)) {
+            continue;
+        }
+        let ins: Vec<(usize, bool)> = graph
+            .edges
+            .iter()
+            .filter(|e| e.to == n)
+            .map(|e| (e.from, plan.backed[e.from].is_some()))
+            .collect();
+        if let (Some(b), Some(p)) = (ins.iter().find(|i| i.1), ins.iter().find(|i| !i.1)) {
+            return Some(BuildError::Standby {
+                name: node.name.to_string(),
+                reason: format!(
+                    "its inputs come from `{}`, backed up, and from `{}`, without a standby: \
+                     mark both (or the operator itself, on the connection: \
+                     `a.connect(&b).standby()`, `interval_join(..).standby()`), or neither",
+                    graph.nodes[b.0].name, graph.nodes[p.0].name
+                ),
+            });
+        }
+    }
+    None
 }
 
 /// The kits of a stream of `T`: the core's (rings, senders, inputs) and

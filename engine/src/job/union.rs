@@ -18,6 +18,7 @@
 use super::out_kits;
 use super::{add_node_with, BoxCollector, Connected, Data, Stream};
 use crate::checkpoint::{CheckpointError, SnapshotBytes};
+use crate::error::BuildError;
 use crate::operator::{CoProcess, OperatorInfo, Output, Process};
 use crate::record::{Record, TupleId};
 use crate::runtime::chain::ProcessOp;
@@ -262,6 +263,19 @@ where
 /// the producer's instances (forward, chained to it).
 pub(super) fn tag<X: Data, Y: Data>(input: &Stream<X>, name: &str, f: fn(X) -> Y) -> Stream<Y> {
     let producer = input.job.borrow().nodes[input.node].parallelism;
+    if input.standby.is_some() {
+        // The mark would fall on the tagging map, not on the two-input
+        // operator it was meant for: said at build, never dropped.
+        let op = name.rsplit_once('.').map_or(name, |(op, _)| op);
+        input.job.borrow_mut().errors.push(BuildError::Standby {
+            name: op.to_string(),
+            reason: "`.standby()` marks the operator built on the stream it is called on; \
+                     a two-input operator (a join, a connection) is marked on the pair: \
+                     `a.key_by(..).interval_join(&b.key_by(..), ..).standby()`, \
+                     `a.connect(&b).standby()`"
+                .into(),
+        });
+    }
     let mut plain = input.clone();
     plain.partitioning = Partitioning::Forward;
     plain.standby = None;
