@@ -20,6 +20,7 @@
 //! Lifecycle hooks have default no-op bodies; `on_end` is called exactly once,
 //! after the last record of every input, and may still emit.
 
+pub mod broadcast;
 mod filter;
 mod flat_map;
 mod map;
