@@ -128,6 +128,19 @@ impl Job {
     }
 
     /// Runs the job to completion on this thread's behalf.
+    ///
+    /// ```
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("squares");
+    /// job.source("n", |_| IterSource((0..1000u64).map(|n| (n, n))))
+    ///     .map("square", |n: u64| n * n)
+    ///     .for_each("out", |_| {});
+    /// let report = job.build()?.run(&RuntimeConfig::default().cores(1))?;
+    /// assert_eq!(report.operator("out").unwrap().records, 1000);
+    /// assert!(report.recovery.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn run(self, config: &RuntimeConfig) -> Result<JobReport, JobError> {
         self.start(config)?.join()
     }
@@ -149,6 +162,21 @@ impl Job {
     /// serves its incarnation and exits. Such a child runs `main` again up
     /// to here, so what `main` does before starting the job it does in
     /// every child too; [`crate::is_incarnation_process`] tells it apart.
+    ///
+    /// ```
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("watched");
+    /// job.source("n", |_| IterSource((0..100_000u64).map(|n| (n, n))))
+    ///     .for_each("out", |_| {});
+    /// let handle = job.build()?.start(&RuntimeConfig::default().cores(1))?;
+    /// // While it runs: counts, latency, checkpoints and recoveries so far.
+    /// let _seen = handle.progress().operator("out").map_or(0, |o| o.records);
+    /// let _restarts = handle.status().restarts;
+    /// let report = handle.join()?;
+    /// assert_eq!(report.operator("out").unwrap().records, 100_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn start(self, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
         if let Some(role) = crate::runtime::standby::remote::child::role() {
             crate::runtime::standby::remote::child::run(&self.graph, role);

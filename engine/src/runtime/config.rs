@@ -97,6 +97,22 @@ impl CheckpointConfig {
 }
 
 /// How a job is run on this machine.
+///
+/// ```
+/// use std::time::Duration;
+/// use tandem::{CheckpointConfig, Failover, RestartStrategy, RuntimeConfig, StandbyConfig};
+///
+/// // Two cores; a checkpoint every 500 ms; on a failure the failed task's
+/// // region restarts (up to 10 times); operators marked `.standby()` get
+/// // an active standby.
+/// let config = RuntimeConfig::default()
+///     .cores(2)
+///     .checkpoint(CheckpointConfig::every(Duration::from_millis(500)))
+///     .restart(RestartStrategy::FixedDelay { attempts: 10, delay: Duration::ZERO })
+///     .failover(Failover::Region)
+///     .standby(StandbyConfig::default());
+/// assert_eq!(config.failover, Failover::Region);
+/// ```
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
     /// Cores to use (`None`: every core the process may run on).
