@@ -459,6 +459,8 @@ where
             keyed: KeyedStream { stream: first, key },
             windows: self.windows,
             lateness: self.lateness,
+            early: None,
+            purging: false,
             all: false,
             more: vec![second],
         };

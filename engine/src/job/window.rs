@@ -9,8 +9,8 @@ use crate::runtime::chain::{SideCodec, StateCodec, WindowOp, WindowSpec};
 use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, NodeKind};
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::window::{
-    Aggregating, KeyWindows, Processing, WinOut, Window, WindowAggregate, WindowFn, WindowSide,
-    Windows,
+    Aggregating, EarlyFiring, KeyWindows, Processing, Trigger, WinOut, Window, WindowAggregate,
+    WindowAssigner, WindowFn, WindowSide, Windows,
 };
 use std::hash::Hash;
 use std::rc::Rc;
@@ -26,6 +26,10 @@ pub struct WindowedStream<K, T> {
     /// A window over the whole stream ([`Stream::window_all`]): one
     /// instance.
     pub(super) all: bool,
+    /// Firings before a window's end ([`WindowedStream::early_firing`]).
+    pub(super) early: Option<EarlyFiring>,
+    /// Each firing clears the window ([`WindowedStream::purging`]).
+    pub(super) purging: bool,
     /// Further edges into the window operator (a windowed join's second
     /// input).
     pub(super) more: Vec<Stream<T>>,
@@ -100,6 +104,8 @@ where
             },
             windows,
             lateness: 0,
+            early: None,
+            purging: false,
             all: false,
             more: Vec::new(),
         }
@@ -151,6 +157,76 @@ where
         self
     }
 
+    /// Fires each time window before its end too ([`EarlyFiring`]: every
+    /// `n` records, or every interval of event time after its start), as
+    /// Flink's early-firing triggers; the window still fires at its end.
+    /// Tumbling and sliding windows only (the build refuses it on session
+    /// and count windows).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tandem::time::{window::EarlyFiring, Watermarks, Windows};
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("running-counts");
+    /// // One key, a record every millisecond for a second.
+    /// let recs = (0..1000u64).map(|n| (0u32, n * 1_000_000));
+    /// let counts = job
+    ///     .source("recs", move |_| IterSource(recs.clone()))
+    ///     .watermarks(Watermarks::bounded(Duration::ZERO))
+    ///     .key_by(|k: &u32| *k)
+    ///     .window(Windows::tumbling(Duration::from_secs(1)))
+    ///     .early_firing(EarlyFiring::Count(250))
+    ///     .process("count", |_k: &u32, _w, recs: &[u32], out| out(recs.len() as u64));
+    /// let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    /// let s = seen.clone();
+    /// counts.results().for_each("out", move |r| s.lock().unwrap().push(r.value));
+    /// job.build()?.run(&RuntimeConfig::default().cores(1))?;
+    /// // Early at 250, 500, 750 and 1000 records, then at the end.
+    /// assert_eq!(*seen.lock().unwrap(), [250, 500, 750, 1000, 1000]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn early_firing(mut self, early: EarlyFiring) -> Self {
+        let bad = match early {
+            EarlyFiring::Count(0) => Some("early firing every 0 records"),
+            EarlyFiring::Every(d) if d.is_zero() => Some("early firing every 0 s of event time"),
+            _ if self.windows.merging() || self.windows.trigger() != Trigger::EventTime => {
+                Some("early firing applies to tumbling and sliding windows")
+            }
+            _ => None,
+        };
+        self.refuse(bad);
+        self.early = Some(early);
+        self
+    }
+
+    /// Each firing clears the window (Flink's `PurgingTrigger`): a result
+    /// covers the records since the window last fired, and a window with
+    /// none since fires no more. With [`early_firing`](Self::early_firing),
+    /// the early results add up to the whole window's instead of
+    /// repeating it. Tumbling and sliding windows only.
+    pub fn purging(mut self) -> Self {
+        let bad = (self.windows.merging() || self.windows.trigger() != Trigger::EventTime)
+            .then_some("purging applies to tumbling and sliding windows");
+        self.refuse(bad);
+        self.purging = true;
+        self
+    }
+
+    fn refuse(&self, reason: Option<&str>) {
+        if let Some(reason) = reason {
+            self.keyed
+                .stream
+                .job
+                .borrow_mut()
+                .errors
+                .push(BuildError::Window {
+                    name: "<window>".into(),
+                    reason: reason.into(),
+                });
+        }
+    }
+
     /// Incremental aggregation: one accumulator per key and window.
     pub fn aggregate<O, G>(&self, name: &str, agg: G) -> WindowOutput<O, T>
     where
@@ -194,12 +270,18 @@ where
     {
         let key = Arc::clone(&self.keyed.key);
         let (windows, lateness) = (self.windows, self.lateness);
+        let (early, purging) = (self.early, self.purging);
         let lateness = crate::time::window::WindowAssigner::lateness(&windows, lateness);
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<WinOut<O, T>>>(down, "window output");
             let op = WindowOp::new(
                 make(),
-                WindowSpec { windows, lateness },
+                WindowSpec {
+                    windows,
+                    lateness,
+                    early,
+                    purging,
+                },
                 Arc::clone(&key),
                 StateCodec::of(),
                 SideCodec::of(),

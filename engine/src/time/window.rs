@@ -193,6 +193,23 @@ pub(crate) enum Trigger {
     Count(u64),
 }
 
+/// Firings of a time window before its end (Flink's early-firing
+/// triggers: a `CountTrigger` or a `ContinuousEventTimeTrigger` beside the
+/// window's event-time trigger). The window still fires when the
+/// watermark passes its end. Early results are emitted in the window's
+/// envelope (event time: its last instant), like the final one; they
+/// depend on the records alone, in event-time order, so they are the same
+/// in every run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EarlyFiring {
+    /// Each time this many records have joined the window since it last
+    /// fired.
+    Count(u64),
+    /// Each time the watermark passes another multiple of this much event
+    /// time after the window's start.
+    Every(Duration),
+}
+
 /// What the window operator asks of a window kind (Flink's window assigner
 /// and its default trigger): which windows a record joins, whether a key's
 /// windows merge, when they fire, how late a record may be. The operator
@@ -294,6 +311,8 @@ pub struct Open<A> {
     pub last_id: u64,
     /// That record's ingest stamp.
     pub ingest: u64,
+    /// Records added since it last fired (early firing by count).
+    pub since: u64,
 }
 
 impl<A> Open<A> {
@@ -343,6 +362,7 @@ impl<A> KeyWindows<A> {
                         fired: false,
                         last_id: u64::MAX,
                         ingest: u64::MAX,
+                        since: 0,
                     },
                 );
                 (i, true)

@@ -12,7 +12,7 @@ use crate::operator::Collector;
 use crate::record::{Record, TupleId};
 use crate::runtime::graph::BuildCx;
 use crate::time::window::{
-    KeyWindows, Trigger, Waiting, WinOut, Window, WindowAssigner, WindowFn, Windows,
+    EarlyFiring, KeyWindows, Trigger, Waiting, WinOut, Window, WindowAssigner, WindowFn, Windows,
 };
 use std::sync::Arc;
 
@@ -20,6 +20,29 @@ use std::sync::Arc;
 pub(crate) struct WindowSpec {
     pub(crate) windows: Windows,
     pub(crate) lateness: u64,
+    /// Firings before a window's end (time windows, not sessions).
+    pub(crate) early: Option<EarlyFiring>,
+    /// A firing clears the window's accumulator: each result covers the
+    /// records since the one before.
+    pub(crate) purging: bool,
+}
+
+impl WindowSpec {
+    /// The event-time step of continuous early firing, if any.
+    fn every(&self) -> Option<u64> {
+        match self.early {
+            Some(EarlyFiring::Every(d)) => Some(crate::time::of_duration(d).max(1)),
+            _ => None,
+        }
+    }
+}
+
+/// The first multiple of `step` after `start` that is past `after` and
+/// before `end`: a window's next continuous early firing.
+fn next_boundary(start: u64, end: u64, step: u64, after: u64) -> Option<u64> {
+    let k = after.saturating_sub(start) / step + 1;
+    let at = start.saturating_add(k.saturating_mul(step));
+    (at < end).then_some(at)
 }
 
 /// A keyed window operator: what its records and timers mean.
@@ -67,6 +90,8 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
         let timers = &mut clock.timers;
         let lateness = self.spec.lateness;
         let count = self.spec.windows.trigger() != Trigger::EventTime;
+        let every = self.spec.every();
+        let wm = clock.wm_out;
         timers.clear();
         self.keys.state.for_each_numbered(|seq, kw| {
             if count {
@@ -79,6 +104,12 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     o.window.end
                 };
                 timers.add(at, seq);
+                if let Some(b) = every
+                    .filter(|_| !o.fired)
+                    .and_then(|i| next_boundary(o.window.start, o.window.end, i, wm))
+                {
+                    timers.add(b, seq);
+                }
             }
         });
     }
@@ -88,7 +119,11 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
     /// hence past the watermark), and the order in which their records are
     /// added does not change their results.
     fn takes_on_time_at_once(&self) -> bool {
-        F::COMMUTATIVE && self.spec.windows.trigger() == Trigger::EventTime
+        // Early firings see the records taken so far: in event-time
+        // order, never as they happen to arrive.
+        F::COMMUTATIVE
+            && self.spec.windows.trigger() == Trigger::EventTime
+            && self.spec.early.is_none()
     }
 
     fn take(
@@ -102,6 +137,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
         let key = (self.key)(&w.value);
         let lateness = self.spec.lateness;
         let windows = self.spec.windows;
+        let (early, purging, every) = (self.spec.early, self.spec.purging, self.spec.every());
         let WindowOp {
             f, keys, scratch, ..
         } = self;
@@ -181,17 +217,28 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     let (o, created) = kw.slot(win);
                     f.add(&mut o.acc, &w.value);
                     o.note(w.id, w.ingest);
+                    o.since += 1;
                     if win.end <= v {
                         // Late, within the allowed lateness: fires (again);
                         // its clean-up is due at the end plus the lateness.
                         let first = !o.fired;
                         o.fired = true;
-                        emit(f, &key, o, out, wm_out);
+                        fire(f, &key, o, out, wm_out, purging);
                         if first {
                             timers.add(win.end.saturating_add(lateness), seq);
                         }
-                    } else if created {
-                        timers.add(win.end, seq);
+                    } else {
+                        if created {
+                            timers.add(win.end, seq);
+                            if let Some(b) =
+                                every.and_then(|i| next_boundary(win.start, win.end, i, v))
+                            {
+                                timers.add(b, seq);
+                            }
+                        }
+                        if matches!(early, Some(EarlyFiring::Count(n)) if o.since >= n) {
+                            fire(f, &key, o, out, wm_out, purging);
+                        }
                     }
                 }
                 if !kept {
@@ -217,14 +264,28 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
     ) {
         let WindowOp { f, spec, keys, .. } = self;
         let (timers, wm_out) = (&mut clock.timers, clock.wm_out);
-        let lateness = spec.lateness;
+        let (lateness, purging, every) = (spec.lateness, spec.purging, spec.every());
         let empty = keys.state.with_key_at(seq, |key, kw| {
             kw.open.retain_mut(|o| {
                 if !o.fired && o.window.end <= at {
                     o.fired = true;
-                    emit(f, key, o, out, wm_out);
+                    // Purging: nothing new since the last early firing,
+                    // nothing to say.
+                    if !(purging && o.since == 0) {
+                        fire(f, key, o, out, wm_out, purging);
+                    }
                     if lateness > 0 {
                         timers.add(o.window.end.saturating_add(lateness), seq);
+                    }
+                } else if let Some(i) = every.filter(|_| !o.fired) {
+                    let w = o.window;
+                    if w.start < at && at < w.end && (at - w.start).is_multiple_of(i) {
+                        if !(purging && o.since == 0) {
+                            fire(f, key, o, out, wm_out, purging);
+                        }
+                        if let Some(b) = next_boundary(w.start, w.end, i, at) {
+                            timers.add(b, seq);
+                        }
                     }
                 }
                 !(o.fired && o.window.end.saturating_add(lateness) <= at)
@@ -242,6 +303,23 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
         if let Some(renumber) = self.keys.compact() {
             clock.timers.remap(&renumber);
         }
+    }
+}
+
+/// Fires window `o`: emits its results, restarts its count of records
+/// since a firing, and — `purging` — clears its accumulator.
+fn fire<K, T, O, F: WindowFn<K, T, O>>(
+    f: &F,
+    key: &K,
+    o: &mut crate::time::window::Open<F::Acc>,
+    out: &mut Emit<'_, WinOut<O, T>>,
+    wm_out: u64,
+    purging: bool,
+) {
+    emit(f, key, o, out, wm_out);
+    o.since = 0;
+    if purging {
+        o.acc = F::Acc::default();
     }
 }
 

@@ -1,0 +1,142 @@
+//! Early firing and purging of time windows: a purging window that fires
+//! every 25 ms of event time emits, per key and window, the count of each
+//! 25 ms segment that had records — what the brute force counts — and the
+//! same under standbys' takeovers and restart-all; a window that fires
+//! every 10 records without purging emits running counts; early firing on
+//! a session window is refused at build.
+
+mod common;
+
+use common::{cores, exact_under_faults, Faults};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tandem::runtime::probe::ProbeAction;
+use tandem::time::window::EarlyFiring;
+use tandem::time::{Watermarks, Windows};
+use tandem::{IterSource, JobBuilder, RuntimeConfig, TupleId};
+
+const MS: u64 = 1_000_000;
+const N: u64 = 6_000;
+const KEYS: u64 = 5;
+
+/// Record `i`: key `i % 5`, at about `i / 2` ms, up to 2 ms out of order
+/// (within the watermarks' 3 ms: none late).
+fn rec(i: u64) -> (u64, u64) {
+    let h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 30;
+    (i % KEYS, 50 * MS + i * MS / 2 + (h % 2_000) * 1_000)
+}
+
+/// `(key, window start, count)` per firing.
+type Fired = (u64, u64, u64);
+
+fn run(
+    early: EarlyFiring,
+    purging: bool,
+    standby: bool,
+    cfg: &RuntimeConfig,
+) -> (Vec<Fired>, tandem::JobReport) {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let job = JobBuilder::new("early");
+    job.default_parallelism(2);
+    let src = job
+        .source("recs", |i| {
+            let me = i.instance as u64;
+            IterSource(
+                (0..N)
+                    .filter(move |k| k % 2 == me)
+                    .map(|k| (rec(k).0, rec(k).1)),
+            )
+        })
+        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
+    let src = if standby { src.standby() } else { src };
+    let w = src
+        .key_by(|k: &u64| *k)
+        .window(Windows::tumbling(Duration::from_millis(100)))
+        .early_firing(early);
+    let w = if purging { w.purging() } else { w };
+    let o = Arc::clone(&out);
+    w.process("count", |k: &u64, win, recs: &[u64], out| {
+        out((*k, win.start, recs.len() as u64))
+    })
+    .results()
+    .for_each("out", move |r| o.lock().unwrap().push(r.value));
+    let report = job.build().unwrap().run(cfg).unwrap();
+    let mut v = std::mem::take(&mut *out.lock().unwrap());
+    v.sort();
+    (v, report)
+}
+
+#[test]
+fn a_purging_window_firing_every_interval_counts_each_segment_and_is_exact_under_faults() {
+    let every = EarlyFiring::Every(Duration::from_millis(25));
+    let (clean, _) = run(every, true, false, &RuntimeConfig::default().cores(cores()));
+    // The brute force: per key, window and 25 ms segment, its records.
+    let mut segs: BTreeMap<(u64, u64, u64), u64> = BTreeMap::new();
+    for i in 0..N {
+        let (k, t) = rec(i);
+        let start = t - t % (100 * MS);
+        *segs.entry((k, start, (t - start) / (25 * MS))).or_default() += 1;
+    }
+    let mut want: Vec<Fired> = segs.iter().map(|(&(k, s, _), &n)| (k, s, n)).collect();
+    want.sort();
+    assert!(want.len() > 100);
+    assert!(
+        clean == want,
+        "the segments' counts differ from the brute force's"
+    );
+    let faults = || {
+        Faults::new(
+            [(0, 600), (1, 1_300), (0, 2_100), (1, 2_700)]
+                .into_iter()
+                .map(|(p, s)| {
+                    (
+                        "count",
+                        TupleId::new(p, s),
+                        ProbeAction::Panic("injected".into()),
+                    )
+                })
+                .collect(),
+        )
+    };
+    exact_under_faults(&clean, faults, 4, |standby, cfg| {
+        run(every, true, standby, cfg)
+    });
+}
+
+#[test]
+fn a_window_firing_every_ten_records_emits_running_counts_then_its_total() {
+    let (got, _) = run(
+        EarlyFiring::Count(10),
+        false,
+        false,
+        &RuntimeConfig::default().cores(cores()),
+    );
+    let mut totals: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    for i in 0..N {
+        let (k, t) = rec(i);
+        *totals.entry((k, t - t % (100 * MS))).or_default() += 1;
+    }
+    let mut want = Vec::new();
+    for (&(k, s), &n) in &totals {
+        want.extend((1..=n / 10).map(|j| (k, s, j * 10)));
+        want.push((k, s, n));
+    }
+    want.sort();
+    assert!(got == want, "running counts differ");
+}
+
+#[test]
+fn early_firing_or_purging_on_a_session_window_is_refused_at_build() {
+    let job = JobBuilder::new("sessions");
+    job.source("recs", |_| IterSource((0..10u64).map(|n| (n, n))))
+        .watermarks(Watermarks::bounded(Duration::ZERO))
+        .key_by(|k: &u64| *k % 2)
+        .window(Windows::session(Duration::from_millis(5)))
+        .early_firing(EarlyFiring::Count(3))
+        .process("s", |_k: &u64, _w, r: &[u64], out| out(r.len()))
+        .results()
+        .for_each("out", |_| {});
+    let e = job.build().err().expect("refused").to_string();
+    assert!(e.contains("tumbling and sliding"), "{e}");
+}
