@@ -36,23 +36,31 @@ enum Kind {
     Window,
 }
 
-fn join_job(kind: Kind, n: u64, standby: bool, out: Arc<Mutex<Vec<Pair>>>) -> tandem::Job {
-    let job = JobBuilder::new("interval");
-    job.default_parallelism(2);
+/// The two keyed inputs of `n` records each drawn by `rec`: side 0 in two
+/// partitions, side 1 in one, with watermarks 3 ms behind.
+type Side = tandem::KeyedStream<u32, (u32, u64)>;
+
+fn sides(job: &JobBuilder, n: u64, rec: fn(u64, u64) -> ((u32, u64), u64)) -> (Side, Side) {
     let left = job
         .source("left", move |i| {
             let me = i.instance as u64;
-            IterSource((0..n).filter(move |k| k % 2 == me).map(|k| rec(0, k)))
+            IterSource((0..n).filter(move |k| k % 2 == me).map(move |k| rec(0, k)))
         })
         .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
     let right = job
-        .source("right", move |_| IterSource((0..n).map(|k| rec(1, k))))
+        .source("right", move |_| IterSource((0..n).map(move |k| rec(1, k))))
         .parallelism(1)
         .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
-    let (left, right) = (
+    (
         left.key_by(|r: &(u32, u64)| r.0),
         right.key_by(|r: &(u32, u64)| r.0),
-    );
+    )
+}
+
+fn join_job(kind: Kind, n: u64, standby: bool, out: Arc<Mutex<Vec<Pair>>>) -> tandem::Job {
+    let job = JobBuilder::new("interval");
+    job.default_parallelism(2);
+    let (left, right) = sides(&job, n, rec);
     let pairs = match kind {
         Kind::Interval => {
             let j =
@@ -582,21 +590,8 @@ fn late_join(n: u64, standby: bool, cfg: &RuntimeConfig) -> (Vec<Joined>, tandem
     let out = Arc::new(Mutex::new(Vec::new()));
     let job = JobBuilder::new("late-interval");
     job.default_parallelism(2);
-    let left = job
-        .source("left", move |i| {
-            let me = i.instance as u64;
-            IterSource((0..n).filter(move |k| k % 2 == me).map(|k| rec_late(0, k)))
-        })
-        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
-    let right = job
-        .source("right", move |_| IterSource((0..n).map(|k| rec_late(1, k))))
-        .parallelism(1)
-        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
-    let j = left.key_by(|r: &(u32, u64)| r.0).interval_join(
-        &right.key_by(|r: &(u32, u64)| r.0),
-        Duration::from_millis(20),
-        Duration::from_millis(30),
-    );
+    let (left, right) = sides(&job, n, rec_late);
+    let j = left.interval_join(&right, Duration::from_millis(20), Duration::from_millis(30));
     let j = if standby { j.standby() } else { j };
     let joined = j.process("join", |k: &u32, a: &(u32, u64), b: &(u32, u64)| {
         Joined::Pair(*k, a.1, b.1)

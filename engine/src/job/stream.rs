@@ -189,6 +189,12 @@ impl<T: Data> Stream<T> {
             let op = ProcessOp::new(factory(&cx.info), down, cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
+        self.unary(name, build)
+    }
+
+    /// A one-input operator node `name` reading this stream, built by
+    /// `build` on each instance's worker.
+    fn unary<U: Data>(&self, name: &str, build: graph::UnaryBuild) -> Stream<U> {
         let node = add_node_with(
             &self.job,
             name,
@@ -240,15 +246,7 @@ impl<T: Data> Stream<T> {
             let op = AsyncOp::new(io, Arc::clone(&f), down, cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
-        let node = add_node_with(
-            &self.job,
-            name,
-            NodeKind::Unary(build),
-            Some(out_kits::<U>()),
-            &[self.input()],
-            self.standby.clone(),
-        );
-        Stream::new(Rc::clone(&self.job), node)
+        self.unary(name, build)
     }
 
     /// One output per record.
