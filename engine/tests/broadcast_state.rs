@@ -30,7 +30,7 @@ impl BroadcastProcess<u64, u64, (u64, u64)> for Label {
         // The highest rule that matches, or none (u64::MAX).
         let label = rules
             .iter()
-            .filter(|&&d| r.value % (d + 2) == 0)
+            .filter(|&&d| r.value.is_multiple_of(d + 2))
             .max()
             .copied()
             .unwrap_or(u64::MAX);
