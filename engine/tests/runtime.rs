@@ -7,6 +7,7 @@ use common::tempdir;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tandem::{
     Chaining, CoProcess, IterSource, JobBuilder, JobError, KeyedProcess, Output, Record,
     RuntimeConfig, Sink, Source, SourcePoll,
@@ -444,4 +445,29 @@ fn a_rate_limited_source_is_not_faster_than_its_rate() {
         report.elapsed
     );
     assert_eq!(report.latency.len(), 2000);
+}
+
+/// A worker stuck in an operator's code (no probe saying so) is declared
+/// stalled naming that operator — not the chain it is part of.
+#[test]
+fn a_stall_names_the_operator_whose_code_holds_the_worker_not_its_chain() {
+    let job = JobBuilder::new("stuck");
+    job.source("src", |_| IterSource((0..100u64).map(|n| (n, n))))
+        .map("before", |n: u64| n + 1)
+        .map("slow", |n: u64| {
+            if n == 50 {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            n
+        })
+        .for_each("sink", |_| {});
+    let cfg = RuntimeConfig::default()
+        .cores(1)
+        .heartbeat_timeout(Duration::from_millis(50))
+        .restart(tandem::RestartStrategy::FixedDelay {
+            attempts: 0,
+            delay: Duration::ZERO,
+        });
+    let e = job.build().unwrap().run(&cfg).unwrap_err().to_string();
+    assert!(e.contains("operator `slow` (instance 0) stalled"), "{e}");
 }

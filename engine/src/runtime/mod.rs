@@ -96,6 +96,17 @@ pub(crate) struct WorkerLive {
     /// Engine nanoseconds until which the worker publishes no heartbeat
     /// (an injected [`probe::ProbeAction::MuteHeartbeat`]; 0: never muted).
     pub(crate) mute_until: AtomicU64,
+    /// The operator whose code the polled task runs now, as
+    /// `node << 32 | instance` (shared with the worker's task contexts,
+    /// which mark it as they enter an operator): what a stall of the
+    /// worker names.
+    pub(crate) op: Arc<AtomicU64>,
+}
+
+/// [`WorkerLive::op`]'s mark of operator `node`'s instance `instance`.
+#[inline]
+pub(crate) fn op_mark(node: usize, instance: usize) -> u64 {
+    ((node as u64) << 32) | (instance as u64 & 0xffff_ffff)
 }
 
 /// What every thread of one attempt of a job shares.

@@ -50,6 +50,8 @@ pub(crate) struct TaskCtx {
     pub(crate) instance: usize,
     /// The operator whose user code runs now: a panic is attributed to it.
     current: Cell<usize>,
+    /// The worker's mark of it ([`super::WorkerLive::op`]).
+    op_mark: Arc<AtomicU64>,
     /// Number of output lanes holding records that did not fit their ring.
     pub(crate) blocked: Cell<usize>,
     failure: RefCell<Option<JobError>>,
@@ -127,6 +129,10 @@ impl TaskCtx {
             instance,
             worker,
             current: Cell::new(head_op),
+            op_mark: shared
+                .workers
+                .get(worker)
+                .map_or_else(Default::default, |l| Arc::clone(&l.op)),
             blocked: Cell::new(0),
             failure: RefCell::new(None),
             fault_tuple: Cell::new(None),
@@ -220,15 +226,31 @@ impl TaskCtx {
         e != 0 && self.watch.get().is_some_and(|w| w.over(e))
     }
 
-    /// Marks `op` as running; returns the operator to restore afterwards.
+    /// Marks `op` as running (for a panic, and for the supervisor's stall
+    /// verdict: one relaxed store to a line only this worker writes);
+    /// returns the operator to restore afterwards.
     #[inline]
     pub(crate) fn enter(&self, op: usize) -> usize {
+        self.op_mark
+            .store(super::op_mark(op, self.instance), Ordering::Relaxed);
         self.current.replace(op)
     }
 
     #[inline]
     pub(crate) fn leave(&self, prev: usize) {
+        self.op_mark
+            .store(super::op_mark(prev, self.instance), Ordering::Relaxed);
         self.current.set(prev);
+    }
+
+    /// Marks the task's current operator as the worker's (as its poll
+    /// begins).
+    #[inline]
+    pub(crate) fn mark_current(&self) {
+        self.op_mark.store(
+            super::op_mark(self.current.get(), self.instance),
+            Ordering::Relaxed,
+        );
     }
 
     pub(crate) fn current_op(&self) -> usize {

@@ -254,6 +254,7 @@ impl Loop<'_> {
     ) -> std::thread::Result<Poll> {
         let (tid, task) = &mut self.tasks[i];
         live.since.store(started, Ordering::Relaxed);
+        task.ctx.mark_current();
         live.polling.store(task.ctx.key, Ordering::Release);
         super::panic::enter(&task.ctx);
         let r = catch_unwind(AssertUnwindSafe(|| task.poll(started)));

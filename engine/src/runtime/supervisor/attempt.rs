@@ -248,8 +248,22 @@ impl Supervisor {
                 });
                 (self.names[n.op].to_string(), n.instance)
             }
+            _ if shared
+                .workers
+                .get(w)
+                .is_some_and(|l| l.polling.load(Ordering::Acquire) != 0) =>
+            {
+                // Held in a task poll: the operator whose code it runs.
+                let m = shared.workers[w].op.load(Ordering::Relaxed);
+                let (node, instance) = ((m >> 32) as usize, (m & 0xffff_ffff) as usize);
+                match self.names.get(node) {
+                    Some(n) => (n.to_string(), instance),
+                    None => (String::from("?"), instance),
+                }
+            }
             _ => {
-                // No probe said who: name the chains the worker runs.
+                // No probe said who, and it is between tasks: name the
+                // chains the worker runs.
                 let mut names = Vec::new();
                 let mut inst = 0;
                 for &t in &self.regions[region].tasks {
