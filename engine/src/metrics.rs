@@ -443,6 +443,10 @@ impl Progress {
 pub struct JobReport {
     /// Per-operator counts, in the order operators were added.
     pub operators: Vec<OperatorStats>,
+    /// The savepoint the job stopped with
+    /// ([`crate::JobHandle::stop_with_savepoint`]; `None`: it ran to its
+    /// end).
+    pub stopped_at: Option<std::path::PathBuf>,
     /// End-to-end latency (source release → sink) over all sinks.
     pub latency: LatencyHistogram,
     /// Records sent to the dead-letter file.

@@ -60,6 +60,11 @@ pub(crate) enum Event {
     Savepoint {
         reply: mpsc::Sender<Result<PathBuf, JobError>>,
     },
+    /// The handle asks for a savepoint, and for the job to stop once it is
+    /// durable (`JobHandle::stop_with_savepoint`).
+    StopWithSavepoint {
+        reply: mpsc::Sender<Result<PathBuf, JobError>>,
+    },
     /// The handle cancels the job.
     Cancel,
 }

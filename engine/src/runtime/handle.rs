@@ -125,6 +125,25 @@ impl JobHandle {
         rx.recv().map_err(|_| JobError::EndedBeforeSavepoint)?
     }
 
+    /// Stops the job with a savepoint (Flink's stop-with-savepoint): takes
+    /// one as [`savepoint`](Self::savepoint) does and, once it is durable
+    /// and the output its barrier closes is committed, stops every task
+    /// without ending its input — no end-of-input firing, no summary —
+    /// and returns the savepoint's directory. [`join`](Self::join) then
+    /// returns the report, its `stopped_at` set. The output staged after
+    /// the savepoint's barrier is never committed: a job started from the
+    /// savepoint ([`crate::RuntimeConfig::restore_from`]) writes it, so
+    /// the two runs' committed output is exactly one run's. (A sink that
+    /// is not two-phase-commit has written it already, as after any
+    /// restart.)
+    pub fn stop_with_savepoint(&self) -> Result<PathBuf, JobError> {
+        let (reply, rx) = mpsc::channel();
+        self.events
+            .send(Event::StopWithSavepoint { reply })
+            .map_err(|_| JobError::EndedBeforeSavepoint)?;
+        rx.recv().map_err(|_| JobError::EndedBeforeSavepoint)?
+    }
+
     /// Waits for the job to end.
     pub fn join(mut self) -> Result<JobReport, JobError> {
         match self.supervisor.take().map(|t| t.join()) {

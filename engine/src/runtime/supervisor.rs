@@ -131,6 +131,9 @@ pub(crate) struct Supervisor {
     status_at: u64,
     /// Shared with every attempt's workers: see `JobShared::build`.
     build_fence: Arc<std::sync::RwLock<()>>,
+    /// The savepoint the job stops with, once durable
+    /// (`JobHandle::stop_with_savepoint`).
+    stopping: Option<std::path::PathBuf>,
 }
 
 pub(super) fn now_ns(origin: crate::sys::clock::Origin) -> u64 {
@@ -242,6 +245,7 @@ impl Supervisor {
             restored_from: None,
             standby_stats: None,
             build_fence: Arc::default(),
+            stopping: None,
         };
         if let (Some(c), Some((m, _))) = (&mut sup.coord, &restore) {
             c.next_id = c.next_id.max(m.id + 1);
@@ -390,7 +394,7 @@ impl Supervisor {
             | Event::Failed { attempt }
             | Event::WorkerExit { attempt, .. }
             | Event::Committer { attempt, .. } => self.current(*attempt),
-            Event::Savepoint { .. } | Event::Cancel => None,
+            Event::Savepoint { .. } | Event::StopWithSavepoint { .. } | Event::Cancel => None,
         };
         match e {
             Event::Ack {
@@ -471,6 +475,26 @@ impl Supervisor {
                     }));
                 }
             },
+            Event::StopWithSavepoint { reply } => match &mut self.coord {
+                // The engine's own checkpoint directory goes with the job.
+                Some(c) if c.temp_dir.is_some() => {
+                    let _ = reply.send(Err(JobError::NoSavepoint {
+                        reason: "stopping with a savepoint needs a checkpoint directory that \
+                                 outlives the job (CheckpointConfig::dir or RuntimeConfig::run_dir)"
+                            .into(),
+                    }));
+                }
+                Some(c) => {
+                    c.stop_at_savepoint = true;
+                    c.savepoint_waiters.push(reply);
+                }
+                None => {
+                    let _ = reply.send(Err(JobError::NoSavepoint {
+                        reason: "stopping with a savepoint needs checkpointing to be configured"
+                            .into(),
+                    }));
+                }
+            },
             Event::Cancel => {
                 self.cancelled = true;
                 for a in &self.attempts {
@@ -487,6 +511,9 @@ impl Supervisor {
 
     /// Periodic work; `Some` when the job is over.
     fn tick(&mut self) -> Result<Option<JobReport>, JobError> {
+        if self.stopping.is_some() {
+            return self.on_stopped().map(Some);
+        }
         let now = now_ns(self.origin);
         if let Some(r) = self.attempts.iter().position(|a| a.shared.has_error()) {
             self.on_failure(r)?;
@@ -515,6 +542,9 @@ impl Supervisor {
             return self.on_success();
         }
         self.coordinate()?;
+        if self.stopping.is_some() {
+            return self.on_stopped().map(Some);
+        }
         self.measure_recovery(now);
         if now.saturating_sub(self.status_at) >= crate::metrics::STATUS_PUBLISH_NS {
             self.status_at = now;
@@ -744,6 +774,7 @@ impl Supervisor {
         stats.dir = dir;
         Ok(Some(JobReport {
             operators: super::operator_stats(&self.graph, &self.metrics),
+            stopped_at: None,
             latency: self.metrics.latency(),
             dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
             dead_letter_path,
@@ -768,6 +799,70 @@ impl Supervisor {
                 .unwrap_or_default(),
             standby: self.standby_stats.take(),
         }))
+    }
+}
+
+impl Supervisor {
+    /// The stop savepoint is durable (its output committed): every task
+    /// stops where it is — no end of input — and the job reports, its
+    /// `stopped_at` set. What the sinks staged after the savepoint's
+    /// barrier stays uncommitted (`run` settles them), for the job started
+    /// from the savepoint to write.
+    fn on_stopped(&mut self) -> Result<JobReport, JobError> {
+        let at = self.stopping.take().expect("called when stopping");
+        for r in 0..self.attempts.len() {
+            self.stop_attempt(r, None);
+        }
+        if let Some(c) = &mut self.coord {
+            if c.in_flight.take().is_some() {
+                c.stats.pending += 1;
+            }
+        }
+        self.measure_recovery(now_ns(self.origin));
+        if let Some(o) = self.open.take() {
+            self.recovery.push(o.record);
+        }
+        let runs: Vec<_> = self
+            .attempts
+            .iter()
+            .filter_map(|a| a.shared.standby.clone())
+            .collect();
+        for sb in runs {
+            self.record_takeovers(&sb);
+        }
+        let dead_letter_path = self.dead_letters.finish().map_err(|(path, source)| JobError::Io {
+            operator: "<dead letters>".into(),
+            instance: 0,
+            context: "flushing the dead-letter file".into(),
+            path,
+            source,
+        })?;
+        let mut stats = CheckpointStats::default();
+        if let Some(c) = &self.coord {
+            stats = c.stats.clone();
+            stats.dir = (c.temp_dir.is_none()).then(|| c.store.dir().to_path_buf());
+        }
+        Ok(JobReport {
+            operators: super::operator_stats(&self.graph, &self.metrics),
+            stopped_at: Some(at),
+            latency: self.metrics.latency(),
+            dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
+            dead_letter_path,
+            elapsed: Duration::from_nanos(now_ns(self.origin)),
+            workers: self.plan.workers,
+            tasks: self.plan.tasks.len(),
+            recovery: std::mem::take(&mut self.recovery),
+            checkpoints: stats,
+            duplicates_emitted: self.duplicates,
+            restarts: self.restarts,
+            restored_from: self.restored_from.as_ref().map(|r| r.0),
+            restore_skipped: self
+                .restored_from
+                .as_mut()
+                .map(|r| std::mem::take(&mut r.1))
+                .unwrap_or_default(),
+            standby: self.standby_stats.take(),
+        })
     }
 }
 

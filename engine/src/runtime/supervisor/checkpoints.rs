@@ -92,6 +92,8 @@ pub(super) struct Coordinator {
     pub(super) last_end: Option<Instant>,
     pub(super) consecutive_failures: u32,
     pub(super) savepoint_waiters: Vec<mpsc::Sender<Result<PathBuf, JobError>>>,
+    /// The next savepoint stops the job once it is durable.
+    pub(super) stop_at_savepoint: bool,
     pub(super) stats: CheckpointStats,
     pub(super) write_secs: f64,
 }
@@ -117,6 +119,9 @@ impl Supervisor {
         };
         match w.pending.wait() {
             Ok(p) => {
+                if w.savepoint && std::mem::take(&mut c.stop_at_savepoint) {
+                    self.stopping = Some(p.manifest.dir.clone());
+                }
                 c.published(w.id, w.started, &p, w.savepoint);
                 // A commit that fails here is retried by the restore (the
                 // sinks commit what the restored checkpoint covers).
@@ -238,6 +243,9 @@ impl Supervisor {
             Ok(p) => {
                 let secs = p.write_time.as_secs_f64();
                 let bytes = p.manifest.payload_bytes();
+                if w.savepoint && std::mem::take(&mut c.stop_at_savepoint) {
+                    self.stopping = Some(p.manifest.dir.clone());
+                }
                 c.published(w.id, w.started, &p, w.savepoint);
                 c.consecutive_failures = 0;
                 c.last_end = Some(Instant::now());
@@ -427,6 +435,9 @@ impl Supervisor {
     /// asked for), none is in flight or being written, every worker has
     /// built its tasks and a source still runs.
     fn trigger_when_due(&mut self) {
+        if self.stopping.is_some() {
+            return;
+        }
         let Some(c) = &mut self.coord else { return };
         let sources_live = self.sources.iter().any(|k| {
             let r = self.region_of[k];
@@ -549,6 +560,7 @@ impl Coordinator {
             last_end: None,
             consecutive_failures: 0,
             savepoint_waiters: Vec::new(),
+            stop_at_savepoint: false,
             stats: CheckpointStats::default(),
             write_secs: 0.0,
         })
