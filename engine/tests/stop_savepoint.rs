@@ -87,7 +87,11 @@ fn a_job_stopped_with_a_savepoint_and_resumed_from_it_writes_one_clean_runs_outp
     assert_eq!(report.stopped_at.as_deref(), Some(sp.as_path()));
     assert!(sp.join("manifest.json").exists(), "{}", sp.display());
     let a = committed_lines(&a_out);
-    assert!(!a.is_empty() && (a.len() as u64) < 2 * PER, "{} lines", a.len());
+    assert!(
+        !a.is_empty() && (a.len() as u64) < 2 * PER,
+        "{} lines",
+        a.len()
+    );
     assert!(
         a.iter().all(|l| l.starts_with("r ")),
         "no end-of-input summary before the stop"
@@ -101,7 +105,10 @@ fn a_job_stopped_with_a_savepoint_and_resumed_from_it_writes_one_clean_runs_outp
     both.extend(committed_lines(&b_out));
     both.sort();
     assert_eq!(both.len(), clean.len());
-    assert!(both == clean, "the two runs' output differs from one clean run's");
+    assert!(
+        both == clean,
+        "the two runs' output differs from one clean run's"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

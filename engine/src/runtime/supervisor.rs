@@ -479,9 +479,10 @@ impl Supervisor {
                 // The engine's own checkpoint directory goes with the job.
                 Some(c) if c.temp_dir.is_some() => {
                     let _ = reply.send(Err(JobError::NoSavepoint {
-                        reason: "stopping with a savepoint needs a checkpoint directory that \
+                        reason:
+                            "stopping with a savepoint needs a checkpoint directory that \
                                  outlives the job (CheckpointConfig::dir or RuntimeConfig::run_dir)"
-                            .into(),
+                                .into(),
                     }));
                 }
                 Some(c) => {
@@ -830,13 +831,16 @@ impl Supervisor {
         for sb in runs {
             self.record_takeovers(&sb);
         }
-        let dead_letter_path = self.dead_letters.finish().map_err(|(path, source)| JobError::Io {
-            operator: "<dead letters>".into(),
-            instance: 0,
-            context: "flushing the dead-letter file".into(),
-            path,
-            source,
-        })?;
+        let dead_letter_path =
+            self.dead_letters
+                .finish()
+                .map_err(|(path, source)| JobError::Io {
+                    operator: "<dead letters>".into(),
+                    instance: 0,
+                    context: "flushing the dead-letter file".into(),
+                    path,
+                    source,
+                })?;
         let mut stats = CheckpointStats::default();
         if let Some(c) = &self.coord {
             stats = c.stats.clone();

@@ -207,6 +207,13 @@ pub struct Args {
     /// Take a savepoint this long after the start (restart-all).
     #[arg(long)]
     pub savepoint_after_ms: Option<u64>,
+    /// Stop the job with a savepoint this long after the start (Flink's
+    /// stop-with-savepoint): the output is committed up to the savepoint
+    /// and nothing after it; `--from-savepoint DIR` (same --parallelism:
+    /// rescaling is not supported) writes the rest. Needs
+    /// --checkpoint-dir or --run-dir (the savepoint must outlive the run).
+    #[arg(long, conflicts_with = "savepoint_after_ms")]
+    pub stop_with_savepoint_after_ms: Option<u64>,
     /// Start from a savepoint or checkpoint (an sp-ID directory, a
     /// manifest, or a checkpoint directory).
     #[arg(long)]

@@ -206,6 +206,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         "restart",
         "heartbeat_timeout_ms",
         "savepoint_after_ms",
+        "stop_with_savepoint_after_ms",
     ];
     ensure!(
         args.checkpoint_interval_ms.is_none() || restart_all || bqbs,
@@ -221,6 +222,12 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
     ensure!(
         !args.compare_without_checkpoints || restart_all,
         "--compare-without-checkpoints needs --strategy restart-all"
+    );
+    ensure!(
+        args.stop_with_savepoint_after_ms.is_none()
+            || args.checkpoint_dir.is_some()
+            || args.run_dir.is_some(),
+        "--stop-with-savepoint-after-ms needs --checkpoint-dir or --run-dir: the savepoint must outlive the run"
     );
     for (flag, v) in [
         ("--checkpoint-interval-ms", args.checkpoint_interval_ms),
@@ -241,6 +248,10 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         ("--standby-snapshot-ms", Some(args.standby_snapshot_ms)),
         ("--min-pause-ms", Some(args.min_pause_ms)),
         ("--savepoint-after-ms", args.savepoint_after_ms),
+        (
+            "--stop-with-savepoint-after-ms",
+            args.stop_with_savepoint_after_ms,
+        ),
     ] {
         if let Some(v) = v {
             ensure!(v <= year, "{flag} {v}: at most {year} (a year)");

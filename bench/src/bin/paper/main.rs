@@ -164,6 +164,12 @@ fn run(
                     asking = Some(scope.spawn(move || h.savepoint()));
                 }
             }
+            if let Some(ms) = args.stop_with_savepoint_after_ms {
+                if asking.is_none() && started.elapsed() >= Duration::from_millis(ms) {
+                    let h = &handle;
+                    asking = Some(scope.spawn(move || h.stop_with_savepoint()));
+                }
+            }
             let p = handle.progress();
             let pos = p.operator(names::SOURCE).map_or(0, |o| o.records);
             bar.update(pos, watch.as_ref());
@@ -172,7 +178,12 @@ fn run(
     });
     match joined {
         Some(Ok(dir)) => {
-            bar.println(&format!("savepoint written to {}", dir.display()));
+            let what = if args.stop_with_savepoint_after_ms.is_some() {
+                "stopped with the savepoint"
+            } else {
+                "savepoint written to"
+            };
+            bar.println(&format!("{what} {}", dir.display()));
             savepoint = Some(dir);
         }
         // The job ended first: its own result says how, below.
@@ -191,6 +202,9 @@ fn run(
     let report = joined.context("the job failed")?;
     if let (Some(ms), None) = (args.savepoint_after_ms, &savepoint) {
         errln!("warning: no savepoint was taken: the job ended before one was durable (--savepoint-after-ms {ms})");
+    }
+    if let (Some(ms), None) = (args.stop_with_savepoint_after_ms, &report.stopped_at) {
+        errln!("warning: the job ran to its end before a savepoint stopped it (--stop-with-savepoint-after-ms {ms})");
     }
     if let Some(from) = report.restored_from {
         errln!(
@@ -220,8 +234,8 @@ fn run(
         // report that cannot be written).
         tandem_bench::cli::kept(out.display().to_string());
         errln!("wrote {} ({:.1} MB)", out.display(), bytes as f64 / 1e6);
-        // After restarts, what counts is what the file holds.
-        if report.restarts > 0 {
+        // After restarts, or a stop, what counts is what the file holds.
+        if report.restarts > 0 || report.stopped_at.is_some() {
             use std::io::BufRead;
             (records_out, summaries_out) = (0, 0);
             let mut r = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(out)?);
@@ -239,7 +253,11 @@ fn run(
     let peak_rss = rusage::peak_rss_bytes().unwrap_or(0);
     let input_bytes = input.memory_bytes();
     // Records the sources produced, once each (replays excluded).
-    let records_in = input.len();
+    // (A stopped job read up to its savepoint.)
+    let records_in = match &report.stopped_at {
+        Some(_) => report.operator(names::SOURCE).map_or(0, |o| o.records),
+        None => input.len(),
+    };
     let secs = report.elapsed.as_secs_f64();
     let seq_of = |t: tandem::TupleId| paper::seq_of(p, t);
     Ok(Report {
