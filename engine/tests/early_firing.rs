@@ -3,7 +3,8 @@
 //! 25 ms segment that had records — what the brute force counts — and the
 //! same under standbys' takeovers and restart-all; a window that fires
 //! every 10 records without purging emits running counts; early firing on
-//! a session window is refused at build.
+//! a session window is refused at build; an evictor keeps a window's last
+//! records (and is refused on an aggregate).
 
 mod common;
 
@@ -139,4 +140,94 @@ fn early_firing_or_purging_on_a_session_window_is_refused_at_build() {
         .for_each("out", |_| {});
     let e = job.build().err().expect("refused").to_string();
     assert!(e.contains("tumbling and sliding"), "{e}");
+}
+
+/// `(key, window start, the window's last three records' times)`.
+type Kept = (u64, u64, Vec<u64>);
+
+fn run_evicting(standby: bool, cfg: &RuntimeConfig) -> (Vec<Kept>, tandem::JobReport) {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let job = JobBuilder::new("evict");
+    job.default_parallelism(2);
+    let src = job
+        .source("recs", |i| {
+            let me = i.instance as u64;
+            // The record is its own event time: what the window keeps.
+            IterSource(
+                (0..N)
+                    .filter(move |k| k % 2 == me)
+                    .map(|k| ((rec(k).0, rec(k).1), rec(k).1)),
+            )
+        })
+        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
+    let src = if standby { src.standby() } else { src };
+    let o = Arc::clone(&out);
+    src.key_by(|r: &(u64, u64)| r.0)
+        .window(Windows::tumbling(Duration::from_millis(100)))
+        .evict_keep_last(3)
+        .process("last", |k: &u64, win, recs: &[(u64, u64)], out| {
+            out((
+                *k,
+                win.start,
+                recs.iter().map(|r| r.1).collect::<Vec<u64>>(),
+            ))
+        })
+        .results()
+        .for_each("out", move |r| o.lock().unwrap().push(r.value));
+    let report = job.build().unwrap().run(cfg).unwrap();
+    let mut v = std::mem::take(&mut *out.lock().unwrap());
+    v.sort();
+    (v, report)
+}
+
+/// An evictor keeping the last three records: each window's function sees
+/// the three latest of its records in event-time order, under faults too.
+#[test]
+fn an_evicting_window_sees_its_last_three_records_in_event_time_order() {
+    let (clean, _) = run_evicting(false, &RuntimeConfig::default().cores(cores()));
+    let mut per: BTreeMap<(u64, u64), Vec<u64>> = BTreeMap::new();
+    for i in 0..N {
+        let (k, t) = rec(i);
+        per.entry((k, t - t % (100 * MS))).or_default().push(t);
+    }
+    let mut want: Vec<Kept> = per
+        .into_iter()
+        .map(|((k, s), mut ts)| {
+            ts.sort();
+            let from = ts.len().saturating_sub(3);
+            (k, s, ts[from..].to_vec())
+        })
+        .collect();
+    want.sort();
+    assert!(clean == want, "the kept records differ");
+    let faults = || {
+        Faults::new(
+            [(0, 900), (1, 1_700)]
+                .into_iter()
+                .map(|(p, s)| {
+                    (
+                        "last",
+                        TupleId::new(p, s),
+                        ProbeAction::Panic("injected".into()),
+                    )
+                })
+                .collect(),
+        )
+    };
+    exact_under_faults(&clean, faults, 2, run_evicting);
+}
+
+#[test]
+fn an_evictor_on_an_aggregate_is_refused_at_build() {
+    let job = JobBuilder::new("evict-agg");
+    job.source("recs", |_| IterSource((0..10u64).map(|n| (n, n))))
+        .watermarks(Watermarks::bounded(Duration::ZERO))
+        .key_by(|k: &u64| *k % 2)
+        .window(Windows::tumbling(Duration::from_millis(5)))
+        .evict_keep_last(2)
+        .reduce("sum", |a: &u64, b: &u64| a + b)
+        .results()
+        .for_each("out", |_| {});
+    let e = job.build().err().expect("refused").to_string();
+    assert!(e.contains("evictor"), "{e}");
 }

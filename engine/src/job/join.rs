@@ -461,6 +461,7 @@ where
             lateness: self.lateness,
             early: None,
             purging: false,
+            keep_last: None,
             all: false,
             more: vec![second],
         };

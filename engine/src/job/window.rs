@@ -30,6 +30,8 @@ pub struct WindowedStream<K, T> {
     pub(super) early: Option<EarlyFiring>,
     /// Each firing clears the window ([`WindowedStream::purging`]).
     pub(super) purging: bool,
+    /// An evictor ([`WindowedStream::evict_keep_last`]).
+    pub(super) keep_last: Option<u64>,
     /// Further edges into the window operator (a windowed join's second
     /// input).
     pub(super) more: Vec<Stream<T>>,
@@ -106,6 +108,7 @@ where
             lateness: 0,
             early: None,
             purging: false,
+            keep_last: None,
             all: false,
             more: Vec::new(),
         }
@@ -213,6 +216,18 @@ where
         self
     }
 
+    /// An evictor (Flink's `CountEvictor`): each window keeps only its
+    /// last `n` records — in the order they are taken, event time then
+    /// tuple ID — and its function sees those. Records beyond are dropped
+    /// as they come, so a window's state stays at `n` records. For
+    /// [`process`](Self::process) (an aggregate keeps no records to evict:
+    /// refused at build).
+    pub fn evict_keep_last(mut self, n: u64) -> Self {
+        self.refuse((n == 0).then_some("an evictor keeping 0 records"));
+        self.keep_last = Some(n);
+        self
+    }
+
     fn refuse(&self, reason: Option<&str>) {
         if let Some(reason) = reason {
             self.keyed
@@ -234,6 +249,9 @@ where
         G: WindowAggregate<K, T, O>,
         KeyedState<K, KeyWindows<G::Acc>>: StateSnapshot,
     {
+        self.refuse(self.keep_last.is_some().then_some(
+            "an evictor needs a function over the window's records (process), not an aggregate",
+        ));
         let agg = Arc::new(agg);
         self.build(name, move || Aggregating(Arc::clone(&agg)))
     }
@@ -270,7 +288,7 @@ where
     {
         let key = Arc::clone(&self.keyed.key);
         let (windows, lateness) = (self.windows, self.lateness);
-        let (early, purging) = (self.early, self.purging);
+        let (early, purging, keep_last) = (self.early, self.purging, self.keep_last);
         let lateness = crate::time::window::WindowAssigner::lateness(&windows, lateness);
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<WinOut<O, T>>>(down, "window output");
@@ -281,6 +299,7 @@ where
                     lateness,
                     early,
                     purging,
+                    keep_last,
                 },
                 Arc::clone(&key),
                 StateCodec::of(),

@@ -585,6 +585,9 @@ pub(crate) trait WindowFn<K, T, O>: 'static {
     fn add(&self, acc: &mut Self::Acc, value: &T);
     fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
     fn fire(&self, key: &K, window: Window, acc: &Self::Acc, out: &mut dyn FnMut(O));
+    /// Keeps only the last `n` records of `acc` (an evictor; a function
+    /// that keeps records — [`Processing`] — evicts, an aggregate cannot).
+    fn keep_last(&self, _acc: &mut Self::Acc, _n: u64) {}
 }
 
 /// A [`WindowAggregate`] as a window function.
@@ -622,6 +625,14 @@ where
     }
     fn merge(&self, acc: &mut Vec<T>, other: Vec<T>) {
         acc.extend(other);
+    }
+    fn keep_last(&self, acc: &mut Vec<T>, n: u64) {
+        let over = acc
+            .len()
+            .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
+        if over > 0 {
+            acc.drain(..over);
+        }
     }
     fn fire(&self, key: &K, window: Window, acc: &Vec<T>, out: &mut dyn FnMut(O)) {
         (self.0)(key, window, acc, out);

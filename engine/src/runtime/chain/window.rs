@@ -25,6 +25,8 @@ pub(crate) struct WindowSpec {
     /// A firing clears the window's accumulator: each result covers the
     /// records since the one before.
     pub(crate) purging: bool,
+    /// An evictor: a window keeps its last this many records.
+    pub(crate) keep_last: Option<u64>,
 }
 
 impl WindowSpec {
@@ -138,6 +140,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
         let lateness = self.spec.lateness;
         let windows = self.spec.windows;
         let (early, purging, every) = (self.spec.early, self.spec.purging, self.spec.every());
+        let keep_last = self.spec.keep_last;
         let WindowOp {
             f, keys, scratch, ..
         } = self;
@@ -167,6 +170,9 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     end: start + size,
                 });
                 f.add(&mut o.acc, &w.value);
+                if let Some(n) = keep_last {
+                    f.keep_last(&mut o.acc, n);
+                }
                 o.note(w.id, w.ingest);
                 if n + 1 == start + size {
                     o.fired = true;
@@ -196,6 +202,9 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                 let i = kw.merge_session(mine, |a, b| f.merge(a, b));
                 let o = &mut kw.open[i];
                 f.add(&mut o.acc, &w.value);
+                if let Some(n) = keep_last {
+                    f.keep_last(&mut o.acc, n);
+                }
                 o.note(w.id, w.ingest);
                 if o.window.end <= v {
                     // Late, within the allowed lateness: fires again.
@@ -216,6 +225,9 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     kept = true;
                     let (o, created) = kw.slot(win);
                     f.add(&mut o.acc, &w.value);
+                    if let Some(n) = keep_last {
+                        f.keep_last(&mut o.acc, n);
+                    }
                     o.note(w.id, w.ingest);
                     o.since += 1;
                     if win.end <= v {
