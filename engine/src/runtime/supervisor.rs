@@ -7,11 +7,14 @@
 //!
 //! - [`attempt`] — starting an attempt's workers, stalls, restarts;
 //! - [`checkpoints`] — the checkpoint coordinator and the sinks' commits;
+//! - [`finish`] — the end: success, or a stop with a savepoint;
 //! - [`measure`] — recovery figures per fault;
+//! - [`regions`] — the failover regions an attempt runs;
+//! - [`restore`] — reading the checkpoint a restart or the job starts from;
 //! - [`standbys`] — the standby groups of an attempt.
 //!
-//! The job runs as *regions* ([`Region`]): with [`Failover::Full`] one, the
-//! whole job; with [`Failover::Region`] one per failover region of the
+//! The job runs as *regions* ([`Region`]): with [`Failover::Full`](crate::Failover::Full) one, the
+//! whole job; with [`Failover::Region`](crate::Failover::Region) one per failover region of the
 //! graph ([`Graph::regions`]). Each region runs as attempts of its own —
 //! its tasks on threads of their own, numbered from one job-wide sequence
 //! (an attempt number fences a stopped attempt's sinks, dead letters and
@@ -22,27 +25,29 @@
 
 mod attempt;
 mod checkpoints;
+mod finish;
 mod measure;
+mod regions;
+mod restore;
 mod standbys;
 
 use super::coord::Event;
 #[cfg(test)]
 pub(super) use super::placeholder_shared as test_shared;
 use super::RuntimeConfig;
-use crate::checkpoint;
 use crate::error::JobError;
-use crate::metrics::{CheckpointStats, JobMetrics, JobReport, RecoveryRecord, StandbyStats};
+use crate::metrics::{JobMetrics, JobReport, RecoveryRecord, StandbyStats};
 use crate::operator::Committer;
-use crate::recovery::restart::Failover;
 use crate::runtime::dead_letter::DeadLetters;
 use crate::runtime::graph::{Graph, NodeKind};
 use crate::runtime::placement::Plan;
 use crate::standby::decide::Evidence;
-use attempt::build_restore;
-pub(in crate::runtime) use attempt::load_restore_point;
 use attempt::Attempt;
 use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;
+use regions::{regions, Region};
+use restore::build_restore;
+pub(in crate::runtime) use restore::load_restore_point;
 use standbys::validate_standby;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -53,26 +58,6 @@ use std::time::Duration;
 pub(crate) const JOB_META: &str = "~job";
 
 type Key = (usize, usize);
-
-/// The tasks that fail and restart together.
-pub(super) struct Region {
-    /// Its tasks (indices into the plan's).
-    pub(super) tasks: Vec<usize>,
-    /// Its operator instances.
-    pub(super) keys: HashSet<Key>,
-    /// Its tasks, if the job has other regions (`None`: every task).
-    pub(super) only: Option<Arc<HashSet<usize>>>,
-}
-
-impl Region {
-    /// Those of `keys` that are the region's.
-    pub(super) fn own<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) -> Vec<Key> {
-        keys.into_iter()
-            .filter(|k| self.keys.contains(k))
-            .copied()
-            .collect()
-    }
-}
 
 pub(crate) struct Supervisor {
     graph: Arc<Graph>,
@@ -653,261 +638,4 @@ impl Supervisor {
                 .then_some(primary)
         })
     }
-
-    /// The attempt's workers all finished: lands what is left and reports.
-    /// `None` when landing failed the attempt after all (a crash around
-    /// the last checkpoint's publication, a failed commit): the next tick
-    /// restarts it.
-    fn on_success(&mut self) -> Result<Option<JobReport>, JobError> {
-        for a in &mut self.attempts {
-            for (_, t) in std::mem::take(&mut a.threads) {
-                let _ = t.join();
-            }
-        }
-        // A checkpoint still being written lands first, then everything the
-        // sinks staged after their last barrier becomes visible.
-        let mut stats = CheckpointStats::default();
-        let mut dir = None;
-        if let Some(w) = self.coord.as_mut().and_then(|c| c.writing.take()) {
-            match w.pending.wait() {
-                Ok(p) => {
-                    if let Some(c) = &mut self.coord {
-                        c.published(w.id, w.started, &p, w.savepoint);
-                    }
-                    if !self.completed(w.id, w.written, &w.finished, p.manifest) {
-                        return Ok(None);
-                    }
-                }
-                Err(checkpoint::CheckpointError::Crashed { id, published }) => {
-                    self.crashed(id, published);
-                    return Ok(None);
-                }
-                Err(e) => {
-                    if let Some(c) = &mut self.coord {
-                        c.failed(format!("checkpoint {}: {e}", w.id));
-                    }
-                }
-            }
-        }
-        if let Some(c) = &mut self.coord {
-            // One still aligning when the input ended never completes.
-            if c.in_flight.take().is_some() {
-                c.stats.pending += 1;
-            }
-            stats = c.stats.clone();
-            dir = Some(c.store.dir().to_path_buf());
-        }
-        // The job completed: everything the sinks staged in this attempt is
-        // output — the final epochs, and the epochs of a checkpoint that was
-        // still in flight when the input ended.
-        for (&(node, instance), c) in self.committers.iter_mut() {
-            c.commit_final().map_err(|source| JobError::Io {
-                operator: self.names[node].to_string(),
-                instance,
-                context: "committing the output at the end of the job".into(),
-                path: None,
-                source,
-            })?;
-        }
-        // A restarted attempt can finish between two ticks (a short replay
-        // at full rate): its figures are read once more before the record
-        // closes, so it never ends with none.
-        self.measure_recovery(now_ns(self.origin));
-        if let Some(o) = self.open.take() {
-            self.recovery.push(o.record);
-        }
-        let runs: Vec<_> = self
-            .attempts
-            .iter()
-            .filter_map(|a| a.shared.standby.clone())
-            .collect();
-        for sb in runs {
-            // Nothing the standby groups owed may be missing from a job
-            // that ends successfully.
-            let mut groups: Vec<_> = sb.groups.values().collect();
-            groups.sort_by_key(|g| (g.node, g.instance));
-            for g in groups {
-                g.check_complete(&self.names)?;
-            }
-            self.record_takeovers(&sb);
-        }
-        if let (Some(stats), [_, _, ..]) = (&mut self.standby_stats, &self.attempts[..]) {
-            // Each region's run counted alone above: the job's figures
-            // are their sums.
-            let runs = self
-                .attempts
-                .iter()
-                .filter_map(|a| a.shared.standby.as_ref());
-            let mut chains = Vec::new();
-            stats.groups = 0;
-            stats.standbys_on_idle_workers = 0;
-            for sb in runs {
-                stats.groups += sb.groups.len();
-                stats.standbys_on_idle_workers +=
-                    sb.groups.values().filter(|g| g.standby_on_idle).count();
-                chains.extend(sb.groups.values().map(|g| {
-                    g.members()
-                        .iter()
-                        .map(|&n| self.names[n].to_string())
-                        .collect::<Vec<_>>()
-                }));
-            }
-            chains.sort();
-            chains.dedup();
-            stats.chains = chains;
-        }
-        let dead_letter_path =
-            self.dead_letters
-                .finish()
-                .map_err(|(path, source)| JobError::Io {
-                    operator: "<dead letters>".into(),
-                    instance: 0,
-                    context: "flushing the dead-letter file".into(),
-                    path,
-                    source,
-                })?;
-        if let Some(c) = self.coord.take() {
-            if c.temp_dir.is_some() {
-                dir = None;
-            }
-            drop(c);
-        }
-        stats.dir = dir;
-        Ok(Some(JobReport {
-            operators: super::operator_stats(&self.graph, &self.metrics),
-            stopped_at: None,
-            latency: self.metrics.latency(),
-            dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
-            dead_letter_path,
-            elapsed: Duration::from_nanos(
-                self.attempts
-                    .iter()
-                    .map(|a| a.shared.finished_at.load(Ordering::Relaxed))
-                    .max()
-                    .unwrap_or(0),
-            ),
-            workers: self.plan.workers,
-            tasks: self.plan.tasks.len(),
-            recovery: std::mem::take(&mut self.recovery),
-            checkpoints: stats,
-            duplicates_emitted: self.duplicates,
-            restarts: self.restarts,
-            restored_from: self.restored_from.as_ref().map(|r| r.0),
-            restore_skipped: self
-                .restored_from
-                .as_mut()
-                .map(|r| std::mem::take(&mut r.1))
-                .unwrap_or_default(),
-            standby: self.standby_stats.take(),
-        }))
-    }
-}
-
-impl Supervisor {
-    /// The stop savepoint is durable (its output committed): every task
-    /// stops where it is — no end of input — and the job reports, its
-    /// `stopped_at` set. What the sinks staged after the savepoint's
-    /// barrier stays uncommitted (`run` settles them), for the job started
-    /// from the savepoint to write.
-    fn on_stopped(&mut self) -> Result<JobReport, JobError> {
-        let at = self.stopping.take().expect("called when stopping");
-        for r in 0..self.attempts.len() {
-            self.stop_attempt(r, None);
-        }
-        if let Some(c) = &mut self.coord {
-            if c.in_flight.take().is_some() {
-                c.stats.pending += 1;
-            }
-        }
-        self.measure_recovery(now_ns(self.origin));
-        if let Some(o) = self.open.take() {
-            self.recovery.push(o.record);
-        }
-        let runs: Vec<_> = self
-            .attempts
-            .iter()
-            .filter_map(|a| a.shared.standby.clone())
-            .collect();
-        for sb in runs {
-            self.record_takeovers(&sb);
-        }
-        let dead_letter_path =
-            self.dead_letters
-                .finish()
-                .map_err(|(path, source)| JobError::Io {
-                    operator: "<dead letters>".into(),
-                    instance: 0,
-                    context: "flushing the dead-letter file".into(),
-                    path,
-                    source,
-                })?;
-        let mut stats = CheckpointStats::default();
-        if let Some(c) = &self.coord {
-            stats = c.stats.clone();
-            stats.dir = (c.temp_dir.is_none()).then(|| c.store.dir().to_path_buf());
-        }
-        Ok(JobReport {
-            operators: super::operator_stats(&self.graph, &self.metrics),
-            stopped_at: Some(at),
-            latency: self.metrics.latency(),
-            dead_letters: self.metrics.dead_letters.load(Ordering::Relaxed),
-            dead_letter_path,
-            elapsed: Duration::from_nanos(now_ns(self.origin)),
-            workers: self.plan.workers,
-            tasks: self.plan.tasks.len(),
-            recovery: std::mem::take(&mut self.recovery),
-            checkpoints: stats,
-            duplicates_emitted: self.duplicates,
-            restarts: self.restarts,
-            restored_from: self.restored_from.as_ref().map(|r| r.0),
-            restore_skipped: self
-                .restored_from
-                .as_mut()
-                .map(|r| std::mem::take(&mut r.1))
-                .unwrap_or_default(),
-            standby: self.standby_stats.take(),
-        })
-    }
-}
-
-/// The regions the job runs as: one (every task) with [`Failover::Full`]
-/// or a graph of one region; else one per failover region of the graph,
-/// each with the tasks that run its instances.
-fn regions(graph: &Graph, plan: &Plan, failover: Failover) -> Vec<Region> {
-    let all = || Region {
-        tasks: (0..plan.tasks.len()).collect(),
-        keys: graph
-            .nodes
-            .iter()
-            .enumerate()
-            .flat_map(|(n, node)| (0..node.parallelism).map(move |i| (n, i)))
-            .collect(),
-        only: None,
-    };
-    let found = match failover {
-        Failover::Region => graph.regions(),
-        Failover::Full => return vec![all()],
-    };
-    if found.len() <= 1 {
-        return vec![all()];
-    }
-    found
-        .into_iter()
-        .map(|keys| {
-            let mut tasks: Vec<usize> = keys
-                .iter()
-                .map(|&(n, i)| {
-                    plan.task_of(n, i)
-                        .expect("engine bug: node instance without a task")
-                })
-                .collect();
-            tasks.sort_unstable();
-            tasks.dedup();
-            Region {
-                only: Some(Arc::new(tasks.iter().copied().collect())),
-                tasks,
-                keys: keys.into_iter().collect(),
-            }
-        })
-        .collect()
 }

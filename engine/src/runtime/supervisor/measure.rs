@@ -324,19 +324,12 @@ impl Supervisor {
 
     /// A standby run's takeovers, in the order of their faults, become
     /// recovery records (figures measured from the fault), and its counts
-    /// the report's standby figures.
+    /// add to the report's standby figures (its groups' shape is
+    /// [`Self::standby_shape`]'s, once, at the end).
     pub(super) fn record_takeovers(&mut self, sb: &StandbyRun) {
         let mut takeovers = std::mem::take(&mut *sb.log.lock());
         takeovers.sort_by_key(|t| t.fault_at);
         let stats = self.standby_stats.get_or_insert_with(Default::default);
-        stats.groups = sb.groups.len();
-        let mut chains: Vec<Vec<usize>> = sb.groups.values().map(|g| g.members()).collect();
-        chains.sort();
-        chains.dedup();
-        stats.chains = chains
-            .into_iter()
-            .map(|c| c.iter().map(|&n| self.names[n].to_string()).collect())
-            .collect();
         stats.takeovers += takeovers.len() as u64;
         stats.standby_failures += sb.log.standby_failures.load(Ordering::Relaxed);
         for g in sb.groups.values() {
@@ -349,7 +342,6 @@ impl Supervisor {
             stats.points_followed_whole += g.followed_whole.load(Ordering::Relaxed);
             stats.hot_fell_behind += g.hot_fell_behind.load(Ordering::Relaxed);
         }
-        stats.standbys_on_idle_workers = sb.groups.values().filter(|g| g.standby_on_idle).count();
         stats.children.extend(
             sb.children
                 .lock()
@@ -364,6 +356,36 @@ impl Supervisor {
             self.tasks_of_takeover(&mut r);
             self.recovery.push(r);
         }
+    }
+}
+
+impl Supervisor {
+    /// The standby groups of the current attempts, every region's, in the
+    /// report: how many, their chains, and how many standbys sit on idle
+    /// workers.
+    pub(super) fn standby_shape(&mut self) {
+        let Some(stats) = &mut self.standby_stats else {
+            return;
+        };
+        let runs = self
+            .attempts
+            .iter()
+            .filter_map(|a| a.shared.standby.as_ref());
+        let mut chains = Vec::new();
+        stats.groups = 0;
+        stats.standbys_on_idle_workers = 0;
+        for sb in runs {
+            stats.groups += sb.groups.len();
+            stats.standbys_on_idle_workers +=
+                sb.groups.values().filter(|g| g.standby_on_idle).count();
+            chains.extend(sb.groups.values().map(|g| g.members()));
+        }
+        chains.sort();
+        chains.dedup();
+        stats.chains = chains
+            .into_iter()
+            .map(|c| c.iter().map(|&n| self.names[n].to_string()).collect())
+            .collect();
     }
 }
 
