@@ -28,6 +28,27 @@ fn rec(i: u64) -> (u64, u64) {
     (i % KEYS, 50 * MS + i * MS / 2 + (h % 2_000) * 1_000)
 }
 
+/// The records `(key, event time)` in two partitions, at their event
+/// times, with watermarks 3 ms behind (and a standby on what reads them).
+fn records(job: &JobBuilder, standby: bool) -> tandem::Stream<(u64, u64)> {
+    job.default_parallelism(2);
+    let src = job
+        .source("recs", |i| {
+            let me = i.instance as u64;
+            IterSource(
+                (0..N)
+                    .filter(move |k| k % 2 == me)
+                    .map(|k| (rec(k), rec(k).1)),
+            )
+        })
+        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
+    if standby {
+        src.standby()
+    } else {
+        src
+    }
+}
+
 /// `(key, window start, count)` per firing.
 type Fired = (u64, u64, u64);
 
@@ -39,25 +60,13 @@ fn run(
 ) -> (Vec<Fired>, tandem::JobReport) {
     let out = Arc::new(Mutex::new(Vec::new()));
     let job = JobBuilder::new("early");
-    job.default_parallelism(2);
-    let src = job
-        .source("recs", |i| {
-            let me = i.instance as u64;
-            IterSource(
-                (0..N)
-                    .filter(move |k| k % 2 == me)
-                    .map(|k| (rec(k).0, rec(k).1)),
-            )
-        })
-        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
-    let src = if standby { src.standby() } else { src };
-    let w = src
-        .key_by(|k: &u64| *k)
+    let w = records(&job, standby)
+        .key_by(|r: &(u64, u64)| r.0)
         .window(Windows::tumbling(Duration::from_millis(100)))
         .early_firing(early);
     let w = if purging { w.purging() } else { w };
     let o = Arc::clone(&out);
-    w.process("count", |k: &u64, win, recs: &[u64], out| {
+    w.process("count", |k: &u64, win, recs: &[(u64, u64)], out| {
         out((*k, win.start, recs.len() as u64))
     })
     .results()
@@ -148,19 +157,7 @@ type Kept = (u64, u64, Vec<u64>);
 fn run_evicting(standby: bool, cfg: &RuntimeConfig) -> (Vec<Kept>, tandem::JobReport) {
     let out = Arc::new(Mutex::new(Vec::new()));
     let job = JobBuilder::new("evict");
-    job.default_parallelism(2);
-    let src = job
-        .source("recs", |i| {
-            let me = i.instance as u64;
-            // The record is its own event time: what the window keeps.
-            IterSource(
-                (0..N)
-                    .filter(move |k| k % 2 == me)
-                    .map(|k| ((rec(k).0, rec(k).1), rec(k).1)),
-            )
-        })
-        .watermarks(Watermarks::bounded(Duration::from_millis(3)).every(8));
-    let src = if standby { src.standby() } else { src };
+    let src = records(&job, standby);
     let o = Arc::clone(&out);
     src.key_by(|r: &(u64, u64)| r.0)
         .window(Windows::tumbling(Duration::from_millis(100)))
