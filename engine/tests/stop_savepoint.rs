@@ -49,8 +49,12 @@ impl Source<(u32, u64)> for Paced {
 }
 
 fn job(out: &std::path::Path) -> tandem::Job {
+    job_at(out, 2)
+}
+
+fn job_at(out: &std::path::Path, parallelism: usize) -> tandem::Job {
     let job = JobBuilder::new("stoppable");
-    job.default_parallelism(2);
+    job.default_parallelism(parallelism);
     let o = out.to_path_buf();
     job.source("src", |i| Paced {
         p: i.instance as u64,
@@ -97,6 +101,15 @@ fn a_job_stopped_with_a_savepoint_and_resumed_from_it_writes_one_clean_runs_outp
         "no end-of-input summary before the stop"
     );
 
+    // At another parallelism — more instances as fewer — it is refused:
+    // new instances would start empty and the output be silently wrong.
+    for p in [1, 3] {
+        let e = job_at(&dir.join("refused"), p)
+            .run(&config(&dir.join("r-ck")).restore_from(&sp))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rescaling is not supported"), "{e}");
+    }
     let report = job(&b_out)
         .run(&config(&dir.join("b-ck")).restore_from(&sp))
         .unwrap();

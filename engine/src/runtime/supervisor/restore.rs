@@ -171,6 +171,42 @@ pub(super) fn build_restore(
         }
         Ok((node, e.instance as usize))
     };
+    // Every instance of an operator is in a checkpoint — its file, or the
+    // list of those that had finished — so an operator whose instances
+    // there are fewer than it runs with was checkpointed at a lower
+    // parallelism: its new instances would start empty, its records be
+    // partitioned anew, and the output be silently wrong. (A higher one is
+    // refused by `locate`, instance by instance.)
+    let mut seen: HashMap<usize, u32> = HashMap::new();
+    for e in &m.files {
+        if e.operator == JOB_META {
+            let file = m.open(e)?;
+            let list = checkpoint::access::<Vec<(String, u32)>>(file.payload())?;
+            for item in list.iter() {
+                if let Some(&n) = node_of.get(item.0.as_str()) {
+                    let c = seen.entry(n).or_default();
+                    *c = (*c).max(item.1.to_native() + 1);
+                }
+            }
+        } else if let Some(&n) = node_of.get(e.operator.as_str()) {
+            let c = seen.entry(n).or_default();
+            *c = (*c).max(e.instance + 1);
+        }
+    }
+    let mut fewer: Vec<_> = seen
+        .iter()
+        .filter(|&(&n, &had)| (had as usize) < graph.nodes[n].parallelism)
+        .collect();
+    fewer.sort();
+    if let Some((&n, &had)) = fewer.first() {
+        return Err(JobError::Incompatible {
+            id: m.id,
+            reason: format!(
+                "it has {had} instance(s) of `{}`, which runs with parallelism {} (rescaling is not supported)",
+                graph.nodes[n].name, graph.nodes[n].parallelism
+            ),
+        });
+    }
     for e in &m.files {
         if r.of_store && e.operator != JOB_META {
             // A keyed state's chain whose every link has a key index, of
