@@ -167,7 +167,8 @@ pub use metrics::{
 };
 pub use operator::source::{IterSource, SeekError, Source, SourcePoll};
 pub use operator::{
-    CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Restored, Sink, FINAL_EPOCH,
+    CoProcess, Committer, KeyedProcess, OperatorInfo, Output, Process, Redistribution, Restored,
+    Sink, FINAL_EPOCH,
 };
 pub use record::{Record, TupleId};
 pub use recovery::restart::{Failover, RestartStrategy};

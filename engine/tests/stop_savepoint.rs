@@ -101,27 +101,27 @@ fn a_job_stopped_with_a_savepoint_and_resumed_from_it_writes_one_clean_runs_outp
         "no end-of-input summary before the stop"
     );
 
-    // At another parallelism — more instances as fewer — it is refused:
-    // new instances would start empty and the output be silently wrong.
-    for p in [1, 3] {
-        let e = job_at(&dir.join("refused"), p)
-            .run(&config(&dir.join("r-ck")).restore_from(&sp))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("rescaling is not supported"), "{e}");
+    // At the savepoint's parallelism, fewer instances and more: the keyed
+    // state is redistributed by key, the source keeps its 2 partitions.
+    for p in [2, 1, 3] {
+        let b_out = b_out.join(p.to_string());
+        std::fs::create_dir_all(&b_out).unwrap();
+        let report = job_at(&b_out, p)
+            .run(&config(&dir.join(format!("b-ck-{p}"))).restore_from(&sp))
+            .unwrap();
+        assert!(report.stopped_at.is_none() && report.restored_from.is_some());
+        let keyed = report.operator("per-key").unwrap();
+        assert_eq!(keyed.parallelism, p);
+        assert_eq!(report.operator("src").unwrap().parallelism, 2);
+        let mut both = a.clone();
+        both.extend(committed_lines(&b_out));
+        both.sort();
+        assert_eq!(both.len(), clean.len(), "at parallelism {p}");
+        assert!(
+            both == clean,
+            "at parallelism {p}, the two runs' output differs from one clean run's"
+        );
     }
-    let report = job(&b_out)
-        .run(&config(&dir.join("b-ck")).restore_from(&sp))
-        .unwrap();
-    assert!(report.stopped_at.is_none() && report.restored_from.is_some());
-    let mut both = a;
-    both.extend(committed_lines(&b_out));
-    both.sort();
-    assert_eq!(both.len(), clean.len());
-    assert!(
-        both == clean,
-        "the two runs' output differs from one clean run's"
-    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

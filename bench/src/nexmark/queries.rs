@@ -294,7 +294,7 @@ impl Q {
         rows.sink("sink", move |info| RowSink {
             counts: Arc::clone(&counts),
             file: dir.as_ref().map(|d| {
-                TransactionalFile::open(d, info.instance, info.attempt, info.restored)
+                TransactionalFile::open(d, info.instance, info.attempt, info.restored.clone())
                     .unwrap_or_else(|e| panic!("opening the output in {}: {e}", d.display()))
             }),
             line: String::new(),

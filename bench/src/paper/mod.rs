@@ -332,6 +332,12 @@ impl CoProcess<Flat, LevelRule, Levelled> for Leveler {
         self.rules.len() >= LEVEL_THRESHOLDS.len()
     }
 
+    /// Every instance reads the same broadcast rules: a restore at another
+    /// parallelism gives each new instance a copy.
+    fn redistribution() -> tandem::Redistribution {
+        tandem::Redistribution::Replicate
+    }
+
     /// The rules received so far: a restored instance must not wait for a
     /// side stream that has already ended.
     fn snapshot_state(&mut self) -> Result<Option<SnapshotBytes>, CheckpointError> {
@@ -490,8 +496,13 @@ pub fn build_job(input: Arc<Input>, opts: &PaperOptions) -> anyhow::Result<(Job,
                 )
             }
             (Some(o), OutputMode::Transactional) => SinkOut::Transactional(
-                TransactionalFile::open(txn_dir(o), info.instance, info.attempt, info.restored)
-                    .unwrap_or_else(|e| panic!("cannot open {}: {e}", txn_dir(o).display())),
+                TransactionalFile::open(
+                    txn_dir(o),
+                    info.instance,
+                    info.attempt,
+                    info.restored.clone(),
+                )
+                .unwrap_or_else(|e| panic!("cannot open {}: {e}", txn_dir(o).display())),
             ),
         }
     };

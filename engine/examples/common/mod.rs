@@ -194,7 +194,7 @@ pub struct Lines(TransactionalFile);
 impl Lines {
     /// Instance `info`'s file in `dir`.
     pub fn open(dir: &Path, info: &OperatorInfo) -> Self {
-        let t = TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
+        let t = TransactionalFile::open(dir, info.instance, info.attempt, info.restored.clone())
             .unwrap_or_else(|e| panic!("opening the output in {}: {e}", dir.display()));
         Lines(t)
     }

@@ -125,7 +125,30 @@ pub struct Manifest {
     pub dir: PathBuf,
 }
 
+/// The pseudo-operator whose file lists every operator's parallelism when
+/// the checkpoint was taken (what a restore at another parallelism
+/// redistributes from).
+pub(crate) const SHAPE_ENTRY: &str = "~parallelism";
+
 impl Manifest {
+    /// Each operator's parallelism when the checkpoint was taken, by name
+    /// (a source's: its number of partitions, which a restore keeps);
+    /// `None` for a checkpoint written before Tandem recorded it.
+    pub fn parallelism(
+        &self,
+    ) -> Result<Option<std::collections::HashMap<String, usize>>, CheckpointError> {
+        let Some(e) = self.files.iter().find(|e| e.operator == SHAPE_ENTRY) else {
+            return Ok(None);
+        };
+        let file = self.open(e)?;
+        let list = crate::checkpoint::access::<Vec<(String, u32)>>(file.payload())?;
+        Ok(Some(
+            list.iter()
+                .map(|i| (i.0.to_string(), i.1.to_native() as usize))
+                .collect(),
+        ))
+    }
+
     /// Reads and parses a manifest file (a regular file of at most
     /// [`MAX_MANIFEST`] bytes).
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {

@@ -72,6 +72,7 @@ where
             &[self.stream.input()],
             self.stream.standby.clone(),
         );
+        self.stream.job.borrow_mut().nodes[node].rescale = graph::Rescale::Keyed;
         Stream::new(Rc::clone(&self.stream.job), node)
     }
 

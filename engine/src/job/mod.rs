@@ -373,6 +373,10 @@ impl JobBuilder {
             return Err(errors.swap_remove(0));
         }
         for &n in &event_time {
+            nodes[n].rescale = crate::runtime::graph::Rescale::Refuse(
+                "its event-time state (open windows, timers, records waiting for the watermark) \
+                 is not redistributed among another number of instances yet",
+            );
             if let Some(s) = source_without_watermarks(&nodes, &edges, n) {
                 return Err(BuildError::Window {
                     name: nodes[n].name.to_string(),
@@ -428,6 +432,7 @@ impl JobBuilder {
             nodes,
             edges,
             codecs,
+            pinned: Vec::new(),
         };
         refuse_stranded_standbys(&graph)?;
         Ok(Job {
@@ -546,6 +551,7 @@ fn add_node_with(
         out_role: out.as_ref().map(|o| Arc::clone(&o.standby)),
         out: out.map(|o| o.core),
         standby,
+        rescale: crate::runtime::graph::Rescale::Refuse(crate::runtime::graph::OWN_STATE),
     });
     for (port, (from, p)) in inputs.iter().enumerate() {
         g.edges.push(Edge {

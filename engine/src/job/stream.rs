@@ -189,7 +189,9 @@ impl<T: Data> Stream<T> {
             let op = ProcessOp::new(factory(&cx.info), down, cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
-        self.unary(name, build)
+        let out = self.unary(name, build);
+        out.job.borrow_mut().nodes[out.node].rescale = P::redistribution().rescale();
+        out
     }
 
     /// A one-input operator node `name` reading this stream, built by
@@ -454,6 +456,7 @@ impl<A: Data, B: Data> Connected<A, B> {
             Some(out_kits::<U>()),
             &[self.first.input(), self.second.input()],
         );
+        self.first.job.borrow_mut().nodes[node].rescale = P::redistribution().rescale();
         Stream::new(Rc::clone(&self.first.job), node)
     }
 }

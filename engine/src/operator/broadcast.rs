@@ -155,4 +155,10 @@ where
         self.state = S::restore(payload)?;
         Ok(())
     }
+
+    /// Every instance builds the same state from the same broadcast
+    /// input: at another parallelism each new instance restores a copy.
+    fn redistribution() -> crate::operator::Redistribution {
+        crate::operator::Redistribution::Replicate
+    }
 }

@@ -89,7 +89,7 @@ pub struct OperatorInfo {
 /// What an operator factory learns about the checkpoint its instance is
 /// restored from (the engine restores the state itself; a sink uses this to
 /// settle its transactions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Restored {
     /// The checkpoint (or savepoint) id.
     pub checkpoint: u64,
@@ -97,6 +97,12 @@ pub struct Restored {
     /// and ran its end-of-stream hooks) in that checkpoint: it will see no
     /// record and its end hooks are not run again.
     pub finished: bool,
+    /// Restored at a lower parallelism than the checkpoint was taken at:
+    /// the old instances, gone now, whose output this instance settles (a
+    /// sink's staged transactions), each with whether it had finished in
+    /// the checkpoint. Old instance `i` goes to new instance
+    /// `i % parallelism`. Empty otherwise.
+    pub adopted: Vec<(usize, bool)>,
 }
 
 /// A chunk of a standby operator's input — inputs `first .. first + n` of
@@ -216,6 +222,42 @@ pub trait Process<I, O>: 'static {
     fn restore_state(&mut self, _payload: &[u8]) -> Result<(), CheckpointError> {
         Ok(())
     }
+    /// How this state is restored at another parallelism than the
+    /// checkpoint's (see [`Redistribution`]); by default such a restore is
+    /// refused, naming the operator, if any instance had a state.
+    fn redistribution() -> Redistribution
+    where
+        Self: Sized,
+    {
+        Redistribution::Refuse
+    }
+}
+
+/// How an operator's own state ([`Process::snapshot_state`],
+/// [`CoProcess::snapshot_state`]) is restored when a checkpoint or
+/// savepoint taken at one parallelism is restored at another (keyed state
+/// is always redistributed by key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Redistribution {
+    /// The restore is refused, naming the operator, when any instance had a
+    /// state: the engine cannot split opaque bytes among another number of
+    /// instances.
+    #[default]
+    Refuse,
+    /// Every instance holds the same state (Flink's broadcast state): each
+    /// new instance restores a copy of instance 0's (or, were it finished,
+    /// of the first that had one).
+    Replicate,
+}
+
+impl Redistribution {
+    pub(crate) fn rescale(self) -> crate::runtime::graph::Rescale {
+        use crate::runtime::graph::{Rescale, OWN_STATE};
+        match self {
+            Redistribution::Refuse => Rescale::Refuse(OWN_STATE),
+            Redistribution::Replicate => Rescale::Replicate,
+        }
+    }
 }
 
 /// A keyed operator: the engine keeps one `State` per key and hands the
@@ -287,6 +329,14 @@ pub trait CoProcess<A, B, O>: 'static {
     /// Restores what [`snapshot_state`](Self::snapshot_state) archived.
     fn restore_state(&mut self, _payload: &[u8]) -> Result<(), CheckpointError> {
         Ok(())
+    }
+    /// How this state is restored at another parallelism (see
+    /// [`Process::redistribution`]).
+    fn redistribution() -> Redistribution
+    where
+        Self: Sized,
+    {
+        Redistribution::Refuse
     }
 }
 

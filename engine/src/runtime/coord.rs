@@ -110,6 +110,15 @@ pub(crate) struct InstanceRestore {
     pub(crate) finished: bool,
     /// Its next sequence number (sources).
     pub(crate) position: Option<u64>,
+    /// Restored at another parallelism than the checkpoint's, a keyed
+    /// state: the old instances' states whose key ranges overlap this
+    /// instance's, each a chain (the last whole archive, then deltas, the
+    /// snapshot last), of which it keeps the keys it owns now.
+    pub(crate) parts: Vec<Vec<Arc<SnapshotFile>>>,
+    /// A sink's: the old instances whose output this instance settles,
+    /// as they are gone at the new parallelism (each with whether it had
+    /// finished).
+    pub(crate) adopted: Vec<(usize, bool)>,
 }
 
 /// A checkpoint, ready for the tasks of a new attempt.

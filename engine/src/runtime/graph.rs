@@ -71,6 +71,34 @@ impl BuildCx {
 }
 
 impl BuildCx {
+    /// For an instance restored at another parallelism than its
+    /// checkpoint's (a keyed state): calls `restore` with the chain of each
+    /// old instance whose key range overlaps this one's (the last whole
+    /// archive first; a failure fails the attempt) and returns whether the
+    /// operator had finished. `None`: not such an instance — restore as
+    /// usual.
+    pub(crate) fn restore_parts(
+        &self,
+        mut restore: impl FnMut(&[&[u8]]) -> Result<(), crate::checkpoint::CheckpointError>,
+    ) -> Option<bool> {
+        if self.standby_state.is_some() || self.from_point {
+            return None;
+        }
+        let r = self.restore.as_ref().filter(|r| !r.parts.is_empty())?;
+        for part in &r.parts {
+            let links: Vec<&[u8]> = part.iter().map(|f| f.payload()).collect();
+            if let Err(source) = restore(&links) {
+                self.ctx.shared.fail(crate::error::JobError::Restore {
+                    operator: self.info.name.to_string(),
+                    instance: self.info.instance,
+                    source,
+                });
+                break;
+            }
+        }
+        Some(r.finished)
+    }
+
     /// As [`restore_state`](Self::restore_state) for a state that restores
     /// from a chain ([`crate::state::delta`]): `restore` gets the last
     /// whole archive and the deltas after it, oldest first, and the
@@ -188,6 +216,7 @@ pub(crate) type SinkBuild = Arc<dyn Fn(BuildCx) -> AnyBox + Send + Sync>;
 /// runs in place of the source's own port.
 pub(crate) type SourceOpen = Arc<dyn Fn(&OperatorInfo) -> AnyBox + Send + Sync>;
 
+#[derive(Clone)]
 pub(crate) enum NodeKind {
     Source {
         build: SourceBuild,
@@ -205,6 +234,7 @@ pub(crate) enum NodeKind {
     Sink(SinkBuild),
 }
 
+#[derive(Clone)]
 pub(crate) struct Node {
     pub(crate) name: Arc<str>,
     pub(crate) parallelism: usize,
@@ -218,7 +248,33 @@ pub(crate) struct Node {
     /// Built after `Stream::standby`: may run with a standby; its input
     /// type's buffer-queue side (`StandbyKit` in `runtime/standby/kit.rs`).
     pub(crate) standby: Option<RoleKit>,
+    /// How its state is restored at another parallelism than the
+    /// checkpoint's ([`Rescale`]).
+    pub(crate) rescale: Rescale,
 }
+
+/// How an operator's checkpointed state is restored when the job restores
+/// a checkpoint or savepoint at another parallelism than it was taken at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rescale {
+    /// Keyed state: each new instance takes the keys it owns now (a hash
+    /// range, see [`crate::job::key_instance`]) from the old instances whose
+    /// ranges overlap its own.
+    Keyed,
+    /// Every instance holds the same state (a broadcast state): each new
+    /// instance restores a copy of one old instance's.
+    Replicate,
+    /// A state the engine cannot split: refused, naming the operator, for
+    /// this reason — unless no old instance had any state.
+    Refuse(&'static str),
+}
+
+/// Why an operator's own state ([`crate::Process::snapshot_state`]) is
+/// not redistributed.
+pub(crate) const OWN_STATE: &str =
+    "it keeps state of its own (`snapshot_state`), which the engine \
+     cannot split among another number of instances: keep per-key state in a keyed operator, \
+     or declare a state every instance holds alike with `Redistribution::Replicate`";
 
 /// A role's typed kit for a node — what needs the node's types beyond the
 /// core's [`StreamKit`] (a standby's, `runtime/standby/kit.rs`) — built by
@@ -243,6 +299,7 @@ impl Partitioning {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Edge {
     pub(crate) from: usize,
     pub(crate) to: usize,
@@ -252,14 +309,55 @@ pub(crate) struct Edge {
 }
 
 /// The validated graph a job runs.
+#[derive(Clone)]
 pub(crate) struct Graph {
     pub(crate) name: String,
     pub(crate) nodes: Vec<Node>,
     pub(crate) edges: Vec<Edge>,
     pub(crate) codecs: Codecs,
+    /// Sources whose instance count a restore point fixed (`(node,
+    /// parallelism)`, see [`Graph::pinned_to`]); empty otherwise.
+    pub(crate) pinned: Vec<(usize, usize)>,
 }
 
 impl Graph {
+    /// This graph with source `node` at `parallelism` for each pin: a
+    /// source's partitions are the instances it was checkpointed with,
+    /// whatever parallelism the job now asks for — its records then
+    /// reach the next operator, at its own parallelism, round robin
+    /// (a forward edge between parallelisms that differ rebalances). The
+    /// job-wide partition numbers are given anew, so that no two sources'
+    /// tuple IDs coincide.
+    pub(crate) fn pinned_to(&self, pins: &[(usize, usize)]) -> Result<Graph, String> {
+        let mut g = self.clone();
+        for &(node, p) in pins {
+            let n = g
+                .nodes
+                .get_mut(node)
+                .filter(|n| matches!(n.kind, NodeKind::Source { .. }))
+                .ok_or_else(|| format!("node {node} is not a source of the job"))?;
+            n.parallelism = p;
+        }
+        let mut next: usize = 0;
+        for n in &mut g.nodes {
+            if let NodeKind::Source {
+                first_partition, ..
+            } = &mut n.kind
+            {
+                if n.parallelism > (1 << 24) - next {
+                    return Err(format!(
+                        "source `{}` with {} partitions: tuple IDs name at most 2^24 partitions",
+                        n.name, n.parallelism
+                    ));
+                }
+                *first_partition = next as u32;
+                next += n.parallelism;
+            }
+        }
+        g.pinned = pins.to_vec();
+        Ok(g)
+    }
+
     /// The job's failover regions (Flink's pipelined regions): the sets of
     /// operator instances `(node, instance)` that exchange records with
     /// one another, directly or not. A forward edge between operators of

@@ -36,6 +36,16 @@ pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHand
         .into());
     }
     panic::install_hook();
+    // A restore point read first: its sources' partitions fix their
+    // instance counts (`pin_sources`) before the job is planned.
+    let restore = match &config.restore_from {
+        Some(p) => Some(supervisor::load_restore_point(p)?),
+        None => None,
+    };
+    let graph = match &restore {
+        Some((m, _)) => supervisor::pin_sources(&graph, m)?,
+        None => graph,
+    };
     check_ring_memory(&graph, config)?;
     let (ns, es) = shapes(
         &graph,
@@ -48,6 +58,7 @@ pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHand
         plan,
         config.clone(),
         cores[..requested.min(cores.len())].to_vec(),
+        restore,
     )?;
     let (events, metrics) = handle_parts;
     let supervisor = std::thread::Builder::new()

@@ -47,7 +47,7 @@ use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;
 use regions::{regions, Region};
 use restore::build_restore;
-pub(in crate::runtime) use restore::load_restore_point;
+pub(in crate::runtime) use restore::{load_restore_point, pin_sources};
 use standbys::validate_standby;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -56,6 +56,10 @@ use std::time::Duration;
 
 /// The pseudo-operator whose file lists the instances that had finished.
 pub(crate) const JOB_META: &str = "~job";
+/// The pseudo-operator whose file lists every operator's parallelism when
+/// the checkpoint was taken (what a restore at another one redistributes
+/// from).
+pub(crate) const JOB_SHAPE: &str = crate::checkpoint::manifest::SHAPE_ENTRY;
 
 type Key = (usize, usize);
 
@@ -135,6 +139,7 @@ impl Supervisor {
         plan: Plan,
         config: RuntimeConfig,
         cores: Vec<usize>,
+        restore: Option<(crate::checkpoint::Manifest, Vec<String>)>,
     ) -> Result<(Self, (mpsc::Sender<Event>, Arc<JobMetrics>)), JobError> {
         // What killed runs left where this job keeps its files: their
         // scratch directories, whose locks died with them (sys::scratch).
@@ -178,10 +183,6 @@ impl Supervisor {
         };
         let coord = match &config.checkpoint {
             Some(c) => Some(Coordinator::open(c, &config)?),
-            None => None,
-        };
-        let restore = match &config.restore_from {
-            Some(p) => Some(load_restore_point(p)?),
             None => None,
         };
         let (tx, rx) = mpsc::channel();
@@ -239,6 +240,25 @@ impl Supervisor {
             Some((m, skipped)) => {
                 sup.restored_from = Some((m.id, skipped));
                 let r = Arc::new(build_restore(&m, &sup.graph, sup.store_dir().as_deref())?);
+                if sup.disk.is_some() {
+                    if let Some(&(n, _)) = r
+                        .instances
+                        .iter()
+                        .find(|(_, i)| !i.parts.is_empty())
+                        .map(|(k, _)| k)
+                    {
+                        return Err(JobError::Incompatible {
+                            id: m.id,
+                            reason: format!(
+                                "keyed operator `{}` ran with another parallelism there, and a \
+                                 keyed state on the disk backend restores only at the one it \
+                                 was checkpointed at (restore at that parallelism, or with \
+                                 StateBackend::Memory)",
+                                sup.graph.nodes[n].name
+                            ),
+                        });
+                    }
+                }
                 // Until this run completes a checkpoint of its own, a
                 // restart restores the one it started from — not nothing.
                 sup.last_complete = Some(Completed {

@@ -164,6 +164,50 @@ impl Drop for TransactionalFile {
     }
 }
 
+/// Settles what instance `instance`'s earlier attempts left in `dir`, given
+/// the checkpoint it is restored from (`None`: a fresh start, where nothing
+/// staged can be complete) and whether it had finished there.
+fn settle(
+    dir: &Path,
+    instance: usize,
+    checkpoint: Option<u64>,
+    finished: bool,
+    attempt: u32,
+) -> io::Result<()> {
+    let covered =
+        |epoch: u64| checkpoint.is_some_and(|c| epoch <= c || (epoch == FINAL_EPOCH && finished));
+    // Output committed past the checkpoint the instance restores — a
+    // newer checkpoint was found damaged and skipped, or none was usable —
+    // is output the restored job produces again: it is retracted (kept
+    // aside in `.retracted/`, out of the output), or it would be there
+    // twice. Never on a fresh job's first attempt, whose directory may
+    // hold what an earlier job committed.
+    if checkpoint.is_some() || attempt > 0 {
+        let retracted = dir.join(".retracted");
+        for epoch in epochs_in(dir, &format!("part-{instance}-"))? {
+            if !covered(epoch) {
+                fs::create_dir_all(&retracted)?;
+                fs::rename(
+                    committed_path(dir, instance, epoch),
+                    retracted.join(name(instance, epoch)),
+                )?;
+            }
+        }
+    }
+    // Every staging directory of this instance is an earlier attempt's
+    // (or, after a crash, an earlier process's, which may have used this
+    // very attempt number).
+    let staged = dir.join(".staged");
+    let prefix = format!("part-{instance}.attempt-");
+    for e in fs::read_dir(&staged)? {
+        let name = e?.file_name();
+        if name.to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            fence(&staged.join(name), dir, instance, covered)?;
+        }
+    }
+    Ok(())
+}
+
 impl TransactionalFile {
     /// Opens instance `instance`'s output in `dir` for attempt `attempt`,
     /// settling what an earlier run left behind given the checkpoint the
@@ -178,36 +222,18 @@ impl TransactionalFile {
         let dir = dir.into();
         let staged = dir.join(".staged");
         fs::create_dir_all(&staged)?;
-        let covered = |epoch: u64| {
-            restored.is_some_and(|r| epoch <= r.checkpoint || (epoch == FINAL_EPOCH && r.finished))
-        };
-        // Output committed past the checkpoint the instance restores — a
-        // newer checkpoint was found damaged and skipped, or none was
-        // usable — is output the restored job produces again: it is
-        // retracted (kept aside in `.retracted/`, out of the output), or
-        // it would be there twice. Never on a fresh job's first attempt,
-        // whose directory may hold what an earlier job committed.
-        if restored.is_some() || attempt > 0 {
-            let retracted = dir.join(".retracted");
-            for epoch in epochs_in(&dir, &format!("part-{instance}-"))? {
-                if !covered(epoch) {
-                    fs::create_dir_all(&retracted)?;
-                    fs::rename(
-                        committed_path(&dir, instance, epoch),
-                        retracted.join(name(instance, epoch)),
-                    )?;
-                }
-            }
-        }
-        // Every staging directory of this instance is an earlier attempt's
-        // (or, after a crash, an earlier process's, which may have used
-        // this very attempt number).
-        let prefix = format!("part-{instance}.attempt-");
-        for e in fs::read_dir(&staged)? {
-            let name = e?.file_name();
-            if name.to_str().is_some_and(|n| n.starts_with(&prefix)) {
-                fence(&staged.join(name), &dir, instance, covered)?;
-            }
+        let checkpoint = restored.as_ref().map(|r| r.checkpoint);
+        settle(
+            &dir,
+            instance,
+            checkpoint,
+            restored.as_ref().is_some_and(|r| r.finished),
+            attempt,
+        )?;
+        // Old instances gone at the parallelism the job restores at: their
+        // staged output is settled here, as their own would have been.
+        for &(old, finished) in restored.iter().flat_map(|r| &r.adopted) {
+            settle(&dir, old, checkpoint, finished, attempt)?;
         }
         let stage = stage_dir(&dir, instance, attempt);
         fs::create_dir(&stage)?;
@@ -227,7 +253,7 @@ impl TransactionalFile {
     /// instance, attempt and the checkpoint it is restored from): what a
     /// sink factory calls.
     pub fn for_instance(dir: impl Into<PathBuf>, info: &OperatorInfo) -> io::Result<Self> {
-        Self::open(dir, info.instance, info.attempt, info.restored)
+        Self::open(dir, info.instance, info.attempt, info.restored.clone())
     }
 
     fn in_progress_path(&self) -> PathBuf {

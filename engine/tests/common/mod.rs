@@ -86,8 +86,13 @@ impl LineSink {
         if transactional {
             LineSink {
                 tx: Some(
-                    TransactionalFile::open(dir, info.instance, info.attempt, info.restored)
-                        .unwrap(),
+                    TransactionalFile::open(
+                        dir,
+                        info.instance,
+                        info.attempt,
+                        info.restored.clone(),
+                    )
+                    .unwrap(),
                 ),
                 direct: None,
             }

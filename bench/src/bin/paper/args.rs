@@ -209,13 +209,15 @@ pub struct Args {
     pub savepoint_after_ms: Option<u64>,
     /// Stop the job with a savepoint this long after the start (Flink's
     /// stop-with-savepoint): the output is committed up to the savepoint
-    /// and nothing after it; `--from-savepoint DIR` (same --parallelism:
-    /// rescaling is not supported) writes the rest. Needs
+    /// and nothing after it; `--from-savepoint DIR`, at this or another
+    /// --parallelism, writes the rest. Needs
     /// --checkpoint-dir or --run-dir (the savepoint must outlive the run).
     #[arg(long, conflicts_with = "savepoint_after_ms")]
     pub stop_with_savepoint_after_ms: Option<u64>,
     /// Start from a savepoint or checkpoint (an sp-ID directory, a
-    /// manifest, or a checkpoint directory).
+    /// manifest, or a checkpoint directory), at any --parallelism: the
+    /// per-user state is redistributed by key, the level rules copied, and
+    /// the source keeps the partitions it had.
     #[arg(long)]
     pub from_savepoint: Option<PathBuf>,
     /// Also run the same job without checkpoints first, and print the

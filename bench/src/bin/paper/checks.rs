@@ -50,6 +50,10 @@ pub struct Plan {
     pub shared_input: Option<std::path::PathBuf>,
     pub cores: usize,
     pub parallelism: usize,
+    /// The source's partitions: the parallelism, or the number a restored
+    /// checkpoint has (a restore keeps a source's partitions whatever the
+    /// job's parallelism; the rest of the job rescales).
+    pub partitions: usize,
     pub bqbs: bool,
     /// Checkpoints (and restarts from them) run.
     pub checkpointing: bool,
@@ -71,10 +75,18 @@ fn given(m: &ArgMatches, id: &str) -> bool {
 /// Refuses `--from-savepoint` when the source cannot reach a position the
 /// checkpoint holds: an input shorter than the checkpointed run's (the
 /// restore would otherwise fail at the seek, after the job started).
-pub fn savepoint_fits(path: &Path, records: u64, parallelism: usize) -> anyhow::Result<()> {
+///
+/// Returns the source's partitions in the checkpoint.
+pub fn savepoint_fits(path: &Path, records: u64, parallelism: usize) -> anyhow::Result<usize> {
     let (m, _) = tandem::runtime::restore_point(path)
         .map_err(|e| anyhow::anyhow!("--from-savepoint {}: {e}", path.display()))?;
-    let p = parallelism as u64;
+    let shape = m
+        .parallelism()
+        .map_err(|e| anyhow::anyhow!("--from-savepoint {}: {e}", path.display()))?;
+    let partitions = shape
+        .and_then(|s| s.get(names::SOURCE).copied())
+        .unwrap_or(parallelism);
+    let p = partitions as u64;
     for e in m.files.iter().filter(|e| e.operator == names::SOURCE) {
         let Some(pos) = e.positions.first() else {
             continue;
@@ -92,7 +104,7 @@ pub fn savepoint_fits(path: &Path, records: u64, parallelism: usize) -> anyhow::
             pos.next_seq.saturating_mul(p).saturating_add(i)
         );
     }
-    Ok(())
+    Ok(partitions)
 }
 
 /// An error if the run was interrupted (the caller's frame says how).
@@ -350,6 +362,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         shared_input: None,
         cores,
         parallelism,
+        partitions: parallelism,
         bqbs,
         checkpointing,
         output_mode,

@@ -103,13 +103,14 @@ fn run(
             }),
         });
     }
-    let p = parallelism;
+    // Tuple IDs name the source's partitions (a restore keeps them).
+    let p = plan.partitions;
     let injector = if faults.faults.is_empty() {
         None
     } else {
         let injector = FaultInjector::builder(faults)
             .records(input.len())
-            .resolver(move |n| paper::tuple_of(parallelism, n))
+            .resolver(move |n| paper::tuple_of(p, n))
             .build()?;
         cfg = cfg.probes(Arc::new(injector.clone()));
         Some(injector)
@@ -509,7 +510,16 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         None
     };
     if let Some(sp) = &args.from_savepoint {
-        checks::savepoint_fits(sp, input.len(), plan.parallelism)?;
+        plan.partitions = checks::savepoint_fits(sp, input.len(), plan.parallelism)?;
+        if plan.partitions != plan.parallelism {
+            errln!(
+                "rescaling: the restore point has {} source partitions; `{}` keeps them (one \
+                 instance each), the rest of the job runs at parallelism {}",
+                plan.partitions,
+                names::SOURCE,
+                plan.parallelism
+            );
+        }
     }
     let input = Arc::new(input);
     let faults = match early_faults {

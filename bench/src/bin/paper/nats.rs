@@ -595,7 +595,11 @@ fn run_part_in(
             o
         })
         .sink(names::SINK, move |info| {
-            JetStreamSink::new(target.clone(), info.restored.map(|r| r.checkpoint), encode)
+            JetStreamSink::new(
+                target.clone(),
+                info.restored.as_ref().map(|r| r.checkpoint),
+                encode,
+            )
         });
     let mut ck = CheckpointConfig::every(Duration::from_millis(m.checkpoint_ms)).replicate(pointer);
     ck.dir = Some(dir.to_path_buf());

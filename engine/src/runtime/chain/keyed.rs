@@ -93,14 +93,28 @@ where
             return Self::on_disk(op, key, codec, down, cx, &place);
         }
         let mut state = KeyedState::default();
-        let finished = cx.restore_chain_lazily(|lazy, links, from| {
-            state = if lazy.is_empty() {
-                (codec.restore_chain)(links, from)?
-            } else {
-                (codec.restore_lazy)(lazy, from)?
-            };
+        let (me, of) = (cx.info.instance, cx.info.parallelism);
+        let rescaled = cx.restore_parts(|links| {
+            // An old instance's state: the keys this instance owns now.
+            let mut old = (codec.restore_chain)(links, None)?;
+            old.for_each_mut(|k, s| {
+                if crate::job::key_instance(k, of) == me {
+                    *state.get_or_default(k) = std::mem::take(s);
+                }
+            });
             Ok(())
         });
+        let finished = match rescaled {
+            Some(finished) => finished,
+            None => cx.restore_chain_lazily(|lazy, links, from| {
+                state = if lazy.is_empty() {
+                    (codec.restore_chain)(links, from)?
+                } else {
+                    (codec.restore_lazy)(lazy, from)?
+                };
+                Ok(())
+            }),
+        };
         state.index_archives();
         let state_lazy = state.is_lazy();
         if state_lazy {
@@ -177,7 +191,22 @@ where
                 .map(|b| *b)
                 .map_err(|_| CheckpointError::Delta("a disk store of another type".into()))
         });
+        let rescaled = cx.restore.as_ref().is_some_and(|r| !r.parts.is_empty());
         let finished = match opened {
+            // Refused before the job starts (`Supervisor::new`); never
+            // silently empty.
+            Ok(_) if rescaled => {
+                cx.ctx.fail(crate::error::JobError::Restore {
+                    operator: cx.info.name.to_string(),
+                    instance: cx.info.instance,
+                    source: CheckpointError::Delta(
+                        "a keyed state on the disk backend restores only at the parallelism \
+                         it was checkpointed at"
+                            .into(),
+                    ),
+                });
+                true
+            }
             Ok(mut store) => {
                 let finished = cx.restore_chain_lazily(|lazy, links, from| {
                     if !lazy.is_empty() {

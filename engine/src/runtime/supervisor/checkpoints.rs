@@ -12,7 +12,7 @@
 //! through io_uring while the data path runs on; when the manifest is
 //! durable, the supervisor commits the sinks' staged output (phase two).
 
-use super::{Key, Supervisor, JOB_META};
+use super::{Key, Supervisor, JOB_META, JOB_SHAPE};
 use crate::checkpoint::{
     self, Manifest, OperatorSnapshot, Pending, Position, SnapshotBytes, SnapshotStore,
 };
@@ -696,16 +696,30 @@ impl Coordinator {
             .map(|&(n, i)| (names[n].to_string(), i as u32))
             .collect();
         list.sort();
-        match checkpoint::serialize(&list, 64 + 32 * list.len()) {
-            Ok(bytes) => snapshots.push(OperatorSnapshot {
-                operator: JOB_META.to_string(),
-                instance: 0,
-                positions: Vec::new(),
-                bytes,
-            }),
-            Err(e) => {
-                self.failed(format!("checkpoint {}: {e}", f.id));
-                return;
+        // Every operator's parallelism: what a restore at another one
+        // redistributes from (the files alone do not say it: a stateless
+        // operator's running instances write none).
+        let mut shape = vec![0u32; names.len()];
+        for &(n, i) in all {
+            shape[n] = shape[n].max(i as u32 + 1);
+        }
+        let shape: Vec<(String, u32)> = names
+            .iter()
+            .zip(shape)
+            .map(|(n, p)| (n.to_string(), p))
+            .collect();
+        for (operator, list) in [(JOB_META, list), (JOB_SHAPE, shape)] {
+            match checkpoint::serialize(&list, 64 + 32 * list.len()) {
+                Ok(bytes) => snapshots.push(OperatorSnapshot {
+                    operator: operator.to_string(),
+                    instance: 0,
+                    positions: Vec::new(),
+                    bytes,
+                }),
+                Err(e) => {
+                    self.failed(format!("checkpoint {}: {e}", f.id));
+                    return;
+                }
             }
         }
         let pending = if f.savepoint {

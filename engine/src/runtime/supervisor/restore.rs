@@ -4,13 +4,13 @@
 //! operator instances — and, when the newest is damaged, an older one.
 
 use super::checkpoints::Completed;
-use super::{Key, Supervisor, JOB_META};
+use super::{Key, Supervisor, JOB_META, JOB_SHAPE};
 use crate::checkpoint::{self, CheckpointError, FileEntry, Manifest};
 use crate::error::JobError;
 use crate::metrics::RecoveryRecord;
 use crate::runtime::coord::{InstanceRestore, Restore};
-use crate::runtime::graph::Graph;
-use std::collections::HashMap;
+use crate::runtime::graph::{Graph, NodeKind, Rescale};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -129,24 +129,131 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// Each operator's parallelism when `m` was taken, by node: the list the
+/// checkpoint keeps ([`JOB_SHAPE`]), or — in one written before it did —
+/// the instances its files and finished list name (every source and
+/// stateful instance is there).
+fn parallelism_in(
+    m: &Manifest,
+    node_of: &HashMap<&str, usize>,
+) -> Result<HashMap<usize, usize>, JobError> {
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    let mut shape = None;
+    for e in &m.files {
+        if e.operator == JOB_META || e.operator == JOB_SHAPE {
+            let file = m.open(e)?;
+            let list = checkpoint::access::<Vec<(String, u32)>>(file.payload())?;
+            let mut got = HashMap::new();
+            for item in list.iter() {
+                if let Some(&n) = node_of.get(item.0.as_str()) {
+                    let c: &mut usize = got.entry(n).or_default();
+                    let v = item.1.to_native() as usize;
+                    *c = if e.operator == JOB_SHAPE {
+                        v
+                    } else {
+                        (*c).max(v + 1)
+                    };
+                }
+            }
+            if e.operator == JOB_SHAPE {
+                shape = Some(got);
+            } else {
+                for (n, c) in got {
+                    let s = seen.entry(n).or_default();
+                    *s = (*s).max(c);
+                }
+            }
+        } else if let Some(&n) = node_of.get(e.operator.as_str()) {
+            let c = seen.entry(n).or_default();
+            *c = (*c).max(e.instance as usize + 1);
+        }
+    }
+    Ok(shape.unwrap_or(seen))
+}
+
+/// The job's graph with each source at the number of partitions (instances)
+/// it has in restore point `m` (see [`Graph::pinned_to`]): a source's
+/// positions are per partition, so its partitions outlive a change of the
+/// job's parallelism. The graph itself when every source already runs so.
+pub(in crate::runtime) fn pin_sources(
+    graph: &Arc<Graph>,
+    m: &Manifest,
+) -> Result<Arc<Graph>, JobError> {
+    let node_of = names_of(graph);
+    let had = parallelism_in(m, &node_of)?;
+    let mut pins: Vec<(usize, usize)> = had
+        .into_iter()
+        .filter(|&(n, p)| {
+            matches!(graph.nodes[n].kind, NodeKind::Source { .. })
+                && p > 0
+                && p != graph.nodes[n].parallelism
+        })
+        .collect();
+    if pins.is_empty() {
+        return Ok(Arc::clone(graph));
+    }
+    pins.sort();
+    graph
+        .pinned_to(&pins)
+        .map(Arc::new)
+        .map_err(|reason| JobError::Incompatible { id: m.id, reason })
+}
+
+fn names_of(graph: &Graph) -> HashMap<&str, usize> {
+    graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (&*n.name, i))
+        .collect()
+}
+
+/// Whether old instance `old` of `was` and new instance `new` of `now` own
+/// key hashes in common: instance `i` of `n` owns the hashes `h` with
+/// `h * n / 2^64 == i` ([`crate::runtime::channel::lane_of`]), the range
+/// from `ceil(i * 2^64 / n)` to the next instance's start.
+fn key_ranges_overlap(old: usize, was: usize, new: usize, now: usize) -> bool {
+    let lo = |i: usize, n: usize| ((i as u128) << 64).div_ceil(n as u128);
+    lo(old, was) < lo(new + 1, now) && lo(new, now) < lo(old + 1, was)
+}
+
+/// One old instance of an operator restored at another parallelism.
+#[derive(Default)]
+struct OldInstance {
+    /// Its chain, the snapshot itself last (empty: no state).
+    files: Vec<Arc<checkpoint::SnapshotFile>>,
+    finished: bool,
+}
+
 /// What the tasks of an attempt restore from checkpoint (or savepoint)
 /// `m`; `own_store`: the job's checkpoint directory (a checkpoint of it is
 /// one the next checkpoint's deltas may apply over).
+///
+/// An operator that runs with another parallelism than it had in `m` is
+/// redistributed by its [`Rescale`] rule: keyed state by key range, a
+/// replicated state copied, an operator without state started anew (and
+/// finished only if every old instance was); one whose own state cannot be
+/// split is refused, naming it. (Sources keep their partitions:
+/// [`pin_sources`].)
 pub(super) fn build_restore(
     m: &Manifest,
     graph: &Graph,
     own_store: Option<&Path>,
 ) -> Result<Restore, JobError> {
-    let node_of: HashMap<&str, usize> = graph
-        .nodes
+    let node_of = names_of(graph);
+    let was = parallelism_in(m, &node_of)?;
+    let rescaled: HashSet<usize> = was
         .iter()
-        .enumerate()
-        .map(|(i, n)| (&*n.name, i))
+        .filter(|&(&n, &p)| p != graph.nodes[n].parallelism)
+        .map(|(&n, _)| n)
         .collect();
     let mut r = Restore {
         checkpoint: m.id,
         instances: HashMap::new(),
-        of_store: m.kind == checkpoint::SnapshotKind::Checkpoint
+        // A redistributed state is a new one: the next checkpoint writes
+        // it whole, not as deltas over files of other instances.
+        of_store: rescaled.is_empty()
+            && m.kind == checkpoint::SnapshotKind::Checkpoint
             && own_store.is_some_and(|d| same_dir(d, &m.dir)),
     };
     let locate = |e: &FileEntry| -> Result<Key, JobError> {
@@ -159,55 +266,39 @@ pub(super) fn build_restore(
                 ),
             });
         };
-        let p = graph.nodes[node].parallelism;
+        let p = was
+            .get(&node)
+            .copied()
+            .unwrap_or(graph.nodes[node].parallelism);
         if e.instance as usize >= p {
             return Err(JobError::Incompatible {
                 id: m.id,
                 reason: format!(
-                    "it has instance {} of `{}`, which runs with parallelism {p} (rescaling is not supported)",
+                    "it has instance {} of `{}`, which it says ran with parallelism {p}",
                     e.instance, e.operator
                 ),
             });
         }
         Ok((node, e.instance as usize))
     };
-    // Every instance of an operator is in a checkpoint — its file, or the
-    // list of those that had finished — so an operator whose instances
-    // there are fewer than it runs with was checkpointed at a lower
-    // parallelism: its new instances would start empty, its records be
-    // partitioned anew, and the output be silently wrong. (A higher one is
-    // refused by `locate`, instance by instance.)
-    let mut seen: HashMap<usize, u32> = HashMap::new();
-    for e in &m.files {
-        if e.operator == JOB_META {
-            let file = m.open(e)?;
-            let list = checkpoint::access::<Vec<(String, u32)>>(file.payload())?;
-            for item in list.iter() {
-                if let Some(&n) = node_of.get(item.0.as_str()) {
-                    let c = seen.entry(n).or_default();
-                    *c = (*c).max(item.1.to_native() + 1);
-                }
-            }
-        } else if let Some(&n) = node_of.get(e.operator.as_str()) {
-            let c = seen.entry(n).or_default();
-            *c = (*c).max(e.instance + 1);
+    for &n in &rescaled {
+        if matches!(graph.nodes[n].kind, NodeKind::Source { .. }) {
+            // `pin_sources` runs before the job starts: an engine bug.
+            return Err(JobError::Incompatible {
+                id: m.id,
+                reason: format!(
+                    "it has {} partition(s) of source `{}`, which runs with {}",
+                    was[&n], graph.nodes[n].name, graph.nodes[n].parallelism
+                ),
+            });
         }
     }
-    let mut fewer: Vec<_> = seen
-        .iter()
-        .filter(|&(&n, &had)| (had as usize) < graph.nodes[n].parallelism)
-        .collect();
-    fewer.sort();
-    if let Some((&n, &had)) = fewer.first() {
-        return Err(JobError::Incompatible {
-            id: m.id,
-            reason: format!(
-                "it has {had} instance(s) of `{}`, which runs with parallelism {} (rescaling is not supported)",
-                graph.nodes[n].name, graph.nodes[n].parallelism
-            ),
-        });
-    }
+    let mut old: HashMap<Key, OldInstance> = HashMap::new();
     for e in &m.files {
+        if e.operator == JOB_SHAPE {
+            continue;
+        }
+        let node = node_of.get(e.operator.as_str()).copied();
         if r.of_store && e.operator != JOB_META {
             // A keyed state's chain whose every link has a key index, of
             // the job's own store, is read lazily: a damage found as it
@@ -245,16 +336,81 @@ pub(super) fn build_restore(
                     ..e.clone()
                 };
                 let k = locate(&fe)?;
-                r.instances.entry(k).or_default().finished = true;
+                if rescaled.contains(&k.0) {
+                    old.entry(k).or_default().finished = true;
+                } else {
+                    r.instances.entry(k).or_default().finished = true;
+                }
             }
             continue;
         }
         let k = locate(e)?;
+        if node.is_some_and(|n| rescaled.contains(&n)) {
+            if file.header().payload_len > 0 {
+                let mut files: Vec<_> = m.open_chain(e)?.into_iter().map(Arc::new).collect();
+                files.push(Arc::new(file));
+                old.entry(k).or_default().files = files;
+            }
+            continue;
+        }
         let slot: &mut InstanceRestore = r.instances.entry(k).or_default();
         slot.position = e.positions.first().map(|p| p.next_seq);
         if file.header().payload_len > 0 {
             slot.chain = m.open_chain(e)?.into_iter().map(Arc::new).collect();
             slot.state = Some(Arc::new(file));
+        }
+    }
+    let mut rescaled: Vec<usize> = rescaled.into_iter().collect();
+    rescaled.sort();
+    for n in rescaled {
+        let node = &graph.nodes[n];
+        let (had, now) = (was[&n], node.parallelism);
+        let none = OldInstance::default();
+        let olds: Vec<(usize, &OldInstance)> = (0..had)
+            .map(|i| (i, old.get(&(n, i)).unwrap_or(&none)))
+            .collect();
+        let finished = olds.iter().all(|(_, o)| o.finished);
+        let stateful: Vec<(usize, &OldInstance)> = olds
+            .iter()
+            .copied()
+            .filter(|(_, o)| !o.files.is_empty())
+            .collect();
+        for j in 0..now {
+            let slot = r.instances.entry((n, j)).or_default();
+            slot.finished = finished;
+            if matches!(node.kind, NodeKind::Sink(_)) && now < had {
+                slot.adopted = (now..had)
+                    .filter(|i| i % now == j)
+                    .map(|i| (i, olds[i].1.finished))
+                    .collect();
+            }
+            if stateful.is_empty() {
+                continue;
+            }
+            match node.rescale {
+                Rescale::Keyed => {
+                    slot.parts = stateful
+                        .iter()
+                        .filter(|(i, _)| key_ranges_overlap(*i, had, j, now))
+                        .map(|(_, o)| o.files.clone())
+                        .collect();
+                }
+                Rescale::Replicate => {
+                    let mut files = stateful[0].1.files.clone();
+                    slot.state = files.pop();
+                    slot.chain = files;
+                }
+                Rescale::Refuse(why) => {
+                    return Err(JobError::Incompatible {
+                        id: m.id,
+                        reason: format!(
+                            "operator `{}` ran with parallelism {had} there and runs with {now} \
+                             now, and {why}",
+                            node.name
+                        ),
+                    });
+                }
+            }
         }
     }
     Ok(r)

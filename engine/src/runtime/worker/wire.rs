@@ -32,6 +32,10 @@ pub(crate) fn build_cx(w: &Wiring, node: usize, instance: usize, ctx: &Rc<TaskCt
             restored: w.shared.restore.as_ref().map(|r| Restored {
                 checkpoint: r.checkpoint,
                 finished: restore.as_ref().is_some_and(|i| i.finished),
+                adopted: restore
+                    .as_ref()
+                    .map(|i| i.adopted.clone())
+                    .unwrap_or_default(),
             }),
         },
         probe: w

@@ -25,6 +25,7 @@ fn restored(checkpoint: u64, finished: bool) -> Option<Restored> {
     Some(Restored {
         checkpoint,
         finished,
+        adopted: Vec::new(),
     })
 }
 
@@ -76,6 +77,41 @@ fn recovery_commits_the_restored_epoch_and_drops_the_rest() {
             .next()
             .is_none(),
         "the new attempt's staging directory starts empty"
+    );
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// Restored at fewer instances, the new instance 0 settles old instance
+/// 2's output as instance 2 would have: its epoch of the checkpoint
+/// committed, the one past it dropped — none lost, none twice.
+#[test]
+fn an_instance_restored_at_fewer_instances_settles_the_output_of_those_gone() {
+    let dir = tempdir("adopt");
+    let mut s = TransactionalFile::open(&dir, 2, 0, None).unwrap();
+    let mut c = s.committer();
+    for (e, text) in [(1, &b"e1\n"[..]), (2, b"e2\n"), (3, b"e3\n")] {
+        s.write(text).unwrap();
+        s.pre_commit(e).unwrap();
+        c.prepare(e).unwrap();
+    }
+    c.commit(1).unwrap();
+    drop(s);
+    // Checkpoint 2 completed, its commit never ran; 3 did not complete.
+    let r = Restored {
+        checkpoint: 2,
+        finished: false,
+        adopted: vec![(2, false)],
+    };
+    TransactionalFile::open(&dir, 0, 0, Some(r)).unwrap();
+    assert_eq!(committed_text(&dir), "e1\ne2\n");
+    let left: Vec<_> = fs::read_dir(dir.join(".staged"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        ["part-0.attempt-0"],
+        "instance 2's staging is settled"
     );
     fs::remove_dir_all(dir).unwrap();
 }

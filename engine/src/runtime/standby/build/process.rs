@@ -97,6 +97,7 @@ fn spawn_incarnation(
         origin_ns: w.shared.origin.monotonic_ns(),
         job: child::job_hash(&w.graph),
         members: group.chain.clone(),
+        pins: w.graph.pinned.clone(),
         pipes: req.clone(),
     };
     let mut cmd = std::process::Command::new("/proc/self/exe");

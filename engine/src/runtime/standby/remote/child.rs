@@ -49,6 +49,9 @@ pub(crate) struct Role {
     pub(crate) origin_ns: u64,
     pub(crate) job: u64,
     pub(crate) members: Vec<usize>,
+    /// The driver's sources pinned by the restore point it started from
+    /// (`Graph::pinned`): the child builds the same graph.
+    pub(crate) pins: Vec<(usize, usize)>,
     /// The request pipe (the reply pipe: the same path with `.rep`).
     pub(crate) pipes: PathBuf,
 }
@@ -66,24 +69,34 @@ impl std::fmt::Display for Role {
 impl Role {
     pub(crate) fn env(&self) -> String {
         let m: Vec<String> = self.members.iter().map(|m| m.to_string()).collect();
+        let pins: Vec<String> = self.pins.iter().map(|(n, p)| format!("{n}:{p}")).collect();
         format!(
-            "{} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {}",
             self.node,
             self.instance,
             self.inc,
             self.attempt,
             self.origin_ns,
             self.job,
-            m.join(",")
+            m.join(","),
+            if pins.is_empty() {
+                "-".to_string()
+            } else {
+                pins.join(",")
+            }
         )
     }
 
     fn parse(s: &str, pipes: PathBuf) -> Result<Role, String> {
         let f: Vec<&str> = s.split(' ').collect();
         let bad = || format!("{ROLE}={s:?} is not an incarnation's role");
-        if f.len() != 7 {
+        if f.len() != 8 {
             return Err(bad());
         }
+        let pin = |s: &str| -> Option<(usize, usize)> {
+            let (n, p) = s.split_once(':')?;
+            Some((n.parse().ok()?, p.parse().ok()?))
+        };
         let n = |i: usize| f[i].parse::<u64>().map_err(|_| bad());
         Ok(Role {
             node: n(0)? as usize,
@@ -96,6 +109,13 @@ impl Role {
                 .split(',')
                 .map(|m| m.parse::<usize>().map_err(|_| bad()))
                 .collect::<Result<_, _>>()?,
+            pins: match f[7] {
+                "-" => Vec::new(),
+                p => p
+                    .split(',')
+                    .map(|s| pin(s).ok_or_else(bad))
+                    .collect::<Result<_, _>>()?,
+            },
             pipes,
         })
     }
@@ -158,7 +178,16 @@ pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>) -> ! {
     }
     // The driver reports the chain's panics; the child stays quiet.
     std::panic::set_hook(Box::new(|_| {}));
-    let r = role.and_then(|role| serve(graph, &role).map_err(|e| format!("{e} ({role})")));
+    let r = role.and_then(|role| {
+        let pinned;
+        let graph = if role.pins.is_empty() {
+            graph
+        } else {
+            pinned = Arc::new(graph.pinned_to(&role.pins)?);
+            &pinned
+        };
+        serve(graph, &role).map_err(|e| format!("{e} ({role})"))
+    });
     match r {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -628,6 +657,7 @@ mod tests {
             origin_ns: 123_456,
             job: 99,
             members: vec![3, 4, 5],
+            pins: vec![(0, 2), (4, 1)],
             pipes: PathBuf::from("/dev/shm/x/a.req"),
         };
         assert_eq!(Role::parse(&r.env(), r.pipes.clone()).unwrap(), r);

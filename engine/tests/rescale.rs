@@ -1,0 +1,257 @@
+//! Rescaling through savepoints and checkpoints: a job stopped with a
+//! savepoint at one parallelism and resumed at another writes, with the
+//! first run, exactly one clean run's output — keyed state redistributed by
+//! key, a broadcast state copied to every new instance, the sources' partitions
+//! kept — and an operator whose state the engine cannot split is refused,
+//! naming it.
+
+mod common;
+
+use common::{committed_lines, cores, tempdir, LineSink, PerKey};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tandem::operator::broadcast::{BroadcastProcess, BroadcastState};
+use tandem::time::{Watermarks, Windows};
+use tandem::{
+    CheckpointConfig, JobBuilder, Output, Process, Record, RuntimeConfig, Source, SourcePoll,
+};
+
+/// Records per partition.
+const PER: u64 = 6_000;
+/// The first run stops after this many records of each partition.
+const HALF: u64 = 2_500;
+
+/// Partition `p`'s `(key, value)` records; while `hold` is set it offers
+/// nothing past `HALF` (the first run is stopped there).
+struct Gated {
+    p: u64,
+    next: u64,
+    hold: Arc<AtomicBool>,
+}
+
+impl Source<(u32, u64)> for Gated {
+    fn poll_next(&mut self) -> SourcePoll<(u32, u64)> {
+        if self.next == PER {
+            return SourcePoll::End;
+        }
+        if self.next >= HALF && self.hold.load(Ordering::Relaxed) {
+            return SourcePoll::Pending;
+        }
+        let n = self.next;
+        self.next += 1;
+        let v = self.p * 1_000_000 + n;
+        SourcePoll::Ready {
+            value: ((v.wrapping_mul(0x9e37_79b9) % 101) as u32, v),
+            event_time: n * 1_000_000,
+        }
+    }
+
+    fn seek(&mut self, next_seq: u64) -> Result<(), tandem::SeekError> {
+        self.next = next_seq;
+        Ok(())
+    }
+
+    fn seeks_directly(&self) -> bool {
+        true
+    }
+}
+
+/// What the jobs under test read: two partitions (whatever the job's
+/// parallelism, the savepoint keeps them).
+fn source(job: &JobBuilder, hold: &Arc<AtomicBool>) -> tandem::Stream<(u32, u64)> {
+    let hold = Arc::clone(hold);
+    job.source("src", move |i| Gated {
+        p: i.instance as u64,
+        next: 0,
+        hold: Arc::clone(&hold),
+    })
+    .parallelism(2)
+}
+
+fn config(dir: &Path) -> RuntimeConfig {
+    let mut ck = CheckpointConfig::every(Duration::from_millis(20));
+    ck.dir = Some(dir.to_path_buf());
+    RuntimeConfig::default().cores(cores()).checkpoint(ck)
+}
+
+/// Runs `job(hold)` until each source partition has offered `HALF`
+/// records, then stops it with a savepoint: its path.
+fn stop_half_way(job: impl Fn(&Arc<AtomicBool>) -> tandem::Job, dir: &Path) -> PathBuf {
+    let hold = Arc::new(AtomicBool::new(true));
+    let handle = job(&hold).start(&config(dir)).unwrap();
+    let t = std::time::Instant::now();
+    while handle
+        .progress()
+        .operators
+        .iter()
+        .find(|o| o.name == "src")
+        .is_none_or(|o| o.records < 2 * HALF)
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the source never got half way"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sp = handle.stop_with_savepoint().unwrap();
+    let report = handle.join().unwrap();
+    assert_eq!(report.stopped_at.as_deref(), Some(sp.as_path()));
+    sp
+}
+
+/// Drops the values a rule names; the rules come on the broadcast input.
+struct DropNamed;
+
+impl BroadcastProcess<(u32, u64), u32, (u32, u64)> for DropNamed {
+    type State = Vec<u32>;
+    fn process_element(
+        &mut self,
+        rules: &Vec<u32>,
+        r: Record<(u32, u64)>,
+        out: &mut Output<'_, (u32, u64)>,
+    ) {
+        if !rules.contains(&r.value.0) {
+            out.emit(r.value);
+        }
+    }
+    fn process_broadcast(
+        &mut self,
+        rules: &mut Vec<u32>,
+        r: Record<u32>,
+        _: &mut Output<'_, (u32, u64)>,
+    ) {
+        rules.push(r.value);
+    }
+    fn ready(&self, rules: &Vec<u32>) -> bool {
+        rules.len() == 3
+    }
+}
+
+/// Source → broadcast-rules filter → per-key counts (with end-of-input
+/// summaries) → a two-phase-commit sink, at `parallelism`.
+fn keyed_job(out: &Path, parallelism: usize, hold: &Arc<AtomicBool>) -> tandem::Job {
+    let job = JobBuilder::new("rescaled");
+    job.default_parallelism(parallelism);
+    let rules = job
+        .source("rules", |_| {
+            tandem::IterSource([7u32, 13, 42].into_iter().map(|n| (n, 0)))
+        })
+        .parallelism(1)
+        .broadcast();
+    let o = out.to_path_buf();
+    source(&job, hold)
+        .connect(&rules)
+        .process("drop", |_| BroadcastState::new(DropNamed))
+        .key_by(|r: &(u32, u64)| r.0)
+        .process("per-key", |_| PerKey)
+        .sink("out", move |i| LineSink::new(&o, i, true));
+    job.build().unwrap()
+}
+
+#[test]
+fn keyed_and_broadcast_state_resume_at_fewer_and_more_instances_exactly() {
+    let dir = tempdir("rescale");
+    let clean_out = dir.join("clean");
+    std::fs::create_dir_all(&clean_out).unwrap();
+    let free = Arc::new(AtomicBool::new(false));
+    keyed_job(&clean_out, 2, &free)
+        .run(&config(&dir.join("c-ck")))
+        .unwrap();
+    let clean = committed_lines(&clean_out);
+    assert!(clean.iter().any(|l| l.starts_with("s ")));
+
+    let a_out = dir.join("a");
+    std::fs::create_dir_all(&a_out).unwrap();
+    let sp = stop_half_way(|h| keyed_job(&a_out, 2, h), &dir.join("a-ck"));
+    let a = committed_lines(&a_out);
+    assert!(!a.is_empty() && a.iter().all(|l| l.starts_with("r ")));
+    for p in [1, 3, 4] {
+        let b_out = dir.join(format!("b{p}"));
+        std::fs::create_dir_all(&b_out).unwrap();
+        let report = keyed_job(&b_out, p, &free)
+            .run(&config(&dir.join(format!("b{p}-ck"))).restore_from(&sp))
+            .unwrap();
+        assert_eq!(report.operator("per-key").unwrap().parallelism, p);
+        assert_eq!(report.operator("drop").unwrap().parallelism, p);
+        assert_eq!(report.operator("src").unwrap().parallelism, 2);
+        let mut both = a.clone();
+        both.extend(committed_lines(&b_out));
+        both.sort();
+        assert_eq!(both.len(), clean.len(), "at parallelism {p}");
+        assert!(
+            both == clean,
+            "at parallelism {p}, the two runs' output differs from one clean run's"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Counts its records in a state of its own.
+struct Counter(u64);
+
+impl Process<(u32, u64), (u32, u64)> for Counter {
+    fn process(&mut self, r: Record<(u32, u64)>, out: &mut Output<'_, (u32, u64)>) {
+        self.0 += 1;
+        out.emit(r.value);
+    }
+    fn snapshot_state(
+        &mut self,
+    ) -> Result<Option<tandem::checkpoint::SnapshotBytes>, tandem::checkpoint::CheckpointError>
+    {
+        tandem::checkpoint::serialize(&self.0, 16).map(Some)
+    }
+    fn restore_state(&mut self, payload: &[u8]) -> Result<(), tandem::checkpoint::CheckpointError> {
+        self.0 = tandem::checkpoint::access::<u64>(payload)?.to_native();
+        Ok(())
+    }
+}
+
+#[test]
+fn a_state_the_engine_cannot_split_is_refused_at_another_parallelism_naming_the_operator() {
+    let dir = tempdir("rescale-refused");
+    let own = |p: usize, h: &Arc<AtomicBool>| {
+        let job = JobBuilder::new("own");
+        job.default_parallelism(p);
+        source(&job, h)
+            .process("counter", |_| Counter(0))
+            .for_each("out", |_| {});
+        job.build().unwrap()
+    };
+    let sp = stop_half_way(|h| own(2, h), &dir.join("own"));
+    let free = Arc::new(AtomicBool::new(false));
+    let e = own(3, &free)
+        .run(&config(&dir.join("own-3")).restore_from(&sp))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`counter`") && e.contains("snapshot_state"),
+        "{e}"
+    );
+    own(2, &free)
+        .run(&config(&dir.join("own-2")).restore_from(&sp))
+        .unwrap();
+
+    let windowed = |p: usize, h: &Arc<AtomicBool>| {
+        let job = JobBuilder::new("windowed");
+        job.default_parallelism(p);
+        source(&job, h)
+            .watermarks(Watermarks::bounded(Duration::ZERO))
+            .key_by(|r: &(u32, u64)| r.0)
+            .window(Windows::tumbling(Duration::from_millis(100)))
+            .process("win", |k: &u32, _, recs: &[(u32, u64)], out| {
+                out((*k, recs.len() as u64))
+            })
+            .results()
+            .for_each("out", |_| {});
+        job.build().unwrap()
+    };
+    let sp = stop_half_way(|h| windowed(2, h), &dir.join("win"));
+    let e = windowed(1, &free)
+        .run(&config(&dir.join("win-1")).restore_from(&sp))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`win`") && e.contains("event-time state"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
