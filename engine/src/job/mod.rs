@@ -373,10 +373,8 @@ impl JobBuilder {
             return Err(errors.swap_remove(0));
         }
         for &n in &event_time {
-            nodes[n].rescale = crate::runtime::graph::Rescale::Refuse(
-                "its event-time state (open windows, timers, records waiting for the watermark) \
-                 is not redistributed among another number of instances yet",
-            );
+            // Its windows, timers and waiting records are kept per key.
+            nodes[n].rescale = crate::runtime::graph::Rescale::Keyed;
             if let Some(s) = source_without_watermarks(&nodes, &edges, n) {
                 return Err(BuildError::Window {
                     name: nodes[n].name.to_string(),

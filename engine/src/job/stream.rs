@@ -13,7 +13,7 @@ use crate::runtime::standby::kit::SKit;
 use crate::standby::codec::Codec;
 use graph::{downcast, AnyBox, BuildCx, HashFn, NodeKind, Partitioning};
 use std::cell::RefCell;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -47,20 +47,16 @@ impl<T> Clone for Stream<T> {
     }
 }
 
-/// Stable 64-bit hash of a key (FxHash, then the SplitMix64 finalizer so the
-/// high bits used for lane selection are well mixed). Identical in every run.
-pub fn key_hash<K: Hash + ?Sized>(key: &K) -> u64 {
-    let mut h = rustc_hash::FxHasher::default();
-    key.hash(&mut h);
-    let mut z = h.finish();
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+pub use crate::runtime::channel::{key_hash, key_instance};
 
-/// The instance (of `parallelism`) that owns `key` after a `key_by`.
-pub fn key_instance<K: Hash + ?Sized>(key: &K, parallelism: usize) -> usize {
-    crate::runtime::channel::lane_of(key_hash(key), parallelism)
+/// The plan's rule for an operator's own state declared `r`.
+fn rescale_of(r: crate::operator::Redistribution) -> crate::runtime::graph::Rescale {
+    use crate::operator::Redistribution;
+    use crate::runtime::graph::{Rescale, OWN_STATE};
+    match r {
+        Redistribution::Refuse => Rescale::Refuse(OWN_STATE),
+        Redistribution::Replicate => Rescale::Replicate,
+    }
 }
 
 impl<T: Data> Stream<T> {
@@ -190,7 +186,7 @@ impl<T: Data> Stream<T> {
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
         let out = self.unary(name, build);
-        out.job.borrow_mut().nodes[out.node].rescale = P::redistribution().rescale();
+        out.job.borrow_mut().nodes[out.node].rescale = rescale_of(P::redistribution());
         out
     }
 
@@ -456,7 +452,7 @@ impl<A: Data, B: Data> Connected<A, B> {
             Some(out_kits::<U>()),
             &[self.first.input(), self.second.input()],
         );
-        self.first.job.borrow_mut().nodes[node].rescale = P::redistribution().rescale();
+        self.first.job.borrow_mut().nodes[node].rescale = rescale_of(P::redistribution());
         Stream::new(Rc::clone(&self.first.job), node)
     }
 }

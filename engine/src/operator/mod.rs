@@ -250,16 +250,6 @@ pub enum Redistribution {
     Replicate,
 }
 
-impl Redistribution {
-    pub(crate) fn rescale(self) -> crate::runtime::graph::Rescale {
-        use crate::runtime::graph::{Rescale, OWN_STATE};
-        match self {
-            Redistribution::Refuse => Rescale::Refuse(OWN_STATE),
-            Redistribution::Replicate => Rescale::Replicate,
-        }
-    }
-}
-
 /// A keyed operator: the engine keeps one `State` per key and hands the
 /// record's state to every call.
 ///

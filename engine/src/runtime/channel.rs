@@ -110,6 +110,24 @@ impl<T: 'static> Route<T> {
 
 /// Maps a 64-bit hash onto `n` lanes (multiply-shift: uniform, no division).
 #[inline]
+/// Stable 64-bit hash of a key (FxHash, then the SplitMix64 finalizer so the
+/// high bits used for lane selection are well mixed). Identical in every run.
+pub fn key_hash<K: std::hash::Hash + ?Sized>(key: &K) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    key.hash(&mut h);
+    let mut z = h.finish();
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The instance (of `parallelism`) that owns `key` after a `key_by`: the
+/// one whose range of key hashes holds its hash (see [`lane_of`]).
+pub fn key_instance<K: std::hash::Hash + ?Sized>(key: &K, parallelism: usize) -> usize {
+    lane_of(key_hash(key), parallelism)
+}
+
 pub(crate) fn lane_of(hash: u64, n: usize) -> usize {
     ((hash as u128 * n as u128) >> 64) as usize
 }

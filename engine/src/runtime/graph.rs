@@ -258,7 +258,7 @@ pub(crate) struct Node {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Rescale {
     /// Keyed state: each new instance takes the keys it owns now (a hash
-    /// range, see [`crate::job::key_instance`]) from the old instances whose
+    /// range, see [`crate::runtime::channel::key_instance`]) from the old instances whose
     /// ranges overlap its own.
     Keyed,
     /// Every instance holds the same state (a broadcast state): each new

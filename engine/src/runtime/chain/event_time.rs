@@ -147,7 +147,9 @@ pub(crate) trait Hop<T>: 'static {
     type Out: 'static;
     /// What keys its state, and what a key keeps.
     type Key: HopKey;
-    type State;
+    type State: Default + Clone;
+    /// The key of a record (what its state is kept under).
+    fn key_of(&self, v: &T) -> Self::Key;
     /// Its keyed state.
     fn keys(&self) -> &Keys<Self::Key, Self::State>;
     fn keys_mut(&mut self) -> &mut Keys<Self::Key, Self::State>;
@@ -249,10 +251,40 @@ impl<T: Clone + 'static, H: Hop<T>> EventTimeOp<T, H> {
         cx: BuildCx,
     ) -> Self {
         let mut restored = None;
-        let finished = cx.restore_chain(|links, from| {
-            restored = Some(decode_framed(links, from, &hop, &side_codec)?);
+        let (me, of) = (cx.info.instance, cx.info.parallelism);
+        let rescaled = cx.restore_parts(|links| {
+            // An old instance's state: the keys this instance owns now.
+            let (mut keyed, side) = decode_framed(links, None, &hop, &side_codec)?;
+            let (state, merged) = restored.get_or_insert_with(|| {
+                (
+                    KeyedState::default(),
+                    WindowSide {
+                        waiting: Vec::new(),
+                        wm_in: u64::MAX,
+                        wm_out: u64::MAX,
+                        now: u64::MAX,
+                        arrivals: 0,
+                        ptime: 0,
+                    },
+                )
+            });
+            keyed.for_each_mut(|k, s| {
+                if crate::runtime::channel::key_instance(k, of) == me {
+                    *state.get_or_default(k) = std::mem::take(s);
+                }
+            });
+            merge_side(merged, side, |v| {
+                crate::runtime::channel::key_instance(&hop.key_of(v), of) == me
+            });
             Ok(())
         });
+        let finished = match rescaled {
+            Some(finished) => finished,
+            None => cx.restore_chain(|links, from| {
+                restored = Some(decode_framed(links, from, &hop, &side_codec)?);
+                Ok(())
+            }),
+        };
         let mut me = EventTimeOp {
             clock: EventClock {
                 waiting: Pending::new(),
@@ -379,6 +411,22 @@ fn capture<T: Clone, H: Hop<T>>(
 /// From a chain ([`crate::state::delta`]): each link frames its keyed part
 /// (the last whole one, then deltas) and its side state (whole in every
 /// link: the newest is the one restored).
+/// Merges an old instance's side state into `into`, for an instance
+/// restored at another parallelism: the waiting records it now owns
+/// (`mine`), and the watermarks and virtual time of the slowest old
+/// instance — none of its timers or records is then released early; a key
+/// of a faster one finds its timers up to that one's watermark already
+/// fired, and takes again only what is released after.
+fn merge_side<T>(into: &mut WindowSide<T>, side: WindowSide<T>, mine: impl Fn(&T) -> bool) {
+    into.waiting
+        .extend(side.waiting.into_iter().filter(|w| mine(&w.value)));
+    into.wm_in = into.wm_in.min(side.wm_in);
+    into.wm_out = into.wm_out.min(side.wm_out);
+    into.now = into.now.min(side.now);
+    into.arrivals = into.arrivals.max(side.arrivals);
+    into.ptime = into.ptime.max(side.ptime);
+}
+
 fn decode_framed<T, H: Hop<T>>(
     links: &[&[u8]],
     from: Option<u64>,

@@ -98,7 +98,7 @@ where
             // An old instance's state: the keys this instance owns now.
             let mut old = (codec.restore_chain)(links, None)?;
             old.for_each_mut(|k, s| {
-                if crate::job::key_instance(k, of) == me {
+                if crate::runtime::channel::key_instance(k, of) == me {
                     *state.get_or_default(k) = std::mem::take(s);
                 }
             });

@@ -193,6 +193,10 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, P: TimedProcess<K, T, O>> Hop<T>
     type Out = O;
     keyed_by!(K, Timed<P::State>);
 
+    fn key_of(&self, v: &T) -> K {
+        (self.key)(v)
+    }
+
     fn take(&mut self, clock: &mut EventClock<T>, w: Waiting<T>, v: u64, out: &mut Emit<'_, O>) {
         let key = (self.key)(&w.value);
         let TimedOp {

@@ -86,6 +86,10 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
     type Out = WinOut<O, T>;
     keyed_by!(K, KeyWindows<F::Acc>);
 
+    fn key_of(&self, v: &T) -> K {
+        (self.key)(v)
+    }
+
     /// Indexes the timers anew from the open windows (after a restore: key
     /// numbers changed).
     fn reindex(&mut self, _ptime: u64, clock: &mut EventClock<T>) {
