@@ -427,12 +427,16 @@ fn merge_side<T>(into: &mut WindowSide<T>, side: WindowSide<T>, mine: impl Fn(&T
     into.ptime = into.ptime.max(side.ptime);
 }
 
+/// An event-time operator's state as a checkpoint holds it: the keyed part
+/// and the side (waiting records, watermarks, clocks).
+type Decoded<K, S, T> = (KeyedState<K, S>, WindowSide<T>);
+
 fn decode_framed<T, H: Hop<T>>(
     links: &[&[u8]],
     from: Option<u64>,
     hop: &H,
     side_codec: &SideCodec<T>,
-) -> Result<(KeyedState<H::Key, H::State>, WindowSide<T>), CheckpointError> {
+) -> Result<Decoded<H::Key, H::State, T>, CheckpointError> {
     let bad = CheckpointError::ChainFrame;
     let mut keyed = Vec::with_capacity(links.len());
     let mut side = None;
