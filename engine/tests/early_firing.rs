@@ -228,3 +228,102 @@ fn an_evictor_on_an_aggregate_is_refused_at_build() {
     let e = job.build().err().expect("refused").to_string();
     assert!(e.contains("evictor"), "{e}");
 }
+
+/// Whether record `(k, t)` ends its window's segment (a custom trigger
+/// fires and purges at it).
+fn marks(t: u64) -> bool {
+    (t / 1_000) % 29 == 0
+}
+
+/// The counts of the segments a fire-and-purge trigger cuts each window
+/// into.
+fn run_triggered(standby: bool, cfg: &RuntimeConfig) -> (Vec<Fired>, tandem::JobReport) {
+    use tandem::time::TriggerAction;
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let job = JobBuilder::new("triggered");
+    let o = Arc::clone(&out);
+    records(&job, standby)
+        .key_by(|r: &(u64, u64)| r.0)
+        .window(Windows::tumbling(Duration::from_millis(100)))
+        .trigger(|r: &(u64, u64), _t, _w, _since| {
+            if marks(r.1) {
+                TriggerAction::FireAndPurge
+            } else {
+                TriggerAction::Continue
+            }
+        })
+        .process("count", |k: &u64, win, recs: &[(u64, u64)], out| {
+            out((*k, win.start, recs.len() as u64))
+        })
+        .results()
+        .for_each("out", move |r| o.lock().unwrap().push(r.value));
+    let report = job.build().unwrap().run(cfg).unwrap();
+    let mut v = std::mem::take(&mut *out.lock().unwrap());
+    v.sort();
+    (v, report)
+}
+
+#[test]
+fn a_custom_trigger_fires_and_purges_at_the_records_it_names_and_is_exact_under_faults() {
+    let (clean, _) = run_triggered(false, &RuntimeConfig::default().cores(cores()));
+    // The brute force: per key and window, its records in the order the
+    // window takes them (event time, then tuple ID), cut after each marked
+    // one; a last segment only if it has records.
+    let mut per: BTreeMap<(u64, u64), Vec<(u64, u64)>> = BTreeMap::new();
+    for i in 0..N {
+        let (k, t) = rec(i);
+        let id = TupleId::new((i % 2) as u32, i / 2).0;
+        per.entry((k, t - t % (100 * MS)))
+            .or_default()
+            .push((t, id));
+    }
+    let mut want = Vec::new();
+    for ((k, s), mut recs) in per {
+        recs.sort();
+        let mut n = 0;
+        for (t, _) in recs {
+            n += 1;
+            if marks(t) {
+                want.push((k, s, n));
+                n = 0;
+            }
+        }
+        if n > 0 {
+            want.push((k, s, n));
+        }
+    }
+    want.sort();
+    assert!(want.len() > 200, "{} segments", want.len());
+    assert!(clean == want, "the segments differ from the brute force's");
+    let faults = || {
+        Faults::new(
+            [(0, 700), (1, 1_500), (0, 2_300)]
+                .into_iter()
+                .map(|(p, s)| {
+                    (
+                        "count",
+                        TupleId::new(p, s),
+                        ProbeAction::Panic("injected".into()),
+                    )
+                })
+                .collect(),
+        )
+    };
+    exact_under_faults(&clean, faults, 3, run_triggered);
+}
+
+#[test]
+fn a_custom_trigger_on_a_session_window_is_refused_at_build() {
+    use tandem::time::TriggerAction;
+    let job = JobBuilder::new("refused");
+    job.source("s", |_| IterSource((0..10u64).map(|i| (i, i))))
+        .watermarks(Watermarks::bounded(Duration::ZERO))
+        .key_by(|r: &u64| *r)
+        .window(Windows::session(Duration::from_millis(5)))
+        .trigger(|_: &u64, _, _, _| TriggerAction::Fire)
+        .process("w", |_: &u64, _, recs: &[u64], out| out(recs.len()))
+        .results()
+        .for_each("out", |_| {});
+    let e = job.build().err().expect("refused").to_string();
+    assert!(e.contains("tumbling and sliding"), "{e}");
+}

@@ -462,6 +462,7 @@ where
             early: None,
             purging: false,
             keep_last: None,
+            trigger: None,
             all: false,
             more: vec![second],
         };

@@ -29,6 +29,24 @@ impl<K, T> KeyedStream<K, T> {
     }
 }
 
+impl<K, T: Data + crate::standby::Codec + Sync> KeyedStream<K, T> {
+    /// The keyed operator built next on this stream (`process`, `reduce`,
+    /// `aggregate`, `process_timed`, `window(..)…`) gets an active standby:
+    /// the mark [`Stream::standby`] puts before the `key_by`, put here
+    /// where the operator is built — the one rule for every operator:
+    /// `.standby()` right before the call that builds it
+    /// (`s.standby().map(..)`, `s.key_by(k).standby().process(..)`,
+    /// `s.key_by(k).window(w).standby().process(..)`,
+    /// `a.connect(&b).standby().process(..)`,
+    /// `a.interval_join(&b, ..).standby().process(..)`).
+    pub fn standby(&self) -> Self {
+        KeyedStream {
+            stream: self.stream.standby(),
+            key: Arc::clone(&self.key),
+        }
+    }
+}
+
 impl<K, T> Clone for KeyedStream<K, T> {
     fn clone(&self) -> Self {
         KeyedStream {

@@ -10,7 +10,7 @@ use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, NodeKind};
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::window::{
     Aggregating, EarlyFiring, KeyWindows, Processing, Trigger, WinOut, Window, WindowAggregate,
-    WindowAssigner, WindowFn, WindowSide, Windows,
+    WindowAssigner, WindowFn, WindowSide, WindowTrigger, Windows,
 };
 use std::hash::Hash;
 use std::rc::Rc;
@@ -32,6 +32,8 @@ pub struct WindowedStream<K, T> {
     pub(super) purging: bool,
     /// An evictor ([`WindowedStream::evict_keep_last`]).
     pub(super) keep_last: Option<u64>,
+    /// A custom early-firing rule ([`WindowedStream::trigger`]).
+    pub(super) trigger: Option<Arc<dyn WindowTrigger<T>>>,
     /// Further edges into the window operator (a windowed join's second
     /// input).
     pub(super) more: Vec<Stream<T>>,
@@ -109,6 +111,7 @@ where
             early: None,
             purging: false,
             keep_last: None,
+            trigger: None,
             all: false,
             more: Vec::new(),
         }
@@ -152,6 +155,17 @@ where
     T: Data,
     WindowSide<T>: StateSnapshot,
 {
+    /// The window operator gets an active standby, marked where it is
+    /// built (see [`KeyedStream::standby`]); the same as marking the stream
+    /// before its `key_by`.
+    pub fn standby(mut self) -> Self
+    where
+        T: crate::standby::Codec + Sync,
+    {
+        self.keyed = self.keyed.standby();
+        self
+    }
+
     /// Records up to `lateness` behind the watermark past their window's
     /// end are still added to it, and the window fires again (default:
     /// none). Count windows have no lateness.
@@ -200,6 +214,48 @@ where
         };
         self.refuse(bad);
         self.early = Some(early);
+        self
+    }
+
+    /// A custom early-firing rule (Flink's `Trigger::onElement`): asked
+    /// each time a record joins a window whether it fires now, and whether
+    /// it clears (see [`WindowTrigger`]). It depends on the records alone,
+    /// so the firings are the same in every run. The window still fires
+    /// when the watermark passes its end (saying nothing if a trigger
+    /// purged it and no record came since). Tumbling and sliding windows.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tandem::time::{TriggerAction, Watermarks, Windows};
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("alarms");
+    /// // Readings (sensor, value); a value over 90 fires its window at once.
+    /// let counts = job
+    ///     .source("readings", |_| IterSource((0..100u64).map(|i| ((i % 2, i), i * 1_000_000))))
+    ///     .watermarks(Watermarks::bounded(Duration::ZERO))
+    ///     .key_by(|r: &(u64, u64)| r.0)
+    ///     .window(Windows::tumbling(Duration::from_secs(1)))
+    ///     .trigger(|r: &(u64, u64), _t, _w, _since| {
+    ///         if r.1 > 90 { TriggerAction::FireAndPurge } else { TriggerAction::Continue }
+    ///     })
+    ///     .process("count", |_k: &u64, _w, recs: &[(u64, u64)], out| out(recs.len() as u64));
+    /// let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    /// let s = seen.clone();
+    /// counts.results().for_each("out", move |r| s.lock().unwrap().push(r.value));
+    /// job.build()?.run(&RuntimeConfig::default().cores(1))?;
+    /// let mut seen = seen.lock().unwrap().clone();
+    /// seen.sort();
+    /// // Sensor 0: its 47 records up to 92, then 94, 96, 98 one each;
+    /// // sensor 1: 46 up to 91, then 93 … 99 one each; nothing at the end.
+    /// assert_eq!(seen, [1, 1, 1, 1, 1, 1, 1, 46, 47]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trigger(mut self, trigger: impl WindowTrigger<T>) -> Self {
+        let bad = (self.windows.merging() || self.windows.trigger() != Trigger::EventTime)
+            .then_some("a custom trigger applies to tumbling and sliding windows");
+        self.refuse(bad);
+        self.trigger = Some(Arc::new(trigger));
         self
     }
 
@@ -289,6 +345,7 @@ where
         let key = Arc::clone(&self.keyed.key);
         let (windows, lateness) = (self.windows, self.lateness);
         let (early, purging, keep_last) = (self.early, self.purging, self.keep_last);
+        let trigger = self.trigger.clone();
         let lateness = crate::time::window::WindowAssigner::lateness(&windows, lateness);
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
             let down = downcast::<BoxCollector<WinOut<O, T>>>(down, "window output");
@@ -300,6 +357,7 @@ where
                     early,
                     purging,
                     keep_last,
+                    trigger: trigger.clone(),
                 },
                 Arc::clone(&key),
                 StateCodec::of(),

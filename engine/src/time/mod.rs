@@ -83,7 +83,7 @@ pub const fn as_duration(t: u64) -> Duration {
 }
 
 pub use process::{TimedCoProcess, TimedProcess, TimerContext};
-pub use window::{Window, WindowAggregate, Windows};
+pub use window::{TriggerAction, Window, WindowAggregate, WindowTrigger, Windows};
 
 /// How a source's partitions generate watermarks: bounded
 /// out-of-orderness, as Flink's `forBoundedOutOfOrderness`.

@@ -210,6 +210,43 @@ pub enum EarlyFiring {
     Every(Duration),
 }
 
+/// What a [`WindowTrigger`] decides for the window a record joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TriggerAction {
+    /// Nothing now.
+    Continue,
+    /// The window fires now (and again when the watermark passes its
+    /// end).
+    Fire,
+    /// The window fires now and clears its accumulator: later results
+    /// cover the records after this one (Flink's `FIRE_AND_PURGE`).
+    FireAndPurge,
+}
+
+/// A custom early-firing rule for tumbling and sliding windows (Flink's
+/// `Trigger::onElement`), set with `WindowedStream::trigger`: asked each
+/// time a record joins a window — the record, its event time, the window,
+/// and how many records joined it since it last fired, this one included.
+/// It sees nothing else (no clock, no state of its own), so the windows
+/// fire at the same records in every run, after any restart or takeover;
+/// the window still fires when the watermark passes its end.
+///
+/// A closure `Fn(&T, u64, Window, u64) -> TriggerAction` is one.
+pub trait WindowTrigger<T>: Send + Sync + 'static {
+    /// Whether the window `window` fires now that `value` (at
+    /// `event_time`) joined it, the `since`-th record since it last fired.
+    fn on_record(&self, value: &T, event_time: u64, window: Window, since: u64) -> TriggerAction;
+}
+
+impl<T, F> WindowTrigger<T> for F
+where
+    F: Fn(&T, u64, Window, u64) -> TriggerAction + Send + Sync + 'static,
+{
+    fn on_record(&self, value: &T, event_time: u64, window: Window, since: u64) -> TriggerAction {
+        self(value, event_time, window, since)
+    }
+}
+
 /// What the window operator asks of a window kind (Flink's window assigner
 /// and its default trigger): which windows a record joins, whether a key's
 /// windows merge, when they fire, how late a record may be. The operator
@@ -316,6 +353,18 @@ pub struct Open<A> {
 }
 
 impl<A> Open<A> {
+    /// A trigger purged the window (`TriggerAction::FireAndPurge`): it
+    /// holds no record until the next, and a firing with none since says
+    /// nothing (the next record's tuple ID heads the results' envelope).
+    pub(crate) fn purge_mark(&mut self) {
+        self.last_id = u64::MAX;
+    }
+
+    /// Whether a trigger purged the window and no record came since.
+    pub(crate) fn purged(&self) -> bool {
+        self.last_id == u64::MAX
+    }
+
     /// Record `id` (ingested at `ingest`) was added: the window's results
     /// carry the largest tuple ID of its records — the same whatever order
     /// they were added in.

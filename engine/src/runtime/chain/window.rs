@@ -12,12 +12,13 @@ use crate::operator::Collector;
 use crate::record::{Record, TupleId};
 use crate::runtime::graph::BuildCx;
 use crate::time::window::{
-    EarlyFiring, KeyWindows, Trigger, Waiting, WinOut, Window, WindowAssigner, WindowFn, Windows,
+    EarlyFiring, KeyWindows, Trigger, TriggerAction, Waiting, WinOut, Window, WindowAssigner,
+    WindowFn, WindowTrigger, Windows,
 };
 use std::sync::Arc;
 
 /// How the operator is configured.
-pub(crate) struct WindowSpec {
+pub(crate) struct WindowSpec<T> {
     pub(crate) windows: Windows,
     pub(crate) lateness: u64,
     /// Firings before a window's end (time windows, not sessions).
@@ -27,9 +28,11 @@ pub(crate) struct WindowSpec {
     pub(crate) purging: bool,
     /// An evictor: a window keeps its last this many records.
     pub(crate) keep_last: Option<u64>,
+    /// A custom early-firing rule.
+    pub(crate) trigger: Option<Arc<dyn WindowTrigger<T>>>,
 }
 
-impl WindowSpec {
+impl<T> WindowSpec<T> {
     /// The event-time step of continuous early firing, if any.
     fn every(&self) -> Option<u64> {
         match self.early {
@@ -50,7 +53,7 @@ fn next_boundary(start: u64, end: u64, step: u64, after: u64) -> Option<u64> {
 /// A keyed window operator: what its records and timers mean.
 pub(crate) struct WindowOp<K, T, O, F: WindowFn<K, T, O>> {
     f: F,
-    spec: WindowSpec,
+    spec: WindowSpec<T>,
     key: Arc<dyn Fn(&T) -> K + Send + Sync>,
     keys: Keys<K, KeyWindows<F::Acc>>,
     scratch: Vec<Window>,
@@ -61,7 +64,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> WindowOp<K
     /// The window hop in the chain before `down`.
     pub(crate) fn new(
         f: F,
-        spec: WindowSpec,
+        spec: WindowSpec<T>,
         key: Arc<dyn Fn(&T) -> K + Send + Sync>,
         codec: StateCodec<K, KeyWindows<F::Acc>>,
         side_codec: SideCodec<T>,
@@ -146,8 +149,13 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
         let (early, purging, every) = (self.spec.early, self.spec.purging, self.spec.every());
         let keep_last = self.spec.keep_last;
         let WindowOp {
-            f, keys, scratch, ..
+            f,
+            keys,
+            scratch,
+            spec,
+            ..
         } = self;
+        let trigger = spec.trigger.as_deref();
         let (timers, wm_out) = (&mut clock.timers, clock.wm_out);
         let (seq, mut kw) = keys.state.get_or_default_numbered(&key);
         let (wid, wingest) = (w.id, w.ingest);
@@ -254,6 +262,15 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                         }
                         if matches!(early, Some(EarlyFiring::Count(n)) if o.since >= n) {
                             fire(f, &key, o, out, wm_out, purging);
+                        } else if let Some(tr) = trigger {
+                            match tr.on_record(&w.value, t, win, o.since) {
+                                TriggerAction::Continue => {}
+                                TriggerAction::Fire => fire(f, &key, o, out, wm_out, purging),
+                                TriggerAction::FireAndPurge => {
+                                    fire(f, &key, o, out, wm_out, true);
+                                    o.purge_mark();
+                                }
+                            }
                         }
                     }
                 }
@@ -287,7 +304,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     o.fired = true;
                     // Purging: nothing new since the last early firing,
                     // nothing to say.
-                    if !(purging && o.since == 0) {
+                    if !((purging || o.purged()) && o.since == 0) {
                         fire(f, key, o, out, wm_out, purging);
                     }
                     if lateness > 0 {
@@ -296,7 +313,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                 } else if let Some(i) = every.filter(|_| !o.fired) {
                     let w = o.window;
                     if w.start < at && at < w.end && (at - w.start).is_multiple_of(i) {
-                        if !(purging && o.since == 0) {
+                        if !((purging || o.purged()) && o.since == 0) {
                             fire(f, key, o, out, wm_out, purging);
                         }
                         if let Some(b) = next_boundary(w.start, w.end, i, at) {
