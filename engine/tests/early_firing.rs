@@ -327,3 +327,70 @@ fn a_custom_trigger_on_a_session_window_is_refused_at_build() {
     let e = job.build().err().expect("refused").to_string();
     assert!(e.contains("tumbling and sliding"), "{e}");
 }
+
+/// A custom evictor: each window keeps the records of its last 20 ms.
+fn run_time_evicting(standby: bool, cfg: &RuntimeConfig) -> (Vec<Kept>, tandem::JobReport) {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let job = JobBuilder::new("evict-time");
+    let o = Arc::clone(&out);
+    records(&job, standby)
+        .key_by(|r: &(u64, u64)| r.0)
+        .window(Windows::tumbling(Duration::from_millis(100)))
+        .evictor(|_w, recs: &mut Vec<(u64, u64)>| {
+            let newest = recs.iter().map(|r| r.1).max().unwrap_or(0);
+            recs.retain(|r| r.1 + 20 * MS > newest);
+        })
+        .process("recent", |k: &u64, win, recs: &[(u64, u64)], out| {
+            out((
+                *k,
+                win.start,
+                recs.iter().map(|r| r.1).collect::<Vec<u64>>(),
+            ))
+        })
+        .results()
+        .for_each("out", move |r| o.lock().unwrap().push(r.value));
+    let report = job.build().unwrap().run(cfg).unwrap();
+    let mut v = std::mem::take(&mut *out.lock().unwrap());
+    v.sort();
+    (v, report)
+}
+
+#[test]
+fn a_custom_evictor_leaves_each_window_its_last_twenty_milliseconds_under_faults_too() {
+    let (clean, _) = run_time_evicting(false, &RuntimeConfig::default().cores(cores()));
+    let mut per: BTreeMap<(u64, u64), Vec<u64>> = BTreeMap::new();
+    for i in 0..N {
+        let (k, t) = rec(i);
+        per.entry((k, t - t % (100 * MS))).or_default().push(t);
+    }
+    let mut want: Vec<Kept> = per
+        .into_iter()
+        .map(|((k, s), mut ts)| {
+            ts.sort();
+            let newest = *ts.last().unwrap();
+            (
+                k,
+                s,
+                ts.into_iter().filter(|t| t + 20 * MS > newest).collect(),
+            )
+        })
+        .collect();
+    want.sort();
+    assert!(want.iter().any(|w| w.2.len() > 3));
+    assert!(clean == want, "the kept records differ");
+    let faults = || {
+        Faults::new(
+            [(0, 800), (1, 1_900)]
+                .into_iter()
+                .map(|(p, s)| {
+                    (
+                        "recent",
+                        TupleId::new(p, s),
+                        ProbeAction::Panic("injected".into()),
+                    )
+                })
+                .collect(),
+        )
+    };
+    exact_under_faults(&clean, faults, 2, run_time_evicting);
+}

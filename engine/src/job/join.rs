@@ -461,7 +461,7 @@ where
             lateness: self.lateness,
             early: None,
             purging: false,
-            keep_last: None,
+            evictor: None,
             trigger: None,
             all: false,
             more: vec![second],

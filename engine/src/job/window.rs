@@ -9,8 +9,8 @@ use crate::runtime::chain::{SideCodec, StateCodec, WindowOp, WindowSpec};
 use crate::runtime::graph::{self, downcast, AnyBox, BuildCx, NodeKind};
 use crate::state::{KeyedState, StateSnapshot};
 use crate::time::window::{
-    Aggregating, EarlyFiring, KeyWindows, Processing, Trigger, WinOut, Window, WindowAggregate,
-    WindowAssigner, WindowFn, WindowSide, WindowTrigger, Windows,
+    Aggregating, EarlyFiring, Evictor, KeyWindows, Processing, Trigger, WinOut, Window,
+    WindowAggregate, WindowAssigner, WindowFn, WindowSide, WindowTrigger, Windows,
 };
 use std::hash::Hash;
 use std::rc::Rc;
@@ -30,8 +30,9 @@ pub struct WindowedStream<K, T> {
     pub(super) early: Option<EarlyFiring>,
     /// Each firing clears the window ([`WindowedStream::purging`]).
     pub(super) purging: bool,
-    /// An evictor ([`WindowedStream::evict_keep_last`]).
-    pub(super) keep_last: Option<u64>,
+    /// An evictor ([`WindowedStream::evict_keep_last`],
+    /// [`WindowedStream::evictor`]).
+    pub(super) evictor: Option<Evictor<T>>,
     /// A custom early-firing rule ([`WindowedStream::trigger`]).
     pub(super) trigger: Option<Arc<dyn WindowTrigger<T>>>,
     /// Further edges into the window operator (a windowed join's second
@@ -110,7 +111,7 @@ where
             lateness: 0,
             early: None,
             purging: false,
-            keep_last: None,
+            evictor: None,
             trigger: None,
             all: false,
             more: Vec::new(),
@@ -280,7 +281,46 @@ where
     /// refused at build).
     pub fn evict_keep_last(mut self, n: u64) -> Self {
         self.refuse((n == 0).then_some("an evictor keeping 0 records"));
-        self.keep_last = Some(n);
+        self.evictor = Some(Evictor::KeepLast(n));
+        self
+    }
+
+    /// A custom evictor (Flink's `Evictor`, e.g. a `TimeEvictor` over a
+    /// time the records carry): each time a record joins a window, `f`
+    /// gets the window and its records — in the order they were taken,
+    /// event time then tuple ID, the new one last — and removes what the
+    /// window should no longer keep. The window's function sees what is
+    /// left. For [`process`](Self::process) (refused on an aggregate).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tandem::time::{Watermarks, Windows};
+    /// use tandem::{IterSource, JobBuilder, RuntimeConfig};
+    ///
+    /// let job = JobBuilder::new("recent");
+    /// // (key, time in ms); each window keeps the records of its last 10 ms.
+    /// let kept = job
+    ///     .source("s", |_| IterSource((0..100u64).map(|i| ((0u8, i), i * 1_000_000))))
+    ///     .watermarks(Watermarks::bounded(Duration::ZERO))
+    ///     .key_by(|r: &(u8, u64)| r.0)
+    ///     .window(Windows::tumbling(Duration::from_secs(1)))
+    ///     .evictor(|_w, recs: &mut Vec<(u8, u64)>| {
+    ///         let newest = recs.iter().map(|r| r.1).max().unwrap_or(0);
+    ///         recs.retain(|r| r.1 + 10 > newest);
+    ///     })
+    ///     .process("kept", |_k: &u8, _w, recs: &[(u8, u64)], out| out(recs.len()));
+    /// let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    /// let s = seen.clone();
+    /// kept.results().for_each("out", move |r| s.lock().unwrap().push(r.value));
+    /// job.build()?.run(&RuntimeConfig::default().cores(1))?;
+    /// assert_eq!(*seen.lock().unwrap(), [10]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn evictor<F>(mut self, f: F) -> Self
+    where
+        F: Fn(Window, &mut Vec<T>) + Send + Sync + 'static,
+    {
+        self.evictor = Some(Evictor::With(Arc::new(f)));
         self
     }
 
@@ -305,7 +345,7 @@ where
         G: WindowAggregate<K, T, O>,
         KeyedState<K, KeyWindows<G::Acc>>: StateSnapshot,
     {
-        self.refuse(self.keep_last.is_some().then_some(
+        self.refuse(self.evictor.is_some().then_some(
             "an evictor needs a function over the window's records (process), not an aggregate",
         ));
         let agg = Arc::new(agg);
@@ -344,7 +384,7 @@ where
     {
         let key = Arc::clone(&self.keyed.key);
         let (windows, lateness) = (self.windows, self.lateness);
-        let (early, purging, keep_last) = (self.early, self.purging, self.keep_last);
+        let (early, purging, evictor) = (self.early, self.purging, self.evictor.clone());
         let trigger = self.trigger.clone();
         let lateness = crate::time::window::WindowAssigner::lateness(&windows, lateness);
         let build: graph::UnaryBuild = Arc::new(move |cx: BuildCx, down: AnyBox| {
@@ -356,7 +396,7 @@ where
                     lateness,
                     early,
                     purging,
-                    keep_last,
+                    evictor: evictor.clone(),
                     trigger: trigger.clone(),
                 },
                 Arc::clone(&key),

@@ -634,9 +634,27 @@ pub(crate) trait WindowFn<K, T, O>: 'static {
     fn add(&self, acc: &mut Self::Acc, value: &T);
     fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
     fn fire(&self, key: &K, window: Window, acc: &Self::Acc, out: &mut dyn FnMut(O));
-    /// Keeps only the last `n` records of `acc` (an evictor; a function
-    /// that keeps records — [`Processing`] — evicts, an aggregate cannot).
-    fn keep_last(&self, _acc: &mut Self::Acc, _n: u64) {}
+    /// Applies evictor `e` to `acc`, window `window`'s (a function that
+    /// keeps records — [`Processing`] — evicts, an aggregate cannot).
+    fn evict(&self, _acc: &mut Self::Acc, _window: Window, _e: &Evictor<T>) {}
+}
+
+/// What a window keeps of its records (Flink's evictors), applied each time
+/// a record joins it.
+pub(crate) enum Evictor<T> {
+    /// Its last `n` records.
+    KeepLast(u64),
+    /// What the user's function leaves of them.
+    With(std::sync::Arc<dyn Fn(Window, &mut Vec<T>) + Send + Sync>),
+}
+
+impl<T> Clone for Evictor<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Evictor::KeepLast(n) => Evictor::KeepLast(*n),
+            Evictor::With(f) => Evictor::With(std::sync::Arc::clone(f)),
+        }
+    }
 }
 
 /// A [`WindowAggregate`] as a window function.
@@ -675,12 +693,17 @@ where
     fn merge(&self, acc: &mut Vec<T>, other: Vec<T>) {
         acc.extend(other);
     }
-    fn keep_last(&self, acc: &mut Vec<T>, n: u64) {
-        let over = acc
-            .len()
-            .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
-        if over > 0 {
-            acc.drain(..over);
+    fn evict(&self, acc: &mut Vec<T>, window: Window, e: &Evictor<T>) {
+        match e {
+            Evictor::KeepLast(n) => {
+                let over = acc
+                    .len()
+                    .saturating_sub(usize::try_from(*n).unwrap_or(usize::MAX));
+                if over > 0 {
+                    acc.drain(..over);
+                }
+            }
+            Evictor::With(f) => f(window, acc),
         }
     }
     fn fire(&self, key: &K, window: Window, acc: &Vec<T>, out: &mut dyn FnMut(O)) {

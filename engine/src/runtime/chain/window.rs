@@ -12,8 +12,8 @@ use crate::operator::Collector;
 use crate::record::{Record, TupleId};
 use crate::runtime::graph::BuildCx;
 use crate::time::window::{
-    EarlyFiring, KeyWindows, Trigger, TriggerAction, Waiting, WinOut, Window, WindowAssigner,
-    WindowFn, WindowTrigger, Windows,
+    EarlyFiring, Evictor, KeyWindows, Trigger, TriggerAction, Waiting, WinOut, Window,
+    WindowAssigner, WindowFn, WindowTrigger, Windows,
 };
 use std::sync::Arc;
 
@@ -26,8 +26,8 @@ pub(crate) struct WindowSpec<T> {
     /// A firing clears the window's accumulator: each result covers the
     /// records since the one before.
     pub(crate) purging: bool,
-    /// An evictor: a window keeps its last this many records.
-    pub(crate) keep_last: Option<u64>,
+    /// An evictor: what a window keeps of its records.
+    pub(crate) evictor: Option<Evictor<T>>,
     /// A custom early-firing rule.
     pub(crate) trigger: Option<Arc<dyn WindowTrigger<T>>>,
 }
@@ -147,7 +147,6 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
         let lateness = self.spec.lateness;
         let windows = self.spec.windows;
         let (early, purging, every) = (self.spec.early, self.spec.purging, self.spec.every());
-        let keep_last = self.spec.keep_last;
         let WindowOp {
             f,
             keys,
@@ -156,6 +155,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
             ..
         } = self;
         let trigger = spec.trigger.as_deref();
+        let evictor = spec.evictor.as_ref();
         let (timers, wm_out) = (&mut clock.timers, clock.wm_out);
         let (seq, mut kw) = keys.state.get_or_default_numbered(&key);
         let (wid, wingest) = (w.id, w.ingest);
@@ -182,8 +182,8 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     end: start + size,
                 });
                 f.add(&mut o.acc, &w.value);
-                if let Some(n) = keep_last {
-                    f.keep_last(&mut o.acc, n);
+                if let Some(e) = evictor {
+                    f.evict(&mut o.acc, o.window, e);
                 }
                 o.note(w.id, w.ingest);
                 if n + 1 == start + size {
@@ -214,8 +214,8 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                 let i = kw.merge_session(mine, |a, b| f.merge(a, b));
                 let o = &mut kw.open[i];
                 f.add(&mut o.acc, &w.value);
-                if let Some(n) = keep_last {
-                    f.keep_last(&mut o.acc, n);
+                if let Some(e) = evictor {
+                    f.evict(&mut o.acc, o.window, e);
                 }
                 o.note(w.id, w.ingest);
                 if o.window.end <= v {
@@ -237,8 +237,8 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, F: WindowFn<K, T, O>> Hop<T>
                     kept = true;
                     let (o, created) = kw.slot(win);
                     f.add(&mut o.acc, &w.value);
-                    if let Some(n) = keep_last {
-                        f.keep_last(&mut o.acc, n);
+                    if let Some(e) = evictor {
+                        f.evict(&mut o.acc, o.window, e);
                     }
                     o.note(w.id, w.ingest);
                     o.since += 1;
