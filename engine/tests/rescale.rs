@@ -292,3 +292,97 @@ fn windows_resume_at_fewer_and_more_instances_exactly() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `PerKey`, panicking at value `at` while `armed` (the first run).
+struct FailingPerKey {
+    at: u64,
+    armed: Arc<AtomicBool>,
+}
+
+impl tandem::KeyedProcess<u32, (u32, u64), Line> for FailingPerKey {
+    type State = (u64, u64);
+    fn process(
+        &mut self,
+        k: &u32,
+        s: &mut (u64, u64),
+        r: Record<(u32, u64)>,
+        out: &mut Output<'_, Line>,
+    ) {
+        if r.value.1 == self.at && self.armed.load(Ordering::Relaxed) {
+            panic!("injected at {}", self.at);
+        }
+        tandem::KeyedProcess::process(&mut PerKey, k, s, r, out);
+    }
+    fn on_end(&mut self, k: &u32, s: &mut (u64, u64), out: &mut Output<'_, Line>) {
+        tandem::KeyedProcess::on_end(&mut PerKey, k, s, out);
+    }
+}
+
+/// A job that failed at parallelism 3 restores its last checkpoint at 2
+/// into the same output directory: the sinks' committed output is one
+/// clean run's. (A failed job commits its completed checkpoints' output
+/// before it returns; what a crashed process left staged is settled by the
+/// instance that adopts the old one — the transactional sink's unit test.)
+#[test]
+fn a_failed_jobs_checkpoint_restores_at_fewer_instances_into_the_same_output_exactly() {
+    common::quiet_injected_panics();
+    let dir = tempdir("rescale-failed");
+    let free = Arc::new(AtomicBool::new(false));
+    let job = |p: usize, out: &Path, armed: &Arc<AtomicBool>, hold: &Arc<AtomicBool>| {
+        let job = JobBuilder::new("failing");
+        job.default_parallelism(p);
+        let o = out.to_path_buf();
+        let armed = Arc::clone(armed);
+        source(&job, hold)
+            .key_by(|r: &(u32, u64)| r.0)
+            .process("per-key", move |_| FailingPerKey {
+                at: 1_000_000 + 5_000,
+                armed: Arc::clone(&armed),
+            })
+            .sink("out", move |i| LineSink::new(&o, i, true));
+        job.build().unwrap()
+    };
+    let clean_out = dir.join("clean");
+    std::fs::create_dir_all(&clean_out).unwrap();
+    job(2, &clean_out, &free, &free)
+        .run(&RuntimeConfig::default().cores(cores()))
+        .unwrap();
+    let clean = committed_lines(&clean_out);
+
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let armed = Arc::new(AtomicBool::new(true));
+    let mut ck = CheckpointConfig::every(Duration::from_millis(2));
+    ck.dir = Some(dir.join("ck"));
+    // Held half way until checkpoints complete, then it fails further on.
+    let hold = Arc::new(AtomicBool::new(true));
+    let handle = job(3, &out, &armed, &hold)
+        .start(
+            &RuntimeConfig::default()
+                .cores(cores())
+                .checkpoint(ck)
+                .restart(tandem::RestartStrategy::None),
+        )
+        .unwrap();
+    let t = std::time::Instant::now();
+    while handle.status().checkpoints_completed < 2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no checkpoint completed"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    hold.store(false, Ordering::Relaxed);
+    let e = handle.join().unwrap_err().to_string();
+    assert!(e.contains("injected"), "{e}");
+    armed.store(false, Ordering::Relaxed);
+    let report = job(2, &out, &armed, &free)
+        .run(&config(&dir.join("ck2")).restore_from(dir.join("ck")))
+        .unwrap();
+    assert!(report.restored_from.is_some());
+    let mut got = committed_lines(&out);
+    got.sort();
+    assert_eq!(got.len(), clean.len());
+    assert!(got == clean, "the output differs from one clean run's");
+    let _ = std::fs::remove_dir_all(&dir);
+}
