@@ -248,3 +248,62 @@ fn a_request_that_never_returns_fails_the_operator_naming_the_record() {
     );
     assert!(e.contains("0:3"), "the record is named: {e}");
 }
+
+/// `.main()` and `.side_output(&TAG)` asked for twice are one stream each
+/// (two operators may read it); a tag of another type under the same
+/// name is refused at build.
+#[test]
+fn a_main_or_side_stream_asked_for_twice_is_one_stream() {
+    const ODD: OutputTag<u64> = OutputTag::new("odd");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let job = JobBuilder::new("twice");
+    let split = job
+        .source("n", |_| IterSource((0..10u64).map(|n| (n, n))))
+        .flat_map("split", |n: u64, out: &mut Output<'_, Sided<u64>>| {
+            if n % 2 == 0 {
+                out.main(n);
+            } else {
+                out.side(&ODD, n);
+            }
+        });
+    for (i, s) in [
+        split.main(),
+        split.main(),
+        split.side_output(&ODD),
+        split.side_output(&ODD),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seen = Arc::clone(&seen);
+        s.for_each(&format!("out{i}"), move |r| {
+            seen.lock().unwrap().push((i, r.value))
+        });
+    }
+    job.build()
+        .unwrap()
+        .run(&RuntimeConfig::default().cores(1))
+        .unwrap();
+    let mut got = std::mem::take(&mut *seen.lock().unwrap());
+    got.sort();
+    let want: Vec<(usize, u64)> = (0..4)
+        .flat_map(|i| {
+            (0..10u64)
+                .filter(move |n| (n % 2 == 1) == (i >= 2))
+                .map(move |n| (i, n))
+        })
+        .collect();
+    assert_eq!(got, want);
+
+    const ODD_TEXT: OutputTag<String> = OutputTag::new("odd");
+    let job = JobBuilder::new("clash");
+    let split = job
+        .source("n", |_| IterSource((0..10u64).map(|n| (n, n))))
+        .flat_map("split", |n: u64, out: &mut Output<'_, Sided<u64>>| {
+            out.main(n)
+        });
+    split.side_output(&ODD).for_each("a", |_| {});
+    split.side_output(&ODD_TEXT).for_each("b", |_| {});
+    let e = job.build().err().expect("refused").to_string();
+    assert!(e.contains("split.odd"), "{e}");
+}

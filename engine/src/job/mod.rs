@@ -50,7 +50,7 @@ use crate::standby::codec::Codec;
 use graph::{downcast, AnyBox, BuildCx, Edge, Graph, Node, NodeKind, Partitioning};
 use source::Source;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -68,6 +68,9 @@ struct Inner {
     /// Operators that work in event time: their sources need watermarks.
     event_time: Vec<usize>,
     codecs: crate::runtime::graph::Codecs,
+    /// The main and side streams split off so far, by name: the node and
+    /// its element type (asking for one again gives the same stream).
+    splits: HashMap<String, (usize, std::any::TypeId)>,
 }
 
 impl Inner {
@@ -80,6 +83,7 @@ impl Inner {
             parallelism: 1,
             event_time: Vec::new(),
             codecs: Default::default(),
+            splits: HashMap::new(),
         }
     }
 }

@@ -169,26 +169,61 @@ impl<O> Output<'_, Sided<O>> {
 
 impl<O: Data> Stream<Sided<O>> {
     /// The main records (operator `NAME.main`, chained after this one).
+    /// Asked for again, it is the same stream.
     pub fn main(&self) -> Stream<O> {
         let name = format!("{}.main", self.node_name());
-        self.flat_map(&name, |s: Sided<O>, out: &mut Output<'_, O>| {
-            if let Sided::Main(v) = s {
-                out.emit(v);
-            }
+        self.split(&name, |s| {
+            s.flat_map(&name, |s: Sided<O>, out: &mut Output<'_, O>| {
+                if let Sided::Main(v) = s {
+                    out.emit(v);
+                }
+            })
         })
+    }
+
+    /// The stream split off as operator `name`: made by `make` the first
+    /// time, the same one after. A tag of another type under a name used
+    /// already is refused at build.
+    fn split<S: Data>(&self, name: &str, make: impl FnOnce(&Self) -> Stream<S>) -> Stream<S> {
+        let seen = self.job.borrow().splits.get(name).copied();
+        match seen {
+            Some((node, t)) if t == TypeId::of::<S>() => {
+                Stream::new(std::rc::Rc::clone(&self.job), node)
+            }
+            Some(_) => {
+                self.job
+                    .borrow_mut()
+                    .errors
+                    .push(crate::error::BuildError::DuplicateName {
+                        name: name.to_string(),
+                    });
+                make(self)
+            }
+            None => {
+                let s = make(self);
+                self.job
+                    .borrow_mut()
+                    .splits
+                    .insert(name.to_string(), (s.node, TypeId::of::<S>()));
+                s
+            }
+        }
     }
 
     /// The records of side output `tag` (operator `NAME.TAG`, chained
     /// after this one), in the envelopes of the records that caused them.
+    /// Asked for again, it is the same stream.
     pub fn side_output<S: Data>(&self, tag: &OutputTag<S>) -> Stream<S> {
         let name = format!("{}.{}", self.node_name(), tag.name);
         let tag = *tag;
-        self.flat_map(&name, move |s: Sided<O>, out: &mut Output<'_, S>| {
-            if let Sided::Side(r) = s {
-                if let Some(v) = tag.take(r) {
-                    out.emit(v);
+        self.split(&name, |s| {
+            s.flat_map(&name, move |s: Sided<O>, out: &mut Output<'_, S>| {
+                if let Sided::Side(r) = s {
+                    if let Some(v) = tag.take(r) {
+                        out.emit(v);
+                    }
                 }
-            }
+            })
         })
     }
 }
