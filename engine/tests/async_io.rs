@@ -260,7 +260,7 @@ fn a_main_or_side_stream_asked_for_twice_is_one_stream() {
     let split = job
         .source("n", |_| IterSource((0..10u64).map(|n| (n, n))))
         .flat_map("split", |n: u64, out: &mut Output<'_, Sided<u64>>| {
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 out.main(n);
             } else {
                 out.side(&ODD, n);

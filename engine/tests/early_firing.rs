@@ -232,7 +232,7 @@ fn an_evictor_on_an_aggregate_is_refused_at_build() {
 /// Whether record `(k, t)` ends its window's segment (a custom trigger
 /// fires and purges at it).
 fn marks(t: u64) -> bool {
-    (t / 1_000) % 29 == 0
+    (t / 1_000).is_multiple_of(29)
 }
 
 /// The counts of the segments a fire-and-purge trigger cuts each window

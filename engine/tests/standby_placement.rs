@@ -23,8 +23,11 @@ enum Mark {
     Nowhere,
 }
 
+/// `(key, window start, count)` per window, as the sink collects them.
+type Counts = Arc<Mutex<Vec<(u64, u64, u64)>>>;
+
 /// Per key, 50 ms tumbling windows counted, the window marked at `mark`.
-fn job(mark: Mark, out: &Arc<Mutex<Vec<(u64, u64, u64)>>>) -> tandem::Job {
+fn job(mark: Mark, out: &Counts) -> tandem::Job {
     let job = JobBuilder::new("placement");
     job.default_parallelism(2);
     let src = job

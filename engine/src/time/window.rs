@@ -645,8 +645,11 @@ pub(crate) enum Evictor<T> {
     /// Its last `n` records.
     KeepLast(u64),
     /// What the user's function leaves of them.
-    With(std::sync::Arc<dyn Fn(Window, &mut Vec<T>) + Send + Sync>),
+    With(EvictFn<T>),
 }
+
+/// A custom evictor's function (`WindowedStream::evictor`).
+pub(crate) type EvictFn<T> = std::sync::Arc<dyn Fn(Window, &mut Vec<T>) + Send + Sync>;
 
 impl<T> Clone for Evictor<T> {
     fn clone(&self) -> Self {
