@@ -215,8 +215,9 @@ fn a_failed_run_removes_the_directories_it_created_and_keeps_the_others() {
 #[test]
 fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
     let d = fresh("savepoint");
-    // A checkpoint of a run with parallelism 2, restored into one with 1:
-    // refused as the job starts (rescaling is not supported).
+    // A checkpoint of a run with parallelism 2 on the disk state backend,
+    // restored into one with 1: refused as the job starts (a keyed state
+    // on the disk backend restores only at its parallelism).
     let o = paper(
         &d,
         &[
@@ -226,6 +227,8 @@ fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
             "2",
             "--strategy",
             "restart-all",
+            "--state-backend",
+            "disk",
             "--checkpoint-interval-ms",
             "5",
             "--checkpoint-dir",
@@ -242,6 +245,8 @@ fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
             "1",
             "--strategy",
             "restart-all",
+            "--state-backend",
+            "disk",
             "--from-savepoint",
             "cp",
         ],
@@ -249,6 +254,7 @@ fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("does not fit job"), "{err}");
+    assert!(err.contains("`keyed`") && err.contains("disk backend"), "{err}");
     assert!(
         listing(&d.join("tmp")).is_empty(),
         "{:?}",
