@@ -254,7 +254,10 @@ fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("does not fit job"), "{err}");
-    assert!(err.contains("`keyed`") && err.contains("disk backend"), "{err}");
+    assert!(
+        err.contains("`keyed`") && err.contains("disk backend"),
+        "{err}"
+    );
     assert!(
         listing(&d.join("tmp")).is_empty(),
         "{:?}",
