@@ -123,7 +123,8 @@ pub fn key_hash<K: std::hash::Hash + ?Sized>(key: &K) -> u64 {
 }
 
 /// The instance (of `parallelism`) that owns `key` after a `key_by`: the
-/// one whose range of key hashes holds its hash (see [`lane_of`]).
+/// one whose range of key hashes holds its hash: instance `i` of `n` owns
+/// the hashes `h` with `h * n / 2^64 == i`.
 pub fn key_instance<K: std::hash::Hash + ?Sized>(key: &K, parallelism: usize) -> usize {
     lane_of(key_hash(key), parallelism)
 }
