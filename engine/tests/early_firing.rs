@@ -154,27 +154,42 @@ fn early_firing_or_purging_on_a_session_window_is_refused_at_build() {
 /// `(key, window start, the window's last three records' times)`.
 type Kept = (u64, u64, Vec<u64>);
 
-fn run_evicting(standby: bool, cfg: &RuntimeConfig) -> (Vec<Kept>, tandem::JobReport) {
+/// The windowed stream an evictor is set on.
+type Evicting = tandem::job::WindowedStream<u64, (u64, u64)>;
+
+/// Per key and window, the times of the records evictor `evict` leaves
+/// operator `op`.
+fn run_kept(
+    op: &str,
+    evict: fn(Evicting) -> Evicting,
+    standby: bool,
+    cfg: &RuntimeConfig,
+) -> (Vec<Kept>, tandem::JobReport) {
     let out = Arc::new(Mutex::new(Vec::new()));
     let job = JobBuilder::new("evict");
     let src = records(&job, standby);
     let o = Arc::clone(&out);
-    src.key_by(|r: &(u64, u64)| r.0)
-        .window(Windows::tumbling(Duration::from_millis(100)))
-        .evict_keep_last(3)
-        .process("last", |k: &u64, win, recs: &[(u64, u64)], out| {
-            out((
-                *k,
-                win.start,
-                recs.iter().map(|r| r.1).collect::<Vec<u64>>(),
-            ))
-        })
-        .results()
-        .for_each("out", move |r| o.lock().unwrap().push(r.value));
+    evict(
+        src.key_by(|r: &(u64, u64)| r.0)
+            .window(Windows::tumbling(Duration::from_millis(100))),
+    )
+    .process(op, |k: &u64, win, recs: &[(u64, u64)], out| {
+        out((
+            *k,
+            win.start,
+            recs.iter().map(|r| r.1).collect::<Vec<u64>>(),
+        ))
+    })
+    .results()
+    .for_each("out", move |r| o.lock().unwrap().push(r.value));
     let report = job.build().unwrap().run(cfg).unwrap();
     let mut v = std::mem::take(&mut *out.lock().unwrap());
     v.sort();
     (v, report)
+}
+
+fn run_evicting(standby: bool, cfg: &RuntimeConfig) -> (Vec<Kept>, tandem::JobReport) {
+    run_kept("last", |w| w.evict_keep_last(3), standby, cfg)
 }
 
 /// An evictor keeping the last three records: each window's function sees
@@ -330,29 +345,13 @@ fn a_custom_trigger_on_a_session_window_is_refused_at_build() {
 
 /// A custom evictor: each window keeps the records of its last 20 ms.
 fn run_time_evicting(standby: bool, cfg: &RuntimeConfig) -> (Vec<Kept>, tandem::JobReport) {
-    let out = Arc::new(Mutex::new(Vec::new()));
-    let job = JobBuilder::new("evict-time");
-    let o = Arc::clone(&out);
-    records(&job, standby)
-        .key_by(|r: &(u64, u64)| r.0)
-        .window(Windows::tumbling(Duration::from_millis(100)))
-        .evictor(|_w, recs: &mut Vec<(u64, u64)>| {
+    let recent = |w: Evicting| {
+        w.evictor(|_w, recs: &mut Vec<(u64, u64)>| {
             let newest = recs.iter().map(|r| r.1).max().unwrap_or(0);
             recs.retain(|r| r.1 + 20 * MS > newest);
         })
-        .process("recent", |k: &u64, win, recs: &[(u64, u64)], out| {
-            out((
-                *k,
-                win.start,
-                recs.iter().map(|r| r.1).collect::<Vec<u64>>(),
-            ))
-        })
-        .results()
-        .for_each("out", move |r| o.lock().unwrap().push(r.value));
-    let report = job.build().unwrap().run(cfg).unwrap();
-    let mut v = std::mem::take(&mut *out.lock().unwrap());
-    v.sort();
-    (v, report)
+    };
+    run_kept("recent", recent, standby, cfg)
 }
 
 #[test]

@@ -151,31 +151,38 @@ fn keyed_job(out: &Path, parallelism: usize, hold: &Arc<AtomicBool>) -> tandem::
     job.build().unwrap()
 }
 
-#[test]
-fn keyed_and_broadcast_state_resume_at_fewer_and_more_instances_exactly() {
-    let dir = tempdir("rescale");
+/// Runs `job` (writing to a directory, at a parallelism) clean at 2, then
+/// stopped half way at 2 and resumed from its savepoint at each of
+/// `resume_at`: the two runs' committed output must be the clean run's,
+/// with operator `op` at the new parallelism and the source at its 2
+/// partitions. Returns the clean output.
+fn resumes_exactly(
+    tag: &str,
+    job: impl Fn(&Path, usize, &Arc<AtomicBool>) -> tandem::Job,
+    op: &str,
+    resume_at: &[usize],
+) -> Vec<String> {
+    let dir = tempdir(tag);
     let clean_out = dir.join("clean");
     std::fs::create_dir_all(&clean_out).unwrap();
     let free = Arc::new(AtomicBool::new(false));
-    keyed_job(&clean_out, 2, &free)
+    job(&clean_out, 2, &free)
         .run(&config(&dir.join("c-ck")))
         .unwrap();
     let clean = committed_lines(&clean_out);
-    assert!(clean.iter().any(|l| l.starts_with("s ")));
 
     let a_out = dir.join("a");
     std::fs::create_dir_all(&a_out).unwrap();
-    let sp = stop_half_way(|h| keyed_job(&a_out, 2, h), &dir.join("a-ck"));
+    let sp = stop_half_way(|h| job(&a_out, 2, h), &dir.join("a-ck"));
     let a = committed_lines(&a_out);
-    assert!(!a.is_empty() && a.iter().all(|l| l.starts_with("r ")));
-    for p in [1, 3, 4] {
+    assert!(!a.is_empty() && a.len() < clean.len(), "{} lines", a.len());
+    for &p in resume_at {
         let b_out = dir.join(format!("b{p}"));
         std::fs::create_dir_all(&b_out).unwrap();
-        let report = keyed_job(&b_out, p, &free)
+        let report = job(&b_out, p, &free)
             .run(&config(&dir.join(format!("b{p}-ck"))).restore_from(&sp))
             .unwrap();
-        assert_eq!(report.operator("per-key").unwrap().parallelism, p);
-        assert_eq!(report.operator("drop").unwrap().parallelism, p);
+        assert_eq!(report.operator(op).unwrap().parallelism, p);
         assert_eq!(report.operator("src").unwrap().parallelism, 2);
         let mut both = a.clone();
         both.extend(committed_lines(&b_out));
@@ -187,6 +194,13 @@ fn keyed_and_broadcast_state_resume_at_fewer_and_more_instances_exactly() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    clean
+}
+
+#[test]
+fn keyed_and_broadcast_state_resume_at_fewer_and_more_instances_exactly() {
+    let clean = resumes_exactly("rescale", keyed_job, "per-key", &[1, 3, 4]);
+    assert!(clean.iter().any(|l| l.starts_with("s ")));
 }
 
 /// Counts its records in a state of its own.
@@ -260,37 +274,8 @@ fn windowed_job(out: &Path, parallelism: usize, hold: &Arc<AtomicBool>) -> tande
 
 #[test]
 fn windows_resume_at_fewer_and_more_instances_exactly() {
-    let dir = tempdir("rescale-windows");
-    let clean_out = dir.join("clean");
-    std::fs::create_dir_all(&clean_out).unwrap();
-    let free = Arc::new(AtomicBool::new(false));
-    windowed_job(&clean_out, 2, &free)
-        .run(&config(&dir.join("c-ck")))
-        .unwrap();
-    let clean = committed_lines(&clean_out);
+    let clean = resumes_exactly("rescale-windows", windowed_job, "win", &[1, 3]);
     assert!(clean.len() > 1_000);
-
-    let a_out = dir.join("a");
-    std::fs::create_dir_all(&a_out).unwrap();
-    let sp = stop_half_way(|h| windowed_job(&a_out, 2, h), &dir.join("a-ck"));
-    let a = committed_lines(&a_out);
-    for p in [1, 3] {
-        let b_out = dir.join(format!("b{p}"));
-        std::fs::create_dir_all(&b_out).unwrap();
-        let report = windowed_job(&b_out, p, &free)
-            .run(&config(&dir.join(format!("b{p}-ck"))).restore_from(&sp))
-            .unwrap();
-        assert_eq!(report.operator("win").unwrap().parallelism, p);
-        let mut both = a.clone();
-        both.extend(committed_lines(&b_out));
-        both.sort();
-        assert_eq!(both.len(), clean.len(), "at parallelism {p}");
-        assert!(
-            both == clean,
-            "at parallelism {p}, the two runs' output differs from one clean run's"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `PerKey`, panicking at value `at` while `armed` (the first run).
