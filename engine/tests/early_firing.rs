@@ -12,7 +12,6 @@ use common::{cores, exact_under_faults, Faults};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tandem::runtime::probe::ProbeAction;
 use tandem::time::window::EarlyFiring;
 use tandem::time::{Watermarks, Windows};
 use tandem::{IterSource, JobBuilder, RuntimeConfig, TupleId};
@@ -95,20 +94,7 @@ fn a_purging_window_firing_every_interval_counts_each_segment_and_is_exact_under
         clean == want,
         "the segments' counts differ from the brute force's"
     );
-    let faults = || {
-        Faults::new(
-            [(0, 600), (1, 1_300), (0, 2_100), (1, 2_700)]
-                .into_iter()
-                .map(|(p, s)| {
-                    (
-                        "count",
-                        TupleId::new(p, s),
-                        ProbeAction::Panic("injected".into()),
-                    )
-                })
-                .collect(),
-        )
-    };
+    let faults = || Faults::panics("count", &[(0, 600), (1, 1_300), (0, 2_100), (1, 2_700)]);
     exact_under_faults(&clean, faults, 4, |standby, cfg| {
         run(every, true, standby, cfg)
     });
@@ -212,20 +198,7 @@ fn an_evicting_window_sees_its_last_three_records_in_event_time_order() {
         .collect();
     want.sort();
     assert!(clean == want, "the kept records differ");
-    let faults = || {
-        Faults::new(
-            [(0, 900), (1, 1_700)]
-                .into_iter()
-                .map(|(p, s)| {
-                    (
-                        "last",
-                        TupleId::new(p, s),
-                        ProbeAction::Panic("injected".into()),
-                    )
-                })
-                .collect(),
-        )
-    };
+    let faults = || Faults::panics("last", &[(0, 900), (1, 1_700)]);
     exact_under_faults(&clean, faults, 2, run_evicting);
 }
 
@@ -310,20 +283,7 @@ fn a_custom_trigger_fires_and_purges_at_the_records_it_names_and_is_exact_under_
     want.sort();
     assert!(want.len() > 200, "{} segments", want.len());
     assert!(clean == want, "the segments differ from the brute force's");
-    let faults = || {
-        Faults::new(
-            [(0, 700), (1, 1_500), (0, 2_300)]
-                .into_iter()
-                .map(|(p, s)| {
-                    (
-                        "count",
-                        TupleId::new(p, s),
-                        ProbeAction::Panic("injected".into()),
-                    )
-                })
-                .collect(),
-        )
-    };
+    let faults = || Faults::panics("count", &[(0, 700), (1, 1_500), (0, 2_300)]);
     exact_under_faults(&clean, faults, 3, run_triggered);
 }
 
@@ -377,19 +337,6 @@ fn a_custom_evictor_leaves_each_window_its_last_twenty_milliseconds_under_faults
     want.sort();
     assert!(want.iter().any(|w| w.2.len() > 3));
     assert!(clean == want, "the kept records differ");
-    let faults = || {
-        Faults::new(
-            [(0, 800), (1, 1_900)]
-                .into_iter()
-                .map(|(p, s)| {
-                    (
-                        "recent",
-                        TupleId::new(p, s),
-                        ProbeAction::Panic("injected".into()),
-                    )
-                })
-                .collect(),
-        )
-    };
+    let faults = || Faults::panics("recent", &[(0, 800), (1, 1_900)]);
     exact_under_faults(&clean, faults, 2, run_time_evicting);
 }

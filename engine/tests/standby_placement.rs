@@ -8,9 +8,8 @@ mod common;
 use common::{cores, quiet_injected_panics, Faults};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tandem::runtime::probe::ProbeAction;
 use tandem::time::{Watermarks, Windows};
-use tandem::{IterSource, JobBuilder, RuntimeConfig, StandbyConfig, TupleId};
+use tandem::{IterSource, JobBuilder, RuntimeConfig, StandbyConfig};
 
 const MS: u64 = 1_000_000;
 const N: u64 = 4_000;
@@ -81,18 +80,7 @@ fn a_window_marked_before_key_by_on_the_keyed_or_the_windowed_stream_gets_one_st
         let out = Arc::new(Mutex::new(Vec::new()));
         let j = job(mark, &out);
         assert_eq!(j.standby_operators(), ["count"], "{mark:?}");
-        let faults = Faults::new(
-            [(0, 500), (1, 1_200)]
-                .into_iter()
-                .map(|(p, s)| {
-                    (
-                        "count",
-                        TupleId::new(p, s),
-                        ProbeAction::Panic("injected".into()),
-                    )
-                })
-                .collect(),
-        );
+        let faults = Faults::panics("count", &[(0, 500), (1, 1_200)]);
         let report = j
             .run(
                 &RuntimeConfig::default()

@@ -151,6 +151,20 @@ impl Faults {
                 .collect(),
         ))
     }
+    /// An injected panic in `op` at each `(partition, seq)`.
+    pub fn panics(op: &str, at: &[(u32, u64)]) -> Self {
+        Self::new(
+            at.iter()
+                .map(|&(p, s)| {
+                    (
+                        op,
+                        TupleId::new(p, s),
+                        ProbeAction::Panic("injected".into()),
+                    )
+                })
+                .collect(),
+        )
+    }
     pub fn all_fired(&self) -> bool {
         self.0.iter().all(|f| f.3.load(Ordering::SeqCst))
     }
