@@ -368,3 +368,56 @@ fn numbers_of(job: &JobBuilder, per: u64) -> tandem::Stream<(u32, u64)> {
         )
     })
 }
+
+/// A crash around a checkpoint's publication stops every region — one
+/// failure of the job, counted once against the restart strategy: a
+/// budget of one restart is enough for both regions (it was spent twice,
+/// and the job gave up), and the output is exact.
+#[test]
+fn a_crash_that_stops_every_region_is_one_failure_of_the_restart_budget() {
+    quiet_injected_panics();
+    let clean = clean_pipelines();
+    let dir = tempdir("regions-crash");
+    let records = 2 * PER;
+    let spec: tandem_fault_inject::ScheduleSpec = "crash@checkpoint:3".parse().unwrap();
+    let schedule = spec
+        .expand(&tandem_fault_inject::Space::new(records))
+        .unwrap();
+    let injector = tandem_fault_inject::FaultInjector::builder(&schedule)
+        .records(records)
+        .build()
+        .unwrap();
+    let mut ck = CheckpointConfig::every(Duration::from_millis(3));
+    ck.dir = Some(dir.join("ckpt"));
+    let cfg = RuntimeConfig::default()
+        .cores(cores())
+        .checkpoint(ck)
+        .restart(RestartStrategy::FixedDelay {
+            attempts: 1,
+            delay: Duration::ZERO,
+        })
+        .failover(Failover::Region)
+        .probes(Arc::new(injector.clone()));
+    // Partition 1 holds back until the crash has fired.
+    let gate = Arc::new(AtomicBool::new(false));
+    let opener = {
+        let (injector, gate) = (injector.clone(), Arc::clone(&gate));
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while injector.fired() == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            gate.store(true, Ordering::SeqCst);
+        })
+    };
+    let opened = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let report = pipelines(&dir, &gate, &opened, false).run(&cfg);
+    opener.join().unwrap();
+    let report = report.unwrap();
+    assert_eq!(injector.fired(), 1);
+    assert_eq!(report.restarts, 2, "{:?}", report.recovery);
+    let got = committed_lines(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(got == clean, "output differs from the clean run");
+}

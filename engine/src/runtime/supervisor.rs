@@ -97,6 +97,9 @@ pub(crate) struct Supervisor {
     /// trusting what this one last saw complete.
     restore_from_store: bool,
     failures: Vec<Duration>,
+    /// The checkpoint whose crash around its publication was counted as a
+    /// failure already (every region stops for it; see `echoes`).
+    counted_crash: Option<u64>,
     recovery: Vec<RecoveryRecord>,
     open: Option<OpenRecovery>,
     duplicates: u64,
@@ -217,6 +220,7 @@ impl Supervisor {
             last_complete: None,
             restore_from_store: false,
             failures: Vec::new(),
+            counted_crash: None,
             recovery: Vec::new(),
             open: None,
             duplicates: 0,

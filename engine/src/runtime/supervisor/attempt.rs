@@ -338,6 +338,22 @@ impl Supervisor {
         }
     }
 
+    /// Whether `err` is a region's share of a failure of the whole job
+    /// that another region's stop counted already: a crash around a
+    /// checkpoint's publication, or a sink's failed commit. It stops every
+    /// region, and is one failure against the restart strategy, not one
+    /// per region (a job of three regions would otherwise spend three
+    /// restarts of its budget on one crash).
+    fn echoes(&mut self, err: &JobError) -> bool {
+        match err {
+            JobError::Checkpoint(crate::checkpoint::CheckpointError::Crashed { id, .. }) => {
+                self.counted_crash.replace(*id) == Some(*id)
+            }
+            JobError::Io { operator, .. } => operator == super::checkpoints::COMMIT_ECHO,
+            _ => false,
+        }
+    }
+
     /// `region`'s attempt failed: stops it and, if the restart strategy
     /// says so, starts its next attempt from the last complete checkpoint
     /// (every other region runs on).
@@ -388,13 +404,19 @@ impl Supervisor {
         }
         // A checkpoint being written is complete: let it land and commit.
         self.land_checkpoint_being_written()?;
-        self.failures.push(Duration::from_nanos(detected_at));
+        let echo = self.echoes(&err);
+        if !echo {
+            self.failures.push(Duration::from_nanos(detected_at));
+        }
         if let JobError::SourceSeek { .. } = err {
             // A source that cannot reach the restored position cannot
             // after a restart either: restarting would only repeat it.
             return Err(err);
         }
         let delay = match self.config.restart.decide(&self.failures) {
+            // The failure was counted, and the restart decided, when the
+            // first region stopped for it.
+            _ if echo => Duration::ZERO,
             Decision::Restart { after } => after,
             Decision::GiveUp { reason } => {
                 if self.failures.len() == 1

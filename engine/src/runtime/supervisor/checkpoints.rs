@@ -31,6 +31,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+/// The operator named in the error every region but the first gets when a
+/// sink's commit fails: an echo of that one failure, not a failure of its
+/// own (see `Supervisor::echoes`).
+pub(super) const COMMIT_ECHO: &str = "<commit>";
+
 pub(super) struct Acked {
     pub(super) state: Option<SnapshotBytes>,
     pub(super) position: Option<u64>,
@@ -174,7 +179,7 @@ impl Supervisor {
                 // every region restarts, and its restore commits it.
                 for a in &self.attempts[1..] {
                     a.shared.fail(JobError::Io {
-                        operator: "<commit>".into(),
+                        operator: COMMIT_ECHO.into(),
                         instance: 0,
                         context: format!("checkpoint {id}: another region's sink failed to commit"),
                         path: None,
