@@ -121,6 +121,23 @@ struct Args {
     /// Checkpoint interval of `--strategy restart-all`, `region` and `both`.
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
+    /// Where the checkpoints go, kept after the run (default: the run's
+    /// scratch directory, removed at its end).
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Stop the job with a savepoint this long after its start (Flink's
+    /// stop-with-savepoint): the output holds what the savepoint covers,
+    /// and `--from-savepoint DIR/sp-N`, on any number of cores, writes the
+    /// rest. Needs `--strategy restart-all`, `region` or `both` and
+    /// `--checkpoint-dir`.
+    #[arg(long)]
+    stop_with_savepoint_after_ms: Option<u64>,
+    /// Start from a savepoint or checkpoint (an sp-N directory, a manifest
+    /// or a checkpoint directory) of this query and input, on any number
+    /// of cores: the keyed state, windows included, is redistributed by
+    /// key, and the source keeps the partitions it had.
+    #[arg(long)]
+    from_savepoint: Option<PathBuf>,
     /// Every checkpoint writes every state whole (by default a keyed
     /// state's checkpoint is a delta over the previous one, whole again
     /// once the deltas since add up to the last whole archive's size).
@@ -238,6 +255,8 @@ fn main() -> ExitCode {
 /// What the flags resolve to, checked before any work.
 struct Checked {
     cores: usize,
+    /// The source's partitions: the cores, or the restore point's.
+    partitions: usize,
     /// The faults, parsed and checked against the query.
     injector: Option<(
         tandem_fault_inject::FaultInjector,
@@ -306,9 +325,37 @@ fn check(args: &Args) -> anyhow::Result<Checked> {
             "{flag} needs --strategy bqbs or both (this run has no standby)"
         );
     }
+    let checkpointing = matches!(
+        args.strategy,
+        Strategy::RestartAll | Strategy::Region | Strategy::Both
+    );
+    if args.stop_with_savepoint_after_ms.is_some() {
+        ensure!(
+            checkpointing && args.checkpoint_dir.is_some(),
+            "--stop-with-savepoint-after-ms needs --strategy restart-all, region or both, and \
+             --checkpoint-dir (the savepoint must outlive the run)"
+        );
+    }
+    ensure!(
+        args.checkpoint_dir.is_none() || checkpointing,
+        "--checkpoint-dir needs --strategy restart-all, region or both (this run takes no checkpoint)"
+    );
+    // A restore point keeps its source partitions: faults are numbered by
+    // them.
+    let partitions = match &args.from_savepoint {
+        Some(p) => {
+            let (m, _) = tandem::runtime::restore_point(p)
+                .map_err(|e| anyhow::anyhow!("--from-savepoint {}: {e}", p.display()))?;
+            m.parallelism()
+                .map_err(|e| anyhow::anyhow!("--from-savepoint {}: {e}", p.display()))?
+                .and_then(|s| s.get("events").copied())
+                .unwrap_or(cores)
+        }
+        None => cores,
+    };
     let injector = match &args.fault {
         Some(spec) => Some(
-            nexmark::injector(args.query, spec, args.events, cores)
+            nexmark::injector(args.query, spec, args.events, partitions)
                 .map_err(|e| anyhow::anyhow!("--fault {spec}: {e}"))?,
         ),
         None => None,
@@ -325,19 +372,43 @@ fn check(args: &Args) -> anyhow::Result<Checked> {
             named.push((flag, p));
         }
     }
-    if let Some(d) = &args.work_dir {
-        tandem::sys::output::check_dir(d).map_err(|e| anyhow::anyhow!("--work-dir {e}"))?;
-        named.push(("--work-dir", d));
+    for (flag, d) in [
+        ("--work-dir", &args.work_dir),
+        ("--checkpoint-dir", &args.checkpoint_dir),
+    ] {
+        if let Some(d) = d {
+            tandem::sys::output::check_dir(d).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
+            named.push((flag, d));
+        }
     }
     paths::distinct(&named)?;
-    if let Some(d) = &args.work_dir {
-        paths::writable_dir("--work-dir", d)?;
+    for (flag, d) in [
+        ("--work-dir", &args.work_dir),
+        ("--checkpoint-dir", &args.checkpoint_dir),
+    ] {
+        if let Some(d) = d {
+            paths::writable_dir(flag, d)?;
+        }
     }
-    Ok(Checked { cores, injector })
+    Ok(Checked {
+        cores,
+        partitions,
+        injector,
+    })
 }
 
 fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let Checked { cores, injector } = check(args)?;
+    let Checked {
+        cores,
+        partitions,
+        injector,
+    } = check(args)?;
+    if partitions != cores {
+        errln!(
+            "rescaling: the restore point has {partitions} source partitions; `events` keeps them \
+             (one instance each), the rest of the job runs on {cores} cores"
+        );
+    }
     tandem_fault_inject::quiet_injected_panics();
     let gen = GenConfig {
         seed: args.seed,
@@ -404,7 +475,11 @@ fn run_in(
         Strategy::RestartAll | Strategy::Region | Strategy::Both
     ) {
         let mut cp = CheckpointConfig::every(Duration::from_millis(args.checkpoint_interval_ms));
-        cp.dir = Some(work.join("checkpoints"));
+        cp.dir = Some(
+            args.checkpoint_dir
+                .clone()
+                .unwrap_or_else(|| work.join("checkpoints")),
+        );
         if args.whole_checkpoints {
             cp.incremental = None;
         }
@@ -435,6 +510,9 @@ fn run_in(
                 }),
             ..StandbyConfig::default()
         });
+    }
+    if let Some(p) = &args.from_savepoint {
+        cfg = cfg.restore_from(p);
     }
     let injector = match injector {
         Some((injector, schedule)) => {
@@ -469,17 +547,31 @@ fn run_in(
     // their latency every 10 ms.
     let watch = bar.visible().then(|| handle.watch());
     let mut cancelled = false;
-    while !handle.is_finished() {
-        std::thread::sleep(Duration::from_millis(50));
-        if tandem_bench::cli::interrupted() && !cancelled {
-            cancelled = true;
-            handle.cancel();
+    let started = std::time::Instant::now();
+    let stopping = std::thread::scope(|scope| {
+        let mut asking = None;
+        while !handle.is_finished() {
+            std::thread::sleep(Duration::from_millis(50));
+            if tandem_bench::cli::interrupted() && !cancelled {
+                cancelled = true;
+                handle.cancel();
+            }
+            if let Some(ms) = args.stop_with_savepoint_after_ms {
+                if asking.is_none() && started.elapsed() >= Duration::from_millis(ms) {
+                    let h = &handle;
+                    asking = Some(scope.spawn(move || h.stop_with_savepoint()));
+                }
+            }
+            let pos = handle
+                .progress()
+                .operator("events")
+                .map_or(0, |o| o.records);
+            bar.update(pos, watch.as_ref());
         }
-        let pos = handle
-            .progress()
-            .operator("events")
-            .map_or(0, |o| o.records);
-        bar.update(pos, watch.as_ref());
+        asking.map(|a| a.join().expect("the savepoint's thread does not panic"))
+    });
+    if let Some(Err(e)) = &stopping {
+        errln!("warning: no savepoint was taken to stop at: {e}");
     }
     drop(watch);
     let joined = handle.join();
@@ -488,6 +580,9 @@ fn run_in(
     live.finish(joined.as_ref().ok())?;
     let report = joined.context("the job failed")?;
     let cpu = (tandem::sys::rusage::process_cpu_time() - cpu0).as_secs_f64();
+    if let Some(sp) = &report.stopped_at {
+        outln!("stopped with the savepoint {}", sp.display())?;
+    }
 
     let secs = report.elapsed.as_secs_f64();
     let eps = args.events as f64 / secs;

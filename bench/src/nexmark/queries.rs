@@ -204,7 +204,8 @@ fn source(job: &JobBuilder, opts: &Options, tables: Arc<Tables>) -> Stream<Event
         })
         .watermarks(Watermarks::bounded(Duration::ZERO).every(256));
     if opts.paced {
-        s.rate_limit(gen.rate / opts.partitions as f64)
+        // The total rate: the engine splits it over the partitions.
+        s.rate_limit(gen.rate)
     } else {
         s
     }
