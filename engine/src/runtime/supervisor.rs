@@ -244,6 +244,40 @@ impl Supervisor {
             Some((m, skipped)) => {
                 sup.restored_from = Some((m.id, skipped));
                 let r = Arc::new(build_restore(&m, &sup.graph, sup.store_dir().as_deref())?);
+                let process = sup
+                    .config
+                    .standby
+                    .as_ref()
+                    .is_some_and(|s| s.isolation == crate::standby::Isolation::Process);
+                if process {
+                    // A chain in a child process is built from its
+                    // standby's state only: a checkpoint's state would be
+                    // silently dropped.
+                    let mut held: Vec<usize> = r
+                        .instances
+                        .iter()
+                        .filter(|(&(n, _), i)| {
+                            sup.plan.backed[n].is_some()
+                                && (i.state.is_some()
+                                    || !i.chain.is_empty()
+                                    || !i.lazy.is_empty()
+                                    || !i.parts.is_empty())
+                        })
+                        .map(|(&(n, _), _)| n)
+                        .collect();
+                    held.sort();
+                    if let Some(&n) = held.first() {
+                        return Err(JobError::Incompatible {
+                            id: m.id,
+                            reason: format!(
+                                "operator `{}` has state there and runs in a child process \
+                                 (process isolation), which does not restore a checkpoint's \
+                                 state yet: restore with thread isolation",
+                                sup.graph.nodes[n].name
+                            ),
+                        });
+                    }
+                }
                 if sup.disk.is_some() {
                     if let Some(&(n, _)) = r
                         .instances
