@@ -215,13 +215,16 @@ fn a_failed_run_removes_the_directories_it_created_and_keeps_the_others() {
 #[test]
 fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
     let d = fresh("savepoint");
-    // A checkpoint of a run with parallelism 2 on the disk state backend,
-    // restored into one with 1: refused as the job starts (a keyed state
-    // on the disk backend restores only at its parallelism).
+    // A savepoint of a run with parallelism 2 on the disk state backend,
+    // stopped half way (so that its keyed state is not finished), restored
+    // into one with 1: refused as the job starts (a keyed state on the
+    // disk backend restores only at its parallelism).
     let o = paper(
         &d,
         &[
             "--records",
+            "100000",
+            "--rate",
             "100000",
             "--parallelism",
             "2",
@@ -229,13 +232,18 @@ fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
             "restart-all",
             "--state-backend",
             "disk",
-            "--checkpoint-interval-ms",
-            "5",
             "--checkpoint-dir",
             "cp",
+            "--stop-with-savepoint-after-ms",
+            "300",
         ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sp = std::fs::read_dir(d.join("cp"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("sp-"))
+        .expect("a savepoint");
     let o = paper(
         &d,
         &[
@@ -248,7 +256,7 @@ fn a_failed_start_from_a_savepoint_leaves_no_temp_checkpoint_dir() {
             "--state-backend",
             "disk",
             "--from-savepoint",
-            "cp",
+            sp.to_str().unwrap(),
         ],
     );
     let err = String::from_utf8_lossy(&o.stderr);
