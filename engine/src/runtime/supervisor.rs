@@ -46,7 +46,7 @@ use attempt::Attempt;
 use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;
 use regions::{regions, Region};
-use restore::build_restore;
+use restore::{build_restore, refuse_unrestorable};
 pub(in crate::runtime) use restore::{load_restore_point, pin_sources};
 use standbys::validate_standby;
 use std::collections::{HashMap, HashSet};
@@ -244,59 +244,7 @@ impl Supervisor {
             Some((m, skipped)) => {
                 sup.restored_from = Some((m.id, skipped));
                 let r = Arc::new(build_restore(&m, &sup.graph, sup.store_dir().as_deref())?);
-                let process = sup
-                    .config
-                    .standby
-                    .as_ref()
-                    .is_some_and(|s| s.isolation == crate::standby::Isolation::Process);
-                if process {
-                    // A chain in a child process is built from its
-                    // standby's state only: a checkpoint's state would be
-                    // silently dropped.
-                    let mut held: Vec<usize> = r
-                        .instances
-                        .iter()
-                        .filter(|(&(n, _), i)| {
-                            sup.plan.backed[n].is_some()
-                                && (i.state.is_some()
-                                    || !i.chain.is_empty()
-                                    || !i.lazy.is_empty()
-                                    || !i.parts.is_empty())
-                        })
-                        .map(|(&(n, _), _)| n)
-                        .collect();
-                    held.sort();
-                    if let Some(&n) = held.first() {
-                        return Err(JobError::Incompatible {
-                            id: m.id,
-                            reason: format!(
-                                "operator `{}` has state there and runs in a child process \
-                                 (process isolation), which does not restore a checkpoint's \
-                                 state yet: restore with thread isolation",
-                                sup.graph.nodes[n].name
-                            ),
-                        });
-                    }
-                }
-                if sup.disk.is_some() {
-                    if let Some(&(n, _)) = r
-                        .instances
-                        .iter()
-                        .find(|(_, i)| !i.parts.is_empty())
-                        .map(|(k, _)| k)
-                    {
-                        return Err(JobError::Incompatible {
-                            id: m.id,
-                            reason: format!(
-                                "keyed operator `{}` ran with another parallelism there, and a \
-                                 keyed state on the disk backend restores only at the one it \
-                                 was checkpointed at (restore at that parallelism, or with \
-                                 StateBackend::Memory)",
-                                sup.graph.nodes[n].name
-                            ),
-                        });
-                    }
-                }
+                refuse_unrestorable(&r, &m, &sup.graph, &sup.plan, &sup.config)?;
                 // Until this run completes a checkpoint of its own, a
                 // restart restores the one it started from — not nothing.
                 sup.last_complete = Some(Completed {

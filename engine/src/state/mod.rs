@@ -493,6 +493,18 @@ impl<K: Hash + Eq + Clone, S: Default + Clone> KeyedState<K, S> {
         }
     }
 
+    /// Moves into this state the keys of `other` that `keep` accepts, in
+    /// `other`'s insertion order (a key this state has already is
+    /// overwritten): what an instance restored at another parallelism
+    /// takes of an old instance's state.
+    pub(crate) fn take_keys(&mut self, mut other: Self, keep: impl Fn(&K) -> bool) {
+        other.for_each_mut(|k, s| {
+            if keep(k) {
+                *self.get_or_default(k) = std::mem::take(s);
+            }
+        });
+    }
+
     /// Calls `f` with every key and its state, in insertion order.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut S)) {
         let mut t = self.map.borrow_mut();

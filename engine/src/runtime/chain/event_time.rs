@@ -254,7 +254,7 @@ impl<T: Clone + 'static, H: Hop<T>> EventTimeOp<T, H> {
         let (me, of) = (cx.info.instance, cx.info.parallelism);
         let rescaled = cx.restore_parts(|links| {
             // An old instance's state: the keys this instance owns now.
-            let (mut keyed, side) = decode_framed(links, None, &hop, &side_codec)?;
+            let (keyed, side) = decode_framed(links, None, &hop, &side_codec)?;
             let (state, merged) = restored.get_or_insert_with(|| {
                 (
                     KeyedState::default(),
@@ -268,10 +268,8 @@ impl<T: Clone + 'static, H: Hop<T>> EventTimeOp<T, H> {
                     },
                 )
             });
-            keyed.for_each_mut(|k, s| {
-                if crate::runtime::channel::key_instance(k, of) == me {
-                    *state.get_or_default(k) = std::mem::take(s);
-                }
+            state.take_keys(keyed, |k| {
+                crate::runtime::channel::key_instance(k, of) == me
             });
             merge_side(merged, side, |v| {
                 crate::runtime::channel::key_instance(&hop.key_of(v), of) == me
@@ -405,12 +403,6 @@ fn capture<T: Clone, H: Hop<T>>(
     .expect("a framed capture"))
 }
 
-/// An event-time operator's archive: its keyed state and its side state.
-#[allow(clippy::type_complexity)]
-///
-/// From a chain ([`crate::state::delta`]): each link frames its keyed part
-/// (the last whole one, then deltas) and its side state (whole in every
-/// link: the newest is the one restored).
 /// Merges an old instance's side state into `into`, for an instance
 /// restored at another parallelism: the waiting records it now owns
 /// (`mine`), and the watermarks and virtual time of the slowest old
@@ -431,6 +423,11 @@ fn merge_side<T>(into: &mut WindowSide<T>, side: WindowSide<T>, mine: impl Fn(&T
 /// and the side (waiting records, watermarks, clocks).
 type Decoded<K, S, T> = (KeyedState<K, S>, WindowSide<T>);
 
+/// An event-time operator's archive: its keyed state and its side state.
+///
+/// From a chain ([`crate::state::delta`]): each link frames its keyed part
+/// (the last whole one, then deltas) and its side state (whole in every
+/// link: the newest is the one restored).
 fn decode_framed<T, H: Hop<T>>(
     links: &[&[u8]],
     from: Option<u64>,

@@ -96,12 +96,8 @@ where
         let (me, of) = (cx.info.instance, cx.info.parallelism);
         let rescaled = cx.restore_parts(|links| {
             // An old instance's state: the keys this instance owns now.
-            let mut old = (codec.restore_chain)(links, None)?;
-            old.for_each_mut(|k, s| {
-                if crate::runtime::channel::key_instance(k, of) == me {
-                    *state.get_or_default(k) = std::mem::take(s);
-                }
-            });
+            let old = (codec.restore_chain)(links, None)?;
+            state.take_keys(old, |k| crate::runtime::channel::key_instance(k, of) == me);
             Ok(())
         });
         let finished = match rescaled {

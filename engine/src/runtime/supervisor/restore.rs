@@ -129,6 +129,50 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// What a job starting from `m` (restored as `r`) could not restore
+/// faithfully, refused before any work, naming the operator:
+/// - an operator with state whose chain runs in a child process (process
+///   isolation builds it from its standby's state only: the checkpoint's
+///   would be silently dropped);
+/// - a keyed state on the disk backend at another parallelism.
+pub(super) fn refuse_unrestorable(
+    r: &Restore,
+    m: &Manifest,
+    graph: &Graph,
+    plan: &crate::runtime::placement::Plan,
+    config: &crate::runtime::RuntimeConfig,
+) -> Result<(), JobError> {
+    let process = config
+        .standby
+        .as_ref()
+        .is_some_and(|s| s.isolation == crate::standby::Isolation::Process);
+    let disk = matches!(config.state_backend, crate::state::StateBackend::Disk(_));
+    let mut keys: Vec<&Key> = r.instances.keys().collect();
+    keys.sort();
+    for k in keys {
+        let i = &r.instances[k];
+        let name = &graph.nodes[k.0].name;
+        let held = i.state.is_some() || !i.chain.is_empty() || !i.lazy.is_empty();
+        let reason = if process && plan.backed[k.0].is_some() && (held || !i.parts.is_empty()) {
+            format!(
+                "operator `{name}` has state there and runs in a child process (process \
+                 isolation), which does not restore a checkpoint's state yet: restore with \
+                 thread isolation"
+            )
+        } else if disk && !i.parts.is_empty() {
+            format!(
+                "keyed operator `{name}` ran with another parallelism there, and a keyed state \
+                 on the disk backend restores only at the one it was checkpointed at (restore \
+                 at that parallelism, or with StateBackend::Memory)"
+            )
+        } else {
+            continue;
+        };
+        return Err(JobError::Incompatible { id: m.id, reason });
+    }
+    Ok(())
+}
+
 /// Each operator's parallelism when `m` was taken, by node: the list the
 /// checkpoint keeps ([`JOB_SHAPE`]), or — in one written before it did —
 /// the instances its files and finished list name (every source and
