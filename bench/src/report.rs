@@ -96,6 +96,24 @@ pub fn checkpoint_sizes_line(s: &[tandem::metrics::CheckpointSize], shown: usize
     parts.join(", ")
 }
 
+/// The line saying which checkpoint or savepoint a job started from
+/// (`started from savepoint 3 (…, taken …)`), and the newer ones it
+/// passed over; `None` for a job that started fresh.
+pub fn restored_line(report: &tandem::JobReport) -> Option<String> {
+    let from = report.restored_from.as_ref()?;
+    Some(format!(
+        "started from {from}{}",
+        if report.restore_skipped.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (newer ones skipped: {})",
+                report.restore_skipped.join("; ")
+            )
+        }
+    ))
+}
+
 /// Writes `value` as pretty JSON to `path` (flag `flag` names it in
 /// errors) by the output discipline ([`crate::paths`]): checked, written
 /// into a file beside it (removed again if the run fails or is interrupted

@@ -224,11 +224,15 @@ pub enum JobError {
         if skipped.is_empty() {
             "holds no checkpoint or savepoint to restore from (no manifest.json, no manifest-<id>.json)".to_string()
         } else {
-            format!("holds no valid checkpoint to restore from ({})", skipped.join("; "))
+            format!("holds no valid checkpoint or savepoint to restore from ({})", skipped.join("; "))
         },
         path = path.display()
     )]
     NoRestorePoint { path: PathBuf, skipped: Vec<String> },
+    /// The directory a job was to restore from holds restore points
+    /// whose choice would be a guess (see [`crate::recovery::resume`]).
+    #[error("{path}: {reason}", path = path.display())]
+    AmbiguousRestorePoint { path: PathBuf, reason: String },
     /// A savepoint was asked of a job that cannot take one.
     #[error("cannot take a savepoint: {reason}")]
     NoSavepoint { reason: String },

@@ -472,8 +472,9 @@ pub struct JobReport {
     /// Restarts (attempts after the first).
     pub restarts: u32,
     /// The checkpoint or savepoint the job started from
-    /// ([`crate::RuntimeConfig::restore_from`]).
-    pub restored_from: Option<u64>,
+    /// ([`crate::RuntimeConfig::restore_from`]): its kind, id, directory
+    /// and time.
+    pub restored_from: Option<crate::checkpoint::RestorePoint>,
     /// Newer checkpoints in that directory passed over because they did not
     /// verify, with the reason.
     pub restore_skipped: Vec<String>,

@@ -373,7 +373,7 @@ fn a_job_starts_from_a_savepoint_and_finishes_with_the_clean_output() {
     let id: u64 = sp.file_name().unwrap().to_str().unwrap()["sp-".len()..]
         .parse()
         .unwrap();
-    assert_eq!(report.restored_from, Some(id));
+    assert_eq!(report.restored_from.map(|r| r.id), Some(id));
     let lines = committed_lines(&out);
     assert_same(&clean, &lines);
     std::fs::remove_dir_all(dir).unwrap();
@@ -464,7 +464,7 @@ fn a_corrupted_newest_checkpoint_is_reported_and_the_previous_one_used() {
     let report = build(&out, false)
         .run(&config(&dir, CheckpointMode::ExactlyOnce).restore_from(&cp_dir))
         .unwrap();
-    assert_eq!(report.restored_from, Some(previous));
+    assert_eq!(report.restored_from.map(|r| r.id), Some(previous));
     assert_eq!(
         report.restore_skipped.len(),
         1,

@@ -141,3 +141,130 @@ fn stopping_with_a_savepoint_needs_a_directory_that_outlives_the_job() {
     let _ = handle.join();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Copies the directory tree `from` to `to` (a stopped run's output, for
+/// each resume to continue on its own copy).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), &t).unwrap();
+        }
+    }
+}
+
+/// A job stopped with a savepoint into a checkpoint directory that also
+/// holds its older checkpoints is resumed three ways — by the directory,
+/// by the savepoint and by the newest checkpoint before it — each into
+/// its own copy of the stopped run's output: each ends with exactly one
+/// clean run's output. The directory resumes from the savepoint, the
+/// newest point (it used to take the newest *checkpoint*, older than the
+/// savepoint, and commit the output between them twice); the older
+/// checkpoint retracts what the stopped run committed after it.
+#[test]
+fn a_resume_by_directory_takes_the_savepoint_and_every_resume_is_exact() {
+    use tandem::checkpoint::SnapshotKind;
+    let dir = tempdir("resume-by-dir");
+    let (clean_out, a_out) = (dir.join("clean"), dir.join("a"));
+    for d in [&clean_out, &a_out] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    job(&clean_out).run(&config(&dir.join("c"))).unwrap();
+    let clean = committed_lines(&clean_out);
+
+    let ck = dir.join("a-ck");
+    let handle = job(&a_out).start(&config(&ck)).unwrap();
+    // Past the first checkpoints, so that some precede the savepoint.
+    let t = Instant::now();
+    while handle.status().checkpoints_completed < 2 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sp = handle.stop_with_savepoint().unwrap();
+    handle.join().unwrap();
+    let store = ck.join("ckpt");
+    let listed = tandem::checkpoint::list(&store).unwrap();
+    let sp_id = listed
+        .iter()
+        .find(|l| l.kind == SnapshotKind::Savepoint)
+        .unwrap()
+        .id;
+    let older = listed
+        .iter()
+        .filter(|l| l.kind == SnapshotKind::Checkpoint && l.id < sp_id)
+        .map(|l| l.id)
+        .max()
+        .expect("a checkpoint before the savepoint");
+
+    let ways: [(&str, std::path::PathBuf, SnapshotKind, u64); 3] = [
+        ("directory", store.clone(), SnapshotKind::Savepoint, sp_id),
+        ("savepoint", sp.clone(), SnapshotKind::Savepoint, sp_id),
+        (
+            "older checkpoint",
+            store.join(format!("manifest-{older}.json")),
+            SnapshotKind::Checkpoint,
+            older,
+        ),
+    ];
+    for (way, from, kind, id) in ways {
+        let out = dir.join(format!("b-{}", way.replace(' ', "-")));
+        copy_tree(&a_out, &out);
+        let report = job(&out)
+            .run(&config(&dir.join(format!("b-ck-{}", way.replace(' ', "-")))).restore_from(&from))
+            .unwrap();
+        let r = report.restored_from.expect("restored");
+        assert_eq!((r.kind, r.id), (kind, id), "resumed by the {way}");
+        let got = committed_lines(&out);
+        assert_eq!(got.len(), clean.len(), "resumed by the {way}: line count");
+        assert!(
+            got == clean,
+            "resumed by the {way}: the output differs from one clean run's"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A savepoint newer than every checkpoint beside it that does not verify
+/// is never passed over for the older checkpoint: the resume by the
+/// directory is refused before any work, naming both.
+#[test]
+fn a_damaged_newest_savepoint_refuses_a_resume_by_directory() {
+    let dir = tempdir("resume-damaged-sp");
+    let out = dir.join("a");
+    std::fs::create_dir_all(&out).unwrap();
+    let ck = dir.join("a-ck");
+    let handle = job(&out).start(&config(&ck)).unwrap();
+    let t = Instant::now();
+    while handle.status().checkpoints_completed < 2 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sp = handle.stop_with_savepoint().unwrap();
+    handle.join().unwrap();
+    // Truncate the savepoint's largest file.
+    let victim = std::fs::read_dir(&sp)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "manifest.json" && e.path().is_file())
+        .max_by_key(|e| e.metadata().unwrap().len())
+        .unwrap()
+        .path();
+    let len = std::fs::metadata(&victim).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&victim)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let e = job(&out)
+        .run(&config(&dir.join("b-ck")).restore_from(ck.join("ckpt")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("savepoint") && e.contains("does not verify") && e.contains("checkpoint"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,6 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tandem::checkpoint::Manifest;
+
+/// The checkpoint id the engine commits a sink's final epoch under.
+const FINAL: u64 = tandem::FINAL_EPOCH;
 use tandem::runtime::probe::{
     ProbeAction, ProbeFactory, RecordProbe, StorageAction, StorageProbe, TakeoverStage,
 };
@@ -188,8 +191,9 @@ impl Inner {
     fn at_checkpoint(&self, a: &Armed, id: u64) -> bool {
         match a.target {
             Target::Checkpoint(n) => n == id,
-            Target::CheckpointAfter(d) => self.elapsed() >= d,
-            Target::CheckpointEvery(k) => id.is_multiple_of(k),
+            // `+DUR` and `%K` name checkpoint ids, never the final commit.
+            Target::CheckpointAfter(d) => id != FINAL && self.elapsed() >= d,
+            Target::CheckpointEvery(k) => id != FINAL && id.is_multiple_of(k),
             _ => false,
         }
     }
@@ -301,6 +305,7 @@ impl FaultInjectorBuilder {
                     When::Record(n) => faults.push(arm(s, (1, 1), Target::Checkpoint(n))),
                     When::After(d) => faults.push(arm(s, (1, 1), Target::CheckpointAfter(d))),
                     When::Every(k) => faults.push(arm(s, (1, 1), Target::CheckpointEvery(k))),
+                    When::Final => faults.push(arm(s, (1, 1), Target::Checkpoint(FINAL))),
                     When::Burst { first, count } => {
                         for k in 0..count {
                             // Ids past u64::MAX are never reached: one fewer.
@@ -342,6 +347,8 @@ impl FaultInjectorBuilder {
                         ));
                     }
                 }
+                // Refused by the parser: only `commit` fires at `final`.
+                When::Final => {}
                 When::Spread(c) => {
                     let len = records()?;
                     for k in 1..=c {

@@ -22,7 +22,9 @@
 //! segv      operator    —                            that process dies of SIGSEGV, as of a
 //!                                                    segfault in native code
 //! commit    sink        —                            committing the sink's output of
-//!                                                    checkpoint WHEN fails once
+//!                                                    checkpoint WHEN fails once (WHEN
+//!                                                    `final`: the job's final commit,
+//!                                                    at the end of its input)
 //! ioerror   checkpoint  eio|enospc[-write|-fsync]    writing (default) or fsyncing the
 //!                                                    snapshot files of checkpoint WHEN fails
 //! crash     checkpoint  —                            the process "crashes" between writing
@@ -49,7 +51,8 @@
 //!
 //! For `checkpoint` faults and `commit`, `WHEN` is a checkpoint id: `N`,
 //! `+DUR` (the first after DUR), `%K` (every K-th id), `N*B` (ids N to
-//! N+B−1).
+//! N+B−1); `commit` also takes `final`, the commit of what the sink
+//! wrote after its last barrier, when the job's input has ended.
 //!
 //! Every fault fires once per injector (a restarted job does not fire it
 //! again on a replayed record). A spec prints back as it parses.
@@ -281,6 +284,9 @@ pub enum When {
     },
     /// C faults spread evenly over the input.
     Spread(u64),
+    /// The job's final commit (`commit` only): the output a sink staged
+    /// after its last checkpoint barrier, committed when the input ended.
+    Final,
 }
 
 impl fmt::Display for When {
@@ -292,6 +298,7 @@ impl fmt::Display for When {
             When::Every(k) => write!(f, "%{k}"),
             When::Burst { first, count } => write!(f, "{first}*{count}"),
             When::Spread(c) => write!(f, "~{c}"),
+            When::Final => f.write_str("final"),
         }
     }
 }
@@ -548,7 +555,17 @@ impl FromStr for FaultSpec {
         let when = parse_when(parts[1]).map_err(|w| value(w, parts[1]))?;
         if kind.by_checkpoint() && matches!(when, When::Tuple { .. } | When::Spread(_)) {
             return Err(invalid(format!(
-                "{name} fires at a checkpoint id: N, +DUR, %K or N*B"
+                "{name} fires at a checkpoint id: N, +DUR, %K or N*B{}",
+                if kind == FaultKind::Commit {
+                    ", or final"
+                } else {
+                    ""
+                }
+            )));
+        }
+        if when == When::Final && kind != FaultKind::Commit {
+            return Err(invalid(format!(
+                "only commit fires at `final` (the job's final commit), not {name}"
             )));
         }
         if let When::Burst { count: 0, .. } | When::Every(0) | When::Spread(0) = when {
@@ -563,7 +580,10 @@ impl FromStr for FaultSpec {
 }
 
 fn parse_when(w: &str) -> Result<When, &'static str> {
-    const WHAT: &str = "position (N, P/S, +DUR, %K, N*B or ~C)";
+    const WHAT: &str = "position (N, P/S, +DUR, %K, N*B, ~C or final)";
+    if w == "final" {
+        return Ok(When::Final);
+    }
     let int = |v: &str| v.trim().parse::<u64>().map_err(|_| WHAT);
     // Zero is refused with the other zero counts, by the caller.
     let count = |v: &str| match int(v)? {

@@ -19,7 +19,6 @@ mod check;
 mod info;
 mod out;
 mod snapshot;
-mod time;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

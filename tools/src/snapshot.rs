@@ -29,8 +29,8 @@ use tandem::checkpoint::{
 };
 
 use crate::out::outln;
-use crate::time::rfc3339_ms;
 use crate::Verdict;
+use tandem::sys::utc::rfc3339_ms;
 
 /// One published manifest: where it is, what it is, and what reading it
 /// gave.

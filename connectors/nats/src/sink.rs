@@ -278,6 +278,12 @@ async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: A
     let mut failed: Option<String> = None;
     let never = || false;
     while let Some(cmd) = rx.recv().await {
+        if failed.is_some() && !matches!(cmd, Cmd::Settle(_)) {
+            // The attempt fails (`prepared`, `settle` say why): nothing
+            // more of it is staged or published — above all no final
+            // epoch over an epoch that is not out.
+            continue;
+        }
         let r: Result<(), Error> = async {
             match cmd {
                 Cmd::Stage { epoch, lines } => {
@@ -302,8 +308,10 @@ async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: A
                         .cloned()
                         .collect();
                     for e in due {
-                        let lines = staged.remove(&e).expect("listed above");
-                        publish_epoch(&target, &mut tail, &e, &lines).await?;
+                        // Kept until it is out: a failed publish leaves it
+                        // staged, for no final epoch to pass over.
+                        publish_epoch(&target, &mut tail, &e, &staged[&e]).await?;
+                        staged.remove(&e);
                     }
                 }
                 Cmd::PublishFinal => {
@@ -316,8 +324,8 @@ async fn run(target: SinkTarget, mut rx: mpsc::UnboundedReceiver<Cmd>, shared: A
                         .await
                         .map_err(|e| Error::Invalid(e.to_string()))?;
                     for e in due {
-                        let lines = staged.remove(&e).expect("listed above");
-                        publish_epoch(&target, &mut tail, &e, &lines).await?;
+                        publish_epoch(&target, &mut tail, &e, &staged[&e]).await?;
+                        staged.remove(&e);
                     }
                     // Finished: nothing of the part in the store is needed
                     // again (a successor finds the pointer finished and

@@ -390,9 +390,15 @@ pub trait Committer: Send + 'static {
     fn commit_final(&mut self) -> std::io::Result<()> {
         self.commit(FINAL_EPOCH)
     }
-    /// The run is over (the job returned, or this attempt was stopped
-    /// and the job then ended): waits until nothing this instance handed
-    /// to a background thread of its own still touches the destination,
+    /// Waits until nothing this instance handed to a background thread of
+    /// its own still touches the destination, and reports whether all of
+    /// it landed: a sink whose [`commit`](Self::commit) only hands the
+    /// work over returns here the failure of any commit since the last
+    /// `settle`. The supervisor calls it after
+    /// [`commit_final`](Self::commit_final), before the job may report
+    /// success — an error fails the attempt, as a failed commit does (the
+    /// restart strategy decides; with none left the job fails naming the
+    /// sink) — and once more when the job ends, for every attempt's sinks,
     /// so the job never returns with its output still changing. The
     /// default suits sinks without such a thread.
     fn settle(&mut self) -> std::io::Result<()> {

@@ -9,6 +9,7 @@
 //!   exponential backoff, failure rate, or never (Flink's strategies).
 //! - [`interval`] — an adaptive checkpoint interval from the observed failure
 //!   rate and the cost of a checkpoint.
+//! - [`resume`] — which restore point of a directory a job resumes from.
 //! - [`compose`] — standbys beside checkpoints: which recovery a failure
 //!   gets (takeover or restart-all), and whether a checkpoint may complete
 //!   across a takeover.
@@ -16,3 +17,4 @@
 pub mod compose;
 pub mod interval;
 pub mod restart;
+pub mod resume;

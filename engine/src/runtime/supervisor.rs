@@ -117,7 +117,7 @@ pub(crate) struct Supervisor {
     /// What the stall watch saw of the worker it declared stalled.
     stall_evidence: Option<Evidence>,
     /// The checkpoint the job started from, and newer ones passed over.
-    restored_from: Option<(u64, Vec<String>)>,
+    restored_from: Option<(crate::checkpoint::RestorePoint, Vec<String>)>,
     standby_stats: Option<StandbyStats>,
     /// When the last [`crate::JobStatus`] was published.
     status_at: u64,
@@ -242,7 +242,7 @@ impl Supervisor {
         }
         let restore = match restore {
             Some((m, skipped)) => {
-                sup.restored_from = Some((m.id, skipped));
+                sup.restored_from = Some((crate::checkpoint::RestorePoint::of(&m), skipped));
                 let r = Arc::new(build_restore(&m, &sup.graph, sup.store_dir().as_deref())?);
                 refuse_unrestorable(&r, &m, &sup.graph, &sup.plan, &sup.config)?;
                 // Until this run completes a checkpoint of its own, a
@@ -296,7 +296,11 @@ impl Supervisor {
                 outcome = Err(e);
             }
         }
-        self.settle_sinks();
+        if let Err(e) = self.settle_sinks() {
+            if outcome.is_ok() {
+                outcome = Err(e);
+            }
+        }
         if outcome.is_err() {
             self.dead_letters.discard();
         }
@@ -314,20 +318,43 @@ impl Supervisor {
 
     /// Waits until no sink of any attempt still changes its output on a
     /// thread of its own (a stopped attempt's sink may still be staging
-    /// an epoch). Whatever it could not wait for is reported, not fatal:
-    /// the fencing of the next run keeps it out of the output.
-    fn settle_sinks(&mut self) {
+    /// an epoch). A sink of the last attempts that did not settle fails
+    /// the job — its output of a committed checkpoint (a savepoint's, say)
+    /// may be missing — naming it; a stopped attempt's is only reported:
+    /// the fencing of the next run keeps its output out.
+    fn settle_sinks(&mut self) -> Result<(), JobError> {
         while let Ok(e) = self.rx.try_recv() {
             if let Event::Committer { committer, .. } = e {
                 self.retired.push(committer);
             }
         }
-        let all = self.committers.values_mut().chain(self.retired.iter_mut());
-        for c in all {
-            if let Err(e) = c.settle() {
-                eprintln!("tandem: a sink still writes after the job: {e}");
+        let mut first = None;
+        let mut keys: Vec<Key> = self.committers.keys().copied().collect();
+        keys.sort_unstable();
+        for (node, instance) in keys {
+            let c = self
+                .committers
+                .get_mut(&(node, instance))
+                .expect("listed above");
+            if let Err(source) = c.settle() {
+                first.get_or_insert(JobError::Io {
+                    operator: self.names[node].to_string(),
+                    instance,
+                    context: "settling its committed output as the job ended".into(),
+                    path: None,
+                    source,
+                });
             }
         }
+        for c in &mut self.retired {
+            if let Err(e) = c.settle() {
+                eprintln!(
+                    "tandem: a stopped attempt's sink had not settled as the job ended (its output \
+                     is fenced off; the job's own is complete): {e}"
+                );
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     fn run_loop(&mut self) -> Result<JobReport, JobError> {

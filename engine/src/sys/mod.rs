@@ -4,7 +4,8 @@
 //! reading files another process may change (regular files only, bounded
 //! reads), writing files a user named (checked first, staged, renamed into
 //! place), dropping large buffers off the data path, and child processes
-//! that die with the engine and report how they ended.
+//! that die with the engine and report how they ended, and instants as
+//! people read them (UTC).
 //!
 //! Everything here is a thin, fallible wrapper: callers get an error they can
 //! report, never a panic, when the machine lacks what the engine asks for.
@@ -24,3 +25,4 @@ pub mod scratch;
 mod test_dir;
 pub mod thread;
 pub mod uring;
+pub mod utc;

@@ -224,6 +224,9 @@ fn run_in(
     if let Some(sp) = &report.stopped_at {
         outln!("stopped with the savepoint {}", sp.display())?;
     }
+    if let Some(line) = tandem_bench::report::restored_line(&report) {
+        errln!("{line}");
+    }
 
     let secs = report.elapsed.as_secs_f64();
     let eps = args.events as f64 / secs;

@@ -207,18 +207,8 @@ fn run(
     if let (Some(ms), None) = (args.stop_with_savepoint_after_ms, &report.stopped_at) {
         errln!("warning: the job ran to its end before a savepoint stopped it (--stop-with-savepoint-after-ms {ms})");
     }
-    if let Some(from) = report.restored_from {
-        errln!(
-            "started from checkpoint {from}{}",
-            if report.restore_skipped.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " (newer ones skipped: {})",
-                    report.restore_skipped.join("; ")
-                )
-            }
-        );
+    if let Some(line) = tandem_bench::report::restored_line(&report) {
+        errln!("{line}");
     }
     let cpu = rusage::process_cpu_time() - cpu0;
     let host_steal = steal().zip(steal0).map(|(b, a)| b.saturating_sub(a));

@@ -204,15 +204,12 @@ pub fn opt_us(v: Option<u64>) -> String {
 pub fn print_recovery(label: &str, r: &Recovery, suffix: &str) -> anyhow::Result<()> {
     // A failure no operator owns (a crash around a checkpoint) says what
     // it was instead.
-    let who = if r.operator.is_empty() {
-        r.cause.clone()
-    } else {
-        format!(
-            "{}[{}] at record {}",
-            r.operator,
-            r.instance,
-            r.tuple_id.map_or("?".into(), |t| t.to_string())
-        )
+    let who = match (r.operator.is_empty(), r.tuple_id) {
+        (true, _) => r.cause.clone(),
+        (false, Some(t)) => format!("{}[{}] at record {t}", r.operator, r.instance),
+        // A failure of no record's (a sink's commit, a stall verdict):
+        // its error says which.
+        (false, None) => format!("{}[{}] ({})", r.operator, r.instance, r.cause),
     };
     outln!(
         "  {label:<17} {who}: detect {}  restore {}  first output {}  caught up {}  replayed {}{suffix}",

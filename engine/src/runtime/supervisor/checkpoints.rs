@@ -173,23 +173,41 @@ impl Supervisor {
         );
         match committed {
             Ok(()) => true,
-            Err(e) => {
-                // The commits stop at the first that fails, so sinks of
-                // every region may have left this checkpoint uncommitted:
-                // every region restarts, and its restore commits it.
-                for a in &self.attempts[1..] {
-                    a.shared.fail(JobError::Io {
-                        operator: COMMIT_ECHO.into(),
-                        instance: 0,
-                        context: format!("checkpoint {id}: another region's sink failed to commit"),
-                        path: None,
-                        source: std::io::Error::other(e.to_string()),
-                    });
-                }
-                self.attempts[0].shared.fail(e);
+            Err(f) => {
+                self.commit_failed(f, &format!("checkpoint {id}"));
                 false
             }
         }
+    }
+
+    /// A sink's output could not be staged or committed (`what`: which
+    /// checkpoint, or the final commit): the commits stop at the first
+    /// that fails, so sinks of every region may have left output
+    /// uncommitted. Every region's attempt fails — one failure against the
+    /// restart strategy, not one per region — and each restore commits
+    /// what its checkpoint covers; the job produces the rest again. With
+    /// no restart left, the job fails with `e`, which names the sink.
+    pub(super) fn commit_failed(&mut self, f: CommitFailure, what: &str) {
+        let e = f.error;
+        if f.injected {
+            // The job's fault injection failed it (a `commit` fault).
+            self.attempts[0]
+                .shared
+                .note_fault_tuple(crate::runtime::task::Blame {
+                    tuple: None,
+                    injected: true,
+                });
+        }
+        for a in &self.attempts[1..] {
+            a.shared.fail(JobError::Io {
+                operator: COMMIT_ECHO.into(),
+                instance: 0,
+                context: format!("{what}: another region's sink failed to commit"),
+                path: None,
+                source: std::io::Error::other(e.to_string()),
+            });
+        }
+        self.attempts[0].shared.fail(e);
     }
 
     /// The process "crashed" around checkpoint `id`'s publication: the
@@ -418,15 +436,34 @@ impl Supervisor {
         // published (a sink may stage asynchronously).
         let id = f.id;
         let mut all_prepared = true;
+        let mut failed = None;
         for (&(node, instance), cm) in self.committers.iter_mut() {
-            let ready = cm.prepared(id).map_err(|source| JobError::Io {
-                operator: self.names[node].to_string(),
-                instance,
-                context: format!("staging the output of checkpoint {id}"),
-                path: None,
-                source,
-            })?;
-            all_prepared &= ready;
+            match cm.prepared(id) {
+                Ok(ready) => all_prepared &= ready,
+                Err(source) => {
+                    failed = Some(JobError::Io {
+                        operator: self.names[node].to_string(),
+                        instance,
+                        context: format!("staging the output of checkpoint {id}"),
+                        path: None,
+                        source,
+                    });
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            // The sink failed (an earlier epoch's publish too, reported at
+            // the first look after it): the checkpoint cannot complete, and
+            // the attempt fails as for a failed commit.
+            c.in_flight = None;
+            c.failed(format!("checkpoint {id}: {e}"));
+            let f = CommitFailure {
+                error: e,
+                injected: false,
+            };
+            self.commit_failed(f, &format!("checkpoint {id}"));
+            return Ok(true);
         }
         if !all_prepared {
             return Ok(false);
@@ -488,6 +525,13 @@ pub(super) fn all_acknowledged<V>(
         .all(|k| acks.contains_key(k) || finished.contains(k))
 }
 
+/// A sink's commit that failed, and whether the job's fault injection
+/// failed it.
+pub(super) struct CommitFailure {
+    pub(super) error: JobError,
+    pub(super) injected: bool,
+}
+
 /// Phase two for checkpoint `id`: every sink's output staged under it, and
 /// the final epoch of the sinks in `finished`. `probes` may fail a commit
 /// (fault injection) as the sink's own commit would fail.
@@ -497,21 +541,26 @@ pub(super) fn commit_all(
     probes: Option<&Arc<dyn ProbeFactory>>,
     id: u64,
     finished: &HashSet<Key>,
-) -> Result<(), JobError> {
+) -> Result<(), CommitFailure> {
     for (&(node, instance), c) in committers.iter_mut() {
-        let mut r = probes.map_or(Ok(()), |p| p.commit(&names[node], instance, id));
-        if r.is_ok() {
+        let injected = probes.map_or(Ok(()), |p| p.commit(&names[node], instance, id));
+        let mut r = Ok(());
+        if injected.is_ok() {
             r = c.commit(id);
         }
         if r.is_ok() && id != FINAL_EPOCH && finished.contains(&(node, instance)) {
             r = c.commit(FINAL_EPOCH);
         }
-        r.map_err(|source| JobError::Io {
-            operator: names[node].to_string(),
-            instance,
-            context: format!("committing the output of checkpoint {id}"),
-            path: None,
-            source,
+        let was_injected = injected.is_err();
+        injected.and(r).map_err(|source| CommitFailure {
+            error: JobError::Io {
+                operator: names[node].to_string(),
+                instance,
+                context: format!("committing the output of checkpoint {id}"),
+                path: None,
+                source,
+            },
+            injected: was_injected,
         })?;
     }
     Ok(())

@@ -3,10 +3,12 @@
 //! nothing), or it stopped with a savepoint (every task stops where it is,
 //! nothing after the savepoint committed) — and the report either way.
 
+use super::checkpoints::CommitFailure;
 use super::{now_ns, Supervisor};
 use crate::checkpoint;
 use crate::error::JobError;
 use crate::metrics::{CheckpointStats, JobReport};
+use crate::operator::FINAL_EPOCH;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -47,15 +49,11 @@ impl Supervisor {
         }
         // The job completed: everything the sinks staged in this attempt is
         // output — the final epochs, and the epochs of a checkpoint that was
-        // still in flight when the input ended.
-        for (&(node, instance), c) in self.committers.iter_mut() {
-            c.commit_final().map_err(|source| JobError::Io {
-                operator: self.names[node].to_string(),
-                instance,
-                context: "committing the output at the end of the job".into(),
-                path: None,
-                source,
-            })?;
+        // still in flight when the input ended. It is committed and settled
+        // before the job reports success, or the attempt fails.
+        if let Err(f) = self.commit_final() {
+            self.commit_failed(f, "the final commit");
+            return Ok(None);
         }
         // Nothing the standby groups owed may be missing from a job that
         // ends successfully.
@@ -70,6 +68,43 @@ impl Supervisor {
         // Checkpoints of a directory of the engine's own choosing go with it.
         drop(self.coord.take());
         Ok(Some(report))
+    }
+
+    /// Commits every sink's final output and waits until it has settled
+    /// (a sink that publishes on a thread of its own reports a failure
+    /// only when waited for): the first failure, naming the sink instance.
+    /// Sinks in a fixed order, so that a run and its rerun commit alike.
+    fn commit_final(&mut self) -> Result<(), CommitFailure> {
+        let mut keys: Vec<_> = self.committers.keys().copied().collect();
+        keys.sort_unstable();
+        let probes = self.config.probes.clone();
+        for (node, instance) in keys {
+            let c = self
+                .committers
+                .get_mut(&(node, instance))
+                .expect("listed above");
+            let name = &self.names[node];
+            let injected = probes
+                .as_ref()
+                .map_or(Ok(()), |p| p.commit(name, instance, FINAL_EPOCH));
+            let was_injected = injected.is_err();
+            let r = injected
+                .and_then(|()| c.commit_final())
+                .and_then(|()| c.settle());
+            r.map_err(|source| CommitFailure {
+                error: JobError::Io {
+                    operator: name.to_string(),
+                    instance,
+                    context: "committing its final output (what it wrote after its last \
+                              checkpoint barrier) at the end of the job"
+                        .into(),
+                    path: None,
+                    source,
+                },
+                injected: was_injected,
+            })?;
+        }
+        Ok(())
     }
 
     /// The stop savepoint is durable (its output committed): every task
@@ -152,7 +187,7 @@ impl Supervisor {
             checkpoints,
             duplicates_emitted: self.duplicates,
             restarts: self.restarts,
-            restored_from: self.restored_from.as_ref().map(|r| r.0),
+            restored_from: self.restored_from.as_ref().map(|r| r.0.clone()),
             restore_skipped: self
                 .restored_from
                 .as_mut()

@@ -78,8 +78,11 @@ impl Supervisor {
 }
 
 /// Reads what `path` names: a savepoint directory, a manifest file, or a
-/// checkpoint directory (its newest valid checkpoint).
-/// Also returns the newer checkpoints passed over, and why.
+/// checkpoint directory — there, the restore point
+/// [`crate::recovery::resume`] chooses: the newest checkpoint or savepoint
+/// that verifies, never one older than a savepoint that does not, and
+/// none when the directory's ids and times disagree. Also returns the
+/// newer checkpoints passed over, and why.
 ///
 /// Whatever fails says why: a path that cannot be looked at (a symlink
 /// loop, no permission) or a savepoint manifest that cannot be read keeps
@@ -88,6 +91,7 @@ impl Supervisor {
 pub(in crate::runtime) fn load_restore_point(
     path: &Path,
 ) -> Result<(Manifest, Vec<String>), JobError> {
+    use crate::recovery::resume::{choose, Candidate, Choice};
     let meta = std::fs::metadata(path).map_err(CheckpointError::io(path, "stat"))?;
     if !meta.is_dir() {
         // `load` refuses what is not a regular file (a FIFO, a device).
@@ -101,22 +105,43 @@ pub(in crate::runtime) fn load_restore_point(
         Err(e) => return Err(CheckpointError::io(&own, "stat")(e).into()),
     }
     // A checkpoint directory: read it without starting a writer on it.
-    let mut ids: Vec<_> = checkpoint::list(path)?
-        .into_iter()
-        .filter(|l| l.kind == checkpoint::SnapshotKind::Checkpoint)
+    let listed = checkpoint::list(path)?;
+    let mut loaded: Vec<Option<Result<Manifest, CheckpointError>>> =
+        listed.iter().map(|l| Some(l.load())).collect();
+    let candidates: Vec<Candidate> = listed
+        .iter()
+        .zip(&loaded)
+        .map(|(l, m)| Candidate {
+            kind: l.kind,
+            id: l.id,
+            created_at_ms: m
+                .as_ref()
+                .and_then(|m| m.as_ref().ok())
+                .map(|m| m.created_at_ms),
+        })
         .collect();
-    ids.sort_by_key(|l| std::cmp::Reverse(l.id));
-    let mut skipped = Vec::new();
-    for l in ids {
-        match l.load().and_then(|m| m.verify_whole().map(|()| m)) {
-            Ok(m) => return Ok((m, skipped)),
-            Err(e) => skipped.push(format!("checkpoint {}: {e}", l.id)),
+    let choice = choose(&candidates, |i| match &loaded[i] {
+        Some(Ok(m)) => m.verify_whole().map_err(|e| e.to_string()),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("read twice".into()),
+    });
+    match choice {
+        Choice::Take { index, skipped } => {
+            let m = loaded[index]
+                .take()
+                .expect("loaded above")
+                .expect("verified above");
+            Ok((m, skipped))
         }
+        Choice::Nothing { skipped } => Err(JobError::NoRestorePoint {
+            path: path.to_path_buf(),
+            skipped,
+        }),
+        Choice::Refuse(reason) => Err(JobError::AmbiguousRestorePoint {
+            path: path.to_path_buf(),
+            reason,
+        }),
     }
-    Err(JobError::NoRestorePoint {
-        path: path.to_path_buf(),
-        skipped,
-    })
 }
 
 /// Maps and verifies every file of `m` and matches it to the job's
