@@ -377,6 +377,33 @@ fn a_member_killed_with_sigkill_changes_nothing_in_the_output() {
     assert_eq!(staged, 0, "staged epochs left behind");
 }
 
+/// A part's final commit fails (an injected `commit` fault at the end of
+/// its input): the member does not take the part as done — its job fails,
+/// the group runs the part again from its last checkpoint — and the
+/// output is exactly the clean run's. (A failure the sink's client
+/// thread reports only when waited for takes the same path: the engine's
+/// `final_commit` test.)
+#[test]
+fn a_failed_final_commit_is_run_again_and_published_exactly_once() {
+    let Some((dir, _s, server, clean)) = clean_run("final-commit") else {
+        return;
+    };
+    let (out, fault) = ("FC", "commit@sink:final");
+    let mut m = member(&server, out, "fc", dir.path(), 1);
+    m.args(["--fault", fault]);
+    let o = m.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{fault}: {}\n{err}", o.status);
+    let line: serde_json::Value =
+        serde_json::from_slice(o.stdout.trim_ascii()).expect("the member's JSON line");
+    assert_eq!(line["faults_fired"], 1, "{fault}: {err}");
+    assert!(
+        line["given_up"].as_array().is_some_and(|g| !g.is_empty()),
+        "{fault}: the failed part is given up and run again: {line}"
+    );
+    assert_same(&clean, &dump(&server, out), fault);
+}
+
 #[test]
 fn a_member_stopped_past_the_duplicate_window_publishes_nothing_twice() {
     let Some((dir, _s, server, clean)) = clean_run("stop") else {

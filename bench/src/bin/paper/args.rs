@@ -75,7 +75,10 @@ pub struct Args {
     /// ioerror (eio or enospc, -write or -fsync), crash, corrupt on
     /// `checkpoint`. WHEN: input record N, P/S (a tuple ID), +DUR, %K
     /// (every K-th record), N*B (a burst), ~C (C spread evenly); a
-    /// checkpoint id for commit and checkpoint faults. See README.
+    /// checkpoint id for commit and checkpoint faults, or `final` for
+    /// commit (the job's final commit). A group member (--source) takes
+    /// commit faults only, each fired once in the member's run. See
+    /// README.
     #[arg(long = "fault")]
     pub faults: Vec<tandem_fault_inject::FaultSpec>,
     /// Inject a schedule: SPEC,SPEC,… or random:SEED:COUNT, optionally

@@ -70,6 +70,7 @@ const MEMBER_FLAGS: &[&str] = &[
     "resume_finished",
     "checkpoint_interval_ms",
     "run_dir",
+    "faults",
 ];
 
 /// The flags a `--consume-only` member reads.
@@ -212,6 +213,8 @@ struct Member {
     checkpoint_ms: u64,
     /// How long outages are waited out.
     outage: Duration,
+    /// `--fault`: commit faults, each fired once in any part's job.
+    faults: Option<tandem_fault_inject::FaultInjector>,
     consumed: AtomicU64,
     emitted: AtomicU64,
 }
@@ -327,6 +330,7 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         "nats-member",
     )
     .context("a work directory for the member's checkpoints")?;
+    let faults = member_faults(&args.faults)?;
     let name = member_name();
     let lease = Duration::from_millis(args.lease_ms);
     let config = GroupConfig {
@@ -357,6 +361,7 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         keep: args.run_dir.clone(),
         checkpoint_ms: args.checkpoint_interval_ms.unwrap_or(1000),
         outage,
+        faults,
         consumed: AtomicU64::new(0),
         emitted: AtomicU64::new(0),
     });
@@ -407,6 +412,7 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         "seconds_running": running,
         "records_per_sec_running": running.map(|r| consumed as f64 / r.max(1e-9)),
         "output": m.emitted.load(Ordering::Relaxed),
+        "faults_fired": m.faults.as_ref().map_or(0, |f| f.fired()),
         "completed": report.completed,
         "claimed": report
             .claimed
@@ -425,6 +431,32 @@ fn member(args: &Args, input: &NatsUrl) -> anyhow::Result<()> {
         "interrupted: this member's partitions were given back to the group"
     );
     Ok(())
+}
+
+/// A member's `--fault`s: commit faults of the sink (a part's job has no
+/// input record numbering the member knows of), armed once for the whole
+/// run — each fires in the first part's job that reaches it.
+fn member_faults(
+    faults: &[tandem_fault_inject::FaultSpec],
+) -> anyhow::Result<Option<tandem_fault_inject::FaultInjector>> {
+    if faults.is_empty() {
+        return Ok(None);
+    }
+    for f in faults {
+        ensure!(
+            f.kind == tandem_fault_inject::FaultKind::Commit && f.target == names::SINK,
+            "--fault {f}: a group member takes commit faults of `{}` only (commit@{}:N or commit@{}:final)",
+            names::SINK,
+            names::SINK,
+            names::SINK
+        );
+    }
+    let schedule = tandem_fault_inject::Schedule {
+        faults: faults.to_vec(),
+    };
+    Ok(Some(
+        tandem_fault_inject::FaultInjector::builder(&schedule).build()?,
+    ))
 }
 
 /// The job each part runs, as every member must: its operators in order
@@ -603,6 +635,9 @@ fn run_part_in(
         });
     let mut ck = CheckpointConfig::every(Duration::from_millis(m.checkpoint_ms)).replicate(pointer);
     ck.dir = Some(dir.to_path_buf());
+    if let Some(f) = &m.faults {
+        config = config.probes(Arc::new(f.clone()));
+    }
     // A checkpoint the servers cannot take during an outage fails and the
     // next one tries again; the job waits the outage out (its source and
     // sink bound it), it does not fail for it.
