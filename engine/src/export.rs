@@ -18,6 +18,7 @@
 //! ```
 
 mod hlog;
+mod http;
 mod view;
 
 pub use hlog::IntervalLog;
@@ -548,8 +549,10 @@ fn process_start_time_s() -> Option<f64> {
 
 /// Serves a job's metrics at `http://ADDR/metrics` in the Prometheus text
 /// format (version 0.0.4) until dropped. One thread answers the scrapes
-/// (`GET` and `HEAD`, at `/metrics` or `/`; anything else is 404), another
-/// keeps the recent-latency window.
+/// (`GET` and `HEAD`, at `/metrics` or `/`; another path is 404, another
+/// method 405), another keeps the recent-latency window. No request can
+/// hurt the job: heads are bounded, bodies never read, connections
+/// bounded in number and time (see the `http` module).
 ///
 /// It may start before the job ([`MetricsServer::start`], then
 /// [`MetricsServer::attach`]): until then it serves the process's metrics
@@ -587,36 +590,27 @@ pub struct MetricsServer {
     exporter: Arc<Exporter>,
 }
 
-/// An HTTP endpoint of a job's: one thread answers its requests, another
-/// samples the job every `step`; both end when it is dropped.
+/// An HTTP endpoint of a job's: one thread answers its requests
+/// ([`http::Server`]: bounded in memory, connections and time, whatever a
+/// client sends), another samples the job every `step`; both end when it
+/// is dropped.
 struct Endpoint {
-    server: Arc<tiny_http::Server>,
-    addr: SocketAddr,
+    server: http::Server,
     stop: Option<mpsc::Sender<()>>,
-    threads: Vec<JoinHandle<()>>,
+    ticking: Option<JoinHandle<()>>,
 }
 
 impl Endpoint {
-    /// Listens on `addr` (`what` names it in errors); `answer` takes each
-    /// request on thread `name`, `tick` runs every `step` on another.
+    /// Listens on `addr`; `answer` takes each request on thread `name`,
+    /// `tick` runs every `step` on another.
     fn start(
         addr: impl ToSocketAddrs,
-        what: &str,
         name: &str,
-        answer: impl Fn(tiny_http::Request) + Send + 'static,
+        answer: impl Fn(&http::Request<'_>) -> http::Response + Send + 'static,
         step: Duration,
         tick: impl Fn() + Send + 'static,
     ) -> io::Result<Endpoint> {
-        let server = tiny_http::Server::http(addr).map_err(io::Error::other)?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| io::Error::other(format!("{what} is not on an IP address")))?;
-        let server = Arc::new(server);
-        let s = Arc::clone(&server);
-        let answering = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || s.incoming_requests().for_each(answer))?;
+        let server = http::Server::start(addr, name, answer)?;
         let (stop, stopped) = mpsc::channel::<()>();
         let ticking = std::thread::Builder::new()
             .name(format!("{name}-tick"))
@@ -631,27 +625,23 @@ impl Endpoint {
             })?;
         Ok(Endpoint {
             server,
-            addr,
             stop: Some(stop),
-            threads: vec![answering, ticking],
+            ticking: Some(ticking),
         })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.server.addr()
     }
 }
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.server.unblock();
         drop(self.stop.take());
-        for t in self.threads.drain(..) {
+        if let Some(t) = self.ticking.take() {
             let _ = t.join();
         }
     }
-}
-
-/// A `Content-Type` header.
-fn content_type(ct: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(&b"Content-Type"[..], ct.as_bytes())
-        .expect("a static header is valid")
 }
 
 impl MetricsServer {
@@ -670,32 +660,15 @@ impl MetricsServer {
         let (x, y) = (Arc::clone(&exporter), Arc::clone(&exporter));
         let endpoint = Endpoint::start(
             addr,
-            "the metrics server",
             "tandem-metrics",
             move |req| {
-                let path = req.url().split('?').next().unwrap_or("");
-                let head = matches!(req.method(), tiny_http::Method::Head);
-                let ok = (head || matches!(req.method(), tiny_http::Method::Get))
-                    && (path == "/metrics" || path == "/");
-                // A client that went away is no concern of the job's.
-                let _ = if !ok {
-                    req.respond(
-                        tiny_http::Response::from_string("not found\n").with_status_code(404),
-                    )
-                } else {
-                    match x.scrape() {
-                        // HEAD: the headers of a GET, no body (tiny_http
-                        // leaves the body out itself).
-                        Ok(body) => req.respond(
-                            tiny_http::Response::from_data(body)
-                                .with_header(content_type(prometheus::TEXT_FORMAT)),
-                        ),
-                        Err(e) => req.respond(
-                            tiny_http::Response::from_string(format!("{e}\n"))
-                                .with_status_code(500),
-                        ),
-                    }
-                };
+                if req.path != "/metrics" && req.path != "/" {
+                    return http::Response::not_found();
+                }
+                match x.scrape() {
+                    Ok(body) => http::Response::ok(prometheus::TEXT_FORMAT, body),
+                    Err(e) => http::Response::text(500, &e.to_string()),
+                }
             },
             RECENT_STEP,
             move || y.sample(),
@@ -715,6 +688,6 @@ impl MetricsServer {
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.endpoint.addr
+        self.endpoint.addr()
     }
 }

@@ -4,7 +4,7 @@
 //! their lag, every recovery as it happens and the latency over time —
 //! polling `api/state` (JSON) twice a second.
 
-use super::{content_type, Endpoint};
+use super::{http, Endpoint};
 use crate::metrics::LatencyHistogram;
 use crate::runtime::JobWatch;
 use serde::Serialize;
@@ -297,28 +297,11 @@ impl LiveView {
         let (x, y) = (Arc::clone(&inner), Arc::clone(&inner));
         let endpoint = Endpoint::start(
             addr,
-            "the live view",
             "tandem-view",
-            move |req| {
-                let path = req.url().split('?').next().unwrap_or("").to_string();
-                let get = matches!(
-                    req.method(),
-                    tiny_http::Method::Get | tiny_http::Method::Head
-                );
-                // A client that went away is no concern of the job's.
-                let _ = match (get, path.as_str()) {
-                    (true, "/") | (true, "/index.html") => req.respond(
-                        tiny_http::Response::from_string(PAGE)
-                            .with_header(content_type("text/html; charset=utf-8")),
-                    ),
-                    (true, "/api/state") => req.respond(
-                        tiny_http::Response::from_string(x.state().to_string())
-                            .with_header(content_type("application/json")),
-                    ),
-                    _ => req.respond(
-                        tiny_http::Response::from_string("not found\n").with_status_code(404),
-                    ),
-                };
+            move |req| match req.path {
+                "/" | "/index.html" => http::Response::ok("text/html; charset=utf-8", PAGE),
+                "/api/state" => http::Response::ok("application/json", x.state().to_string()),
+                _ => http::Response::not_found(),
             },
             STEP,
             move || y.sample(),
@@ -340,6 +323,6 @@ impl LiveView {
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
-        self.endpoint.addr
+        self.endpoint.addr()
     }
 }

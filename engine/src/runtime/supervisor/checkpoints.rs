@@ -188,7 +188,7 @@ impl Supervisor {
     /// what its checkpoint covers; the job produces the rest again. With
     /// no restart left, the job fails with `e`, which names the sink.
     pub(super) fn commit_failed(&mut self, f: CommitFailure, what: &str) {
-        let e = f.error;
+        let e = *f.error;
         if f.injected {
             // The job's fault injection failed it (a `commit` fault).
             self.attempts[0]
@@ -459,7 +459,7 @@ impl Supervisor {
             c.in_flight = None;
             c.failed(format!("checkpoint {id}: {e}"));
             let f = CommitFailure {
-                error: e,
+                error: Box::new(e),
                 injected: false,
             };
             self.commit_failed(f, &format!("checkpoint {id}"));
@@ -528,7 +528,7 @@ pub(super) fn all_acknowledged<V>(
 /// A sink's commit that failed, and whether the job's fault injection
 /// failed it.
 pub(super) struct CommitFailure {
-    pub(super) error: JobError,
+    pub(super) error: Box<JobError>,
     pub(super) injected: bool,
 }
 
@@ -553,13 +553,13 @@ pub(super) fn commit_all(
         }
         let was_injected = injected.is_err();
         injected.and(r).map_err(|source| CommitFailure {
-            error: JobError::Io {
+            error: Box::new(JobError::Io {
                 operator: names[node].to_string(),
                 instance,
                 context: format!("committing the output of checkpoint {id}"),
                 path: None,
                 source,
-            },
+            }),
             injected: was_injected,
         })?;
     }

@@ -92,7 +92,7 @@ impl Supervisor {
                 .and_then(|()| c.commit_final())
                 .and_then(|()| c.settle());
             r.map_err(|source| CommitFailure {
-                error: JobError::Io {
+                error: Box::new(JobError::Io {
                     operator: name.to_string(),
                     instance,
                     context: "committing its final output (what it wrote after its last \
@@ -100,7 +100,7 @@ impl Supervisor {
                         .into(),
                     path: None,
                     source,
-                },
+                }),
                 injected: was_injected,
             })?;
         }
