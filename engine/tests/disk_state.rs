@@ -121,36 +121,59 @@ fn the_disk_backend_under_restart_all_commits_what_the_memory_backends_clean_run
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-#[test]
-fn a_checkpoint_restores_only_into_the_backend_that_wrote_it() {
-    let dir = tempdir("disk-cross");
-    let mut cfg = config(&dir, tiny(&dir));
+/// A checkpoint taken while `keyed` still ran under `backend`: its state
+/// is in it.
+fn mid_checkpoint(dir: &Path, backend: StateBackend) -> std::path::PathBuf {
+    let mut cfg = config(dir, backend);
     cfg.checkpoint.as_mut().expect("checkpoints").retain = 1_000;
     build(&dir.join("out")).run(&cfg).unwrap();
-    // A checkpoint taken while the keyed instances still ran: their state
-    // is in it.
     let mut all = tandem::checkpoint::list(&dir.join("checkpoints")).unwrap();
     all.sort_by_key(|l| l.id);
-    let mid = all
-        .into_iter()
+    all.into_iter()
         .find(|l| {
             let m = l.load().unwrap();
             m.files
                 .iter()
                 .any(|f| f.operator == "keyed" && f.payload_len > 0)
         })
-        .expect("a checkpoint with keyed state");
-    // The disk backend's checkpoint, restored by the in-memory backend:
-    // refused, naming the backend.
-    let again = tempdir("disk-cross-again");
-    let cfg = RuntimeConfig {
-        restore_from: Some(mid.manifest_path),
-        ..config(&again, StateBackend::Memory)
-    };
-    let err = build(&again.join("out")).run(&cfg).unwrap_err();
-    assert!(format!("{err:#}").contains("disk state backend"), "{err:#}");
-    std::fs::remove_dir_all(dir).unwrap();
-    std::fs::remove_dir_all(again).unwrap();
+        .expect("a checkpoint with keyed state")
+        .manifest_path
+}
+
+/// Each backend's checkpoint, restored into the other: refused before
+/// the job starts, naming both backends and the operator — not tried
+/// and failed at every restart until the strategy gives up. The
+/// manifest records the backend that wrote it.
+#[test]
+fn a_checkpoint_restores_only_into_the_backend_that_wrote_it() {
+    for (wrote, into) in [("disk", "memory"), ("memory", "disk")] {
+        let dir = tempdir(&format!("cross-{wrote}"));
+        let backend = |name: &str| match name {
+            "disk" => tiny(&dir),
+            _ => StateBackend::Memory,
+        };
+        let mid = mid_checkpoint(&dir, backend(wrote));
+        let m = tandem::checkpoint::Manifest::load(&mid).unwrap();
+        assert_eq!(m.state_backend.as_deref(), Some(wrote));
+        let again = dir.join("again");
+        let cfg = RuntimeConfig {
+            restore_from: Some(mid),
+            ..config(&again, backend(into))
+        };
+        let err = build(&again.join("out")).run(&cfg).unwrap_err();
+        assert!(
+            matches!(err, tandem::JobError::Incompatible { .. }),
+            "refused at start, not after attempts: {err:#}"
+        );
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains(&format!("written by the {wrote} state backend"))
+                && msg.contains(&format!("runs the {into} backend"))
+                && msg.contains("`keyed`"),
+            "{msg}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 #[test]

@@ -118,6 +118,13 @@ pub struct Manifest {
     pub id: u64,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// The state backend whose keyed state the files hold (`memory` or
+    /// `disk`, [`crate::state::StateBackend::name`]); a keyed state
+    /// restores only into the backend that wrote it, and a job on the
+    /// other is refused before it starts. `None`: written before Tandem
+    /// recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_backend: Option<String>,
     /// The snapshot files.
     pub files: Vec<FileEntry>,
     /// Directory the file paths are relative to (not stored).
@@ -283,6 +290,7 @@ impl Manifest {
             kind: self.kind,
             id: self.id,
             created_at_ms: self.created_at_ms,
+            state_backend: self.state_backend.clone(),
             files: Vec::new(),
             dir: self.dir.clone(),
         }

@@ -96,6 +96,7 @@ impl Pending {
 struct Job {
     kind: SnapshotKind,
     id: u64,
+    state_backend: Option<&'static str>,
     snapshots: Vec<OperatorSnapshot>,
     done: mpsc::SyncSender<Result<Published, CheckpointError>>,
 }
@@ -111,6 +112,8 @@ pub struct SnapshotStore {
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<thread::JoinHandle<()>>,
     backend_note: Option<String>,
+    /// Recorded in every manifest written ([`Manifest::state_backend`]).
+    state_backend: Option<&'static str>,
 }
 
 impl SnapshotStore {
@@ -176,6 +179,7 @@ impl SnapshotStore {
             tx: Some(tx),
             thread: Some(thread),
             backend_note,
+            state_backend: None,
         })
     }
 
@@ -194,6 +198,12 @@ impl SnapshotStore {
         self.backend_note.as_deref()
     }
 
+    /// Records `name` as the state backend of every set written from now
+    /// on ([`Manifest::state_backend`]).
+    pub fn record_state_backend(&mut self, name: &'static str) {
+        self.state_backend = Some(name);
+    }
+
     /// Queues checkpoint `id` for writing and returns at once; the I/O
     /// thread writes, fsyncs and publishes it, then applies retention.
     pub fn submit(&self, id: u64, snapshots: Vec<OperatorSnapshot>) -> Pending {
@@ -210,6 +220,7 @@ impl SnapshotStore {
         let job = Job {
             kind,
             id,
+            state_backend: self.state_backend,
             snapshots,
             done,
         };
@@ -283,7 +294,7 @@ struct IoThread {
 impl IoThread {
     fn run(mut self, rx: mpsc::Receiver<Job>) {
         while let Ok(job) = rx.recv() {
-            let result = self.write_set(job.kind, job.id, job.snapshots);
+            let result = self.write_set(job.kind, job.id, job.state_backend, job.snapshots);
             if let Err(e) = &result {
                 self.discard_unpublished(job.kind, job.id, e);
             }
@@ -330,6 +341,7 @@ impl IoThread {
         &mut self,
         kind: SnapshotKind,
         id: u64,
+        state_backend: Option<&'static str>,
         snapshots: Vec<OperatorSnapshot>,
     ) -> Result<Published, CheckpointError> {
         let start = Instant::now();
@@ -388,6 +400,7 @@ impl IoThread {
             kind,
             id,
             created_at_ms,
+            state_backend: state_backend.map(str::to_string),
             files,
             dir: manifest_dir.clone(),
         };

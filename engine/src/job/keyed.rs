@@ -90,7 +90,11 @@ where
             &[self.stream.input()],
             self.stream.standby.clone(),
         );
-        self.stream.job.borrow_mut().nodes[node].rescale = graph::Rescale::Keyed;
+        {
+            let mut job = self.stream.job.borrow_mut();
+            job.nodes[node].rescale = graph::Rescale::Keyed;
+            job.nodes[node].in_backend = true;
+        }
         Stream::new(Rc::clone(&self.stream.job), node)
     }
 

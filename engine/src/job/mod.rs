@@ -554,6 +554,7 @@ fn add_node_with(
         out: out.map(|o| o.core),
         standby,
         rescale: crate::runtime::graph::Rescale::Refuse(crate::runtime::graph::OWN_STATE),
+        in_backend: false,
     });
     for (port, (from, p)) in inputs.iter().enumerate() {
         g.edges.push(Edge {

@@ -251,6 +251,10 @@ pub(crate) struct Node {
     /// How its state is restored at another parallelism than the
     /// checkpoint's ([`Rescale`]).
     pub(crate) rescale: Rescale,
+    /// Its keyed state lives in the job's state backend
+    /// ([`crate::state::StateBackend`]: a keyed process function's), and
+    /// restores only from a checkpoint of that backend.
+    pub(crate) in_backend: bool,
 }
 
 /// How an operator's checkpointed state is restored when the job restores

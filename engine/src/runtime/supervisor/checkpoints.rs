@@ -585,13 +585,14 @@ impl Coordinator {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        let store = SnapshotStore::open_replicated(
+        let mut store = SnapshotStore::open_replicated(
             &dir,
             c.retain,
             crate::sys::uring::FileWriter::new(),
             config.probes.as_ref().and_then(|p| p.storage()),
             c.replicate.as_ref().map(|r| std::sync::Arc::clone(&r.0)),
         )?;
+        store.record_state_backend(config.state_backend.name());
         let next_id = store.list()?.iter().map(|l| l.id).max().unwrap_or(0) + 1;
         let interval = match c.adaptive {
             Some((_, max)) => max,

@@ -144,6 +144,26 @@ pub(in crate::runtime) fn load_restore_point(
     }
 }
 
+/// Which state backend wrote a keyed instance's restored state — `disk`
+/// for the disk backend's runs, `memory` for the in-memory backend's
+/// archives — from its first file (`None`: it holds none).
+fn backend_of(i: &InstanceRestore) -> Option<&'static str> {
+    if !i.lazy.is_empty() {
+        // Key indexes: only the in-memory backend writes them.
+        return Some("memory");
+    }
+    let first = i
+        .chain
+        .first()
+        .or(i.state.as_ref())
+        .or_else(|| i.parts.first().and_then(|p| p.first()))?;
+    Some(if crate::state::disk::is_run(first.payload()) {
+        "disk"
+    } else {
+        "memory"
+    })
+}
+
 /// Maps and verifies every file of `m` and matches it to the job's
 /// operators.
 /// Whether two paths name one directory.
@@ -159,6 +179,8 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 /// - an operator with state whose chain runs in a child process (process
 ///   isolation builds it from its standby's state only: the checkpoint's
 ///   would be silently dropped);
+/// - a keyed state written by the other state backend (each reads only
+///   its own format: the attempt would fail at every restart);
 /// - a keyed state on the disk backend at another parallelism.
 pub(super) fn refuse_unrestorable(
     r: &Restore,
@@ -178,7 +200,19 @@ pub(super) fn refuse_unrestorable(
         let i = &r.instances[k];
         let name = &graph.nodes[k.0].name;
         let held = i.state.is_some() || !i.chain.is_empty() || !i.lazy.is_empty();
-        let reason = if process && plan.backed[k.0].is_some() && (held || !i.parts.is_empty()) {
+        let ours = config.state_backend.name();
+        let wrote = graph.nodes[k.0].in_backend.then(|| backend_of(i)).flatten();
+        let reason = if let Some(wrote) = wrote.filter(|w| *w != ours) {
+            format!(
+                "operator `{name}`'s keyed state there was written by the {wrote} state backend, \
+                 and this job runs the {ours} backend: a keyed state restores only into the \
+                 backend that wrote it (run the job with the {wrote} backend{})",
+                m.state_backend
+                    .as_deref()
+                    .filter(|b| *b != wrote)
+                    .map_or(String::new(), |b| format!("; the manifest says {b}"))
+            )
+        } else if process && plan.backed[k.0].is_some() && (held || !i.parts.is_empty()) {
             format!(
                 "operator `{name}` has state there and runs in a child process (process \
                  isolation), which does not restore a checkpoint's state yet: restore with \

@@ -106,6 +106,14 @@ pub enum StateBackend {
 }
 
 impl StateBackend {
+    /// `memory` or `disk`, as a checkpoint's manifest records it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StateBackend::Memory => "memory",
+            StateBackend::Disk(_) => "disk",
+        }
+    }
+
     /// The disk backend with its defaults.
     pub fn disk() -> Self {
         StateBackend::Disk(DiskBackend::default())

@@ -356,15 +356,17 @@ struct Parsed<'a> {
 
 fn parse(link: &[u8]) -> Result<Parsed<'_>, CheckpointError> {
     let bad = |why: &str| CheckpointError::Delta(format!("a disk state run {why}"));
-    if link.len() < HEADER {
-        return Err(bad("shorter than its header"));
-    }
-    if &link[..8] != MAGIC {
+    // The magic first: a short in-memory archive is another backend's
+    // checkpoint, not a damaged run.
+    if link.get(..8) != Some(MAGIC.as_slice()) {
         return Err(CheckpointError::Delta(
             "not written by the disk state backend (a checkpoint of the in-memory backend \
              restores only into it: run the job with StateBackend::Memory)"
                 .into(),
         ));
+    }
+    if link.len() < HEADER {
+        return Err(bad("shorter than its header"));
     }
     let word = |i: usize| u64::from_le_bytes(link[i..i + 8].try_into().expect("8 bytes"));
     let delta = match word(8) {
