@@ -141,6 +141,69 @@ pub fn interrupted() -> bool {
     cleanup::signal().is_some()
 }
 
+/// An error if the run was interrupted by a signal: `?` it in a binary's
+/// loops (a step of a second or less between two checks), and the frame
+/// ([`main`]) exits `128 + signal` with its line.
+pub fn check_interrupted() -> anyhow::Result<()> {
+    anyhow::ensure!(!interrupted(), "interrupted");
+    Ok(())
+}
+
+/// Runs `job` on `config` to its end, as [`join_job`] joins it.
+pub fn run_job(
+    job: tandem::Job,
+    config: &tandem::RuntimeConfig,
+) -> anyhow::Result<tandem::JobReport> {
+    join_job(job.start(config)?)
+}
+
+/// Waits for the job `handle` runs; a signal that interrupts the run
+/// meanwhile cancels it (its scratch files go with it) and makes this an
+/// error, "interrupted", for the frame ([`main`]) to exit `128 + signal`.
+pub fn join_job(handle: tandem::JobHandle) -> anyhow::Result<tandem::JobReport> {
+    let mut cancelled = false;
+    while !handle.is_finished() {
+        if !cancelled && interrupted() {
+            handle.cancel();
+            cancelled = true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let joined = handle.join();
+    check_interrupted()?;
+    Ok(joined?)
+}
+
+/// Waits for `child`, a process this run started: a signal that
+/// interrupts the run meanwhile is passed on to it (it stops and cleans
+/// up as this process does; killed after [`GRACE`] and two seconds if it
+/// does not), and makes this an error, "interrupted". While it runs, a
+/// signal's hard exit waits for it ([`cleanup::child`]).
+pub fn wait_child(child: &mut std::process::Child) -> anyhow::Result<std::process::ExitStatus> {
+    cleanup::child(child.id());
+    let status = (|| loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(s);
+        }
+        if let Some(sig) = cleanup::signal() {
+            // SAFETY: `kill` reads no memory of ours; the child has not
+            // been reaped, so its pid is its own.
+            unsafe { libc::kill(child.id() as i32, sig) };
+            let waited = std::time::Instant::now();
+            while child.try_wait()?.is_none() {
+                if waited.elapsed() > GRACE + Duration::from_secs(2) {
+                    let _ = child.kill();
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            anyhow::bail!("interrupted");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    })();
+    cleanup::child_ended(child.id());
+    status
+}
+
 /// Raises its flag when dropped — a thread that ends early (an error, a
 /// signal, a panic unwinding) tells the threads that wait on it — unless
 /// disarmed first (the thread did all its work).

@@ -90,11 +90,15 @@ fn ten() -> Pattern<Ev> {
     p.within(Duration::from_millis(100))
 }
 
-/// The matcher alone: ns per event, and the matches.
-fn matcher(p: &Pattern<Ev>, args: &Args) -> (f64, u64) {
+/// The matcher alone: ns per event, and the matches (an error when a
+/// signal interrupts the run).
+fn matcher(p: &Pattern<Ev>, args: &Args) -> Result<(f64, u64)> {
     // Each key's events in time order, as the operator gives them.
     let mut per_key: Vec<Vec<(Ev, u64)>> = vec![Vec::new(); args.keys as usize];
     for i in 0..args.events {
+        if i % 65_536 == 0 {
+            tandem_bench::cli::check_interrupted()?;
+        }
         let (e, t) = event(args.keys, i);
         per_key[e.0 as usize].push((e, t));
     }
@@ -104,15 +108,17 @@ fn matcher(p: &Pattern<Ev>, args: &Args) -> (f64, u64) {
     let started = Instant::now();
     let mut found = 0u64;
     for evs in &per_key {
+        // A check a key: its events take microseconds to milliseconds.
+        tandem_bench::cli::check_interrupted()?;
         let mut m = Matcher::default();
         for (e, t) in evs {
             found += m.step(p, e, *t).matches.len() as u64;
         }
     }
-    (
+    Ok((
         started.elapsed().as_nanos() as f64 / args.events as f64,
         found,
-    )
+    ))
 }
 
 /// The job: events/s per core (wall), per CPU-second, and the matches.
@@ -134,7 +140,7 @@ fn job(cores: usize, args: &Args) -> Result<(f64, f64, u64)> {
         f2.fetch_add(1, Ordering::Relaxed);
     });
     let cpu0 = tandem::sys::rusage::process_cpu_time();
-    let report = job.build()?.run(&RuntimeConfig::default().cores(cores))?;
+    let report = tandem_bench::cli::run_job(job.build()?, &RuntimeConfig::default().cores(cores))?;
     let cpu = (tandem::sys::rusage::process_cpu_time() - cpu0).as_secs_f64();
     let wall = report.elapsed.as_secs_f64();
     Ok((
@@ -169,8 +175,8 @@ fn main() -> ExitCode {
         let (mut m3, mut m10, mut wall, mut cpu) = (vec![], vec![], vec![], vec![]);
         let (mut f3, mut f10, mut fj) = (0, 0, 0);
         for r in 0..args.runs {
-            let (a, fa) = matcher(&p3, &args);
-            let (b, fb) = matcher(&p10, &args);
+            let (a, fa) = matcher(&p3, &args)?;
+            let (b, fb) = matcher(&p10, &args)?;
             let (w, c, f) = job(cores, &args)?;
             outln!(
                 "run {}: matcher {a:.1} ns/event (3 steps), {b:.1} ns/event (10 steps); job {w:.0} events/s per core, {c:.0} per CPU-second",

@@ -246,13 +246,18 @@ fn child(args: &Args, which: &str, dir: &Path) -> Result<RunResult> {
     let sampler = {
         let (peak, stop, state) = (Arc::clone(&peak), Arc::clone(&stop), dir.join("state"));
         std::thread::spawn(move || {
+            let mut next = std::time::Instant::now();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                peak.fetch_max(dir_bytes(&state), std::sync::atomic::Ordering::Relaxed);
-                std::thread::sleep(Duration::from_secs(1));
+                if std::time::Instant::now() >= next {
+                    peak.fetch_max(dir_bytes(&state), std::sync::atomic::Ordering::Relaxed);
+                    next += Duration::from_secs(1);
+                }
+                // Short naps: the run's end (or a signal's) is not held up.
+                std::thread::sleep(Duration::from_millis(20));
             }
         })
     };
-    let report = job.run(&cfg);
+    let report = tandem_bench::cli::run_job(job, &cfg);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = sampler.join();
     let report = report?;
@@ -444,7 +449,22 @@ fn spawn(args: &Args, which: &str, dir: &Path, cgroup: Option<&Cgroup>) -> Resul
             });
         }
     }
-    let out = cmd.spawn()?.wait_with_output()?;
+    let mut child = cmd.spawn()?;
+    let mut pipe = child.stdout.take().context("the child's standard output")?;
+    let reading = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut pipe, &mut v).map(|_| v)
+    });
+    // A signal to this process stops the child too.
+    let status = tandem_bench::cli::wait_child(&mut child)?;
+    let stdout = reading
+        .join()
+        .map_err(|_| anyhow::anyhow!("reading the child's output panicked"))??;
+    let out = std::process::Output {
+        status,
+        stdout,
+        stderr: Vec::new(),
+    };
     if !out.status.success() {
         use std::os::unix::process::ExitStatusExt;
         if out.status.signal() == Some(libc::SIGKILL) && cgroup.is_some() {

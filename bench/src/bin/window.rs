@@ -119,9 +119,8 @@ fn run(windowed: bool, args: &Args) -> Result<(f64, u64)> {
     out.for_each("sink", move |_| {
         s2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     });
-    let report = job
-        .build()?
-        .run(&RuntimeConfig::default().cores(args.cores))?;
+    let report =
+        tandem_bench::cli::run_job(job.build()?, &RuntimeConfig::default().cores(args.cores))?;
     let secs = report.elapsed.as_secs_f64();
     Ok((
         records as f64 / secs / args.cores as f64,
@@ -140,7 +139,12 @@ fn main() -> ExitCode {
             (1..=100).contains(&args.runs),
             "--runs must be between 1 and 100"
         );
-        ensure!(args.cores >= 1, "--cores must be at least 1");
+        let available = tandem::sys::affinity::available_cores().len();
+        ensure!(
+            (1..=available).contains(&args.cores),
+            "--cores {}: must be between 1 and {available} (the cores this process may use)",
+            args.cores
+        );
         ensure!(
             (1..=10_000_000).contains(&args.users),
             "--users must be between 1 and 10,000,000"

@@ -234,7 +234,7 @@ impl Runner {
     /// child's last lines of standard error).
     pub fn run(&self, r: &Run) -> anyhow::Result<Done> {
         let runs = self.dir.join("runs");
-        std::fs::create_dir_all(&runs)?;
+        tandem_bench::cleanup::create_dir_all(&runs)?;
         let report = runs.join(format!("{}.json", r.name));
         let hlog = runs.join(format!("{}.hlog", r.name));
         let timeline = r
@@ -272,7 +272,7 @@ impl Runner {
     /// and the run's wall time.
     pub fn run_restore(&self, bin: &Path, r: &Run) -> anyhow::Result<(RestoreReport, f64)> {
         let runs = self.dir.join("runs");
-        std::fs::create_dir_all(&runs)?;
+        tandem_bench::cleanup::create_dir_all(&runs)?;
         let report = runs.join(format!("{}.json", r.name));
         let mut cmd = Command::new(bin);
         cmd.args(&r.flags).arg("--report").arg(&report);
