@@ -448,3 +448,203 @@ fn a_browser_shows_the_live_views_graph_takeover_and_checkpoint() {
     assert!(dom.contains("checkpoint"), "{dom}");
     assert!(dom.contains("completed in"), "{dom}");
 }
+
+/// Headless Chromium's DOM of the live view at `addr`.
+fn dom_of(chromium: &str, addr: &str) -> String {
+    let page = Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--virtual-time-budget=2000",
+            "--dump-dom",
+        ])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&page.stdout).into_owned()
+}
+
+/// What the page's header says of the job's state.
+fn state_shown(dom: &str) -> String {
+    dom.split("id=\"state\">")
+        .nth(1)
+        .and_then(|r| r.split('<').next())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Chromium where it is installed; `None` (skipped) where not, unless
+/// `TANDEM_REQUIRE_CHROMIUM` is set.
+fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("TANDEM_REQUIRE_CHROMIUM").is_none(),
+            "no chromium (TANDEM_REQUIRE_CHROMIUM is set)"
+        );
+    }
+    found
+}
+
+/// Before its job attaches (a program still making its input) the page
+/// says the job is being prepared — it used to say "unreachable", its
+/// script failing on fields the unattached state lacked — and once the
+/// job has ended its elapsed time stays the job's own (it used to count
+/// on while the endpoint lingered).
+#[test]
+fn the_live_view_says_preparing_before_the_job_and_keeps_the_jobs_time_after_it() {
+    let Some(chromium) = chromium() else { return };
+    let view = tandem::export::LiveView::start("127.0.0.1:0", "prepared").unwrap();
+    let addr = view.addr().to_string();
+    let before = view_state(&addr).expect("the state before the job");
+    assert_eq!(before["phase"], "preparing", "{before}");
+    let dom = dom_of(chromium, &addr);
+    assert_eq!(state_shown(&dom), "preparing", "{dom}");
+    assert!(dom.contains(">Preparing:"), "the page says so: {dom}");
+
+    let job = tandem::JobBuilder::new("prepared");
+    job.source("numbers", |_| {
+        tandem::IterSource((0..200_000u64).map(|n| (n, n)))
+    })
+    .rate_limit(400_000.0)
+    .map("double", |n: u64| n * 2)
+    .for_each("drop", |_| {});
+    let handle = job
+        .build()
+        .unwrap()
+        .start(&tandem::RuntimeConfig::default().cores(1))
+        .unwrap();
+    view.attach(handle.watch());
+    let report = handle.join().unwrap();
+    view.ended();
+    let ended = view_state(&addr).expect("the state after the job");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let later = view_state(&addr).expect("the state, later");
+    assert_eq!(later["phase"], "ended", "{later}");
+    assert_eq!(
+        ended["elapsed_s"], later["elapsed_s"],
+        "elapsed stays the job's time"
+    );
+    let shown = later["elapsed_s"].as_f64().unwrap();
+    let ran = report.elapsed.as_secs_f64();
+    assert!(
+        (shown - ran).abs() < 1e-5,
+        "the view shows {shown} s, the job ran {ran} s"
+    );
+    let dom = dom_of(chromium, &addr);
+    assert_eq!(state_shown(&dom), "ended", "{dom}");
+    assert!(dom.contains(">The job has ended after"), "{dom}");
+}
+
+/// While a faulted run goes on, what the view's state says holds: a
+/// source's count never goes back (restart-all restores its position),
+/// every operator of a backed-up chain is marked (not only the one named
+/// by `--standby`), and every recovery of an injected fault is in the
+/// history at its fault's time, marked injected.
+#[test]
+fn the_live_views_counts_chains_and_recoveries_hold_through_takeovers_and_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, addr, err) = paper_serving(
+        &[
+            "--records",
+            "1200000",
+            "--rate",
+            "300000",
+            "--cores",
+            "2",
+            "--strategy",
+            "bqbs",
+            "--standby",
+            "flatmap",
+            "--checkpoint-interval-ms",
+            "100",
+            "--fault",
+            "panic@flatmap:~3",
+            "--fault",
+            "panic@keyed:~3",
+            "--ui-addr",
+            "127.0.0.1:0",
+            "--metrics-linger-s",
+            "30",
+        ],
+        dir.path(),
+        "live view at http://",
+        "/",
+    );
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for _ in err.lines().map_while(Result::ok) {}
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut high: std::collections::HashMap<String, u64> = Default::default();
+    let last = loop {
+        assert!(std::time::Instant::now() < deadline, "the run did not end");
+        let Some(s) = view_state(&addr) else {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        };
+        for o in s["operators"].as_array().unwrap() {
+            if o["source"] == true {
+                let name = o["name"].as_str().unwrap().to_string();
+                let n = o["records"].as_u64().unwrap();
+                let h = high.entry(name.clone()).or_default();
+                assert!(n >= *h, "{name}'s count went back from {h} to {n}");
+                *h = n;
+            }
+        }
+        if s["phase"] == "ended" {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let marked: Vec<&str> = last["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["standby"] == true)
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    for op in ["source", "flatmap", "filter"] {
+        assert!(
+            marked.contains(&op),
+            "{op} is in the backed-up chain: {marked:?}"
+        );
+    }
+    assert!(!marked.contains(&"keyed"), "{marked:?}");
+    let history = last["recovery_history"].as_array().unwrap();
+    let injected: Vec<&serde_json::Value> =
+        history.iter().filter(|r| r["injected"] == true).collect();
+    assert_eq!(
+        injected.len(),
+        6,
+        "every injected fault's recovery: {history:?}"
+    );
+    assert!(
+        injected.iter().any(|r| r["kind"] == "takeover"),
+        "{history:?}"
+    );
+    assert!(
+        injected.iter().any(|r| r["kind"] == "restart-all"),
+        "{history:?}"
+    );
+    let elapsed = last["elapsed_s"].as_f64().unwrap();
+    let mut at: Vec<f64> = injected.iter().map(|r| r["t"].as_f64().unwrap()).collect();
+    assert!(
+        at.iter().all(|&t| t > 0.0 && t <= elapsed),
+        "{at:?} in {elapsed} s"
+    );
+    at.dedup();
+    assert_eq!(at.len(), 6, "each at its own fault's time: {at:?}");
+}

@@ -203,14 +203,23 @@ pub struct JobStatus {
     pub standby: Vec<GroupStatus>,
     /// The newest completed checkpoints (up to [`RECENT`]), newest first.
     pub recent_checkpoints: Vec<RecentCheckpoint>,
-    /// The newest recoveries (up to [`RECENT`]), the one under way
-    /// included, in the order of their faults: the job's recovery
-    /// history (figures still being measured are `None`).
+    /// The job's recovery history, in the order of the faults, the one
+    /// under way included (figures still being measured are `None`):
+    /// every recovery of an injected fault (the newest [`INJECTED_KEPT`]),
+    /// and the newest [`RECENT`] others — older ones are in
+    /// [`recoveries`](Self::recoveries)' counts only.
     pub recent_recoveries: Vec<RecoveryRecord>,
+    /// Once the job has ended: how long it ran, microseconds (what its
+    /// report says; a watcher's clock runs on).
+    pub ended_after_us: Option<u64>,
 }
 
-/// How many checkpoints and recoveries [`JobStatus`] lists.
+/// How many checkpoints, and recoveries of no injected fault, [`JobStatus`]
+/// lists.
 pub const RECENT: usize = 20;
+
+/// How many recoveries of injected faults [`JobStatus`] lists at most.
+pub const INJECTED_KEPT: usize = 200;
 
 /// A completed checkpoint ([`JobStatus::recent_checkpoints`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -280,6 +289,9 @@ pub struct RecoveryCount {
 pub struct GroupStatus {
     /// The backed-up chain's head.
     pub operator: String,
+    /// Every operator of the backed-up chain, in order (a source the chain
+    /// replays first).
+    pub chain: Vec<String>,
     /// Its instance.
     pub instance: usize,
     /// Inputs its buffer queues hold (a chain that replays its source

@@ -3,9 +3,18 @@
 //! with each operator's rate, the checkpoints, the standby groups with
 //! their lag, every recovery as it happens and the latency over time —
 //! polling `api/state` (JSON) twice a second.
+//!
+//! What the page shows holds across the job's life: before the job
+//! attaches it says the job is being prepared (the same fields, empty);
+//! a source's count never goes back (a restart replays records the view
+//! counted already); each recovery stands at its fault's time, the whole
+//! history kept here as the samples bring it (every recovery of an
+//! injected fault, the others up to [`KEEP_OTHER_RECOVERIES`], the rest
+//! counted); every operator of a backed-up chain is marked as such; once
+//! the job ended, its elapsed time is the job's, not the page's.
 
 use super::{http, Endpoint};
-use crate::metrics::LatencyHistogram;
+use crate::metrics::{LatencyHistogram, RecoveryCause, RecoveryRecord};
 use crate::runtime::JobWatch;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -24,14 +33,17 @@ const STEP: Duration = Duration::from_millis(500);
 /// Samples kept: ten minutes.
 const KEEP: usize = 1200;
 
-/// What happened, when (seconds since the job started).
+/// Recoveries of no injected fault the view lists (stall verdicts on a
+/// busy host can come by the thousand); beyond, they are counted.
+const KEEP_OTHER_RECOVERIES: usize = 1000;
+
+/// A checkpoint completed, when the view saw it (seconds since the job
+/// started).
 #[derive(Clone, Debug, Serialize)]
 struct Happened {
     t: f64,
-    /// `takeover`, `restart-all` or `checkpoint`.
+    /// `checkpoint`.
     kind: String,
-    /// A recovery of an injected fault.
-    injected: bool,
     what: String,
 }
 
@@ -52,9 +64,42 @@ struct History {
     /// The previous sample: its time, counts and latency.
     prev: Option<(f64, Counts, LatencyHistogram)>,
     events: Vec<Happened>,
-    /// Recoveries seen so far, by (kind, cause, unprovoked).
-    recoveries: HashMap<(&'static str, &'static str, bool), u64>,
+    /// Every recovery seen so far, by (kind, operator, instance, fault
+    /// time), as its newest sample had it (its figures fill in).
+    recoveries: std::collections::BTreeMap<(u64, &'static str, String, usize), RecoveryRecord>,
+    /// Recoveries of no injected fault dropped past the bound.
+    dropped: u64,
+    /// Per source operator and instance, the highest count seen.
+    produced: HashMap<(usize, usize), u64>,
     checkpoints: u64,
+}
+
+impl History {
+    /// Takes the recoveries a status lists into the history.
+    fn recoveries_from(&mut self, listed: &[RecoveryRecord]) {
+        for r in listed {
+            let key = (r.fault_at_us, r.kind.name(), r.operator.clone(), r.instance);
+            self.recoveries.insert(key, r.clone());
+        }
+        let others = self
+            .recoveries
+            .values()
+            .filter(|r| r.reason != RecoveryCause::Injected)
+            .count();
+        if others > KEEP_OTHER_RECOVERIES {
+            // The oldest others go: their counts stay in the status.
+            let mut excess = others - KEEP_OTHER_RECOVERIES;
+            self.dropped += excess as u64;
+            self.recoveries.retain(|_, r| {
+                if excess > 0 && r.reason != RecoveryCause::Injected {
+                    excess -= 1;
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+    }
 }
 
 struct Inner {
@@ -72,7 +117,24 @@ impl Inner {
     /// One step: rates, the latency of the step, and what happened.
     fn sample(&self) {
         let Some(w) = self.watch() else { return };
-        let t = w.elapsed().as_secs_f64();
+        let s = w.status();
+        let t = match s.ended_after_us {
+            // The job's end is its last sample's time: the history stops
+            // there, however long the page stays up.
+            Some(us) => us as f64 / 1e6,
+            None => w.elapsed().as_secs_f64(),
+        };
+        if s.ended_after_us.is_some()
+            && self
+                .history
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .t
+                .back()
+                .is_some_and(|&last| last >= t)
+        {
+            return;
+        }
         let counts: Counts = w
             .progress()
             .operators
@@ -86,7 +148,6 @@ impl Inner {
             })
             .collect();
         let lat = w.latency();
-        let s = w.status();
         let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((t0, c0, l0)) = &h.prev {
             let dt = (t - t0).max(1e-6);
@@ -117,25 +178,7 @@ impl Inner {
                 h.p99_us.pop_front();
             }
         }
-        for r in &s.recoveries {
-            let key = (r.kind, r.cause, r.unprovoked);
-            let seen = h.recoveries.get(&key).copied().unwrap_or(0);
-            for k in seen..r.count {
-                h.events.push(Happened {
-                    t,
-                    kind: r.kind.to_string(),
-                    injected: r.cause == "injected",
-                    what: format!(
-                        "{} #{} ({}{})",
-                        r.kind,
-                        k + 1,
-                        r.cause,
-                        if r.unprovoked { ", unprovoked" } else { "" }
-                    ),
-                });
-            }
-            h.recoveries.insert(key, r.count);
-        }
+        h.recoveries_from(&s.recent_recoveries);
         if s.checkpoints_completed > h.checkpoints {
             let what = format!(
                 "checkpoint {} completed{}",
@@ -147,7 +190,6 @@ impl Inner {
             h.events.push(Happened {
                 t,
                 kind: "checkpoint".into(),
-                injected: false,
                 what,
             });
         }
@@ -156,22 +198,34 @@ impl Inner {
         h.prev = Some((t, counts, lat));
     }
 
-    /// `api/state`.
+    /// `api/state`: the same fields in every phase (`preparing`: the job
+    /// has not attached yet; `running`; `ended`).
     fn state(&self) -> serde_json::Value {
         let Some(w) = self.watch() else {
             return serde_json::json!({
-                "job": self.job, "attached": false, "ended": false, "elapsed_s": 0.0,
-                "operators": [], "edges": [], "checkpoints": {"started": 0, "completed": 0, "failed": 0},
-                "standby": [], "recoveries": [], "takeovers": 0, "restarts": 0,
-                "history": {"t": [], "p99_us": []}, "events": [], "p99_recent_us": null,
+                "job": self.job, "phase": "preparing", "attached": false, "ended": false,
+                "elapsed_s": 0.0, "operators": [], "edges": [],
+                "checkpoints": {"started": 0, "completed": 0, "failed": 0},
+                "checkpoint_history": [], "standby": [], "recoveries": [],
+                "recovery_history": [], "recoveries_not_listed": 0, "takeovers": 0,
+                "restarts": 0, "history": {"t": [], "p99_us": []}, "events": [],
+                "p99_recent_us": null,
             });
         };
         let shape = w.shape();
         let progress = w.progress();
         let s = w.status();
-        let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        h.recoveries_from(&s.recent_recoveries);
         let newest = progress.newest_source_watermark();
         let mut alignment_last_us: Option<u64> = None;
+        // Every operator of a backed-up chain, not only its head.
+        let backed: std::collections::HashSet<&str> = s
+            .standby
+            .iter()
+            .flat_map(|g| g.chain.iter().map(String::as_str))
+            .collect();
+        let mut produced = std::mem::take(&mut h.produced);
         let operators: Vec<serde_json::Value> = shape
             .operators
             .iter()
@@ -203,20 +257,47 @@ impl Inner {
                         alignment_last_us = Some(alignment_last_us.map_or(us, |m| m.max(us)));
                     }
                 }
+                // A source's count never goes back: a restart restores its
+                // position, and the records it reads again were counted.
+                let records = if p.source {
+                    p.instances
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &(n, _))| {
+                            let high = produced.entry((i, k)).or_insert(0);
+                            *high = (*high).max(n);
+                            *high
+                        })
+                        .sum()
+                } else {
+                    p.records
+                };
                 serde_json::json!({
                     "name": o.name, "parallelism": o.parallelism, "source": o.source,
-                    "sink": o.sink, "standby": o.standby, "records": p.records,
+                    "sink": o.sink, "standby": o.standby || backed.contains(o.name.as_str()),
+                    "standby_marked": o.standby, "records": records,
                     "rate": inst.iter().sum::<f64>(), "instances": inst,
                     "busy": most(h.busy.get(i)), "backpressured": most(h.pressed.get(i)),
                     "watermark_lag_s": lag,
                 })
             })
             .collect();
+        h.produced = produced;
+        let ended = self.ended.load(Ordering::Acquire);
+        // The job's own length once it ended; the clock runs on for the
+        // page, not for the job.
+        let elapsed_s = match s.ended_after_us {
+            Some(us) => us as f64 / 1e6,
+            None => w.elapsed().as_secs_f64(),
+        };
+        let listed = h.recoveries.len() as u64;
+        let counted: u64 = s.recoveries.iter().map(|r| r.count).sum();
         serde_json::json!({
             "job": self.job,
+            "phase": if ended { "ended" } else { "running" },
             "attached": true,
-            "ended": self.ended.load(Ordering::Acquire),
-            "elapsed_s": w.elapsed().as_secs_f64(),
+            "ended": ended,
+            "elapsed_s": elapsed_s,
             "operators": operators,
             "edges": shape.edges,
             "checkpoints": {
@@ -226,8 +307,9 @@ impl Inner {
                 "alignment_last_us": alignment_last_us,
             },
             "standby": s.standby.iter().map(|g| serde_json::json!({
-                "operator": g.operator, "instance": g.instance, "queue_entries": g.queue_entries,
-                "queue_bytes": g.queue_bytes, "lag_records": g.lag_records, "lag_us": g.point_age_us,
+                "operator": g.operator, "instance": g.instance, "chain": g.chain,
+                "queue_entries": g.queue_entries, "queue_bytes": g.queue_bytes,
+                "lag_records": g.lag_records, "lag_us": g.point_age_us,
             })).collect::<Vec<_>>(),
             "recoveries": s.recoveries.iter().map(|r| serde_json::json!({
                 "kind": r.kind, "cause": r.cause, "unprovoked": r.unprovoked, "count": r.count,
@@ -235,12 +317,16 @@ impl Inner {
             "checkpoint_history": s.recent_checkpoints.iter().map(|c| serde_json::json!({
                 "id": c.id, "bytes": c.bytes, "delta": c.delta, "duration_us": c.duration_us,
             })).collect::<Vec<_>>(),
-            "recovery_history": s.recent_recoveries.iter().map(|r| serde_json::json!({
+            "recovery_history": h.recoveries.values().map(|r| serde_json::json!({
                 "t": r.fault_at_us as f64 / 1e6, "kind": r.kind.name(), "operator": r.operator,
                 "instance": r.instance, "cause": r.reason.name(), "unprovoked": r.unprovoked,
+                "injected": r.reason == RecoveryCause::Injected,
                 "detect_us": r.detect_us, "first_output_us": r.first_output_us,
                 "caught_up_us": r.caught_up_us, "replayed": r.replayed_tuples,
             })).collect::<Vec<_>>(),
+            // Counted in `recoveries` but not in the history: past its
+            // bound, or too many between two samples.
+            "recoveries_not_listed": counted.saturating_sub(listed).max(h.dropped),
             "takeovers": s.takeovers,
             "restarts": s.restarts,
             "history": {"t": h.t, "p99_us": h.p99_us},

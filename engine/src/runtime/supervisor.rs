@@ -117,6 +117,9 @@ pub(crate) struct Supervisor {
     /// What the stall watch saw of the worker it declared stalled.
     stall_evidence: Option<Evidence>,
     /// The checkpoint the job started from, and newer ones passed over.
+    /// Once the job has ended: how long it ran, µs (published in its
+    /// last status).
+    ended_after_us: Option<u64>,
     restored_from: Option<(crate::checkpoint::RestorePoint, Vec<String>)>,
     standby_stats: Option<StandbyStats>,
     /// When the last [`crate::JobStatus`] was published.
@@ -233,6 +236,7 @@ impl Supervisor {
             stalled_worker: None,
             stall_evidence: None,
             restored_from: None,
+            ended_after_us: None,
             standby_stats: None,
             build_fence: Arc::default(),
             stopping: None,
@@ -300,6 +304,12 @@ impl Supervisor {
             if outcome.is_ok() {
                 outcome = Err(e);
             }
+        }
+        if self.ended_after_us.is_none() {
+            // A job that failed: a watcher's last look says so, and how
+            // long it ran.
+            self.ended_after_us = Some(now_ns(self.origin) / 1000);
+            self.publish_status();
         }
         if outcome.is_err() {
             self.dead_letters.discard();

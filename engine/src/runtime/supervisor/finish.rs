@@ -155,6 +155,10 @@ impl Supervisor {
         if let Some(o) = self.open.take() {
             self.recovery.push(o.record);
         }
+        // The last status a watcher reads: the job's whole history, and
+        // its length.
+        self.ended_after_us = Some(elapsed / 1000);
+        self.publish_status();
         let mut checkpoints = CheckpointStats::default();
         if let Some(c) = &mut self.coord {
             // One still aligning when the input ended never completes.

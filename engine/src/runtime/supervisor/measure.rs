@@ -63,6 +63,26 @@ pub(super) fn sinks_after_restart(sinks: impl IntoIterator<Item = SinkMarks>) ->
     }
 }
 
+/// What a status lists of `all` (in order): the newest
+/// [`INJECTED_KEPT`](crate::metrics::INJECTED_KEPT) that are `injected`,
+/// and the newest [`RECENT`](crate::metrics::RECENT) others.
+fn kept<T>(all: &[T], injected: impl Fn(&T) -> bool) -> impl Iterator<Item = &T> {
+    let (mut inj, mut other) = (0, 0);
+    let mut keep = vec![false; all.len()];
+    for (i, x) in all.iter().enumerate().rev() {
+        let (n, max) = if injected(x) {
+            (&mut inj, crate::metrics::INJECTED_KEPT)
+        } else {
+            (&mut other, crate::metrics::RECENT)
+        };
+        if *n < max {
+            *n += 1;
+            keep[i] = true;
+        }
+    }
+    all.iter().zip(keep).filter(|(_, k)| *k).map(|(x, _)| x)
+}
+
 /// The record of a restart caused by `err`, before its figures after the
 /// restart are known.
 pub(super) fn restart_record(
@@ -234,13 +254,11 @@ impl Supervisor {
                 })
                 .collect();
         }
-        let mut history: Vec<crate::RecoveryRecord> = self
-            .recovery
-            .iter()
-            .rev()
-            .take(crate::metrics::RECENT)
-            .cloned()
-            .collect();
+        let mut history: Vec<crate::RecoveryRecord> = kept(&self.recovery, |r| {
+            r.reason == crate::metrics::RecoveryCause::Injected
+        })
+        .cloned()
+        .collect();
         if let Some(o) = &self.open {
             history.push(o.record.clone());
         }
@@ -275,7 +293,10 @@ impl Supervisor {
             // As `record_takeovers` will write them, with what is known;
             // the newest only (the log holds every takeover of the
             // attempt, and this runs every 10 ms).
-            history.extend(log.iter().rev().take(crate::metrics::RECENT).map(|t| {
+            let injected = |t: &crate::runtime::standby::run::Takeover| {
+                t.record.reason == crate::metrics::RecoveryCause::Injected
+            };
+            history.extend(kept(&log, injected).map(|t| {
                 let mut r = t.record.clone();
                 let since = |at: u64| at.saturating_sub(t.fault_at) / 1000;
                 r.first_output_us = t.sink_at.or(t.accepted_at).map(since);
@@ -301,6 +322,11 @@ impl Supervisor {
                 });
                 s.standby.push(crate::GroupStatus {
                     operator: g.name.to_string(),
+                    chain: g
+                        .members()
+                        .iter()
+                        .map(|&n| self.names[n].to_string())
+                        .collect(),
                     instance: g.instance,
                     queue_entries: g.queue_entries(),
                     queue_bytes: g.queue_bytes(),
@@ -317,8 +343,8 @@ impl Supervisor {
         s.standby
             .sort_by(|a, b| (&a.operator, a.instance).cmp(&(&b.operator, b.instance)));
         history.sort_by_key(|r| r.fault_at_us);
-        let from = history.len().saturating_sub(crate::metrics::RECENT);
-        s.recent_recoveries = history.split_off(from);
+        s.recent_recoveries = history;
+        s.ended_after_us = self.ended_after_us;
         self.metrics.publish_status(s);
     }
 
