@@ -237,6 +237,10 @@ pub fn name(sig: i32) -> &'static str {
 
 /// Paths as one line: `a, b and c`, or `nothing`.
 pub fn list(paths: &[PathBuf]) -> String {
+    crate::cli::printable(&list_raw(paths))
+}
+
+fn list_raw(paths: &[PathBuf]) -> String {
     match paths {
         [] => "nothing".into(),
         [a] => a.display().to_string(),

@@ -59,9 +59,19 @@ pub fn parse<A: clap::Parser>() -> A {
 /// Parses the command line: a usage error is clap's message on standard
 /// error and status 2; `--help` and `--version` go to standard output, and
 /// a failed write there (`> /dev/full`) is an error, status 2, as for any
-/// output — not a silent success.
+/// output — not a silent success. A negative number is a value (`--rate
+/// -5` is refused naming `--rate`, not taken for an unknown flag `-5`),
+/// and what the user typed is echoed with its control characters escaped.
 pub fn parse_matches(cmd: clap::Command) -> clap::ArgMatches {
-    cmd.try_get_matches().unwrap_or_else(|e| exit_clap(e))
+    cmd.mut_args(|a| {
+        if a.get_action().takes_values() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+    .try_get_matches()
+    .unwrap_or_else(|e| exit_clap(e))
 }
 
 fn exit_clap(e: clap::Error) -> ! {
@@ -77,8 +87,28 @@ fn exit_clap(e: clap::Error) -> ! {
             }
             std::process::exit(0)
         }
-        _ => e.exit(),
+        _ => {
+            // Plain text: the values it quotes are the user's, and a
+            // terminal must not take them for its own escapes.
+            write_err(format_args!("{}", printable(&e.render().to_string())));
+            std::process::exit(e.exit_code())
+        }
     }
+}
+
+/// `text` with every control character but the newline escaped
+/// (`\u{1b}`): what a program prints of what a user typed cannot drive
+/// the terminal.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Notes for the line printed when a run is interrupted: what it kept.
@@ -118,7 +148,7 @@ pub fn main(error_status: u8, body: impl FnOnce() -> anyhow::Result<ExitCode>) -
             if kept.is_empty() {
                 String::new()
             } else {
-                format!("; kept {kept}")
+                format!("; kept {}", printable(&kept))
             }
         );
         return ExitCode::from(cleanup::exit_status(sig));
@@ -130,7 +160,7 @@ pub fn main(error_status: u8, body: impl FnOnce() -> anyhow::Result<ExitCode>) -
         }
         Err(e) => {
             cleanup::remove_all();
-            errln!("error: {}", tandem::error::report(&*e));
+            errln!("error: {}", printable(&tandem::error::report(&*e)));
             ExitCode::from(error_status)
         }
     }

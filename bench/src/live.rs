@@ -188,6 +188,15 @@ impl Live {
     /// Ends what runs beside the job: the interval log's last interval, the
     /// timeline (with `report`'s faults) written.
     pub fn finish(mut self, report: Option<&tandem::JobReport>) -> anyhow::Result<()> {
+        if crate::cli::interrupted() {
+            // An interrupted run writes none of its files: the interval
+            // log's staging goes with its leftovers, the timeline is not
+            // made (its sampler ends with the job).
+            if let Some((_, stop, _)) = self.timeline.take() {
+                let _ = stop.send(());
+            }
+            return Ok(());
+        }
         if let Some((log, path)) = self.hlog.take() {
             let staging = log.staging_path().to_path_buf();
             let n = log.finish();
@@ -216,6 +225,11 @@ impl Live {
                 unexplained,
             };
             crate::report::write_json("--timeline", &path, &tl)?;
+            crate::errln!(
+                "wrote {} ({} buckets of 10 ms)",
+                path.display(),
+                tl.buckets.len()
+            );
         }
         Ok(())
     }

@@ -39,6 +39,19 @@ pub fn writable_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The directory a run works in: `named` by `flag` (`--dir`), which must
+/// be one the run can write in — refused naming the flag, before any size
+/// is weighed against it — or the temp dir.
+pub fn work_dir(flag: &str, named: Option<&Path>) -> anyhow::Result<std::path::PathBuf> {
+    match named {
+        Some(d) => {
+            writable_dir(flag, d)?;
+            Ok(d.to_path_buf())
+        }
+        None => Ok(std::env::temp_dir()),
+    }
+}
+
 /// A file flag the run reads (`--input`): a regular file (through
 /// symlinks), refused by what it is otherwise, unopened.
 pub fn input_file(flag: &str, p: &Path) -> anyhow::Result<()> {

@@ -428,3 +428,43 @@ fn cep_prints_its_figures_and_refuses_bad_flags_naming_them() {
         assert_refused(&cep(bad), flag);
     }
 }
+
+/// An error blames the flag that is wrong: a `--dir` no run can write in
+/// (`/proc`) is named as such, not as a lack of space blamed on a size
+/// flag (`restore --dir /proc` said "--state-mb 500: … which has 0 B
+/// free"); `--cores` past the machine's is named (`window --cores 3` named
+/// no flag).
+#[test]
+fn an_error_names_the_flag_that_is_wrong() {
+    let bin = |name: &str| -> &'static str {
+        match name {
+            "restore" => env!("CARGO_BIN_EXE_restore"),
+            "snapshot" => env!("CARGO_BIN_EXE_snapshot"),
+            "standby" => env!("CARGO_BIN_EXE_standby"),
+            "window" => env!("CARGO_BIN_EXE_window"),
+            "cep" => env!("CARGO_BIN_EXE_cep"),
+            _ => unreachable!(),
+        }
+    };
+    let many = (tandem::sys::affinity::available_cores().len() + 1).to_string();
+    for (name, args, flag) in [
+        ("restore", vec!["--dir", "/proc"], "--dir /proc"),
+        ("snapshot", vec!["--dir", "/proc"], "--dir /proc"),
+        ("standby", vec!["--dir", "/proc"], "--dir /proc"),
+        ("window", vec!["--cores", many.as_str()], "--cores"),
+        ("cep", vec!["--cores", many.as_str()], "--cores"),
+        ("window", vec!["--records", "-5"], "--records"),
+    ] {
+        let o = Command::new(bin(name))
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        assert_refused(&o, flag);
+        assert!(
+            !stderr(&o).contains("free"),
+            "{name} {args:?}: {}",
+            stderr(&o)
+        );
+    }
+}

@@ -480,6 +480,62 @@ fn the_binary_writes_its_report_output_and_input_and_refuses_bad_flags() {
         (vec!["--query", "q5", "--events", "0"], "--events"),
         (vec!["--query", "q5", "--rate", "nan"], "--rate"),
         (vec!["--query", "q5", "--cores", "100000"], "--cores"),
+        // A standby's flags without a standby, and bounds.
+        (
+            vec!["--query", "q5", "--standby-follow"],
+            "--standby-follow needs",
+        ),
+        (
+            vec!["--query", "q5", "--standby-delta-ms", "5"],
+            "--standby-delta-ms",
+        ),
+        (
+            vec!["--query", "q5", "--standby-mode", "warm"],
+            "--standby-mode needs",
+        ),
+        (
+            vec!["--query", "q5", "--heartbeat-timeout-ms", "9"],
+            "--heartbeat-timeout-ms needs",
+        ),
+        (
+            vec![
+                "--query",
+                "q5",
+                "--strategy",
+                "bqbs",
+                "--standby-follow",
+                "--standby-delta-ms",
+                "0",
+            ],
+            "--standby-delta-ms 0",
+        ),
+        (
+            vec![
+                "--query",
+                "q5",
+                "--strategy",
+                "bqbs",
+                "--standby-delta-ms",
+                "5",
+            ],
+            "needs --standby-follow",
+        ),
+        (
+            vec![
+                "--query",
+                "q5",
+                "--strategy",
+                "bqbs",
+                "--standby-follow",
+                "--standby-mode",
+                "hot",
+            ],
+            "--standby-follow needs --standby-mode warm",
+        ),
+        (
+            vec!["--query", "q5", "--events", "-3"],
+            "'--events <EVENTS>'",
+        ),
     ] {
         let o = nexmark(&bad);
         assert!(!o.status.success(), "{bad:?} was accepted");

@@ -149,6 +149,49 @@ fn flags_that_cannot_take_effect_are_refused_naming_the_flag_and_nothing_is_left
             vec!["--input", "/nonexistent/in.jsonl"],
             "--input /nonexistent/in.jsonl",
         ),
+        // Bounds and combinations that used to be accepted.
+        (
+            vec![
+                "--strategy",
+                "bqbs",
+                "--standby-follow",
+                "--standby-delta-ms",
+                "0",
+            ],
+            "--standby-delta-ms 0",
+        ),
+        (
+            vec![
+                "--strategy",
+                "bqbs",
+                "--standby-follow",
+                "--standby-delta-ms",
+                "18446744073709551615",
+            ],
+            "--standby-delta-ms 18446744073709551615: at most",
+        ),
+        (
+            vec!["--strategy", "bqbs", "--standby-delta-ms", "5"],
+            "--standby-delta-ms is the interval of the points a following standby applies",
+        ),
+        (
+            vec![
+                "--strategy",
+                "bqbs",
+                "--standby-follow",
+                "--standby-mode",
+                "hot",
+            ],
+            "--standby-follow needs --standby-mode warm",
+        ),
+        // A negative number names its flag (clap took it for a flag `-5`).
+        (vec!["--rate", "-5"], "--rate -5"),
+        (vec!["--records", "-1"], "'--records <RECORDS>'"),
+        // What a user typed is echoed with its control characters escaped.
+        (
+            vec!["--output", "/nonexistent/x\u{1b}[31m/out"],
+            "/nonexistent/x\\u{1b}[31m/out",
+        ),
     ]
     .into_iter()
     .map(|(a, w)| {
@@ -172,6 +215,10 @@ fn flags_that_cannot_take_effect_are_refused_naming_the_flag_and_nothing_is_left
         assert!(!o.status.success(), "{args:?} was accepted:\n{err}");
         assert!(err.contains(why), "{args:?}: expected `{why}` in:\n{err}");
         assert!(!err.contains("panicked"), "{args:?}:\n{err}");
+        assert!(
+            !err.contains('\u{1b}'),
+            "{args:?}: a raw escape in\n{err:?}"
+        );
         assert!(!err.contains("stack backtrace"), "{args:?}:\n{err}");
         assert!(
             !err.contains("generated"),
@@ -387,4 +434,48 @@ fn help_to_a_standard_output_that_cannot_be_written_is_an_error() {
             "{bin}: {err}"
         );
     }
+}
+
+/// A savepoint of another job (here `nexmark`'s) is refused before the
+/// input is made: the check needs the job's shape, not its records (it
+/// used to come once the input was generated, 35 s into a 20 M-record
+/// run).
+#[test]
+fn a_savepoint_of_another_job_is_refused_before_the_input_is_made() {
+    let tmp = fresh("other-job");
+    let o = Command::new(env!("CARGO_BIN_EXE_nexmark"))
+        .args([
+            "--query", "q5", "--events", "200000", "--rate", "100000", "--paced",
+        ])
+        .args([
+            "--strategy",
+            "restart-all",
+            "--stop-with-savepoint-after-ms",
+            "300",
+        ])
+        .arg("--checkpoint-dir")
+        .arg(tmp.join("ck"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ck = tmp.join("ck");
+    let o = paper(
+        &tmp,
+        &[
+            "--records",
+            "5000000",
+            "--strategy",
+            "restart-all",
+            "--from-savepoint",
+            ck.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("which the job lacks"), "{err}");
+    assert!(
+        !err.contains("generated"),
+        "refused only after the input: {err}"
+    );
+    std::fs::remove_dir_all(tmp).unwrap();
 }

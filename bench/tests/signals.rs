@@ -804,3 +804,30 @@ fn every_benchmark_binary_stops_on_a_signal_and_replaces_no_file() {
         std::fs::remove_dir_all(tmp).unwrap();
     }
 }
+
+/// A run interrupted while it writes a timeline and an interval log
+/// writes neither (the timeline used to be written, unannounced).
+#[test]
+fn an_interrupted_run_writes_no_timeline_and_no_latency_log() {
+    let dir = fresh("timeline");
+    let tmp = fresh("timeline-tmp");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paper"))
+        .args(["--records", "2000000", "--rate", "400000"])
+        .args(["--timeline", "t.json", "--hlog", "l.hlog"])
+        .current_dir(&dir)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let left = listing(&dir);
+    assert!(left.is_empty(), "an interrupted run wrote {left:?}");
+    assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(tmp).unwrap();
+}

@@ -172,7 +172,7 @@ fn main() -> Result<(), tandem::JobError> {
         let same = got == clean;
         exact += same as u64;
         println!(
-            "run {k:3}: panic at {at:?}: {} in {:.2} s, {takeovers} takeover(s)",
+            "run {k:3}: panic at record {at}: {} in {:.2} s, {takeovers} takeover(s)",
             if same {
                 "exact".to_string()
             } else {

@@ -74,9 +74,15 @@ impl fmt::Debug for TupleId {
     }
 }
 
+/// `P/S` (source partition, sequence), as the fault language writes a
+/// tuple ID (`panic@op:0/25000`); `none` for [`TupleId::NONE`].
 impl fmt::Display for TupleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        if *self == Self::NONE {
+            f.write_str("none")
+        } else {
+            write!(f, "{}/{}", self.partition(), self.seq())
+        }
     }
 }
 
@@ -128,6 +134,13 @@ impl<T> Record<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tuple_id_prints_as_the_fault_language_writes_it() {
+        assert_eq!(TupleId::new(0, 25_000).to_string(), "0/25000");
+        assert_eq!(TupleId::NONE.to_string(), "none");
+        assert_eq!(format!("{:?}", TupleId::new(3, 9)), "TupleId(3:9)");
+    }
 
     #[test]
     fn tuple_id_round_trips_partition_and_sequence() {

@@ -216,7 +216,10 @@ impl Checker {
     pub fn compare_files(&self, clean: &Path, faulted: &Path) -> io::Result<Outcome> {
         let open = |p: &Path| {
             tandem::sys::file::open_regular(p, OpenOptions::new().read(true))
-                .map(|(f, len)| f.take(len))
+                // As long as it was when opened (an output still growing is
+                // read as it was); a length of 0 may be a pseudo-file's
+                // (`/proc`), whose contents only a read tells: to its end.
+                .map(|(f, len)| f.take(if len == 0 { u64::MAX } else { len }))
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))
         };
         // Opened twice each: counted, then (only if they differ) the

@@ -248,6 +248,14 @@ pub enum InjectError {
         /// The faults it would arm.
         faults: u64,
     },
+    /// A schedule that arms more faults in all than one run may take.
+    #[error("{specs} fault specs arm {faults} faults or more; a run takes at most {max}", max = crate::spec::MAX_FAULTS)]
+    TooManyInAll {
+        /// The specs given.
+        specs: usize,
+        /// The faults armed when the count was exceeded.
+        faults: u64,
+    },
 }
 
 /// Builds a [`FaultInjector`] (see [`FaultInjector::builder`]).
@@ -287,7 +295,18 @@ impl FaultInjectorBuilder {
             times: AtomicU64::new(0),
             fired_on: AtomicU64::new(u64::MAX),
         };
+        let too_many = |faults: &Vec<Armed>| {
+            (faults.len() as u64 > crate::spec::MAX_FAULTS).then(|| InjectError::TooManyInAll {
+                specs: self.faults.len(),
+                faults: faults.len() as u64,
+            })
+        };
         for s in &self.faults {
+            // Each spec arms at most MAX_FAULTS: the count is checked
+            // before the next one adds more.
+            if let Some(e) = too_many(&faults) {
+                return Err(e);
+            }
             let records = || {
                 self.records
                     .ok_or_else(|| InjectError::NeedsRecords(s.to_string()))
@@ -376,6 +395,9 @@ impl FaultInjectorBuilder {
                     }
                 }
             }
+        }
+        if let Some(e) = too_many(&faults) {
+            return Err(e);
         }
         Ok(FaultInjector {
             inner: Arc::new(Inner {

@@ -179,3 +179,17 @@ fn a_missing_file_exits_2_naming_it() {
         assert!(out.is_empty(), "nothing compared: {out}");
     }
 }
+
+/// A pseudo-file, whose length the system gives as 0 (`/proc`), is read
+/// for what a read returns: it used to count as empty, so that two
+/// different ones compared identical.
+#[test]
+fn a_pseudo_file_is_read_to_its_end_not_taken_as_empty() {
+    let version = Path::new("/proc/version");
+    let ostype = Path::new("/proc/sys/kernel/ostype");
+    let (code, out, err) = check(version, version, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("/proc/version: 1 lines"), "{out}");
+    let (code, out, err) = check(version, ostype, &[]);
+    assert_eq!(code, Some(1), "two different files differ: {out}{err}");
+}

@@ -227,11 +227,7 @@ fn check_args(args: &Args) -> Result<PathBuf> {
         "--small-files {}: 1 to {MAX_SMALL_FILES}",
         args.small_files
     );
-    let base = match &args.dir {
-        Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
-        Some(d) => d.clone(),
-        None => std::env::temp_dir(),
-    };
+    let base = tandem_bench::paths::work_dir("--dir", args.dir.as_deref())?;
     // The largest size bounds both (at most 10^11 bytes: no overflow).
     let largest = *args.sizes_mb.iter().max().expect("not empty");
     let bytes = largest * 1_000_000;

@@ -187,11 +187,7 @@ fn check_args(args: &Args) -> Result<PathBuf> {
             human_bytes(free)
         );
     }
-    let base = match &args.dir {
-        Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
-        Some(d) => d.clone(),
-        None => std::env::temp_dir(),
-    };
+    let base = tandem_bench::paths::work_dir("--dir", args.dir.as_deref())?;
     let need = cfg.file_len() + LOG_FILE_BYTES;
     tandem_bench::paths::check_free(
         &format!("--bq-memory {} (the queue and its log)", args.bq_memory),

@@ -151,11 +151,12 @@ pub fn finish(
     }
     for r in &report.recovery {
         say!(
-            "  recovered: {} of {}[{}] at {:?} — {}{}: {}; first output after {} µs, {} inputs replayed{}",
+            "  recovered: {} of {}[{}]{} — {}{}: {}; first output after {} µs, {} inputs replayed{}",
             r.kind.name(),
             r.operator,
             r.instance,
-            r.tuple_id,
+            r.tuple_id
+                .map_or(String::new(), |t| format!(" at record {t}")),
             if r.unprovoked { "unprovoked " } else { "" },
             r.reason.name(),
             r.cause,

@@ -191,6 +191,22 @@ impl Job {
         crate::runtime::start(self.graph, config)
     }
 
+    /// Checks, without starting anything, what [`start`](Self::start)
+    /// refuses before any record flows: too few cores, and a restore point
+    /// ([`RuntimeConfig::restore_from`]) that is missing, damaged,
+    /// ambiguous, of another job, of the other state backend, or one this
+    /// job cannot restore faithfully — every file mapped and verified.
+    /// Returns the point a start would restore (`None`: none is asked
+    /// for). A program that prepares its input before it starts the job
+    /// asks here first, so that a start that is bound to be refused wastes
+    /// no work.
+    pub fn check_start(
+        &self,
+        config: &RuntimeConfig,
+    ) -> Result<Option<crate::checkpoint::RestorePoint>, JobError> {
+        crate::runtime::check_start(std::sync::Arc::clone(&self.graph), config)
+    }
+
     /// The job's failover regions: the sets of operator instances that
     /// exchange records with one another, directly or not (Flink's
     /// pipelined regions), each as `(operator, instance)` pairs in the

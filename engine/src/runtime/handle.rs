@@ -21,8 +21,17 @@ pub struct JobHandle {
     graph: Arc<Graph>,
 }
 
-/// Starts `graph` on worker threads (see [`crate::Job::start`]).
-pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
+/// What a start of `graph` on `config` works from, checked: the cores,
+/// the restore point (its sources' partitions fixing their instance
+/// counts), the job as planned.
+struct Prepared {
+    graph: Arc<Graph>,
+    plan: placement::Plan,
+    restore: Option<(crate::checkpoint::Manifest, Vec<String>)>,
+    cores: Vec<usize>,
+}
+
+fn prepare(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<Prepared, JobError> {
     let cores = crate::sys::affinity::available_cores();
     let requested = config.cores.unwrap_or(cores.len());
     if requested == 0 {
@@ -35,7 +44,6 @@ pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHand
         }
         .into());
     }
-    panic::install_hook();
     // A restore point read first: its sources' partitions fix their
     // instance counts (`pin_sources`) before the job is planned.
     let restore = match &config.restore_from {
@@ -53,13 +61,40 @@ pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHand
         config.standby.as_ref().is_some_and(|s| s.replay_sources),
     );
     let plan = placement::place(&ns, &es, requested, config.chaining);
-    let (sup, handle_parts) = supervisor::Supervisor::new(
-        Arc::clone(&graph),
+    Ok(Prepared {
+        graph,
         plan,
-        config.clone(),
-        cores[..requested.min(cores.len())].to_vec(),
         restore,
-    )?;
+        cores: cores[..requested.min(cores.len())].to_vec(),
+    })
+}
+
+/// Checks what starting `graph` on `config` refuses before any work —
+/// the cores, the restore point and whether the job can restore it — and
+/// starts nothing (see [`crate::Job::check_start`]).
+pub(crate) fn check_start(
+    graph: Arc<Graph>,
+    config: &RuntimeConfig,
+) -> Result<Option<crate::checkpoint::RestorePoint>, JobError> {
+    let p = prepare(graph, config)?;
+    let Some((m, _)) = &p.restore else {
+        return Ok(None);
+    };
+    supervisor::check_restore(m, &p.graph, &p.plan, config)?;
+    Ok(Some(crate::checkpoint::RestorePoint::of(m)))
+}
+
+/// Starts `graph` on worker threads (see [`crate::Job::start`]).
+pub(crate) fn start(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
+    let Prepared {
+        graph,
+        plan,
+        restore,
+        cores,
+    } = prepare(graph, config)?;
+    panic::install_hook();
+    let (sup, handle_parts) =
+        supervisor::Supervisor::new(Arc::clone(&graph), plan, config.clone(), cores, restore)?;
     let (events, metrics) = handle_parts;
     let supervisor = std::thread::Builder::new()
         .name("tandem-supervisor".into())

@@ -404,5 +404,5 @@ pub(crate) fn placeholder_shared(
     }
 }
 
-pub(crate) use handle::{operator_stats, start};
+pub(crate) use handle::{check_start, operator_stats, start};
 pub use handle::{restore_point, JobHandle, JobWatch};

@@ -47,7 +47,7 @@ use checkpoints::{Acked, Completed, Coordinator};
 use measure::OpenRecovery;
 use regions::{regions, Region};
 use restore::{build_restore, refuse_unrestorable};
-pub(in crate::runtime) use restore::{load_restore_point, pin_sources};
+pub(in crate::runtime) use restore::{check_restore, load_restore_point, pin_sources};
 use standbys::validate_standby;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;

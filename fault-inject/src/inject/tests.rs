@@ -132,3 +132,47 @@ fn checkpoint_faults_fire_at_their_checkpoint() {
     let on: Vec<String> = inj.log().iter().map(|f| f.on.to_string()).collect();
     assert_eq!(on[0], "checkpoint 2");
 }
+
+#[test]
+fn a_schedule_arms_at_most_ten_thousand_faults_in_all() {
+    let specs = |n: usize| -> Schedule {
+        Schedule {
+            faults: (0..n)
+                .map(|i| format!("panic@map:{i}").parse().unwrap())
+                .collect(),
+        }
+    };
+    assert!(FaultInjector::builder(&specs(10_000)).build().is_ok());
+    let e = FaultInjector::builder(&specs(10_001)).build().unwrap_err();
+    assert!(
+        matches!(e, InjectError::TooManyInAll { specs: 10_001, .. }),
+        "{e}"
+    );
+    // Two specs of 10,000 each: refused without arming the second whole.
+    let two = Schedule {
+        faults: vec![
+            "panic@map:%1".parse().unwrap(),
+            "panic@map:%1".parse().unwrap(),
+        ],
+    };
+    let e = FaultInjector::builder(&two)
+        .records(10_001)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, InjectError::TooManyInAll { .. }), "{e}");
+}
+
+#[test]
+fn commit_fires_at_final_only_at_the_final_commit() {
+    use tandem::runtime::probe::ProbeFactory;
+    let i = injector("commit@sink:final");
+    assert!(i.commit("sink", 0, 1).is_ok());
+    assert!(i.commit("sink", 0, 3).is_ok());
+    assert!(i.commit("other", 0, tandem::FINAL_EPOCH).is_ok());
+    assert!(i.commit("sink", 0, tandem::FINAL_EPOCH).is_err());
+    assert!(i.commit("sink", 1, tandem::FINAL_EPOCH).is_ok(), "once");
+    // `%K` and `+DUR` name checkpoint ids, never the final commit.
+    let every = injector("commit@sink:%3");
+    assert!(every.commit("sink", 0, tandem::FINAL_EPOCH).is_ok());
+    assert!("panic@map:final".parse::<crate::FaultSpec>().is_err());
+}

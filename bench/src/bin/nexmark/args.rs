@@ -71,14 +71,15 @@ pub(crate) struct Args {
     pub(crate) standby: Option<String>,
     /// The standby's mode: `warm` (restores the primary's latest snapshot
     /// and replays from it) or `hot` (follows the primary's input into
-    /// its own state; no snapshots — for large state).
-    #[arg(long, value_enum, default_value_t = Mode::Warm)]
-    pub(crate) standby_mode: Mode,
+    /// its own state; no snapshots — for large state). Default: warm.
+    #[arg(long, value_enum)]
+    pub(crate) standby_mode: Option<Mode>,
     /// How long a primary may show no sign of life (while its thread is
     /// busy, not merely descheduled) before its standby takes over; the
     /// standby waits up to 8 × this on a machine it sees to be noisy.
-    #[arg(long, default_value_t = 5)]
-    pub(crate) heartbeat_timeout_ms: u64,
+    /// Default: 5.
+    #[arg(long)]
+    pub(crate) heartbeat_timeout_ms: Option<u64>,
     /// A warm standby follows the recovery points: each point after the
     /// first is a delta it applies to its own copy, and a takeover
     /// restores nothing (see the README for its limit).
@@ -206,10 +207,25 @@ pub(crate) fn check(args: &Args) -> anyhow::Result<Checked> {
         (1..=3_600_000).contains(&args.checkpoint_interval_ms),
         "--checkpoint-interval-ms must be between 1 and 3,600,000"
     );
+    if let Some(ms) = args.heartbeat_timeout_ms {
+        ensure!(
+            (1..=YEAR_MS).contains(&ms),
+            "--heartbeat-timeout-ms {ms}: 1 to {YEAR_MS} (a year)"
+        );
+    }
+    if let Some(ms) = args.standby_delta_ms {
+        ensure!(
+            (1..=YEAR_MS).contains(&ms),
+            "--standby-delta-ms {ms}: 1 to {YEAR_MS} (a year)"
+        );
+        ensure!(
+            args.standby_follow,
+            "--standby-delta-ms is the interval of the points a following standby applies: it needs --standby-follow"
+        );
+    }
     ensure!(
-        (1..=YEAR_MS).contains(&args.heartbeat_timeout_ms),
-        "--heartbeat-timeout-ms {}: 1 to {YEAR_MS} (a year)",
-        args.heartbeat_timeout_ms
+        !args.standby_follow || args.standby_mode != Some(Mode::Hot),
+        "--standby-follow needs --standby-mode warm: a hot standby computes along and has no points to follow"
     );
     if let Some(mb) = args.queue_mb {
         ensure!(
@@ -228,7 +244,13 @@ pub(crate) fn check(args: &Args) -> anyhow::Result<Checked> {
         bail!("--standby needs --strategy bqbs or both");
     }
     for (flag, given) in [
-        ("--standby-mode", args.standby_mode != Mode::Warm),
+        ("--standby-mode", args.standby_mode.is_some()),
+        (
+            "--heartbeat-timeout-ms",
+            args.heartbeat_timeout_ms.is_some(),
+        ),
+        ("--standby-follow", args.standby_follow),
+        ("--standby-delta-ms", args.standby_delta_ms.is_some()),
         ("--queue-mb", args.queue_mb.is_some()),
     ] {
         ensure!(

@@ -134,21 +134,20 @@ fn run_in(
     }
     if matches!(args.strategy, Strategy::Bqbs | Strategy::Both) {
         cfg = cfg.standby(StandbyConfig {
-            mode: match args.standby_mode {
+            mode: match args.standby_mode.unwrap_or(Mode::Warm) {
                 Mode::Warm => StandbyMode::Warm,
                 Mode::Hot => StandbyMode::Hot,
             },
-            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
+            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms.unwrap_or(5)),
             queue_memory: args
                 .queue_mb
                 .unwrap_or((1024 / (cores * cores) as u64).clamp(16, 128))
                 << 20,
             follow: args.standby_follow,
-            delta_interval: args
-                .standby_delta_ms
-                .map_or(StandbyConfig::default().delta_interval, |ms| {
-                    Duration::from_millis(ms.max(1))
-                }),
+            delta_interval: args.standby_delta_ms.map_or(
+                StandbyConfig::default().delta_interval,
+                Duration::from_millis,
+            ),
             ..StandbyConfig::default()
         });
     }

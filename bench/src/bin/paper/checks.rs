@@ -247,10 +247,19 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         ("--heartbeat-timeout-ms", Some(args.heartbeat_timeout_ms)),
         ("--standby-heartbeat-ms", Some(args.standby_heartbeat_ms)),
         ("--standby-snapshot-ms", Some(args.standby_snapshot_ms)),
+        ("--standby-delta-ms", Some(args.standby_delta_ms)),
         ("--standby-queue-mib", Some(args.standby_queue_mib)),
     ] {
         ensure!(v != Some(0), "{flag} 0: must be at least 1");
     }
+    ensure!(
+        !given(m, "standby_delta_ms") || args.standby_follow,
+        "--standby-delta-ms is the interval of the points a following standby applies: it needs --standby-follow"
+    );
+    ensure!(
+        !args.standby_follow || args.standby_mode == tandem::StandbyMode::Warm,
+        "--standby-follow needs --standby-mode warm: a hot standby computes along and has no points to follow"
+    );
     let year = tandem::recovery::restart::MAX_DURATION.as_millis() as u64;
     for (flag, v) in [
         ("--checkpoint-interval-ms", args.checkpoint_interval_ms),
@@ -258,6 +267,7 @@ pub fn flags(args: &Args, m: &ArgMatches) -> anyhow::Result<(Plan, Vec<String>)>
         ("--heartbeat-timeout-ms", Some(args.heartbeat_timeout_ms)),
         ("--standby-heartbeat-ms", Some(args.standby_heartbeat_ms)),
         ("--standby-snapshot-ms", Some(args.standby_snapshot_ms)),
+        ("--standby-delta-ms", Some(args.standby_delta_ms)),
         ("--min-pause-ms", Some(args.min_pause_ms)),
         ("--savepoint-after-ms", args.savepoint_after_ms),
         (

@@ -27,24 +27,12 @@ use tandem_bench::report::{fmt_ns, write_json, LatencyNs};
 use tandem_bench::{cleanup, errln};
 use tandem_fault_inject::{FaultInjector, Schedule};
 
-/// One run of the job; the report without the comparison fields.
-fn run(
-    args: &Args,
-    plan: &Plan,
-    input: &Arc<Input>,
-    checkpoints: bool,
-    faults: &Schedule,
-    live: &tandem_bench::live::LiveFlags,
-    served: Option<&tandem_bench::live::Served>,
-) -> anyhow::Result<Report> {
-    let (cores, parallelism) = (plan.cores, plan.parallelism);
-    let checkpointing = plan.checkpointing;
-    let interval_ms = args.checkpoint_interval_ms.unwrap_or(1000);
-    let output_mode = plan.output_mode;
-    let opts = options(args, plan);
-    let (job, counts) = paper::build_job(Arc::clone(input), &opts)?;
+/// The engine's configuration of a run of `plan` (`checkpoints`: with
+/// its checkpoints, or without them, for a comparison run); fault probes
+/// are the run's to add.
+fn runtime_config(args: &Args, plan: &Plan, checkpoints: bool) -> RuntimeConfig {
     let mut cfg = RuntimeConfig::default()
-        .cores(cores)
+        .cores(plan.cores)
         .chaining(args.chaining)
         .ring_capacity(args.ring_capacity)
         .heartbeat_timeout(Duration::from_millis(args.heartbeat_timeout_ms));
@@ -61,13 +49,15 @@ fn run(
             },
         ));
     }
-    if checkpointing {
+    if plan.checkpointing {
         cfg = cfg.restart(args.restart.clone());
         if args.strategy == "region" {
             cfg = cfg.failover(tandem::Failover::Region);
         }
         if checkpoints {
-            let mut cp = CheckpointConfig::every(Duration::from_millis(interval_ms));
+            let mut cp = CheckpointConfig::every(Duration::from_millis(
+                args.checkpoint_interval_ms.unwrap_or(1000),
+            ));
             cp.mode = args.checkpoint_mode;
             cp.timeout = Duration::from_millis(args.checkpoint_timeout_ms);
             cp.tolerable_failures = args.tolerable_checkpoint_failures;
@@ -103,6 +93,26 @@ fn run(
             }),
         });
     }
+    cfg
+}
+
+/// One run of the job; the report without the comparison fields.
+fn run(
+    args: &Args,
+    plan: &Plan,
+    input: &Arc<Input>,
+    checkpoints: bool,
+    faults: &Schedule,
+    live: &tandem_bench::live::LiveFlags,
+    served: Option<&tandem_bench::live::Served>,
+) -> anyhow::Result<Report> {
+    let (cores, parallelism) = (plan.cores, plan.parallelism);
+    let checkpointing = plan.checkpointing;
+    let interval_ms = args.checkpoint_interval_ms.unwrap_or(1000);
+    let output_mode = plan.output_mode;
+    let opts = options(args, plan);
+    let (job, counts) = paper::build_job(Arc::clone(input), &opts)?;
+    let mut cfg = runtime_config(args, plan, checkpoints);
     // Tuple IDs name the source's partitions (a restore keeps them).
     let p = plan.partitions;
     let injector = if faults.faults.is_empty() {
@@ -429,6 +439,15 @@ fn real_main(args: &Args, m: &ArgMatches) -> anyhow::Result<()> {
         true => tandem_bench::live::Served::start(args.metrics_addr, args.ui_addr, "paper")?,
         false => Default::default(),
     };
+    if let (Some(sp), true) = (&args.from_savepoint, driver) {
+        // A restore point this job cannot start from (another job's, the
+        // other state backend's, damaged) is refused before the input is
+        // made: the check needs the job's shape, not its records.
+        let empty = Arc::new(Input::generate(0, args.seed, 0, 1));
+        let (job, _) = paper::build_job(empty, &options(args, &plan))?;
+        job.check_start(&runtime_config(args, &plan, true))
+            .map_err(|e| anyhow::anyhow!("--from-savepoint {}: {e}", sp.display()))?;
+    }
     let available = tandem::sys::affinity::available_cores().len();
     let t = Instant::now();
     let input = match &args.input {

@@ -245,11 +245,7 @@ fn check_args(args: &Args) -> Result<Setup> {
         !args.whole_checkpoints || args.strategy == Strategy::RestartAll,
         "--whole-checkpoints: only with --strategy restart-all (bqbs takes no checkpoints)"
     );
-    let base = match &args.dir {
-        Some(d) if !d.is_dir() => bail!("--dir {}: not a directory", d.display()),
-        Some(d) => d.clone(),
-        None => std::env::temp_dir(),
-    };
+    let base = tandem_bench::paths::work_dir("--dir", args.dir.as_deref())?;
     // At most 2·10^9 bytes: no overflow below.
     let bytes = args.state_mb * 1_000_000;
     if let Some(free) = tandem::sys::limits::available_memory() {

@@ -144,6 +144,19 @@ pub(in crate::runtime) fn load_restore_point(
     }
 }
 
+/// Whether a job of `graph`, placed as `plan` and configured as
+/// `config`, can start from `m`: what [`Supervisor::new`] refuses, checked
+/// without starting anything (every file mapped and verified).
+pub(in crate::runtime) fn check_restore(
+    m: &Manifest,
+    graph: &Graph,
+    plan: &crate::runtime::placement::Plan,
+    config: &crate::runtime::RuntimeConfig,
+) -> Result<(), JobError> {
+    let r = build_restore(m, graph, None)?;
+    refuse_unrestorable(&r, m, graph, plan, config)
+}
+
 /// Which state backend wrote a keyed instance's restored state — `disk`
 /// for the disk backend's runs, `memory` for the in-memory backend's
 /// archives — from its first file (`None`: it holds none).
