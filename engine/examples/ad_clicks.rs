@@ -29,10 +29,11 @@
 mod common;
 
 use clap::Parser;
-use common::{mix, say, Lines, Strategy, MS, US};
+use common::{mix, say, Strategy, MS, US};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+use tandem::sinks::transactional::TransactionalFile;
 use tandem::time::{TimedProcess, TimerContext, Watermarks, Window, WindowAggregate, Windows};
 use tandem::{IterSource, JobBuilder, Output, Record, TupleId};
 
@@ -154,7 +155,7 @@ impl TimedProcess<u32, (u64, u32, u32), String> for Trend {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), common::Failed> {
     let args = Args::parse();
     if args.records == 0 {
         return Err("--records must be at least 1".into());
@@ -214,9 +215,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
 
     let dirs = [work.join("windows"), work.join("late"), work.join("trend")];
     let d = dirs.clone();
-    windows
-        .results()
-        .sink("windows", move |info| Lines::open(&d[0], info));
+    windows.results().sink("windows", move |info| {
+        TransactionalFile::for_instance(&d[0], info).expect("the output directory")
+    });
     let d = dirs.clone();
     windows
         .late()
@@ -226,9 +227,13 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                 out.emit(format!("{{\"late\":{},\"user\":{}}}", c.0, c.1))
             },
         )
-        .sink("late", move |info| Lines::open(&d[1], info));
+        .sink("late", move |info| {
+            TransactionalFile::for_instance(&d[1], info).expect("the output directory")
+        });
     let d = dirs.clone();
-    trend.sink("reports", move |info| Lines::open(&d[2], info));
+    trend.sink("reports", move |info| {
+        TransactionalFile::for_instance(&d[2], info).expect("the output directory")
+    });
 
     let every = Duration::from_millis(args.checkpoint_interval_ms);
     let mut config = common::config(args.strategy, args.cores, work, every);

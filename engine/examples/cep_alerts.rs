@@ -23,11 +23,12 @@
 mod common;
 
 use clap::Parser;
-use common::{mix, say, Lines, Strategy, MS, US};
+use common::{mix, say, Strategy, MS, US};
 use rkyv::{Archive, Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 use tandem::cep::{Match, Pattern};
+use tandem::sinks::transactional::TransactionalFile;
 use tandem::standby::codec::Codec;
 use tandem::time::Watermarks;
 use tandem::{IterSource, JobBuilder, Output, TupleId};
@@ -91,7 +92,7 @@ fn trade(seed: u64, i: u64) -> (Trade, u64) {
     (t, at)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), common::Failed> {
     let args = Args::parse();
     if args.records == 0 {
         return Err("--records must be at least 1".into());
@@ -149,7 +150,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                 one("end")
             )
         })
-        .sink("alerts", move |info| Lines::open(&o, info));
+        .sink("alerts", move |info| {
+            TransactionalFile::for_instance(&o, info).expect("the output directory")
+        });
     let timeouts = work.join("timeouts");
     let o = timeouts.clone();
     found
@@ -162,7 +165,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                 n.join(",")
             )
         })
-        .sink("timeouts", move |info| Lines::open(&o, info));
+        .sink("timeouts", move |info| {
+            TransactionalFile::for_instance(&o, info).expect("the output directory")
+        });
     let late = work.join("late");
     let o = late.clone();
     found
@@ -170,7 +175,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         .flat_map("late-line", |t: Trade, out: &mut Output<'_, String>| {
             out.emit(format!("{{\"late\":{}}}", t.n))
         })
-        .sink("late-trades", move |info| Lines::open(&o, info));
+        .sink("late-trades", move |info| {
+            TransactionalFile::for_instance(&o, info).expect("the output directory")
+        });
 
     let mut config = common::config(args.strategy, args.cores, work, Duration::from_millis(100));
     // Trade i is the (i / 2)-th record of partition i % 2.

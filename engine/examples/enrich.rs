@@ -26,13 +26,14 @@
 mod common;
 
 use clap::{Parser, ValueEnum};
-use common::{mix, say, Lines, Strategy};
+use common::{mix, say, Strategy};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tandem::sinks::transactional::TransactionalFile;
 use tandem::{AsyncIo, IterSource, JobBuilder, Output, OutputTag, Sided, TupleId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -145,7 +146,7 @@ fn lookup(port: u16, customer: u64) -> Option<u8> {
     })
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), common::Failed> {
     let args = Args::parse();
     if args.records == 0 || args.capacity == 0 {
         return Err("--records and --capacity must be at least 1".into());
@@ -199,20 +200,26 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         .map("enriched-line", |(i, c, t, a): (u64, u64, u8, u64)| {
             format!("{i} {c} {t} {a}")
         })
-        .sink("enriched-out", move |info| Lines::open(&o, info));
+        .sink("enriched-out", move |info| {
+            TransactionalFile::for_instance(&o, info).expect("the output directory")
+        });
     let o = dirs[1].clone();
     enriched
         .side_output(&UNKNOWN)
         .map("unknown-line", |(i, c): (u64, u64)| {
             format!("unknown {i} {c}")
         })
-        .sink("unknown-out", move |info| Lines::open(&o, info));
+        .sink("unknown-out", move |info| {
+            TransactionalFile::for_instance(&o, info).expect("the output directory")
+        });
     let o = dirs[2].clone();
     enriched
         .main()
         .key_by(|r: &(u64, u64, u8, u64)| r.2)
         .process("per-tier", |_| PerTier)
-        .sink("tiers-out", move |info| Lines::open(&o, info));
+        .sink("tiers-out", move |info| {
+            TransactionalFile::for_instance(&o, info).expect("the output directory")
+        });
 
     let mut config = common::config(args.strategy, args.cores, work, Duration::from_millis(100));
     let injector = common::injector(

@@ -22,9 +22,10 @@
 mod common;
 
 use clap::Parser;
-use common::{mix, say, Lines, Strategy, MS, US};
+use common::{mix, say, Strategy, MS, US};
 use std::path::PathBuf;
 use std::time::Duration;
+use tandem::sinks::transactional::TransactionalFile;
 use tandem::time::{TimedProcess, TimerContext, Watermarks};
 use tandem::{IterSource, JobBuilder, Output, Record, TupleId};
 
@@ -115,7 +116,7 @@ impl TimedProcess<u32, (u64, u32, u32), String> for CountPaid {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), common::Failed> {
     let args = Args::parse();
     if args.records == 0 {
         return Err("--records must be at least 1".into());
@@ -161,7 +162,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         .results()
         .key_by(|o: &(u64, u32, u32)| o.1)
         .process_timed("count", |_| CountPaid)
-        .sink("paid", move |info| Lines::open(&o, info));
+        .sink("paid", move |info| {
+            TransactionalFile::for_instance(&o, info).expect("the output directory")
+        });
 
     let mut config = common::config(args.strategy, args.cores, work, Duration::from_millis(100));
     // Order i is the (i / 2)-th record of partition i % 2.

@@ -35,13 +35,14 @@
 mod common;
 
 use clap::Parser;
-use common::{mix, say, Lines, Strategy};
+use common::{mix, say, Strategy};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tandem::checkpoint::SnapshotBytes;
+use tandem::sinks::transactional::TransactionalFile;
 use tandem::{
     Chaining, CheckpointError, JobBuilder, Output, Process, Record, SeekError, Source, SourcePoll,
     TupleId,
@@ -117,7 +118,7 @@ static ORIGIN: OnceLock<Instant> = OnceLock::new();
 
 /// The output lines, with each partition's reach noted as they are
 /// written.
-struct Reach(Lines, u64);
+struct Reach(TransactionalFile, u64);
 
 impl Sink<String> for Reach {
     fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
@@ -137,13 +138,13 @@ impl Sink<String> for Reach {
                 }
             }
         }
-        self.0.write(r)
+        Sink::<String>::write(&mut self.0, r)
     }
     fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
-        self.0.pre_commit(checkpoint)
+        Sink::<String>::pre_commit(&mut self.0, checkpoint)
     }
     fn committer(&self) -> Option<Box<dyn Committer>> {
-        self.0.committer()
+        Sink::<String>::committer(&self.0)
     }
 }
 
@@ -229,7 +230,7 @@ impl Process<Reading, String> for Smooth {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), common::Failed> {
     let args = Args::parse();
     common::in_workdir("pipelines", |work| run(&args, work))
 }
@@ -262,7 +263,12 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
         .map("calibrate", |r: Reading| (r.0, r.1, r.2 * 3 / 2 + 7))
         .filter("valid", |r: &Reading| !r.2.is_multiple_of(97))
         .process("smooth", |_| Smooth::default())
-        .sink("out", move |i| Reach(Lines::open(&dir, i), 0));
+        .sink("out", move |i| {
+            Reach(
+                TransactionalFile::for_instance(&dir, i).expect("the output directory"),
+                0,
+            )
+        });
     let job = job.build()?;
     say!(
         "{} partitions, {} failover regions; {} readings at {} a second per partition",

@@ -21,9 +21,10 @@
 mod common;
 
 use clap::Parser;
-use common::{say, Lines, Strategy, MS, US};
+use common::{say, Strategy, MS, US};
 use std::path::PathBuf;
 use std::time::Duration;
+use tandem::sinks::transactional::TransactionalFile;
 use tandem::time::{Watermarks, Window, WindowAggregate, Windows};
 use tandem::{IterSource, JobBuilder, Output, TupleId};
 
@@ -88,7 +89,7 @@ impl WindowAggregate<u32, (u32, u64), String> for Count {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), common::Failed> {
     let args = Args::parse();
     if args.records == 0 {
         return Err("--records must be at least 1".into());
@@ -129,9 +130,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
     let out = work.join("out");
     let late = work.join("late");
     let o = out.clone();
-    sessions
-        .results()
-        .sink("sessions", move |info| Lines::open(&o, info));
+    sessions.results().sink("sessions", move |info| {
+        TransactionalFile::for_instance(&o, info).expect("the output directory")
+    });
     let l = late.clone();
     sessions
         .late()
@@ -142,7 +143,9 @@ fn run(args: &Args, work: &std::path::Path) -> Result<(), Box<dyn std::error::Er
                 out.emit(format!("{{\"late\":{},\"page\":{},\"t\":{t}}}", c.0, c.1))
             },
         )
-        .sink("late-clicks", move |info| Lines::open(&l, info));
+        .sink("late-clicks", move |info| {
+            TransactionalFile::for_instance(&l, info).expect("the output directory")
+        });
 
     let mut config = common::config(args.strategy, args.cores, work, Duration::from_millis(100));
     // Click i is the (i / 2)-th record of partition i % 2.

@@ -10,9 +10,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// Two operators share a name; names identify operators in reports,
-    /// fault specs and recovery, so they must be unique.
-    #[error("operator name `{name}` is used twice")]
+    /// Two of the job's sources, operators and sinks share a name; names
+    /// identify them in reports, fault specs, checkpoints and recovery, so
+    /// they must be unique across all three.
+    #[error("name `{name}` is used twice (sources, operators and sinks share one name space)")]
     DuplicateName { name: String },
     /// A parallelism of zero was requested.
     #[error("operator `{name}`: parallelism must be at least 1")]

@@ -157,8 +157,8 @@ pub use checkpoint::{CheckpointError, SnapshotStore};
 pub use error::{BuildError, JobError, RuntimeError};
 pub use job::{
     key_hash, key_instance, Connected, Data, Job, JobBuilder, KeyedConnected, KeyedStream,
-    OutputTag, SideRecord, Sided, StandbyConnected, Stream, Two, WindowJoin, WindowOutput,
-    WindowedStream,
+    OutputTag, SideRecord, Sided, SinkHandle, StandbyConnected, Stream, Two, WindowJoin,
+    WindowOutput, WindowedStream,
 };
 pub use metrics::{
     CheckpointStats, EdgeShape, GroupStatus, JobReport, JobShape, JobStatus, LatencyHistogram,

@@ -222,3 +222,52 @@ fn a_standby_mark_without_a_standby_config_warns_and_runs_without_one() {
     assert!(report.standby.is_none());
     assert_eq!(report.source_records(), 1_000);
 }
+
+/// The job's default parallelism is every operator's and sink's that has
+/// none of its own, whenever it is set (it used to reach only those added
+/// after it); a sink's own is set on the handle `sink` returns (it
+/// returned nothing: a sink's parallelism came from call order alone);
+/// and a sink's name is one of the job's names, unique across sources,
+/// operators and sinks, as the error says.
+#[test]
+fn the_default_parallelism_reaches_every_operator_and_a_sink_sets_its_own() {
+    let job = JobBuilder::new("parallelism");
+    let src = job.source("numbers", |_| IterSource((0..1000u64).map(|n| (n, n))));
+    let doubled = src.map("double", |n: u64| n * 2);
+    doubled.for_each("one", |_| {}).parallelism(1);
+    doubled.for_each("all", |_| {});
+    job.default_parallelism(2);
+    let report = job
+        .build()
+        .unwrap()
+        .run(&RuntimeConfig::default().cores(cores()))
+        .unwrap();
+    let par = |op: &str| report.operator(op).unwrap().parallelism;
+    assert_eq!(
+        (par("numbers"), par("double"), par("one"), par("all")),
+        (2, 2, 1, 2)
+    );
+    // Each of the two source instances reads all 1,000: one sink instance
+    // takes them all.
+    assert_eq!(report.operator("one").unwrap().records, 2000);
+
+    let job = JobBuilder::new("names");
+    let src = job.source("numbers", |_| IterSource((0..10u64).map(|n| (n, n))));
+    src.map("x", |n: u64| n).for_each("out", |_| {});
+    src.for_each("x", |_| {});
+    let e = job
+        .build()
+        .err()
+        .expect("a sink named as an operator")
+        .to_string();
+    assert!(
+        e.contains("`x`") && e.contains("sinks share one name space"),
+        "{e}"
+    );
+    let job = JobBuilder::new("zero");
+    job.source("numbers", |_| IterSource((0..10u64).map(|n| (n, n))))
+        .for_each("out", |_| {})
+        .parallelism(0);
+    let e = job.build().err().expect("a zero parallelism").to_string();
+    assert!(e.contains("`out`"), "{e}");
+}

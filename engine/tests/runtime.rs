@@ -348,7 +348,9 @@ fn broadcast_delivers_every_record_to_every_instance() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = Arc::clone(&seen);
     let job = JobBuilder::new("bcast");
-    let src = job.source("src", |_| IterSource((0..100u64).map(|x| (x, x))));
+    let src = job
+        .source("src", |_| IterSource((0..100u64).map(|x| (x, x))))
+        .parallelism(1);
     job.default_parallelism(3);
     src.broadcast()
         .map("tag", |x: u64| x)

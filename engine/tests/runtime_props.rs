@@ -72,21 +72,28 @@ fn run(
     let out = Arc::new(Mutex::new(BTreeMap::new()));
     let o = Arc::clone(&out);
     let job = JobBuilder::new("props");
-    job.default_parallelism(p_src);
-    let src = job.source("src", move |i| {
-        let (me, all) = (i.instance as u64, i.parallelism as u64);
-        IterSource((0..n).filter(move |x| x % all == me).map(|x| (value(x), x)))
-    });
-    job.default_parallelism(p_mid);
+    // The keyed end at the job's default; the rest at their own.
+    job.default_parallelism(p_key);
+    let src = job
+        .source("src", move |i| {
+            let (me, all) = (i.instance as u64, i.parallelism as u64);
+            IterSource((0..n).filter(move |x| x % all == me).map(|x| (value(x), x)))
+        })
+        .parallelism(p_src);
     let tripled = src
         .filter("thirds", |r: &(u16, u64)| r.1.is_multiple_of(3))
-        .map("double", |(k, v)| (k, v * 2));
-    let rest = src.filter("rest", |r: &(u16, u64)| !r.1.is_multiple_of(3));
+        .parallelism(p_mid)
+        .map("double", |(k, v)| (k, v * 2))
+        .parallelism(p_mid);
+    let rest = src
+        .filter("rest", |r: &(u16, u64)| !r.1.is_multiple_of(3))
+        .parallelism(p_mid);
     let merged = tripled
         .connect(&rest.rebalance())
         .process("union", |_| Union)
-        .filter("sevens", |r: &(u16, u64)| !r.1.is_multiple_of(7));
-    job.default_parallelism(p_key);
+        .parallelism(p_mid)
+        .filter("sevens", |r: &(u16, u64)| !r.1.is_multiple_of(7))
+        .parallelism(p_mid);
     merged
         .key_by(|r: &(u16, u64)| r.0)
         .process("totals", |_| Totals)

@@ -221,3 +221,70 @@ fn ttl_state_is_exact_after_takeovers_and_after_restarts() {
         (lines, report)
     });
 }
+
+/// A TTL state that says it is empty at the operator's event time
+/// (`TimedProcess::is_empty_at` with `MapState::is_empty_at`): once the
+/// entries of a key that stopped coming have expired, the clean-up drops
+/// the key — its `on_end` never comes — while the keys still coming stay.
+/// (A TTL map could not say it was empty without a time:
+/// `TimedProcess::is_empty` gets none, and `MapState` had only `len_at`.)
+#[test]
+fn a_key_whose_ttl_state_expired_is_dropped_once_it_says_it_is_empty() {
+    struct Short;
+    impl TtlPolicy for Short {
+        const TTL_NANOS: u64 = 5 * MS;
+    }
+    struct Seen;
+    impl TimedProcess<u32, (u32, u64), (u32, u64)> for Seen {
+        type State = MapState<u64, (), Short>;
+        const EXPIRES: bool = true;
+        fn process(
+            &mut self,
+            _: &u32,
+            s: &mut Self::State,
+            r: Record<(u32, u64)>,
+            cx: &mut TimerContext<'_>,
+            _: &mut Output<'_, (u32, u64)>,
+        ) {
+            s.put(r.value.1, (), cx.now());
+        }
+        fn has_expired(&self, s: &Self::State, now: u64) -> bool {
+            s.has_expired(now)
+        }
+        fn expire(&self, s: &mut Self::State, now: u64) {
+            s.expire(now)
+        }
+        fn is_empty_at(&self, s: &Self::State, now: u64) -> bool {
+            s.is_empty_at(now)
+        }
+        fn on_end(&mut self, key: &u32, s: &mut Self::State, out: &mut Output<'_, (u32, u64)>) {
+            out.emit((*key, s.len_at(0) as u64));
+        }
+    }
+    // Keys 100..200 come in the first 10 ms of event time only; keys 0..10
+    // come until the end, a second later.
+    let early = (0..1_000u64).map(|i| ((100 + (i % 100) as u32, i), i * MS / 100));
+    let late = (0..10_000u64).map(|i| (((i % 10) as u32, i), 10 * MS + i * MS / 10));
+    let records: Vec<((u32, u64), u64)> = early.chain(late).collect();
+    let ended = Arc::new(Mutex::new(Vec::new()));
+    let e = Arc::clone(&ended);
+    let job = JobBuilder::new("expiring");
+    job.default_parallelism(2);
+    job.source("events", move |_| IterSource(records.clone().into_iter()))
+        .parallelism(1)
+        .watermarks(Watermarks::bounded(Duration::from_millis(1)).every(4))
+        .key_by(|r: &(u32, u64)| r.0)
+        .process_timed("seen", |_| Seen)
+        .for_each("ends", move |r| e.lock().unwrap().push(r.value.0));
+    job.build()
+        .unwrap()
+        .run(&RuntimeConfig::default().cores(cores()))
+        .unwrap();
+    let mut ended = std::mem::take(&mut *ended.lock().unwrap());
+    ended.sort_unstable();
+    assert_eq!(
+        ended,
+        (0..10).collect::<Vec<u32>>(),
+        "only the keys still coming end"
+    );
+}

@@ -8,10 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tandem::sinks::transactional::TransactionalFile;
-use tandem::{
-    CheckpointConfig, Committer, JobReport, OperatorInfo, Record, RestartStrategy, RuntimeConfig,
-    Sink, StandbyConfig, TupleId,
-};
+use tandem::{CheckpointConfig, JobReport, RestartStrategy, RuntimeConfig, StandbyConfig, TupleId};
 use tandem_fault_inject::{FaultInjector, ScheduleSpec, Space};
 
 /// What recovers from a failure.
@@ -41,18 +38,41 @@ macro_rules! say {
 }
 pub(crate) use say;
 
+/// An example's failure, as `main` returns it: printed as `Error: ` and
+/// its message with its causes (`main`'s return prints the `Debug` form,
+/// which here is the message, not Rust's debug text).
+pub struct Failed(Box<dyn Error>);
+
+impl<E: Into<Box<dyn Error>>> From<E> for Failed {
+    fn from(e: E) -> Self {
+        Failed(e.into())
+    }
+}
+
+impl std::fmt::Debug for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
 /// Runs `run` in a fresh work directory for `name` (see [`workdir`]),
 /// with injected panics quiet, and removes the directory afterwards,
 /// whatever `run` returned.
 pub fn in_workdir(
     name: &str,
     run: impl FnOnce(&Path) -> Result<(), Box<dyn Error>>,
-) -> Result<(), Box<dyn Error>> {
+) -> Result<(), Failed> {
     tandem_fault_inject::quiet_injected_panics();
     let work = workdir(name)?;
     let result = run(&work);
     let _ = std::fs::remove_dir_all(&work);
-    result
+    Ok(result?)
 }
 
 /// Nanoseconds of event time in a millisecond, and in a microsecond.
@@ -187,31 +207,6 @@ pub fn finish(
         }
     }
     Ok(())
-}
-
-/// Lines, exactly once: two-phase-commit files.
-pub struct Lines(TransactionalFile);
-
-impl Lines {
-    /// Instance `info`'s file in `dir`.
-    pub fn open(dir: &Path, info: &OperatorInfo) -> Self {
-        let t = TransactionalFile::open(dir, info.instance, info.attempt, info.restored.clone())
-            .unwrap_or_else(|e| panic!("opening the output in {}: {e}", dir.display()));
-        Lines(t)
-    }
-}
-
-impl Sink<String> for Lines {
-    fn write(&mut self, r: Record<String>) -> std::io::Result<()> {
-        self.0.write(r.value.as_bytes())?;
-        self.0.write(b"\n")
-    }
-    fn pre_commit(&mut self, checkpoint: u64) -> std::io::Result<()> {
-        self.0.pre_commit(checkpoint)
-    }
-    fn committer(&self) -> Option<Box<dyn Committer>> {
-        Some(Box::new(self.0.committer()))
-    }
 }
 
 /// Every line committed in `dir`.

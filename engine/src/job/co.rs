@@ -198,6 +198,10 @@ where
         self.0.is_empty(state)
     }
 
+    fn is_empty_at(&self, state: &P::State, now: u64) -> bool {
+        self.0.is_empty_at(state, now)
+    }
+
     fn on_end(&mut self, key: &K, state: &mut P::State, out: &mut Output<'_, O>) {
         self.0.on_end(key, state, out)
     }

@@ -37,7 +37,7 @@ pub use co::{KeyedConnected, KeyedStandbyConnected};
 pub use join::{IntervalJoin, Sides, WindowJoin};
 pub use keyed::KeyedStream;
 pub use side::{OutputTag, SideRecord, Sided};
-pub use stream::{key_hash, key_instance, Connected, Stream};
+pub use stream::{key_hash, key_instance, Connected, SinkHandle, Stream};
 pub use union::{StandbyConnected, Two};
 pub use window::{WindowOutput, WindowedStream};
 
@@ -64,7 +64,12 @@ struct Inner {
     nodes: Vec<Node>,
     edges: Vec<Edge>,
     errors: Vec<BuildError>,
+    /// The default parallelism ([`JobBuilder::default_parallelism`]).
     parallelism: usize,
+    /// Each node's parallelism as asked for, resolved when the job is
+    /// built: whenever the default is set, it is every operator's that has
+    /// none of its own.
+    par: Vec<Par>,
     /// Operators that work in event time: their sources need watermarks.
     event_time: Vec<usize>,
     codecs: crate::runtime::graph::Codecs,
@@ -81,11 +86,37 @@ impl Inner {
             edges: Vec::new(),
             errors: Vec::new(),
             parallelism: 1,
+            par: Vec::new(),
             event_time: Vec::new(),
             codecs: Default::default(),
             splits: HashMap::new(),
         }
     }
+}
+
+/// A node's parallelism as the builder was told it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Par {
+    /// The job's default, as it is when the job is built.
+    Default,
+    /// Its own ([`Stream::parallelism`]).
+    Fixed(usize),
+    /// The same as another node's (a pass-through on its instances).
+    Like(usize),
+}
+
+/// Each node's parallelism from `par` and the job's `default`.
+fn resolve_parallelism(par: &[Par], default: usize) -> Vec<usize> {
+    fn of(par: &[Par], default: usize, n: usize, depth: usize) -> usize {
+        match par[n] {
+            Par::Default => default,
+            Par::Fixed(p) => p,
+            // A `Like` names an earlier node: the chain ends.
+            Par::Like(m) if depth < par.len() => of(par, default, m, depth + 1),
+            Par::Like(_) => default,
+        }
+    }
+    (0..par.len()).map(|n| of(par, default, n, 0)).collect()
 }
 
 /// The first source upstream of `node` without watermarks, if any.
@@ -311,8 +342,11 @@ impl JobBuilder {
         self
     }
 
-    /// Sets the parallelism of operators added from now on (each can still
-    /// override it with [`Stream::parallelism`]).
+    /// Sets the parallelism of every source, operator and sink that has
+    /// none of its own ([`Stream::parallelism`], [`SinkHandle::parallelism`])
+    /// — those added before the call as well as after: the value when the
+    /// job is built counts (Flink's `setParallelism` on the environment).
+    /// Default: 1.
     pub fn default_parallelism(&self, p: usize) -> &Self {
         let mut inner = self.inner.borrow_mut();
         if p == 0 {
@@ -387,10 +421,15 @@ impl JobBuilder {
             mut errors,
             event_time,
             codecs,
+            parallelism,
+            par,
             ..
         } = inner;
         if !errors.is_empty() {
             return Err(errors.swap_remove(0));
+        }
+        for (n, p) in nodes.iter_mut().zip(resolve_parallelism(&par, parallelism)) {
+            n.parallelism = p;
         }
         for &n in &event_time {
             // Its windows, timers and waiting records are kept per key.
@@ -561,10 +600,11 @@ fn add_node_with(
 ) -> usize {
     let mut g = inner.borrow_mut();
     let id = g.nodes.len();
-    let parallelism = g.parallelism;
+    g.par.push(Par::Default);
     g.nodes.push(Node {
         name: Arc::from(name),
-        parallelism,
+        // Resolved when the job is built (`Inner::par`).
+        parallelism: 0,
         kind,
         out_role: out.as_ref().map(|o| Arc::clone(&o.standby)),
         out: out.map(|o| o.core),

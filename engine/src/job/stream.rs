@@ -92,16 +92,11 @@ impl<T: Data> Stream<T> {
         })
     }
 
-    /// Sets the parallelism of the operator that produces this stream.
+    /// Sets the parallelism of the operator that produces this stream
+    /// (else it has the job's default,
+    /// [`JobBuilder::default_parallelism`](super::JobBuilder::default_parallelism)).
     pub fn parallelism(self, p: usize) -> Self {
-        {
-            let mut g = self.job.borrow_mut();
-            if p == 0 {
-                let name = g.nodes[self.node].name.to_string();
-                g.errors.push(BuildError::ZeroParallelism { name });
-            }
-            g.nodes[self.node].parallelism = p;
-        }
+        set_parallelism(&self.job, self.node, super::Par::Fixed(p));
         self
     }
 
@@ -332,8 +327,11 @@ impl<T: Data> Stream<T> {
         }
     }
 
-    /// Ends the stream in a sink; `factory` builds one per instance.
-    pub fn sink<S, F>(&self, name: &str, factory: F)
+    /// Ends the stream in a sink; `factory` builds one per instance. Its
+    /// name is one of the job's names, shared with its sources and
+    /// operators: each must be unique (reports, fault specs and
+    /// checkpoints name them). The handle sets its parallelism.
+    pub fn sink<S, F>(&self, name: &str, factory: F) -> SinkHandle
     where
         S: Sink<T>,
         F: Fn(&OperatorInfo) -> S + Send + Sync + 'static,
@@ -343,23 +341,66 @@ impl<T: Data> Stream<T> {
             let op = SinkOp::new(factory(&cx.info), cx);
             Box::new(Box::new(op) as BoxCollector<T>) as AnyBox
         });
-        add_node(
+        let node = add_node(
             &self.job,
             name,
             NodeKind::Sink(build),
             None,
             &[self.input()],
         );
+        SinkHandle {
+            job: Rc::clone(&self.job),
+            node,
+        }
     }
 
-    /// Ends the stream in a sink that calls `f` for every record.
-    pub fn for_each<F>(&self, name: &str, f: F)
+    /// Ends the stream in a sink that calls `f` for every record (a sink
+    /// as [`sink`](Self::sink) makes one).
+    pub fn for_each<F>(&self, name: &str, f: F) -> SinkHandle
     where
         F: Fn(Record<T>) + Send + Sync + 'static,
     {
         let f = Arc::new(f);
-        self.sink(name, move |_| ForEach(Arc::clone(&f)));
+        self.sink(name, move |_| ForEach(Arc::clone(&f)))
     }
+}
+
+/// A sink of the job being built ([`Stream::sink`]), to set its
+/// parallelism on.
+///
+/// ```
+/// use tandem::{IterSource, JobBuilder};
+///
+/// let job = JobBuilder::new("counts");
+/// job.source("n", |_| IterSource((0..100u64).map(|n| (n, n))))
+///     .for_each("print", |r| println!("{}", r.value))
+///     // One instance, whatever the job's default.
+///     .parallelism(1);
+/// job.default_parallelism(4);
+/// # job.build().unwrap();
+/// ```
+pub struct SinkHandle {
+    job: Rc<RefCell<Inner>>,
+    node: usize,
+}
+
+impl SinkHandle {
+    /// Sets the sink's parallelism (else it has the job's default).
+    pub fn parallelism(self, p: usize) -> Self {
+        set_parallelism(&self.job, self.node, super::Par::Fixed(p));
+        self
+    }
+}
+
+/// Records node `node`'s parallelism as asked for (a zero is an error of
+/// the build, naming it).
+pub(super) fn set_parallelism(job: &Rc<RefCell<Inner>>, node: usize, p: super::Par) {
+    let mut g = job.borrow_mut();
+    if let super::Par::Fixed(0) = p {
+        let name = g.nodes[node].name.to_string();
+        g.errors.push(BuildError::ZeroParallelism { name });
+    }
+    g.par[node] = p;
 }
 
 impl<T: Data + Codec + Sync> Stream<T> {

@@ -262,7 +262,7 @@ where
 /// `input` tagged as one side of a two-input operator: a pass-through on
 /// the producer's instances (forward, chained to it).
 pub(super) fn tag<X: Data, Y: Data>(input: &Stream<X>, name: &str, f: fn(X) -> Y) -> Stream<Y> {
-    let producer = input.job.borrow().nodes[input.node].parallelism;
+    let producer = input.node;
     if input.standby.is_some() {
         // The mark would fall on the tagging map, not on the two-input
         // operator it was meant for: said at build, never dropped.
@@ -279,7 +279,9 @@ pub(super) fn tag<X: Data, Y: Data>(input: &Stream<X>, name: &str, f: fn(X) -> Y
     let mut plain = input.clone();
     plain.partitioning = Partitioning::Forward;
     plain.standby = None;
-    plain.map(name, f).parallelism(producer)
+    let tagged = plain.map(name, f);
+    super::stream::set_parallelism(&tagged.job, tagged.node, super::Par::Like(producer));
+    tagged
 }
 
 /// The partitioning of an edge carrying `Two<A, B>` where the original

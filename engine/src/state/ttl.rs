@@ -148,6 +148,11 @@ impl<T, P: TtlPolicy> ValueState<T, P> {
     pub fn is_empty_at(&self, now: u64) -> bool {
         !matches!(&self.entry, Some(e) if live::<P>(e.at, now))
     }
+
+    /// Whether it holds no value at all, live or expired.
+    pub fn is_empty(&self) -> bool {
+        self.entry.is_none()
+    }
 }
 
 impl<T, P: TtlPolicy> Expire for ValueState<T, P> {
@@ -208,6 +213,18 @@ impl<T, P: TtlPolicy> ListState<T, P> {
     /// Live elements at `now` (reads only).
     pub fn len_at(&self, now: u64) -> usize {
         self.items.iter().filter(|e| live::<P>(e.at, now)).count()
+    }
+
+    /// Whether no element is live at `now` (reads only): what a
+    /// [`TimedProcess::is_empty_at`](crate::TimedProcess::is_empty_at)
+    /// asks to let the engine drop the key.
+    pub fn is_empty_at(&self, now: u64) -> bool {
+        !self.items.iter().any(|e| live::<P>(e.at, now))
+    }
+
+    /// Whether it holds no element at all, live or expired.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
     }
 }
 
@@ -290,6 +307,18 @@ impl<K: Ord, V, P: TtlPolicy> MapState<K, V, P> {
             .values()
             .filter(|e| live::<P>(e.at, now))
             .count()
+    }
+
+    /// Whether no entry is live at `now` (reads only): what a
+    /// [`TimedProcess::is_empty_at`](crate::TimedProcess::is_empty_at)
+    /// asks to let the engine drop the key.
+    pub fn is_empty_at(&self, now: u64) -> bool {
+        !self.entries.values().any(|e| live::<P>(e.at, now))
+    }
+
+    /// Whether it holds no entry at all, live or expired.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 }
 

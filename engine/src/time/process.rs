@@ -104,9 +104,20 @@ pub trait TimedProcess<K, T, O>: 'static {
     /// [`on_end`](Self::on_end) is not called for it, and a later record
     /// of it starts from `Default` again (coming after the keys already
     /// there in the order `on_end` visits them). Default: `false`, every
-    /// key is kept.
+    /// key is kept. A state whose emptiness depends on the time (TTL
+    /// state) answers [`is_empty_at`](Self::is_empty_at) instead.
     fn is_empty(&self, _state: &Self::State) -> bool {
         false
+    }
+
+    /// As [`is_empty`](Self::is_empty), at `now`: the operator's event
+    /// time, the time TTL state expires by — for a TTL state,
+    /// `state.is_empty_at(now)` ([`MapState`](crate::state::ttl::MapState),
+    /// [`ListState`](crate::state::ttl::ListState),
+    /// [`ValueState`](crate::state::ttl::ValueState)). The engine asks this
+    /// one; its default asks [`is_empty`](Self::is_empty).
+    fn is_empty_at(&self, state: &Self::State, _now: u64) -> bool {
+        self.is_empty(state)
     }
 
     /// Called once per key after the last input record (every timer has
@@ -173,6 +184,10 @@ pub trait TimedCoProcess<K, A, B, O>: 'static {
     /// As [`TimedProcess::is_empty`].
     fn is_empty(&self, _state: &Self::State) -> bool {
         false
+    }
+    /// As [`TimedProcess::is_empty_at`].
+    fn is_empty_at(&self, state: &Self::State, _now: u64) -> bool {
+        self.is_empty(state)
     }
     /// As [`TimedProcess::on_end`].
     fn on_end(&mut self, _key: &K, _state: &mut Self::State, _out: &mut Output<'_, O>) {}

@@ -152,6 +152,13 @@ fn cdf(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The top of a log axis from `lo` whose data reach `hi`, with room above
+/// them for a legend: the data take the lower two thirds, and the legend
+/// (upper left) covers no curve.
+fn legend_headroom(lo: f64, hi: f64) -> f64 {
+    hi * (hi / lo).powf(0.5)
+}
+
 /// The x of a percentile plot: 1 / (1 − q), on a log axis (HdrHistogram's
 /// own plots: 90 % at 10, 99 % at 100, …).
 fn tail_x(q: f64) -> f64 {
@@ -185,6 +192,7 @@ where
         .flat_map(|(_, v)| v.iter().rev().nth(1).map(|p| tail_x(p.1)))
         .fold(100.0f64, f64::max)
         .min(tail_x(TAIL_MAX_Q));
+    let top = legend_headroom(lo * 0.8, hi * 1.25);
     let mut c = ChartBuilder::on(a)
         .caption(title, (SANS, 22))
         .margin(15)
@@ -192,7 +200,7 @@ where
         .y_label_area_size(70)
         .build_cartesian_2d(
             (1.0..deepest * 1.5).log_scale(),
-            (lo * 0.8..hi * 1.25).log_scale(),
+            (lo * 0.8..top).log_scale(),
         )
         .map_err(e)?;
     c.configure_mesh()
@@ -295,6 +303,15 @@ where
         let panels = panels.split_evenly((1, cols));
         for (i, p) in panels.iter().enumerate() {
             let Some(&(at, _)) = tl.faults.get(i) else {
+                // Fewer faults recovered in this run than in another: the
+                // panel says so rather than stay blank.
+                let (_, h) = p.dim_in_pixel();
+                p.draw(&Text::new(
+                    format!("no fault {}: this run recovered {}", i + 1, tl.faults.len()),
+                    (8, h as i32 / 2),
+                    (SANS, 12).into_font().color(&RGBColor(110, 110, 110)),
+                ))
+                .map_err(e)?;
                 continue;
             };
             let x0 = -AROUND_MS.0;
@@ -338,14 +355,16 @@ where
                 .map_err(e)?;
             let near = |t: f64| t - at >= x0 && t - at <= x1;
             let col = colour(key);
-            c.draw_series(LineSeries::new(
-                tl.buckets
-                    .iter()
-                    .filter(|b| near(b.t_ms))
-                    .map(|b| (b.t_ms - at, (b.rate / 1e3).min(top))),
-                col.stroke_width(2),
-            ))
-            .map_err(e)?;
+            // A line through consecutive buckets only: where buckets are
+            // missing (no sample was taken), the line breaks rather than
+            // join across the gap.
+            for seg in segments(tl.buckets.iter().filter(|b| near(b.t_ms)), tl.bucket_ms) {
+                c.draw_series(LineSeries::new(
+                    seg.iter().map(|b| (b.t_ms - at, (b.rate / 1e3).min(top))),
+                    col.stroke_width(2),
+                ))
+                .map_err(e)?;
+            }
             c.draw_secondary_series(tl.buckets.iter().filter(|b| near(b.t_ms)).filter_map(|b| {
                 b.p99_us
                     .map(|u| Circle::new((b.t_ms - at, u / 1e3), 2, BLACK.filled()))
@@ -370,6 +389,22 @@ where
         }
     }
     Ok(())
+}
+
+/// `buckets` (in time order) split where one is missing: consecutive
+/// buckets are `width` ms apart.
+fn segments<'a>(
+    buckets: impl Iterator<Item = &'a tandem_bench::live::Bucket>,
+    width: f64,
+) -> Vec<Vec<&'a tandem_bench::live::Bucket>> {
+    let mut out: Vec<Vec<&tandem_bench::live::Bucket>> = Vec::new();
+    for b in buckets {
+        match out.last_mut() {
+            Some(seg) if seg.last().is_some_and(|p| b.t_ms - p.t_ms <= width * 1.5) => seg.push(b),
+            _ => out.push(vec![b]),
+        }
+    }
+    out
 }
 
 fn successive<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, r: &Results) -> R
@@ -551,7 +586,7 @@ where
     )?;
     bars(
         &right,
-        "Memory: peak over the resource runs (MiB)",
+        "Memory: each run's peak, median over the runs (MiB)",
         "strategy",
         "MiB",
         &groups,
@@ -575,13 +610,16 @@ where
     DB::ErrorType: 'static,
 {
     let c = &r.criticality;
-    let groups: Vec<String> = c.rows.iter().map(|x| x.operator.clone()).collect();
+    // Each operator with the faults that fired in it (a fault past the
+    // end of an operator's input fires nowhere: the counts differ).
+    let groups: Vec<String> = c
+        .rows
+        .iter()
+        .map(|x| format!("{} ({} faults)", x.operator, x.faults_fired))
+        .collect();
     bars(
         a,
-        &format!(
-            "Criticality: recovery under restart-all, {} faults per operator",
-            c.faults_per_operator
-        ),
+        "Criticality: recovery under restart-all from panics injected into each operator",
         "operator (a panic injected into it)",
         "recovery, fault → caught up (ms)",
         &groups,
@@ -606,4 +644,49 @@ where
             ),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_bench::live::Bucket;
+
+    fn bucket(t_ms: f64) -> Bucket {
+        Bucket {
+            t_ms,
+            rate: 1.0,
+            p99_us: None,
+            cpu_cores: 0.0,
+            queue_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_timeline_line_breaks_where_buckets_are_missing() {
+        let b: Vec<Bucket> = [10.0, 20.0, 30.0, 80.0, 90.0, 200.0]
+            .into_iter()
+            .map(bucket)
+            .collect();
+        let segs = segments(b.iter(), 10.0);
+        let ends: Vec<Vec<f64>> = segs
+            .iter()
+            .map(|s| s.iter().map(|b| b.t_ms).collect())
+            .collect();
+        assert_eq!(
+            ends,
+            [vec![10.0, 20.0, 30.0], vec![80.0, 90.0], vec![200.0]]
+        );
+        assert!(segments(std::iter::empty(), 10.0).is_empty());
+    }
+
+    #[test]
+    fn the_latency_legend_sits_above_every_curve() {
+        for (lo, hi) in [(0.5, 2.0e5), (1.0, 10.0), (0.01, 1.0e7)] {
+            let top = legend_headroom(lo, hi);
+            // Where the highest curve point sits on the axis, from 0 at
+            // the bottom to 1 at the top: below the legend's third.
+            let at = (hi / lo).ln() / (top / lo).ln();
+            assert!(at <= 0.67, "{lo}..{hi}: the data reach {at:.2} of the axis");
+        }
+    }
 }

@@ -148,7 +148,8 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, P: TimedProcess<K, T, O>> TimedO
             }
             ctx.leave(prev);
             ctx.lane_wm.set(lane_wm);
-            s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty(&s.user)
+            let now = cx.now;
+            s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty_at(&s.user, now)
         });
         self.index(&mut clock.timers, seq);
         if empty == Some(true) {
@@ -177,7 +178,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, P: TimedProcess<K, T, O>> TimedO
                 |s| op.has_expired(&s.user, now),
                 |s| {
                     op.expire(&mut s.user, now);
-                    s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty(&s.user)
+                    s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty_at(&s.user, now)
                 },
             );
             if emptied == Some(true) {
@@ -227,7 +228,7 @@ impl<K: HopKey, T: Clone + 'static, O: 'static, P: TimedProcess<K, T, O>> Hop<T>
                 added,
             };
             op.process(&key, &mut s.user, rec, &mut cx, &mut o);
-            let empty = s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty(&s.user);
+            let empty = s.timers.is_empty() && s.ptimers.is_empty() && op.is_empty_at(&s.user, v);
             (seq, empty)
         };
         ctx.lane_wm.set(lane_wm);
