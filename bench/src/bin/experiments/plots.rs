@@ -120,7 +120,10 @@ pub fn draw_all(
     names.push("resources".into());
 
     if !r.criticality.rows.is_empty() {
-        both!(out, "criticality", (900, 520), |a| criticality(&a, r));
+        both!(out, "criticality", (900, 520), |a| criticality(
+            &a,
+            &r.criticality
+        ));
         names.push("criticality".into());
     }
     Ok(names)
@@ -492,11 +495,13 @@ fn bars<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
+    // The bars take the lower two thirds: the legend (upper right) and
+    // the figures over the bars have the rest.
     let top = series
         .iter()
         .flat_map(|(_, _, v)| v.iter().flatten().copied())
         .fold(1.0, f64::max)
-        * 1.2;
+        * 1.5;
     let n = groups.len() as f64;
     let mut c = ChartBuilder::on(a)
         .caption(title, (SANS, 18))
@@ -605,11 +610,10 @@ where
     )
 }
 
-fn criticality<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, r: &Results) -> R
+fn criticality<DB: DrawingBackend>(a: &DrawingArea<DB, Shift>, c: &crate::tables::Criticality) -> R
 where
     DB::ErrorType: 'static,
 {
-    let c = &r.criticality;
     // Each operator with the faults that fired in it (a fault past the
     // end of an operator's input fires nowhere: the counts differ).
     let groups: Vec<String> = c
@@ -688,5 +692,44 @@ mod tests {
             let at = (hi / lo).ln() / (top / lo).ln();
             assert!(at <= 0.67, "{lo}..{hi}: the data reach {at:.2} of the axis");
         }
+    }
+
+    #[test]
+    fn criticality_labels_each_operator_with_the_faults_that_fired_in_it() {
+        let _ = plotters::style::register_font(SANS, FontStyle::Normal, FONT);
+        let row = |op: &str, fired: u64| crate::tables::CritRow {
+            operator: op.into(),
+            faults_fired: fired,
+            recoveries: fired as usize,
+            unprovoked: 0,
+            mean_ms: Some(20.0),
+            ci95_ms: Some(5.0),
+            max_ms: Some(30.0),
+            missing_caught_up: 0,
+            first_output_mean_ms: Some(10.0),
+        };
+        let c = crate::tables::Criticality {
+            faults_per_operator: 10,
+            checkpoint_interval_ms: 1000,
+            rows: vec![row("flatmap", 10), row("map", 9)],
+            ranking: Vec::new(),
+            clear: false,
+            backed_up: "flatmap".into(),
+            why: String::new(),
+        };
+        let mut svg = String::new();
+        {
+            let a = SVGBackend::with_string(&mut svg, (900, 520)).into_drawing_area();
+            criticality(&a, &c).unwrap();
+            a.present().unwrap();
+        }
+        assert!(
+            svg.contains("map (9 faults)") && svg.contains("flatmap (10 faults)"),
+            "{svg}"
+        );
+        assert!(
+            !svg.contains("faults per operator"),
+            "one count for all: {svg}"
+        );
     }
 }
