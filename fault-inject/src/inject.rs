@@ -296,7 +296,7 @@ impl FaultInjectorBuilder {
             fired_on: AtomicU64::new(u64::MAX),
         };
         let too_many = |faults: &Vec<Armed>| {
-            (faults.len() as u64 > crate::spec::MAX_FAULTS).then(|| InjectError::TooManyInAll {
+            (faults.len() as u64 > crate::spec::MAX_FAULTS).then_some(InjectError::TooManyInAll {
                 specs: self.faults.len(),
                 faults: faults.len() as u64,
             })
