@@ -163,7 +163,7 @@ pub use job::{
 pub use metrics::{
     CheckpointStats, EdgeShape, GroupStatus, JobReport, JobShape, JobStatus, LatencyHistogram,
     OperatorShape, OperatorStats, Progress, RecoveryCause, RecoveryCount, RecoveryKind,
-    RecoveryRecord, StandbyStats,
+    RecoveryRecord, RestoreKind, RestorePoint, StandbyStats,
 };
 pub use operator::source::{IterSource, SeekError, Source, SourcePoll};
 pub use operator::{

@@ -486,12 +486,56 @@ pub struct JobReport {
     /// The checkpoint or savepoint the job started from
     /// ([`crate::RuntimeConfig::restore_from`]): its kind, id, directory
     /// and time.
-    pub restored_from: Option<crate::checkpoint::RestorePoint>,
+    pub restored_from: Option<RestorePoint>,
     /// Newer checkpoints in that directory passed over because they did not
     /// verify, with the reason.
     pub restore_skipped: Vec<String>,
     /// What the standbys did and cost (`None`: no operator had one).
     pub standby: Option<StandbyStats>,
+}
+
+/// Whether a restore point is a retained checkpoint or a savepoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreKind {
+    /// A periodic checkpoint (`DIR/manifest-<id>.json`).
+    Checkpoint,
+    /// A savepoint (`DIR/sp-<id>/`).
+    Savepoint,
+}
+
+/// The checkpoint or savepoint a job started from, as the job's report
+/// names it ([`JobReport::restored_from`]; `Display`:
+/// `savepoint 3 (DIR/sp-3, taken 2026-12-07T23:59:01.234Z)`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestorePoint {
+    /// Checkpoint or savepoint.
+    pub kind: RestoreKind,
+    /// Its id.
+    pub id: u64,
+    /// When it was written, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Its manifest's directory: the savepoint's own, or the checkpoint
+    /// directory that holds `manifest-<id>.json`.
+    pub dir: std::path::PathBuf,
+}
+
+impl std::fmt::Display for RestorePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, at) = match self.kind {
+            RestoreKind::Checkpoint => (
+                "checkpoint",
+                self.dir.join(format!("manifest-{}.json", self.id)),
+            ),
+            RestoreKind::Savepoint => ("savepoint", self.dir.clone()),
+        };
+        write!(
+            f,
+            "{kind} {} ({}, taken {})",
+            self.id,
+            at.display(),
+            crate::sys::utc::rfc3339_ms(self.created_at_ms)
+        )
+    }
 }
 
 /// Figures of a run's standby groups (all attempts).

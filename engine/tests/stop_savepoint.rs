@@ -168,6 +168,7 @@ fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
 #[test]
 fn a_resume_by_directory_takes_the_savepoint_and_every_resume_is_exact() {
     use tandem::checkpoint::SnapshotKind;
+    use tandem::RestoreKind;
     let dir = tempdir("resume-by-dir");
     let (clean_out, a_out) = (dir.join("clean"), dir.join("a"));
     for d in [&clean_out, &a_out] {
@@ -199,13 +200,13 @@ fn a_resume_by_directory_takes_the_savepoint_and_every_resume_is_exact() {
         .max()
         .expect("a checkpoint before the savepoint");
 
-    let ways: [(&str, std::path::PathBuf, SnapshotKind, u64); 3] = [
-        ("directory", store.clone(), SnapshotKind::Savepoint, sp_id),
-        ("savepoint", sp.clone(), SnapshotKind::Savepoint, sp_id),
+    let ways: [(&str, std::path::PathBuf, RestoreKind, u64); 3] = [
+        ("directory", store.clone(), RestoreKind::Savepoint, sp_id),
+        ("savepoint", sp.clone(), RestoreKind::Savepoint, sp_id),
         (
             "older checkpoint",
             store.join(format!("manifest-{older}.json")),
-            SnapshotKind::Checkpoint,
+            RestoreKind::Checkpoint,
             older,
         ),
     ];

@@ -170,6 +170,19 @@ impl Manifest {
         Ok(m)
     }
 
+    /// The point this manifest describes, as a job's report names it.
+    pub fn restore_point(&self) -> crate::metrics::RestorePoint {
+        crate::metrics::RestorePoint {
+            kind: match self.kind {
+                SnapshotKind::Checkpoint => crate::metrics::RestoreKind::Checkpoint,
+                SnapshotKind::Savepoint => crate::metrics::RestoreKind::Savepoint,
+            },
+            id: self.id,
+            created_at_ms: self.created_at_ms,
+            dir: self.dir.clone(),
+        }
+    }
+
     /// Absolute path of one of its files.
     pub fn file_path(&self, entry: &FileEntry) -> PathBuf {
         self.dir.join(&entry.path)
@@ -484,52 +497,6 @@ pub struct LatestValid {
     pub checkpoint: Option<Manifest>,
     /// Newer checkpoints that did not verify, newest first.
     pub skipped: Vec<Skipped>,
-}
-
-/// The checkpoint or savepoint a job started from, as the job's report
-/// names it (`Display`: `savepoint 3 (DIR/sp-3, taken 2026-12-07T23:59:01.234Z)`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RestorePoint {
-    /// Checkpoint or savepoint.
-    pub kind: SnapshotKind,
-    /// Its id.
-    pub id: u64,
-    /// When it was written, milliseconds since the Unix epoch.
-    pub created_at_ms: u64,
-    /// Its manifest's directory: the savepoint's own, or the checkpoint
-    /// directory that holds `manifest-<id>.json`.
-    pub dir: PathBuf,
-}
-
-impl RestorePoint {
-    /// The point `m` describes.
-    pub fn of(m: &Manifest) -> Self {
-        RestorePoint {
-            kind: m.kind,
-            id: m.id,
-            created_at_ms: m.created_at_ms,
-            dir: m.dir.clone(),
-        }
-    }
-}
-
-impl std::fmt::Display for RestorePoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (kind, at) = match self.kind {
-            SnapshotKind::Checkpoint => (
-                "checkpoint",
-                self.dir.join(format!("manifest-{}.json", self.id)),
-            ),
-            SnapshotKind::Savepoint => ("savepoint", self.dir.clone()),
-        };
-        write!(
-            f,
-            "{kind} {} ({}, taken {})",
-            self.id,
-            at.display(),
-            crate::sys::utc::rfc3339_ms(self.created_at_ms)
-        )
-    }
 }
 
 /// A published manifest found in a store directory.

@@ -165,7 +165,7 @@ where
         .map_err(|source| CheckpointError::Access { source })
 }
 pub use manifest::{
-    list, open_savepoint, ChainFile, FileEntry, LatestValid, Listing, Manifest, RestorePoint,
-    Skipped, SnapshotKind, MAX_MANIFEST,
+    list, open_savepoint, ChainFile, FileEntry, LatestValid, Listing, Manifest, Skipped,
+    SnapshotKind, MAX_MANIFEST,
 };
 pub use store::{OperatorSnapshot, Pending, Published, SnapshotStore, DEFAULT_RETAIN};

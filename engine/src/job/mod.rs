@@ -234,7 +234,7 @@ impl Job {
     pub fn check_start(
         &self,
         config: &RuntimeConfig,
-    ) -> Result<Option<crate::checkpoint::RestorePoint>, JobError> {
+    ) -> Result<Option<crate::metrics::RestorePoint>, JobError> {
         crate::runtime::check_start(std::sync::Arc::clone(&self.graph), config)
     }
 

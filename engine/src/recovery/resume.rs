@@ -22,13 +22,11 @@
 //! ([`Candidate`]s) and verifies the one this module asks about
 //! ([`choose`] takes a verifier), so every branch is a unit test.
 
-use crate::checkpoint::SnapshotKind;
-
 /// A restore point found in a directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {
-    /// Checkpoint or savepoint.
-    pub kind: SnapshotKind,
+    /// A savepoint (else a checkpoint).
+    pub savepoint: bool,
     /// Its id.
     pub id: u64,
     /// When it was written, milliseconds since the Unix epoch (`None`: its
@@ -38,9 +36,9 @@ pub struct Candidate {
 
 impl std::fmt::Display for Candidate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.kind {
-            SnapshotKind::Checkpoint => write!(f, "checkpoint {}", self.id),
-            SnapshotKind::Savepoint => write!(f, "savepoint {}", self.id),
+        match self.savepoint {
+            false => write!(f, "checkpoint {}", self.id),
+            true => write!(f, "savepoint {}", self.id),
         }
     }
 }
@@ -81,7 +79,7 @@ pub fn choose(
         let c = &candidates[i];
         match verify(i) {
             Err(why) => {
-                if c.kind == SnapshotKind::Savepoint && newer_savepoint.is_none() {
+                if c.savepoint && newer_savepoint.is_none() {
                     newer_savepoint = Some((i, why.clone()));
                 }
                 skipped.push(format!("{c}: {why}"));
@@ -112,7 +110,7 @@ fn disagreeing(candidates: &[Candidate], taken: usize) -> Option<String> {
     let at = t.created_at_ms?;
     candidates
         .iter()
-        .filter(|c| c.kind != t.kind && c.id < t.id)
+        .filter(|c| c.savepoint != t.savepoint && c.id < t.id)
         .filter(|c| c.created_at_ms.is_some_and(|m| m > at))
         .max_by_key(|c| c.created_at_ms)
         .map(|c| {
@@ -127,11 +125,13 @@ fn disagreeing(candidates: &[Candidate], taken: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use SnapshotKind::{Checkpoint, Savepoint};
 
-    fn c(kind: SnapshotKind, id: u64, at: u64) -> Candidate {
+    const CHECKPOINT: bool = false;
+    const SAVEPOINT: bool = true;
+
+    fn c(savepoint: bool, id: u64, at: u64) -> Candidate {
         Candidate {
-            kind,
+            savepoint,
             id,
             created_at_ms: Some(at),
         }
@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn the_newest_savepoint_is_taken_over_an_older_checkpoint() {
         // The directory: chk-1, then the stop savepoint sp-3.
-        let v = [c(Checkpoint, 1, 100), c(Savepoint, 3, 300)];
+        let v = [c(CHECKPOINT, 1, 100), c(SAVEPOINT, 3, 300)];
         assert_eq!(
             choose(&v, all_valid),
             Choice::Take {
@@ -159,9 +159,9 @@ mod tests {
         // A savepoint taken while the job ran on: its later checkpoints
         // are its later state.
         let v = [
-            c(Savepoint, 2, 200),
-            c(Checkpoint, 5, 500),
-            c(Checkpoint, 4, 400),
+            c(SAVEPOINT, 2, 200),
+            c(CHECKPOINT, 5, 500),
+            c(CHECKPOINT, 4, 400),
         ];
         assert_eq!(
             choose(&v, all_valid),
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn a_damaged_newer_checkpoint_is_passed_over_and_reported() {
-        let v = [c(Checkpoint, 6, 600), c(Checkpoint, 7, 700)];
+        let v = [c(CHECKPOINT, 6, 600), c(CHECKPOINT, 7, 700)];
         let got = choose(&v, |i| if i == 1 { Err("bad".into()) } else { Ok(()) });
         assert_eq!(
             got,
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_damaged_newest_savepoint_is_never_passed_over() {
-        let v = [c(Checkpoint, 1, 100), c(Savepoint, 3, 300)];
+        let v = [c(CHECKPOINT, 1, 100), c(SAVEPOINT, 3, 300)];
         let got = choose(&v, |i| {
             if i == 1 {
                 Err("truncated".into())
@@ -209,9 +209,9 @@ mod tests {
     #[test]
     fn an_unreadable_savepoint_manifest_is_never_passed_over() {
         let v = [
-            c(Checkpoint, 1, 100),
+            c(CHECKPOINT, 1, 100),
             Candidate {
-                kind: Savepoint,
+                savepoint: SAVEPOINT,
                 id: 3,
                 created_at_ms: None,
             },
@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn ids_and_times_that_disagree_across_kinds_are_refused_as_ambiguous() {
         // sp-2 written after chk-9: two runs' points in one directory.
-        let v = [c(Checkpoint, 9, 100), c(Savepoint, 2, 900)];
+        let v = [c(CHECKPOINT, 9, 100), c(SAVEPOINT, 2, 900)];
         let Choice::Refuse(why) = choose(&v, all_valid) else {
             panic!()
         };
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn nothing_that_verifies_lists_every_point_and_why() {
-        let v = [c(Checkpoint, 1, 100), c(Checkpoint, 2, 200)];
+        let v = [c(CHECKPOINT, 1, 100), c(CHECKPOINT, 2, 200)];
         assert_eq!(
             choose(&v, |_| Err("gone".into())),
             Choice::Nothing {
@@ -251,9 +251,9 @@ mod tests {
     #[test]
     fn verification_stops_at_the_first_point_taken() {
         let v = [
-            c(Checkpoint, 1, 100),
-            c(Checkpoint, 2, 200),
-            c(Checkpoint, 3, 300),
+            c(CHECKPOINT, 1, 100),
+            c(CHECKPOINT, 2, 200),
+            c(CHECKPOINT, 3, 300),
         ];
         let mut asked = Vec::new();
         let _ = choose(&v, |i| {

@@ -75,13 +75,13 @@ fn prepare(graph: Arc<Graph>, config: &RuntimeConfig) -> Result<Prepared, JobErr
 pub(crate) fn check_start(
     graph: Arc<Graph>,
     config: &RuntimeConfig,
-) -> Result<Option<crate::checkpoint::RestorePoint>, JobError> {
+) -> Result<Option<crate::metrics::RestorePoint>, JobError> {
     let p = prepare(graph, config)?;
     let Some((m, _)) = &p.restore else {
         return Ok(None);
     };
     supervisor::check_restore(m, &p.graph, &p.plan, config)?;
-    Ok(Some(crate::checkpoint::RestorePoint::of(m)))
+    Ok(Some(m.restore_point()))
 }
 
 /// Starts `graph` on worker threads (see [`crate::Job::start`]).

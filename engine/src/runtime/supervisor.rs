@@ -120,7 +120,7 @@ pub(crate) struct Supervisor {
     /// Once the job has ended: how long it ran, µs (published in its
     /// last status).
     ended_after_us: Option<u64>,
-    restored_from: Option<(crate::checkpoint::RestorePoint, Vec<String>)>,
+    restored_from: Option<(crate::metrics::RestorePoint, Vec<String>)>,
     standby_stats: Option<StandbyStats>,
     /// When the last [`crate::JobStatus`] was published.
     status_at: u64,
@@ -246,7 +246,7 @@ impl Supervisor {
         }
         let restore = match restore {
             Some((m, skipped)) => {
-                sup.restored_from = Some((crate::checkpoint::RestorePoint::of(&m), skipped));
+                sup.restored_from = Some((m.restore_point(), skipped));
                 let r = Arc::new(build_restore(&m, &sup.graph, sup.store_dir().as_deref())?);
                 refuse_unrestorable(&r, &m, &sup.graph, &sup.plan, &sup.config)?;
                 // Until this run completes a checkpoint of its own, a

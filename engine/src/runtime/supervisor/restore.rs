@@ -112,7 +112,7 @@ pub(in crate::runtime) fn load_restore_point(
         .iter()
         .zip(&loaded)
         .map(|(l, m)| Candidate {
-            kind: l.kind,
+            savepoint: l.kind == checkpoint::SnapshotKind::Savepoint,
             id: l.id,
             created_at_ms: m
                 .as_ref()
