@@ -40,12 +40,13 @@ pub fn writable_dir(flag: &str, dir: &Path) -> anyhow::Result<()> {
 }
 
 /// The directory a run works in: `named` by `flag` (`--dir`), which must
-/// be one the run can write in — refused naming the flag, before any size
-/// is weighed against it — or the temp dir.
+/// be an existing directory the run can write in — refused naming the
+/// flag, before any size is weighed against it — or the temp dir.
 pub fn work_dir(flag: &str, named: Option<&Path>) -> anyhow::Result<std::path::PathBuf> {
     match named {
         Some(d) => {
-            writable_dir(flag, d)?;
+            ensure!(d.is_dir(), "{flag} {}: not a directory", d.display());
+            output::check_dir(d).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
             Ok(d.to_path_buf())
         }
         None => Ok(std::env::temp_dir()),
