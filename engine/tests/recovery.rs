@@ -667,8 +667,14 @@ struct DamageThenPanic {
 impl tandem::runtime::probe::RecordProbe for DamageThenPanic {
     fn before(&mut self, id: TupleId) -> ProbeAction {
         let due = id.partition() == self.from.partition() && id.seq() >= self.from.seq();
-        if !due || tandem::checkpoint::list(&self.dir).map_or(0, |l| l.len()) < 2 {
+        if !due || self.fired.load(Ordering::SeqCst) {
             return ProbeAction::Continue;
+        }
+        if tandem::checkpoint::list(&self.dir).map_or(0, |l| l.len()) < 2 {
+            // Slowed until two checkpoints are published: on a busy
+            // machine the partition would otherwise end first, the fault
+            // unfired.
+            return ProbeAction::Delay(Duration::from_micros(200));
         }
         if self.fired.swap(true, Ordering::SeqCst) {
             return ProbeAction::Continue;
