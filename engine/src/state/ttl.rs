@@ -216,7 +216,7 @@ impl<T, P: TtlPolicy> ListState<T, P> {
     }
 
     /// Whether no element is live at `now` (reads only): what a
-    /// [`TimedProcess::is_empty_at`](crate::TimedProcess::is_empty_at)
+    /// [`TimedProcess::is_empty_at`](crate::time::TimedProcess::is_empty_at)
     /// asks to let the engine drop the key.
     pub fn is_empty_at(&self, now: u64) -> bool {
         !self.items.iter().any(|e| live::<P>(e.at, now))
@@ -310,7 +310,7 @@ impl<K: Ord, V, P: TtlPolicy> MapState<K, V, P> {
     }
 
     /// Whether no entry is live at `now` (reads only): what a
-    /// [`TimedProcess::is_empty_at`](crate::TimedProcess::is_empty_at)
+    /// [`TimedProcess::is_empty_at`](crate::time::TimedProcess::is_empty_at)
     /// asks to let the engine drop the key.
     pub fn is_empty_at(&self, now: u64) -> bool {
         !self.entries.values().any(|e| live::<P>(e.at, now))
