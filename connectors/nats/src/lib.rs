@@ -104,7 +104,9 @@ pub(crate) fn nats_err<E: std::error::Error + Send + Sync + 'static>(
     }
 }
 
-/// Gets key-value bucket `bucket`, creating it if missing.
+/// Gets key-value bucket `bucket`, creating it if missing. Its reads go
+/// through the stream's leader (no direct gets): what a process wrote and
+/// was acknowledged, it reads back.
 ///
 /// Created through its stream, configured as the client would: the
 /// client's own `create_key_value` first asks for the account's
@@ -127,7 +129,12 @@ pub(crate) async fn key_value(
             max_age,
             allow_rollup: true,
             deny_delete: true,
-            allow_direct: true,
+            // Reads through the stream's leader: a direct get may be
+            // answered by a replica that lags, and a checkpoint pointer
+            // read from one goes back (a part restored from an older
+            // checkpoint than its output holds: refused by `sink::settle`,
+            // and the part fails over and over).
+            allow_direct: false,
             num_replicas: replicas.max(1),
             discard: stream::DiscardPolicy::New,
             ..Default::default()
