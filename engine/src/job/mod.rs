@@ -214,7 +214,11 @@ impl Job {
     /// ```
     pub fn start(self, config: &RuntimeConfig) -> Result<JobHandle, JobError> {
         if let Some(role) = crate::runtime::standby::remote::child::role() {
-            crate::runtime::standby::remote::child::run(&self.graph, role);
+            crate::runtime::standby::remote::child::run(
+                &self.graph,
+                role,
+                crate::runtime::standby::kit::child_chain,
+            );
         }
         if let Some(w) = self.standby_warning(config) {
             eprintln!("{w}");
@@ -338,7 +342,7 @@ impl JobBuilder {
         self.inner
             .borrow_mut()
             .codecs
-            .extend([crate::runtime::standby::kit::CodecFns::<T>::entry()]);
+            .extend([crate::runtime::standby::entry::CodecFns::<T>::entry()]);
         self
     }
 

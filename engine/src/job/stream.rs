@@ -446,7 +446,7 @@ impl<T: Data + Codec + Sync> Stream<T> {
         self.job
             .borrow_mut()
             .codecs
-            .extend([crate::runtime::standby::kit::CodecFns::<T>::entry()]);
+            .extend([crate::runtime::standby::entry::CodecFns::<T>::entry()]);
         let mut s = self.clone();
         s.standby = Some(SKit::<T>::arc());
         s

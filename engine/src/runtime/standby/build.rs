@@ -327,7 +327,11 @@ fn build_incarnation(
 }
 
 /// An incarnation's chain, built on its worker (thread isolation).
-fn local_chain_build(w: &Arc<Wiring>, group: &Arc<Group>, ctx: &Rc<TaskCtx>) -> kit::ChainBuild {
+fn local_chain_build(
+    w: &Arc<Wiring>,
+    group: &Arc<Group>,
+    ctx: &Rc<TaskCtx>,
+) -> super::entry::ChainBuild {
     let (node, inst) = (group.node, group.instance);
     let (w2, c2) = (Arc::clone(w), Rc::clone(ctx));
     let members = group.chain.clone();

@@ -13,8 +13,8 @@
 //! and the takeover; [`hot_backoff`] how long a hot standby that fell
 //! behind waits.
 
+use super::entry::ChainBuild;
 use super::group::{Doing, Group, NONE};
-use super::kit::ChainBuild;
 use crate::checkpoint::StateCapture;
 use crate::error::JobError;
 use crate::operator::Collector;

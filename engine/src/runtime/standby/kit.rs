@@ -1,112 +1,20 @@
 //! The typed entry points of a standby group, captured where the operator's
-//! input type is known: the queue entry format, and the builders of the
-//! upstream sender and of an incarnation's port ([`StandbyKit`]); and what
+//! input type is known: the builders of the upstream sender and of an
+//! incarnation's port ([`StandbyKit`]) over the queue entry format
+//! ([`super::entry`]); and what
 //! the standby builds of any stream's type — a consumer's fenced input, the
 //! ends of a process-isolated chain ([`StreamRoles`]). The job builder puts
 //! both in the plan's nodes as opaque [`RoleKit`]s; [`of_node`] and
 //! [`of_stream`] open them.
 
+use super::entry::{ChainBuild, CodecFns};
 use super::group::Group;
 use super::incarnation::source_lane::SourceSpec;
-use crate::record::Record;
 use crate::runtime::graph::{AnyBox, Codecs, Node, RoleKit};
 use crate::runtime::task::{Gate, Port, TaskCtx};
 use crate::standby::codec::Codec;
-use std::any::Any;
 use std::rc::Rc;
 use std::sync::Arc;
-
-pub(crate) const KIND_DATA: u8 = 0;
-pub(crate) const KIND_END: u8 = 1;
-pub(crate) const KIND_BARRIER: u8 = 2;
-/// A record held in the queue's typed slot (`slots.rs`), not in its entry.
-pub(crate) const KIND_TYPED: u8 = 3;
-/// A watermark: part of a chunk like a record (its place among the
-/// records is the lane's), consumed by the incarnation's lane clock.
-pub(crate) const KIND_WATERMARK: u8 = 4;
-/// The producer went idle (as a watermark, part of a chunk).
-pub(crate) const KIND_IDLE: u8 = 5;
-/// The tuple ID of a watermark entry.
-pub(crate) const WATERMARK_ID: u64 = u64::MAX - 2;
-/// The tuple ID of an idle entry.
-pub(crate) const IDLE_ID: u64 = u64::MAX - 3;
-/// The tuple ID of an end-of-input entry.
-pub(crate) const END_ID: u64 = u64::MAX;
-/// The tuple ID of a checkpoint barrier entry.
-pub(crate) const BARRIER_ID: u64 = u64::MAX - 1;
-
-/// A queue entry's bytes: kind, event time, ingest stamp, the value.
-pub(crate) fn encode<T: Codec>(buf: &mut Vec<u8>, rec: &Record<T>) {
-    buf.clear();
-    buf.push(KIND_DATA);
-    buf.extend_from_slice(&rec.event_time.to_le_bytes());
-    buf.extend_from_slice(&rec.ingest.to_le_bytes());
-    rec.value.encode(buf);
-}
-
-/// A checkpoint barrier entry's bytes: kind, checkpoint id.
-pub(crate) fn encode_barrier(buf: &mut Vec<u8>, id: u64) {
-    buf.clear();
-    buf.push(KIND_BARRIER);
-    buf.extend_from_slice(&id.to_le_bytes());
-}
-
-/// A watermark entry's bytes: kind, watermark.
-pub(crate) fn encode_watermark(buf: &mut Vec<u8>, wm: u64) {
-    buf.clear();
-    buf.push(KIND_WATERMARK);
-    buf.extend_from_slice(&wm.to_le_bytes());
-}
-
-/// A decoded queue entry.
-pub(crate) enum Entry<T> {
-    Data(Record<T>),
-    /// The lane's watermark.
-    Watermark(u64),
-    /// The lane's producer went idle.
-    Idle,
-    End,
-    /// Checkpoint barrier `id`: every input of the lane before it belongs
-    /// to checkpoint `id`, none after it.
-    Barrier(u64),
-}
-
-/// What a queue entry is, by its first byte: `None` for a record, else
-/// the log entry that takes it alone (its lane filled in by the caller).
-pub(crate) fn control_kind(bytes: &[u8]) -> Option<u8> {
-    match bytes.first() {
-        Some(&k) if k == KIND_END || k == KIND_BARRIER => Some(k),
-        _ => None,
-    }
-}
-
-pub(crate) fn decode<T: Codec>(id: u64, bytes: &[u8]) -> Result<Entry<T>, String> {
-    match bytes.first() {
-        Some(&KIND_END) => Ok(Entry::End),
-        Some(&KIND_BARRIER) if bytes.len() == 9 => Ok(Entry::Barrier(u64::from_le_bytes(
-            bytes[1..9].try_into().expect("8 bytes"),
-        ))),
-        Some(&KIND_WATERMARK) if bytes.len() == 9 => Ok(Entry::Watermark(u64::from_le_bytes(
-            bytes[1..9].try_into().expect("8 bytes"),
-        ))),
-        Some(&KIND_IDLE) if bytes.len() == 1 => Ok(Entry::Idle),
-        Some(&KIND_DATA) if bytes.len() >= 17 => {
-            let u = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
-            let (value, rest) = T::decode(&bytes[17..]).map_err(|e| e.to_string())?;
-            if !rest.is_empty() {
-                return Err(format!("{} bytes after the value", rest.len()));
-            }
-            Ok(Entry::Data(Record {
-                id: crate::record::TupleId(id),
-                event_time: u(1),
-                ingest: u(9),
-                value,
-            }))
-        }
-        Some(k) => Err(format!("entry kind {k} of {} bytes", bytes.len())),
-        None => Err("empty entry".into()),
-    }
-}
 
 /// The type-erased builders for the input side of an operator with a
 /// standby.
@@ -145,9 +53,6 @@ pub(crate) trait StandbyKit: Send + Sync {
     fn child_head(&self, chain: AnyBox) -> Box<dyn super::remote::RequestHead>;
 }
 
-/// Builds an incarnation's operator chain, restoring the given state.
-pub(crate) type ChainBuild = Box<dyn FnMut(Option<Vec<u8>>) -> AnyBox>;
-
 pub(crate) struct SKit<T>(std::marker::PhantomData<fn() -> T>);
 
 impl<T: crate::Data + Codec + Sync> SKit<T> {
@@ -173,27 +78,56 @@ pub(crate) fn of_stream(node: &Node) -> Option<&Arc<dyn StreamRoles>> {
     })
 }
 
-/// A type's [`Codec`], as plain functions: what carries a stream's records
-/// between processes (process isolation's chain ends).
-pub(crate) struct CodecFns<T> {
-    pub(crate) encode: fn(&T, &mut Vec<u8>),
-    pub(crate) decode: DecodeFn<T>,
-}
-
-/// A [`Codec`]'s decode, as a plain function.
-pub(crate) type DecodeFn<T> = fn(&[u8]) -> Result<(T, &[u8]), crate::standby::codec::CodecError>;
-
-impl<T: Codec + 'static> CodecFns<T> {
-    /// The entry of the plan's [`Codecs`] for `T`.
-    pub(crate) fn entry() -> (std::any::TypeId, Arc<dyn Any + Send + Sync>) {
-        (
-            std::any::TypeId::of::<T>(),
-            Arc::new(CodecFns::<T> {
-                encode: T::encode,
-                decode: T::decode,
-            }),
-        )
+/// Process isolation, in the child: builds the chain `role.members` names,
+/// from `state` (a recovery point's archive) if given, ending in the reply
+/// pipe ([`super::remote::child::ChildChain`]).
+pub(crate) fn child_chain(
+    graph: &crate::runtime::graph::Graph,
+    role: &super::remote::child::Role,
+    ctx: &Rc<TaskCtx>,
+    state: Option<Vec<u8>>,
+    replies: Rc<std::cell::RefCell<super::remote::child::Replies>>,
+) -> Result<Box<dyn super::remote::RequestHead>, String> {
+    use crate::operator::OperatorInfo;
+    use crate::runtime::graph::{BuildCx, NodeKind};
+    use crate::runtime::task::OpSlot;
+    let from_point = state.is_some();
+    let mut states = match state {
+        Some(a) => crate::runtime::chain::frame::split(a, &role.members)?,
+        None => Default::default(),
+    };
+    let last = *role.members.last().ok_or("an empty chain")?;
+    let node = &graph.nodes[last];
+    let kit = of_stream(node).ok_or("a chain that ends in a sink")?;
+    let mut down: AnyBox = kit
+        .reply_collector(&graph.codecs, replies)
+        .ok_or_else(|| format!("`{}`'s output type has no codec", node.name))?;
+    for &m in role.members.iter().rev() {
+        let n = &graph.nodes[m];
+        let NodeKind::Unary(b) = &n.kind else {
+            return Err(format!("`{}` is not a one-input operator", n.name));
+        };
+        ctx.enter(m);
+        let cx = BuildCx {
+            ctx: Rc::clone(ctx),
+            slot: OpSlot::new(m, role.instance, ctx),
+            info: OperatorInfo {
+                name: Arc::clone(&n.name),
+                instance: role.instance,
+                parallelism: n.parallelism,
+                attempt: role.attempt,
+                restored: None,
+            },
+            probe: None,
+            restore: None,
+            standby_state: states.remove(&m),
+            from_point,
+        };
+        down = b(cx, down);
     }
+    ctx.enter(role.node);
+    let skit = of_node(&graph.nodes[role.node]).ok_or("the chain's head has no standby kit")?;
+    Ok(skit.child_head(down))
 }
 
 fn codec_of<T: 'static>(codecs: &Codecs) -> Option<Arc<CodecFns<T>>> {

@@ -414,7 +414,7 @@ impl<T: Codec> Collector<T> for RemoteChain<T> {
 /// child's replies (see [`ReplyTail`]).
 pub(crate) struct Deliver<O> {
     pub(crate) tail: Box<dyn Collector<O>>,
-    pub(crate) codec: Arc<crate::runtime::standby::kit::CodecFns<O>>,
+    pub(crate) codec: Arc<crate::runtime::standby::entry::CodecFns<O>>,
 }
 
 impl<O> ReplyTail for Deliver<O> {
@@ -441,7 +441,7 @@ impl<O> ReplyTail for Deliver<O> {
 /// Boxes a [`Deliver`] for the tail `tail` (a `Box<dyn Collector<O>>`).
 pub(crate) fn deliver_to<O: 'static>(
     tail: AnyBox,
-    codec: Arc<crate::runtime::standby::kit::CodecFns<O>>,
+    codec: Arc<crate::runtime::standby::entry::CodecFns<O>>,
 ) -> Box<dyn ReplyTail> {
     Box::new(Deliver {
         tail: crate::runtime::graph::downcast::<Box<dyn Collector<O>>>(tail, "remote tail"),

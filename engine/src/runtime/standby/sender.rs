@@ -3,11 +3,11 @@
 //! both read it) — moved into the queue's typed slots (`slots.rs`), or
 //! encoded into the queue where the group keeps records encoded.
 
-use super::group::{Group, NONE};
-use super::kit::{
+use super::entry::{
     encode, encode_barrier, encode_watermark, BARRIER_ID, END_ID, IDLE_ID, KIND_END, KIND_IDLE,
     KIND_TYPED, WATERMARK_ID,
 };
+use super::group::{Group, NONE};
 use super::slots::TypedSlots;
 use crate::operator::Collector;
 use crate::operator::DeadLetters;

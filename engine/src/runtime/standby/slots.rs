@@ -3,7 +3,7 @@
 //! A standby in the same process as its primary does not need a record's
 //! encoded form: upstream moves the record itself into the slot of its
 //! queue position, the queue entry holds only the kind byte
-//! ([`super::kit::KIND_TYPED`]) and the tuple ID — positions, cursors,
+//! ([`super::entry::KIND_TYPED`]) and the tuple ID — positions, cursors,
 //! eviction, fencing and the entry's checksum stay the queue's — and each
 //! reader clones the record out of the slot. No encode, no decode, no copy
 //! through the arena. (A standby in another process will need the encoded

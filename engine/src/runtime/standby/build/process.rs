@@ -16,7 +16,7 @@ pub(super) fn remote_chain_build(
     sc: &crate::standby::StandbyConfig,
     ctx: &Rc<TaskCtx>,
 ) -> (
-    crate::runtime::standby::kit::ChainBuild,
+    crate::runtime::standby::entry::ChainBuild,
     Option<Rc<std::cell::RefCell<crate::runtime::standby::remote::Link>>>,
 ) {
     use crate::runtime::standby::remote;

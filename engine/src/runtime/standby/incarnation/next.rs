@@ -4,7 +4,7 @@
 
 use super::{Doing, Incarnation, Stop, CHUNK};
 use crate::operator::ChunkId;
-use crate::runtime::standby::kit::{control_kind, KIND_END};
+use crate::runtime::standby::entry::{control_kind, KIND_END};
 use crate::runtime::task::MS;
 use crate::standby::codec::Codec;
 use crate::standby::detlog::{fenced_append, Appended, Det, MAX_TICK};

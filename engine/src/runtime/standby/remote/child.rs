@@ -13,11 +13,11 @@
 use super::wire::*;
 use super::{Fault, RequestHead};
 use crate::checkpoint::CheckpointError;
-use crate::operator::{ChainParts, Collector, OperatorInfo};
+use crate::operator::{ChainParts, Collector};
 use crate::record::Record;
-use crate::runtime::graph::{AnyBox, BuildCx, Graph, NodeKind};
-use crate::runtime::standby::kit::CodecFns;
-use crate::runtime::task::{OpSlot, TaskCtx};
+use crate::runtime::graph::{Graph, NodeKind};
+use crate::runtime::standby::entry::CodecFns;
+use crate::runtime::task::TaskCtx;
 use crate::standby::codec::Codec;
 use crate::standby::pipe::{PipeReader, PipeWriter};
 use std::cell::RefCell;
@@ -157,9 +157,22 @@ pub(crate) fn job_hash(graph: &Graph) -> u64 {
     h >> 1
 }
 
-/// Serves the incarnation `role` names and ends the process: 0 when the
-/// driver said stop, 70 on an error (on standard error first).
-pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>) -> ! {
+/// What builds the chain `role.members` names, from `state` (a recovery
+/// point's archive) if given, ending in the reply pipe: the standby's typed
+/// builders ([`crate::runtime::standby::kit::child_chain`]), handed in by
+/// the caller so that this side of process isolation needs none of them.
+pub(crate) type ChildChain = fn(
+    &Graph,
+    &Role,
+    &Rc<TaskCtx>,
+    Option<Vec<u8>>,
+    Rc<RefCell<Replies>>,
+) -> Result<Box<dyn RequestHead>, String>;
+
+/// Serves the incarnation `role` names, its chain built by `build`, and
+/// ends the process: 0 when the driver said stop, 70 on an error (on
+/// standard error first).
+pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>, build: ChildChain) -> ! {
     // First: die with the driver (it started this process without arming
     // the signal, to start it without copying its page tables).
     let parent = std::env::var(PARENT)
@@ -186,7 +199,7 @@ pub(crate) fn run(graph: &Arc<Graph>, role: Result<Role, String>) -> ! {
             pinned = Arc::new(graph.pinned_to(&role.pins)?);
             &pinned
         };
-        serve(graph, &role).map_err(|e| format!("{e} ({role})"))
+        serve(graph, &role, build).map_err(|e| format!("{e} ({role})"))
     });
     match r {
         Ok(()) => std::process::exit(0),
@@ -398,7 +411,7 @@ fn carry_out(f: Fault, replies: &Rc<RefCell<Replies>>) -> Result<(), String> {
     Ok(())
 }
 
-fn serve(graph: &Arc<Graph>, role: &Role) -> Result<(), String> {
+fn serve(graph: &Arc<Graph>, role: &Role, build: ChildChain) -> Result<(), String> {
     check_job(graph, role)?;
     let mut req = PipeReader::open(&role.pipes).map_err(|e| e.to_string())?;
     let rep = PipeWriter::open(&Role::reply_path(&role.pipes)).map_err(|e| e.to_string())?;
@@ -592,55 +605,6 @@ fn send_parts(replies: &Rc<RefCell<Replies>>, parts: ChainParts) -> Result<(), S
     }
     r.send(&[A_SNAP_DONE]);
     Ok(())
-}
-
-/// Builds the chain `role.members` names, from `state` (a recovery
-/// point's archive) if given, ending in the reply pipe.
-fn build(
-    graph: &Graph,
-    role: &Role,
-    ctx: &Rc<TaskCtx>,
-    state: Option<Vec<u8>>,
-    replies: Rc<RefCell<Replies>>,
-) -> Result<Box<dyn RequestHead>, String> {
-    let from_point = state.is_some();
-    let mut states = match state {
-        Some(a) => crate::runtime::chain::frame::split(a, &role.members)?,
-        None => Default::default(),
-    };
-    let last = *role.members.last().ok_or("an empty chain")?;
-    let node = &graph.nodes[last];
-    let kit = crate::runtime::standby::kit::of_stream(node).ok_or("a chain that ends in a sink")?;
-    let mut down: AnyBox = kit
-        .reply_collector(&graph.codecs, replies)
-        .ok_or_else(|| format!("`{}`'s output type has no codec", node.name))?;
-    for &m in role.members.iter().rev() {
-        let n = &graph.nodes[m];
-        let NodeKind::Unary(b) = &n.kind else {
-            return Err(format!("`{}` is not a one-input operator", n.name));
-        };
-        ctx.enter(m);
-        let cx = BuildCx {
-            ctx: Rc::clone(ctx),
-            slot: OpSlot::new(m, role.instance, ctx),
-            info: OperatorInfo {
-                name: Arc::clone(&n.name),
-                instance: role.instance,
-                parallelism: n.parallelism,
-                attempt: role.attempt,
-                restored: None,
-            },
-            probe: None,
-            restore: None,
-            standby_state: states.remove(&m),
-            from_point,
-        };
-        down = b(cx, down);
-    }
-    ctx.enter(role.node);
-    let skit = crate::runtime::standby::kit::of_node(&graph.nodes[role.node])
-        .ok_or("the chain's head has no standby kit")?;
-    Ok(skit.child_head(down))
 }
 
 #[cfg(test)]

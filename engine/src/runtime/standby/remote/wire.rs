@@ -112,7 +112,7 @@ pub(crate) fn encode_record_with<T>(
 /// A record's fields (after the kind byte).
 pub(crate) fn decode_record<T>(
     body: &[u8],
-    decode: crate::runtime::standby::kit::DecodeFn<T>,
+    decode: crate::runtime::standby::entry::DecodeFn<T>,
 ) -> Result<Record<T>, String> {
     let (value, rest) = decode(body.get(24..).ok_or("a short record")?).map_err(|e| e.0)?;
     if !rest.is_empty() {
