@@ -82,7 +82,8 @@
 //! ```text
 //! handle.rs    a running job: its handle and watch, starting it
 //! supervisor/  attempts, restart-all, the checkpoint coordinator, the
-//!              standby groups of an attempt, the workers' watch
+//!              sinks' commits, the standby groups of an attempt, the
+//!              workers' watch
 //! standby/     standby groups at run time: the role (role.rs), what it
 //!              builds into the workers (build.rs), incarnations, the
 //!              consumers' fenced input, process isolation

@@ -25,6 +25,7 @@
 
 mod attempt;
 mod checkpoints;
+mod commits;
 mod finish;
 mod measure;
 mod regions;
@@ -324,47 +325,6 @@ impl Supervisor {
             drop(c);
         }
         outcome
-    }
-
-    /// Waits until no sink of any attempt still changes its output on a
-    /// thread of its own (a stopped attempt's sink may still be staging
-    /// an epoch). A sink of the last attempts that did not settle fails
-    /// the job — its output of a committed checkpoint (a savepoint's, say)
-    /// may be missing — naming it; a stopped attempt's is only reported:
-    /// the fencing of the next run keeps its output out.
-    fn settle_sinks(&mut self) -> Result<(), JobError> {
-        while let Ok(e) = self.rx.try_recv() {
-            if let Event::Committer { committer, .. } = e {
-                self.retired.push(committer);
-            }
-        }
-        let mut first = None;
-        let mut keys: Vec<Key> = self.committers.keys().copied().collect();
-        keys.sort_unstable();
-        for (node, instance) in keys {
-            let c = self
-                .committers
-                .get_mut(&(node, instance))
-                .expect("listed above");
-            if let Err(source) = c.settle() {
-                first.get_or_insert(JobError::Io {
-                    operator: self.names[node].to_string(),
-                    instance,
-                    context: "settling its committed output as the job ended".into(),
-                    path: None,
-                    source,
-                });
-            }
-        }
-        for c in &mut self.retired {
-            if let Err(e) = c.settle() {
-                eprintln!(
-                    "tandem: a stopped attempt's sink had not settled as the job ended (its output \
-                     is fenced off; the job's own is complete): {e}"
-                );
-            }
-        }
-        first.map_or(Ok(()), Err)
     }
 
     fn run_loop(&mut self) -> Result<JobReport, JobError> {

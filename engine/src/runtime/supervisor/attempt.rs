@@ -349,7 +349,7 @@ impl Supervisor {
             JobError::Checkpoint(crate::checkpoint::CheckpointError::Crashed { id, .. }) => {
                 self.counted_crash.replace(*id) == Some(*id)
             }
-            JobError::Io { operator, .. } => operator == super::checkpoints::COMMIT_ECHO,
+            JobError::Io { operator, .. } => operator == super::commits::COMMIT_ECHO,
             _ => false,
         }
     }

@@ -12,16 +12,15 @@
 //! through io_uring while the data path runs on; when the manifest is
 //! durable, the supervisor commits the sinks' staged output (phase two).
 
+use super::commits::{commit_all, CommitFailure};
 use super::{Key, Supervisor, JOB_META, JOB_SHAPE};
 use crate::checkpoint::{
     self, Manifest, OperatorSnapshot, Pending, Position, SnapshotBytes, SnapshotStore,
 };
 use crate::error::JobError;
 use crate::metrics::CheckpointStats;
-use crate::operator::{Committer, FINAL_EPOCH};
 use crate::recovery::compose::{across_takeover, AcrossTakeover, GroupAtCheckpoint};
 use crate::recovery::interval::{adaptive_interval, IntervalInputs};
-use crate::runtime::probe::ProbeFactory;
 use crate::runtime::standby::group::Group;
 use crate::runtime::CheckpointMode;
 use crate::runtime::RuntimeConfig;
@@ -30,11 +29,6 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-
-/// The operator named in the error every region but the first gets when a
-/// sink's commit fails: an echo of that one failure, not a failure of its
-/// own (see `Supervisor::echoes`).
-pub(super) const COMMIT_ECHO: &str = "<commit>";
 
 pub(super) struct Acked {
     pub(super) state: Option<SnapshotBytes>,
@@ -178,36 +172,6 @@ impl Supervisor {
                 false
             }
         }
-    }
-
-    /// A sink's output could not be staged or committed (`what`: which
-    /// checkpoint, or the final commit): the commits stop at the first
-    /// that fails, so sinks of every region may have left output
-    /// uncommitted. Every region's attempt fails — one failure against the
-    /// restart strategy, not one per region — and each restore commits
-    /// what its checkpoint covers; the job produces the rest again. With
-    /// no restart left, the job fails with `e`, which names the sink.
-    pub(super) fn commit_failed(&mut self, f: CommitFailure, what: &str) {
-        let e = *f.error;
-        if f.injected {
-            // The job's fault injection failed it (a `commit` fault).
-            self.attempts[0]
-                .shared
-                .note_fault_tuple(crate::runtime::task::Blame {
-                    tuple: None,
-                    injected: true,
-                });
-        }
-        for a in &self.attempts[1..] {
-            a.shared.fail(JobError::Io {
-                operator: COMMIT_ECHO.into(),
-                instance: 0,
-                context: format!("{what}: another region's sink failed to commit"),
-                path: None,
-                source: std::io::Error::other(e.to_string()),
-            });
-        }
-        self.attempts[0].shared.fail(e);
     }
 
     /// The process "crashed" around checkpoint `id`'s publication: the
@@ -523,47 +487,6 @@ pub(super) fn all_acknowledged<V>(
 ) -> bool {
     all.iter()
         .all(|k| acks.contains_key(k) || finished.contains(k))
-}
-
-/// A sink's commit that failed, and whether the job's fault injection
-/// failed it.
-pub(super) struct CommitFailure {
-    pub(super) error: Box<JobError>,
-    pub(super) injected: bool,
-}
-
-/// Phase two for checkpoint `id`: every sink's output staged under it, and
-/// the final epoch of the sinks in `finished`. `probes` may fail a commit
-/// (fault injection) as the sink's own commit would fail.
-pub(super) fn commit_all(
-    committers: &mut HashMap<Key, Box<dyn Committer>>,
-    names: &[Arc<str>],
-    probes: Option<&Arc<dyn ProbeFactory>>,
-    id: u64,
-    finished: &HashSet<Key>,
-) -> Result<(), CommitFailure> {
-    for (&(node, instance), c) in committers.iter_mut() {
-        let injected = probes.map_or(Ok(()), |p| p.commit(&names[node], instance, id));
-        let mut r = Ok(());
-        if injected.is_ok() {
-            r = c.commit(id);
-        }
-        if r.is_ok() && id != FINAL_EPOCH && finished.contains(&(node, instance)) {
-            r = c.commit(FINAL_EPOCH);
-        }
-        let was_injected = injected.is_err();
-        injected.and(r).map_err(|source| CommitFailure {
-            error: Box::new(JobError::Io {
-                operator: names[node].to_string(),
-                instance,
-                context: format!("committing the output of checkpoint {id}"),
-                path: None,
-                source,
-            }),
-            injected: was_injected,
-        })?;
-    }
-    Ok(())
 }
 
 impl Coordinator {

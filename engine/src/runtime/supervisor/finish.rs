@@ -3,12 +3,10 @@
 //! nothing), or it stopped with a savepoint (every task stops where it is,
 //! nothing after the savepoint committed) — and the report either way.
 
-use super::checkpoints::CommitFailure;
 use super::{now_ns, Supervisor};
 use crate::checkpoint;
 use crate::error::JobError;
 use crate::metrics::{CheckpointStats, JobReport};
-use crate::operator::FINAL_EPOCH;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -68,40 +66,6 @@ impl Supervisor {
         // Checkpoints of a directory of the engine's own choosing go with it.
         drop(self.coord.take());
         Ok(Some(report))
-    }
-
-    /// Commits every sink's final output, then waits until each has
-    /// settled (a sink that publishes on a thread of its own reports a
-    /// failure only when waited for; handing every sink its final commit
-    /// first lets them publish at once): the first failure, naming the
-    /// sink instance. Sinks in a fixed order, so that a run and its rerun
-    /// commit alike.
-    fn commit_final(&mut self) -> Result<(), CommitFailure> {
-        let mut keys: Vec<_> = self.committers.keys().copied().collect();
-        keys.sort_unstable();
-        let probes = self.config.probes.clone();
-        for &(node, instance) in &keys {
-            let c = self
-                .committers
-                .get_mut(&(node, instance))
-                .expect("listed above");
-            let injected = probes.as_ref().map_or(Ok(()), |p| {
-                p.commit(&self.names[node], instance, FINAL_EPOCH)
-            });
-            let was_injected = injected.is_err();
-            injected
-                .and_then(|()| c.commit_final())
-                .map_err(|e| final_failure(&self.names[node], instance, was_injected, e))?;
-        }
-        for &(node, instance) in &keys {
-            let c = self
-                .committers
-                .get_mut(&(node, instance))
-                .expect("listed above");
-            c.settle()
-                .map_err(|e| final_failure(&self.names[node], instance, false, e))?;
-        }
-        Ok(())
     }
 
     /// The stop savepoint is durable (its output committed): every task
@@ -196,27 +160,5 @@ impl Supervisor {
                 .unwrap_or_default(),
             standby: self.standby_stats.take(),
         })
-    }
-}
-
-/// Instance `instance` of sink `name` failed its final commit with
-/// `source` (`injected`: the job's fault injection failed it).
-fn final_failure(
-    name: &str,
-    instance: usize,
-    injected: bool,
-    source: std::io::Error,
-) -> CommitFailure {
-    CommitFailure {
-        error: Box::new(JobError::Io {
-            operator: name.to_string(),
-            instance,
-            context: "committing its final output (what it wrote after its last checkpoint \
-                      barrier) at the end of the job"
-                .into(),
-            path: None,
-            source,
-        }),
-        injected,
     }
 }
