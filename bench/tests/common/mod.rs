@@ -34,3 +34,12 @@ pub fn listing(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// A fresh, empty directory in the temp dir for test `tag` of this
+/// process (`tandem-signals-<tag>-<pid>`).
+pub fn fresh(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-signals-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
