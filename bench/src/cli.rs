@@ -197,41 +197,67 @@ pub fn join_job(handle: tandem::JobHandle) -> anyhow::Result<tandem::JobReport> 
             handle.cancel();
             cancelled = true;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        // A look every 20 ms: a signal is answered at once, and the job's
+        // cores see no more of this thread than 50 wake-ups a second.
+        std::thread::sleep(Duration::from_millis(20));
     }
     let joined = handle.join();
     check_interrupted()?;
     Ok(joined?)
 }
 
-/// Waits for `child`, a process this run started: a signal that
-/// interrupts the run meanwhile is passed on to it (it stops and cleans
-/// up as this process does; killed after [`GRACE`] and two seconds if it
-/// does not), and makes this an error, "interrupted". While it runs, a
-/// signal's hard exit waits for it ([`cleanup::child`]).
-pub fn wait_child(child: &mut std::process::Child) -> anyhow::Result<std::process::ExitStatus> {
+/// How a child process this run waited for ended.
+#[derive(Debug)]
+pub enum Waited {
+    /// It exited by itself.
+    Exited(std::process::ExitStatus),
+    /// It was still running past the timeout, and was stopped (`SIGTERM`,
+    /// then killed after [`GRACE`] and two seconds).
+    TimedOut,
+}
+
+/// Waits for `child`, a process this run started, at most `timeout`: a
+/// signal that interrupts the run meanwhile is passed on to it (it stops
+/// and cleans up as this process does; killed after [`GRACE`] and two
+/// seconds if it does not), and makes this an error, "interrupted". While
+/// it runs, a signal's hard exit waits for it ([`cleanup::child`]).
+pub fn wait_child(
+    child: &mut std::process::Child,
+    timeout: Option<Duration>,
+) -> anyhow::Result<Waited> {
     cleanup::child(child.id());
-    let status = (|| loop {
+    let started = std::time::Instant::now();
+    let waited = (|| loop {
         if let Some(s) = child.try_wait()? {
-            return Ok(s);
+            return Ok(Waited::Exited(s));
         }
-        if let Some(sig) = cleanup::signal() {
-            // SAFETY: `kill` reads no memory of ours; the child has not
-            // been reaped, so its pid is its own.
-            unsafe { libc::kill(child.id() as i32, sig) };
-            let waited = std::time::Instant::now();
-            while child.try_wait()?.is_none() {
-                if waited.elapsed() > GRACE + Duration::from_secs(2) {
-                    let _ = child.kill();
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            anyhow::bail!("interrupted");
+        let sig = cleanup::signal();
+        let late = timeout.is_some_and(|t| started.elapsed() > t);
+        if sig.is_some() || late {
+            stop_child(child, sig.unwrap_or(libc::SIGTERM))?;
+            anyhow::ensure!(sig.is_none(), "interrupted");
+            return Ok(Waited::TimedOut);
         }
         std::thread::sleep(Duration::from_millis(10));
     })();
     cleanup::child_ended(child.id());
-    status
+    waited
+}
+
+/// Sends `sig` to `child` and waits until it has ended, killing it after
+/// [`GRACE`] and two seconds.
+fn stop_child(child: &mut std::process::Child, sig: i32) -> std::io::Result<()> {
+    // SAFETY: `kill` reads no memory of ours; the child has not been
+    // reaped, so its pid is its own.
+    unsafe { libc::kill(child.id() as i32, sig) };
+    let waited = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if waited.elapsed() > GRACE + Duration::from_secs(2) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// Raises its flag when dropped — a thread that ends early (an error, a

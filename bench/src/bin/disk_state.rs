@@ -456,7 +456,11 @@ fn spawn(args: &Args, which: &str, dir: &Path, cgroup: Option<&Cgroup>) -> Resul
         std::io::Read::read_to_end(&mut pipe, &mut v).map(|_| v)
     });
     // A signal to this process stops the child too.
-    let status = tandem_bench::cli::wait_child(&mut child)?;
+    let tandem_bench::cli::Waited::Exited(status) =
+        tandem_bench::cli::wait_child(&mut child, None)?
+    else {
+        unreachable!("no timeout was given")
+    };
     let stdout = reading
         .join()
         .map_err(|_| anyhow::anyhow!("reading the child's output panicked"))??;

@@ -394,25 +394,23 @@ fn is_out_of_descriptors(e: &io::Error) -> bool {
 fn step(c: &mut Conn, handler: &dyn Fn(&Request<'_>) -> Response) -> Next {
     loop {
         match &mut c.phase {
-            Phase::Head => match read_head(c) {
-                Ok(Some(out)) => {
-                    c.phase = Phase::Write { out, written: 0 };
-                    c.deadline = Instant::now() + WRITE_TIME;
-                }
-                Ok(None) => match parse(&c.buf, handler) {
+            Phase::Head => {
+                let ended = match read_head(c) {
+                    Ok(ended) => ended,
+                    Err(()) => return Next::Close,
+                };
+                let out = match parse(&c.buf, handler) {
+                    Parsed::Answer(out) => out,
                     Parsed::Partial if c.buf.len() >= MAX_HEAD => {
-                        let out = Response::text(431, "request head too large").encode(false, "");
-                        c.phase = Phase::Write { out, written: 0 };
-                        c.deadline = Instant::now() + WRITE_TIME;
+                        Response::text(431, "request head too large").encode(false, "")
                     }
+                    // Closed before a whole head: nothing to answer.
+                    Parsed::Partial if ended => return Next::Close,
                     Parsed::Partial => return Next::Keep,
-                    Parsed::Answer(out) => {
-                        c.phase = Phase::Write { out, written: 0 };
-                        c.deadline = Instant::now() + WRITE_TIME;
-                    }
-                },
-                Err(()) => return Next::Close,
-            },
+                };
+                c.phase = Phase::Write { out, written: 0 };
+                c.deadline = Instant::now() + WRITE_TIME;
+            }
             Phase::Write { out, written } => {
                 while *written < out.len() {
                     match c.stream.write(&out[*written..]) {
@@ -452,39 +450,25 @@ fn step(c: &mut Conn, handler: &dyn Fn(&Request<'_>) -> Response) -> Next {
 }
 
 /// Reads what the socket holds into the head buffer, up to [`MAX_HEAD`]
-/// bytes. `Ok(Some(_))`: an answer without a head (the client closed
-/// before sending one whole: nothing to answer, `Err`); `Ok(None)`: look
-/// at the buffer; `Err`: close.
-fn read_head(c: &mut Conn) -> Result<Option<Vec<u8>>, ()> {
+/// bytes, stopping as soon as a head is whole: `Ok(true)` when the client
+/// closed its side (nothing more will come), `Err` when the socket failed.
+fn read_head(c: &mut Conn) -> Result<bool, ()> {
     let mut chunk = [0u8; 2048];
     loop {
         let room = MAX_HEAD.saturating_sub(c.buf.len());
         if room == 0 {
-            return Ok(None);
+            return Ok(false);
         }
         let want = room.min(chunk.len());
         match c.stream.read(&mut chunk[..want]) {
-            // Closed (or half-closed) before a whole head: an answer
-            // could still be read by a half-closed client.
-            Ok(0) => {
-                return match parse(&c.buf, &|_| Response::not_found()) {
-                    Parsed::Partial if c.buf.is_empty() => Err(()),
-                    Parsed::Partial => Ok(Some(
-                        Response::text(400, "incomplete request head").encode(false, ""),
-                    )),
-                    // Whole after all: the caller parses it again and
-                    // answers it properly.
-                    Parsed::Answer(_) => Ok(None),
-                };
-            }
+            Ok(0) => return Ok(true),
             Ok(n) => {
                 c.buf.extend_from_slice(&chunk[..n]);
-                // Answer as soon as a head is whole.
-                if c.buf.windows(4).any(|w| w == b"\r\n\r\n") || c.buf.len() >= MAX_HEAD {
-                    return Ok(None);
+                if c.buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    return Ok(false);
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return Err(()),
         }

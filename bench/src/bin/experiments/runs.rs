@@ -303,11 +303,8 @@ impl Runner {
             .spawn()
             .with_context(|| format!("starting {}", Path::new(&bin).display()))?;
         // A signal that ends this process the hard way waits for the run
-        // to clean up first (`tandem_bench::cleanup`).
-        tandem_bench::cleanup::child(child.id());
-        let status = self.wait(&mut child, r, &log);
-        tandem_bench::cleanup::child_ended(child.id());
-        let status = status?;
+        // to clean up first (`wait_child` registers it).
+        let status = self.wait(&mut child, r, &log)?;
         if !status.success() {
             bail!("run {} failed ({status}): {}", r.name, tail(&log));
         }
@@ -319,41 +316,23 @@ impl Runner {
     }
 
     /// Waits for run `r`'s process: its exit status, or an error once it
-    /// has been stopped (a signal to this process, or past the timeout).
+    /// has been stopped (a signal to this process, passed on to it, or
+    /// past the timeout: `SIGTERM`, so that `paper` stops its job and
+    /// removes its scratch files).
     fn wait(
         &self,
         child: &mut std::process::Child,
         r: &Run,
         log: &Path,
     ) -> anyhow::Result<std::process::ExitStatus> {
-        let started = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait()? {
-                return Ok(s);
-            }
-            if tandem_bench::cli::interrupted() || started.elapsed() > self.timeout {
-                // SIGTERM: `paper` stops its job and removes its scratch
-                // files; a child that does not is killed after its grace.
-                // SAFETY: `kill` with a live child's pid and a valid signal.
-                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-                let waited = Instant::now();
-                while child.try_wait()?.is_none() {
-                    if waited.elapsed() > tandem_bench::cli::GRACE + Duration::from_secs(2) {
-                        let _ = child.kill();
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                if tandem_bench::cli::interrupted() {
-                    bail!("interrupted");
-                }
-                bail!(
-                    "run {} took longer than {:?} and was stopped: {}",
-                    r.name,
-                    self.timeout,
-                    tail(log)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        match tandem_bench::cli::wait_child(child, Some(self.timeout))? {
+            tandem_bench::cli::Waited::Exited(s) => Ok(s),
+            tandem_bench::cli::Waited::TimedOut => bail!(
+                "run {} took longer than {:?} and was stopped: {}",
+                r.name,
+                self.timeout,
+                tail(log)
+            ),
         }
     }
 }

@@ -419,9 +419,12 @@ impl Supervisor {
         if let Some(e) = failed {
             // The sink failed (an earlier epoch's publish too, reported at
             // the first look after it): the checkpoint cannot complete, and
-            // the attempt fails as for a failed commit.
+            // the attempt fails as for a failed commit. The checkpoint is
+            // one the restart abandons — counted failed, not against the
+            // consecutive failures tolerated: the restart strategy counts
+            // the sink's failure.
             c.in_flight = None;
-            c.failed(format!("checkpoint {id}: {e}"));
+            c.overtaken(format!("checkpoint {id}: {e}"));
             let f = CommitFailure {
                 error: Box::new(e),
                 injected: false,
